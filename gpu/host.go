@@ -1,0 +1,115 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpumux/gpumux/gpu/sim"
+)
+
+// Errors callers branch on.
+var (
+	// ErrNoDriver means NVML could not be loaded or initialised: no NVIDIA
+	// driver on this machine.
+	ErrNoDriver = errors.New("NVIDIA driver not available")
+	// ErrNotFound means a GPU, MIG instance or profile does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrInUse means a change was refused because processes use the instance.
+	ErrInUse = errors.New("in use")
+	// ErrResetRequired means a MIG mode change waits for a GPU reset.
+	ErrResetRequired = errors.New("GPU reset required")
+)
+
+// Host is the NVML client the rest of gpumux uses. It is safe for concurrent use.
+type Host struct {
+	lib       nvml.Interface
+	devlib    device.Interface
+	devRoot   string
+	migMinors string
+	simulated *sim.Node
+
+	mu sync.Mutex // serialises NVML calls that change state
+}
+
+// Option configures a Host.
+type Option func(*Host)
+
+// WithDevRoot sets the directory holding the device nodes (default /dev).
+func WithDevRoot(dir string) Option { return func(h *Host) { h.devRoot = dir } }
+
+// WithMigMinors sets the path of the nvidia-caps mig-minors table
+// (default /proc/driver/nvidia-caps/mig-minors).
+func WithMigMinors(path string) Option { return func(h *Host) { h.migMinors = path } }
+
+// New returns a Host over an already initialised NVML implementation.
+func New(lib nvml.Interface, opts ...Option) *Host {
+	h := &Host{
+		lib:       lib,
+		devlib:    device.New(lib),
+		devRoot:   "/dev",
+		migMinors: "/proc/driver/nvidia-caps/mig-minors",
+	}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+// OpenNVML loads the real NVML library. On a machine without the NVIDIA driver
+// it returns an error wrapping ErrNoDriver.
+func OpenNVML(opts ...Option) (*Host, error) {
+	lib := nvml.New()
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("%w: NVML init: %s (is the driver installed and libnvidia-ml.so.1 on the library path? on a machine without GPUs use a simulated node: %v)",
+			ErrNoDriver, nvml.ErrorString(ret), sim.Names())
+	}
+	return New(lib, opts...), nil
+}
+
+// OpenSimulated opens the simulated node name (see package sim) whose state
+// lives under stateDir, and creates its device nodes.
+func OpenSimulated(name, stateDir string, opts ...sim.Option) (*Host, error) {
+	node, err := sim.Open(name, stateDir, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := node.EnsureDeviceNodes(); err != nil {
+		return nil, fmt.Errorf("simulated node %s: %w", name, err)
+	}
+	lib := node.NVML()
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("simulated node %s: NVML init: %w", name, nvmlError(ret))
+	}
+	h := New(lib, WithDevRoot(node.DevRoot()), WithMigMinors(node.MigMinorsPath()))
+	h.simulated = node
+	return h, nil
+}
+
+// Simulated returns the simulated node behind the Host, or nil on real hardware.
+func (h *Host) Simulated() *sim.Node { return h.simulated }
+
+// Close releases NVML.
+func (h *Host) Close() error {
+	if ret := h.lib.Shutdown(); ret != nvml.SUCCESS {
+		return fmt.Errorf("NVML shutdown: %w", nvmlError(ret))
+	}
+	return nil
+}
+
+// DevicePath returns the host path of a device node given its name under /dev
+// (e.g. "nvidia0" or "nvidia-caps/nvidia-cap12").
+func (h *Host) DevicePath(name string) string { return filepath.Join(h.devRoot, name) }
+
+// nvmlError turns an NVML return code into an error that keeps the code, so
+// callers can test it with errors.Is(err, nvml.ERROR_IN_USE).
+func nvmlError(ret nvml.Return) error {
+	if ret == nvml.SUCCESS {
+		return nil
+	}
+	return ret
+}

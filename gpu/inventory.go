@@ -1,0 +1,241 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// ciProfileForSlices maps a GPU instance's slice count to the compute instance
+// profile that spans all of it.
+var ciProfileForSlices = map[int]int{
+	1: nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE,
+	2: nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE,
+	3: nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE,
+	4: nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE,
+	6: nvml.COMPUTE_INSTANCE_PROFILE_6_SLICE,
+	7: nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE,
+	8: nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE,
+}
+
+// Inventory reads every GPU, its MIG profiles and its MIG instances.
+func (h *Host) Inventory(ctx context.Context) (*Node, error) {
+	driver, ret := h.lib.SystemGetDriverVersion()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("reading driver version: %w", nvmlError(ret))
+	}
+	cuda, ret := h.lib.SystemGetCudaDriverVersion()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("reading CUDA driver version: %w", nvmlError(ret))
+	}
+	count, ret := h.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("counting GPUs: %w", nvmlError(ret))
+	}
+	minors, err := readMigMinors(h.migMinors)
+	if err != nil {
+		return nil, err
+	}
+	node := &Node{
+		DriverVersion: driver,
+		CUDAVersion:   fmt.Sprintf("%d.%d", cuda/1000, cuda%1000/10),
+		GPUs:          make([]GPU, 0, count),
+	}
+	for i := 0; i < count; i++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		g, err := h.readGPU(i, minors)
+		if err != nil {
+			return nil, fmt.Errorf("GPU %d: %w", i, err)
+		}
+		node.GPUs = append(node.GPUs, g)
+	}
+	return node, nil
+}
+
+func (h *Host) readGPU(index int, minors migMinors) (GPU, error) {
+	dev, ret := h.lib.DeviceGetHandleByIndex(index)
+	if ret != nvml.SUCCESS {
+		return GPU{}, fmt.Errorf("handle: %w", nvmlError(ret))
+	}
+	g := GPU{Index: index}
+	var err error
+	read := func(what string, f func() nvml.Return) {
+		if err == nil {
+			if ret := f(); ret != nvml.SUCCESS {
+				err = fmt.Errorf("reading %s: %w", what, nvmlError(ret))
+			}
+		}
+	}
+	read("UUID", func() (r nvml.Return) { g.UUID, r = dev.GetUUID(); return })
+	read("minor number", func() (r nvml.Return) { g.Minor, r = dev.GetMinorNumber(); return })
+	read("name", func() (r nvml.Return) { g.Model, r = dev.GetName(); return })
+	read("PCI info", func() nvml.Return {
+		pci, r := dev.GetPciInfo()
+		g.PCIBusID = busID(pci)
+		return r
+	})
+	read("memory", func() nvml.Return {
+		mem, r := dev.GetMemoryInfo()
+		g.MemoryMiB = mem.Total >> 20
+		return r
+	})
+	read("compute capability", func() nvml.Return {
+		major, minor, r := dev.GetCudaComputeCapability()
+		g.ComputeCapability = fmt.Sprintf("%d.%d", major, minor)
+		return r
+	})
+	if err != nil {
+		return GPU{}, err
+	}
+	if attrs, ret := dev.GetAttributes(); ret == nvml.SUCCESS {
+		g.SMCount = int(attrs.MultiprocessorCount)
+	}
+	current, pending, ret := dev.GetMigMode()
+	switch ret {
+	case nvml.SUCCESS:
+		g.MIGEnabled = current == nvml.DEVICE_MIG_ENABLE
+		g.MIGPending = pending == nvml.DEVICE_MIG_ENABLE
+	case nvml.ERROR_NOT_SUPPORTED:
+		return g, nil // no MIG on this model
+	default:
+		return GPU{}, fmt.Errorf("reading MIG mode: %w", nvmlError(ret))
+	}
+	g.MIGCapable = true
+	if g.MIGProfiles, err = h.readProfiles(dev, g.MemoryMiB<<20); err != nil {
+		return GPU{}, err
+	}
+	if g.MIGEnabled {
+		if g.MIGInstances, err = h.readInstances(dev, g, minors); err != nil {
+			return GPU{}, err
+		}
+	}
+	return g, nil
+}
+
+func busID(pci nvml.PciInfo) string {
+	b := make([]byte, 0, len(pci.BusId))
+	for _, c := range pci.BusId {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return string(b)
+}
+
+func (h *Host) readProfiles(dev nvml.Device, memBytes uint64) ([]MIGProfile, error) {
+	var profiles []MIGProfile
+	for idx := 0; idx < nvml.GPU_INSTANCE_PROFILE_COUNT; idx++ {
+		info, ret := dev.GetGpuInstanceProfileInfo(idx)
+		if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT {
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("reading MIG profile %d: %w", idx, nvmlError(ret))
+		}
+		ciIdx, ok := ciProfileForSlices[int(info.SliceCount)]
+		if !ok {
+			continue
+		}
+		name, err := h.devlib.NewMigProfile(idx, ciIdx, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, info.MemorySizeMB, memBytes)
+		if err != nil {
+			return nil, fmt.Errorf("naming MIG profile %d: %w", idx, err)
+		}
+		placements, ret := dev.GetGpuInstancePossiblePlacements(&info)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("reading placements of %s: %w", name, nvmlError(ret))
+		}
+		p := MIGProfile{
+			Name:        name.String(),
+			GIProfileID: int(info.Id),
+			CIProfileID: ciIdx,
+			Slices:      int(info.SliceCount),
+			MemoryMiB:   info.MemorySizeMB,
+			SMCount:     int(info.MultiprocessorCount),
+			MaxCount:    int(info.InstanceCount),
+		}
+		for _, pl := range placements {
+			p.Placements = append(p.Placements, Placement{Start: int(pl.Start), Size: int(pl.Size)})
+		}
+		profiles = append(profiles, p)
+	}
+	return profiles, nil
+}
+
+func (h *Host) readInstances(dev nvml.Device, g GPU, minors migMinors) ([]MIGInstance, error) {
+	max, ret := dev.GetMaxMigDeviceCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("reading MIG device count: %w", nvmlError(ret))
+	}
+	var out []MIGInstance
+	for i := 0; i < max; i++ {
+		mig, ret := dev.GetMigDeviceHandleByIndex(i)
+		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("MIG device %d: %w", i, nvmlError(ret))
+		}
+		inst, err := h.readInstance(dev, mig, g, minors)
+		if err != nil {
+			return nil, fmt.Errorf("MIG device %d: %w", i, err)
+		}
+		out = append(out, inst)
+	}
+	sort.Slice(out, func(a, b int) bool {
+		if out[a].GIID != out[b].GIID {
+			return out[a].GIID < out[b].GIID
+		}
+		return out[a].CIID < out[b].CIID
+	})
+	return out, nil
+}
+
+func (h *Host) readInstance(dev, mig nvml.Device, g GPU, minors migMinors) (MIGInstance, error) {
+	var inst MIGInstance
+	var ret nvml.Return
+	if inst.UUID, ret = mig.GetUUID(); ret != nvml.SUCCESS {
+		return inst, fmt.Errorf("UUID: %w", nvmlError(ret))
+	}
+	if inst.GIID, ret = mig.GetGpuInstanceId(); ret != nvml.SUCCESS {
+		return inst, fmt.Errorf("GPU instance id: %w", nvmlError(ret))
+	}
+	if inst.CIID, ret = mig.GetComputeInstanceId(); ret != nvml.SUCCESS {
+		return inst, fmt.Errorf("compute instance id: %w", nvmlError(ret))
+	}
+	gi, ret := dev.GetGpuInstanceById(inst.GIID)
+	if ret != nvml.SUCCESS {
+		return inst, fmt.Errorf("GPU instance %d: %w", inst.GIID, nvmlError(ret))
+	}
+	giInfo, ret := gi.GetInfo()
+	if ret != nvml.SUCCESS {
+		return inst, fmt.Errorf("GPU instance %d info: %w", inst.GIID, nvmlError(ret))
+	}
+	inst.GIProfileID = int(giInfo.ProfileId)
+	inst.Placement = Placement{Start: int(giInfo.Placement.Start), Size: int(giInfo.Placement.Size)}
+	for _, p := range g.MIGProfiles {
+		if p.GIProfileID == inst.GIProfileID {
+			inst.Profile, inst.MemoryMiB, inst.SMCount = p.Name, p.MemoryMiB, p.SMCount
+		}
+	}
+	if inst.Profile == "" {
+		return inst, fmt.Errorf("GPU instance %d has profile id %d, which the GPU does not list: %w", inst.GIID, inst.GIProfileID, ErrNotFound)
+	}
+	// A compute instance smaller than its GPU instance has fewer SMs.
+	if attrs, ret := mig.GetAttributes(); ret == nvml.SUCCESS && attrs.MultiprocessorCount > 0 {
+		inst.SMCount = int(attrs.MultiprocessorCount)
+	}
+	if mem, ret := mig.GetMemoryInfo(); ret == nvml.SUCCESS && mem.Total > 0 {
+		inst.MemoryMiB = mem.Total >> 20
+	}
+	var err error
+	if inst.GICapMinor, inst.CICapMinor, err = minors.lookup(g.Minor, inst.GIID, inst.CIID); err != nil && !errors.Is(err, errNoMigMinors) {
+		return inst, err
+	}
+	return inst, nil
+}

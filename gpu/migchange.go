@@ -1,0 +1,156 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// EnableMIG turns MIG mode on for GPU index. When the driver needs a GPU reset
+// to finish the change, it returns an error wrapping ErrResetRequired; gpumux
+// never resets a GPU on its own.
+func (h *Host) EnableMIG(ctx context.Context, index int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	dev, err := h.device(index)
+	if err != nil {
+		return err
+	}
+	ret, activation := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("GPU %d: enabling MIG mode: %w", index, nvmlError(ret))
+	}
+	current, _, ret := dev.GetMigMode()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("GPU %d: reading MIG mode: %w", index, nvmlError(ret))
+	}
+	if current != nvml.DEVICE_MIG_ENABLE {
+		return fmt.Errorf("GPU %d: MIG mode is pending (activation status %v): %w", index, activation, ErrResetRequired)
+	}
+	return h.refreshDeviceNodes()
+}
+
+// CreateMIGInstance creates a GPU instance of the named profile at placement
+// on GPU index, with one full-size compute instance. On any
+// failure nothing is left behind.
+func (h *Host) CreateMIGInstance(ctx context.Context, index int, profile MIGProfile, at Placement) (err error) {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	dev, err := h.device(index)
+	if err != nil {
+		return err
+	}
+	info, ret := h.giProfileInfo(dev, profile.GIProfileID)
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("GPU %d: profile %s: %w", index, profile.Name, nvmlError(ret))
+	}
+	gi, ret := dev.CreateGpuInstanceWithPlacement(&info, &nvml.GpuInstancePlacement{Start: uint32(at.Start), Size: uint32(at.Size)})
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("GPU %d: creating %s at %s: %w", index, profile.Name, at, nvmlError(ret))
+	}
+	defer func() {
+		if err != nil {
+			gi.Destroy()
+		}
+	}()
+	ciInfo, ret := gi.GetComputeInstanceProfileInfo(profile.CIProfileID, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("GPU %d: compute profile of %s: %w", index, profile.Name, nvmlError(ret))
+	}
+	if _, ret := gi.CreateComputeInstance(&ciInfo); ret != nvml.SUCCESS {
+		return fmt.Errorf("GPU %d: creating compute instance in %s: %w", index, profile.Name, nvmlError(ret))
+	}
+	return h.refreshDeviceNodes()
+}
+
+// DestroyMIGInstance destroys the compute instances of GPU instance giID on GPU
+// index, then the GPU instance. NVML refuses (ERROR_IN_USE) while processes run.
+func (h *Host) DestroyMIGInstance(ctx context.Context, index, giID int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	dev, err := h.device(index)
+	if err != nil {
+		return err
+	}
+	gi, ret := dev.GetGpuInstanceById(giID)
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("GPU %d: GPU instance %d: %w", index, giID, nvmlError(ret))
+	}
+	for ciIdx := 0; ciIdx < nvml.COMPUTE_INSTANCE_PROFILE_COUNT; ciIdx++ {
+		ciInfo, ret := gi.GetComputeInstanceProfileInfo(ciIdx, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		cis, ret := gi.GetComputeInstances(&ciInfo)
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("GPU %d: compute instances of GPU instance %d: %w", index, giID, nvmlError(ret))
+		}
+		for _, ci := range cis {
+			if ret := ci.Destroy(); ret != nvml.SUCCESS {
+				return fmt.Errorf("GPU %d: destroying a compute instance of GPU instance %d: %w", index, giID, nvmlError(ret))
+			}
+		}
+	}
+	if ret := gi.Destroy(); ret != nvml.SUCCESS {
+		return fmt.Errorf("GPU %d: destroying GPU instance %d: %w", index, giID, nvmlError(ret))
+	}
+	return h.refreshDeviceNodes()
+}
+
+// Processes returns the PIDs of compute processes on a GPU or MIG instance,
+// given its UUID.
+func (h *Host) Processes(ctx context.Context, uuid string) ([]uint32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	dev, ret := h.lib.DeviceGetHandleByUUID(uuid)
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("device %s: %w", uuid, nvmlError(ret))
+	}
+	procs, ret := dev.GetComputeRunningProcesses()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("processes on %s: %w", uuid, nvmlError(ret))
+	}
+	pids := make([]uint32, len(procs))
+	for i, p := range procs {
+		pids[i] = p.Pid
+	}
+	return pids, nil
+}
+
+func (h *Host) device(index int) (nvml.Device, error) {
+	dev, ret := h.lib.DeviceGetHandleByIndex(index)
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("GPU %d: %w (%w)", index, nvmlError(ret), ErrNotFound)
+	}
+	return dev, nil
+}
+
+func (h *Host) giProfileInfo(dev nvml.Device, id int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+	for idx := 0; idx < nvml.GPU_INSTANCE_PROFILE_COUNT; idx++ {
+		info, ret := dev.GetGpuInstanceProfileInfo(idx)
+		if ret == nvml.SUCCESS && int(info.Id) == id {
+			return info, nvml.SUCCESS
+		}
+	}
+	return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_FOUND
+}
+
+// refreshDeviceNodes recreates a simulated node's device nodes after a MIG
+// change (the real driver does this itself).
+func (h *Host) refreshDeviceNodes() error {
+	if h.simulated == nil {
+		return nil
+	}
+	return h.simulated.EnsureDeviceNodes()
+}

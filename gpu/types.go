@@ -1,0 +1,107 @@
+package gpu
+
+import "fmt"
+
+// Node is a snapshot of one machine's GPUs.
+type Node struct {
+	DriverVersion string // e.g. "580.159.04"
+	CUDAVersion   string // CUDA driver API version, e.g. "13.0"
+	GPUs          []GPU
+}
+
+// GPU is one physical GPU.
+type GPU struct {
+	Index             int
+	UUID              string // "GPU-…"
+	Minor             int    // device minor: /dev/nvidia<Minor>
+	PCIBusID          string
+	Model             string // NVML's name, e.g. "NVIDIA H200"
+	MemoryMiB         uint64
+	SMCount           int
+	ComputeCapability string // e.g. "9.0"
+	MIGCapable        bool
+	MIGEnabled        bool // current MIG mode
+	MIGPending        bool // pending MIG mode (differs from MIGEnabled until a reset)
+	MIGProfiles       []MIGProfile
+	MIGInstances      []MIGInstance
+}
+
+// MIGProfile is one GPU instance profile the GPU supports, with its full-size
+// compute instance.
+type MIGProfile struct {
+	Name        string // as go-nvlib prints it, e.g. "3g.71gb"
+	GIProfileID int    // NVML's GPU instance profile id (info.Id), e.g. 9
+	CIProfileID int    // NVML's compute instance profile id of the full-size CI
+	Slices      int    // compute slices
+	MemoryMiB   uint64
+	SMCount     int
+	MaxCount    int         // how many fit on an empty GPU
+	Placements  []Placement // possible placements, in memory slots
+}
+
+// Placement is where a GPU instance sits, in memory slots (8 on current GPUs).
+type Placement struct {
+	Start int `json:"start"`
+	Size  int `json:"size"`
+}
+
+func (p Placement) String() string { return fmt.Sprintf("%d:%d", p.Start, p.Size) }
+
+// Overlaps reports whether two placements share a memory slot.
+func (p Placement) Overlaps(q Placement) bool {
+	return p.Start < q.Start+q.Size && q.Start < p.Start+p.Size
+}
+
+// MIGInstance is one MIG device: a GPU instance with a compute instance.
+type MIGInstance struct {
+	UUID        string // "MIG-…"
+	Profile     string // e.g. "3g.71gb"
+	GIProfileID int
+	GIID        int
+	CIID        int
+	Placement   Placement
+	MemoryMiB   uint64
+	SMCount     int
+	// Minors of /dev/nvidia-caps/nvidia-cap<N> that grant access to the GPU
+	// instance and the compute instance, from /proc/driver/nvidia-caps/mig-minors.
+	GICapMinor int
+	CICapMinor int
+}
+
+// Profile returns the MIG profile with the given name, or false.
+func (g *GPU) Profile(name string) (MIGProfile, bool) {
+	for _, p := range g.MIGProfiles {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return MIGProfile{}, false
+}
+
+// ProfileNames lists the names of the GPU's MIG profiles.
+func (g *GPU) ProfileNames() []string {
+	names := make([]string, len(g.MIGProfiles))
+	for i, p := range g.MIGProfiles {
+		names[i] = p.Name
+	}
+	return names
+}
+
+// Usage is what a GPU or MIG instance is using right now. Fields NVML cannot
+// report for that device are nil.
+type Usage struct {
+	MemoryUsedMiB  uint64
+	MemoryTotalMiB uint64
+	GPUUtilPercent *uint32
+	TemperatureC   *uint32
+	PowerWatts     *float64
+}
+
+// XIDEvent is a critical error the driver reported for a GPU, or for one MIG
+// instance of it (GIID/CIID >= 0).
+type XIDEvent struct {
+	GPUUUID string
+	GIID    int // -1 when the event concerns the whole GPU
+	CIID    int
+	XID     uint64
+}

@@ -1,0 +1,177 @@
+package mig
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/gpumux/gpumux/gpu"
+)
+
+// ErrBusy means a layout change was refused because instances are in use.
+var ErrBusy = errors.New("MIG instances in use")
+
+// Host is what Apply needs of a node's GPUs; *gpu.Host implements it.
+type Host interface {
+	Inventory(ctx context.Context) (*gpu.Node, error)
+	EnableMIG(ctx context.Context, index int) error
+	CreateMIGInstance(ctx context.Context, index int, p gpu.MIGProfile, at gpu.Placement) error
+	DestroyMIGInstance(ctx context.Context, index, giID int) error
+	Processes(ctx context.Context, uuid string) ([]uint32, error)
+}
+
+var _ Host = (*gpu.Host)(nil)
+
+// Result says what Apply did.
+type Result struct {
+	Changed   bool
+	Destroyed []gpu.MIGInstance
+	Created   []Slot
+}
+
+// Progress receives one line per step; nil discards them.
+type Progress func(format string, args ...any)
+
+// Apply makes GPU index carry exactly want (profile name → count), enabling
+// MIG mode if needed. It changes nothing when the GPU already matches, refuses
+// with ErrBusy while any instance has processes, and finds placements for the
+// whole layout before destroying anything. If a step fails it restores the
+// previous instances at their previous placements and says so in the error.
+func Apply(ctx context.Context, h Host, index int, want map[string]int, progress Progress) (Result, error) {
+	if progress == nil {
+		progress = func(string, ...any) {}
+	}
+	g, err := readGPU(ctx, h, index)
+	if err != nil {
+		return Result{}, err
+	}
+	if !g.MIGCapable {
+		return Result{}, fmt.Errorf("GPU %d (%s) has no MIG support", index, g.Model)
+	}
+	if !g.MIGEnabled {
+		progress("GPU %d: enabling MIG mode", index)
+		if err := h.EnableMIG(ctx, index); err != nil {
+			if errors.Is(err, gpu.ErrResetRequired) {
+				return Result{}, fmt.Errorf("%w; gpumux does not reset GPUs: reset GPU %d when it is idle (nvidia-smi -r -i %d) and restart", err, index, index)
+			}
+			return Result{}, err
+		}
+		if g, err = readGPU(ctx, h, index); err != nil {
+			return Result{}, err
+		}
+	}
+	if maps.Equal(counts(g.MIGInstances), want) {
+		return Result{}, nil
+	}
+	if err := checkIdle(ctx, h, g); err != nil {
+		return Result{}, err
+	}
+	slots, err := Fit(g.MIGProfiles, want)
+	if err != nil {
+		return Result{}, fmt.Errorf("GPU %d (%s): %w", index, g.Model, err)
+	}
+	res := Result{Changed: true}
+	for _, inst := range g.MIGInstances {
+		progress("GPU %d: destroying %s (GPU instance %d at %s)", index, inst.Profile, inst.GIID, inst.Placement)
+		if err := h.DestroyMIGInstance(ctx, index, inst.GIID); err != nil {
+			return res, rollback(ctx, h, g, res, fmt.Errorf("GPU %d: %w", index, err), progress)
+		}
+		res.Destroyed = append(res.Destroyed, inst)
+	}
+	for _, s := range slots {
+		progress("GPU %d: creating %s at %s", index, s.Profile.Name, s.Placement)
+		if err := h.CreateMIGInstance(ctx, index, s.Profile, s.Placement); err != nil {
+			return res, rollback(ctx, h, g, res, err, progress)
+		}
+		res.Created = append(res.Created, s)
+	}
+	after, err := readGPU(ctx, h, index)
+	if err != nil {
+		return res, err
+	}
+	if got := counts(after.MIGInstances); !maps.Equal(got, want) {
+		return res, rollback(ctx, h, g, res, fmt.Errorf("GPU %d: after applying, the GPU holds %s instead of %s", index, describe(got), describe(want)), progress)
+	}
+	progress("GPU %d: MIG layout is %s", index, describe(want))
+	return res, nil
+}
+
+// rollback undoes res on GPU before (destroys what was created, recreates what
+// was destroyed at its placement) and returns cause, annotated with the outcome.
+func rollback(ctx context.Context, h Host, before *gpu.GPU, res Result, cause error, progress Progress) error {
+	// Roll back even when ctx was cancelled: a half-applied layout is worse.
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	now, err := readGPU(ctx, h, before.Index)
+	if err != nil {
+		return fmt.Errorf("%w; rollback failed: %w", cause, err)
+	}
+	for _, inst := range now.MIGInstances {
+		if !hasInstanceAt(before.MIGInstances, inst) {
+			progress("GPU %d: rollback: destroying %s at %s", before.Index, inst.Profile, inst.Placement)
+			if err := h.DestroyMIGInstance(ctx, before.Index, inst.GIID); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, inst := range res.Destroyed {
+		p, _ := before.Profile(inst.Profile)
+		progress("GPU %d: rollback: recreating %s at %s", before.Index, inst.Profile, inst.Placement)
+		if err := h.CreateMIGInstance(ctx, before.Index, p, inst.Placement); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w; rollback incomplete: %w", cause, err)
+	}
+	return fmt.Errorf("%w; the previous layout (%s) was restored", cause, describe(counts(before.MIGInstances)))
+}
+
+func hasInstanceAt(list []gpu.MIGInstance, inst gpu.MIGInstance) bool {
+	for _, x := range list {
+		if x.Profile == inst.Profile && x.Placement == inst.Placement {
+			return true
+		}
+	}
+	return false
+}
+
+func checkIdle(ctx context.Context, h Host, g *gpu.GPU) error {
+	var busy []string
+	for _, inst := range g.MIGInstances {
+		pids, err := h.Processes(ctx, inst.UUID)
+		if err != nil {
+			return fmt.Errorf("GPU %d: checking %s for processes: %w", g.Index, inst.UUID, err)
+		}
+		if len(pids) > 0 {
+			busy = append(busy, fmt.Sprintf("%s (%s): pids %v", inst.UUID, inst.Profile, pids))
+		}
+	}
+	if len(busy) > 0 {
+		return fmt.Errorf("%w: GPU %d keeps its layout while these run: %s", ErrBusy, g.Index, strings.Join(busy, "; "))
+	}
+	return nil
+}
+
+func readGPU(ctx context.Context, h Host, index int) (*gpu.GPU, error) {
+	node, err := h.Inventory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range node.GPUs {
+		if node.GPUs[i].Index == index {
+			return &node.GPUs[i], nil
+		}
+	}
+	return nil, fmt.Errorf("GPU %d: %w", index, gpu.ErrNotFound)
+}
+
+func counts(insts []gpu.MIGInstance) map[string]int {
+	m := map[string]int{}
+	for _, i := range insts {
+		m[i.Profile]++
+	}
+	return m
+}

@@ -1,0 +1,83 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/nomad/plugins/shared/hclspec"
+
+	"github.com/gpumux/gpumux/gpu/sim"
+	"github.com/gpumux/gpumux/share"
+)
+
+// Defaults of the plugin config.
+const (
+	DefaultStateDir          = "/var/lib/gpumux"
+	DefaultFingerprintPeriod = time.Minute
+)
+
+// configSpec is the plugin block's schema. Nomad reads agent config as HCL1,
+// so mig_devices is a block of attributes: mig_devices { "3g.71gb" = 1 }.
+var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
+	"simulate":           hclspec.NewAttr("simulate", "string", false),
+	"state_dir":          hclspec.NewDefault(hclspec.NewAttr("state_dir", "string", false), hclspec.NewLiteral(`"`+DefaultStateDir+`"`)),
+	"fingerprint_period": hclspec.NewDefault(hclspec.NewAttr("fingerprint_period", "string", false), hclspec.NewLiteral(`"1m"`)),
+	"gpu": hclspec.NewBlockList("gpu", hclspec.NewObject(map[string]*hclspec.Spec{
+		"match":       hclspec.NewAttr("match", "string", true),
+		"mechanism":   hclspec.NewAttr("mechanism", "string", true),
+		"replicas":    hclspec.NewAttr("replicas", "number", false),
+		"mig_devices": hclspec.NewBlockAttrs("mig_devices", "number", false),
+	})),
+})
+
+// Config is the decoded plugin config.
+type Config struct {
+	Simulate          string           `codec:"simulate"`
+	StateDir          string           `codec:"state_dir"`
+	FingerprintPeriod string           `codec:"fingerprint_period"`
+	GPUs              []share.GPURule  `codec:"gpu"`
+	period            time.Duration    // parsed FingerprintPeriod
+	layout            share.Layout     // GPUs as a layout
+}
+
+// normalize fills defaults and parses derived fields; Validate reports errors.
+func (c *Config) normalize() {
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	c.period = DefaultFingerprintPeriod
+	if c.FingerprintPeriod != "" {
+		if d, err := time.ParseDuration(c.FingerprintPeriod); err == nil {
+			c.period = d
+		}
+	}
+	c.layout = share.Layout{GPUs: c.GPUs}
+}
+
+// Validate checks the config without touching GPUs, naming field, value and
+// what is valid.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Simulate != "" && !contains(sim.Names(), c.Simulate) {
+		errs = append(errs, fmt.Errorf("simulate = %q: not a simulated node (valid: %v, or omit it on real hardware)", c.Simulate, sim.Names()))
+	}
+	if c.FingerprintPeriod != "" {
+		if d, err := time.ParseDuration(c.FingerprintPeriod); err != nil || d < time.Second {
+			errs = append(errs, fmt.Errorf("fingerprint_period = %q: want a duration of at least 1s, e.g. \"1m\"", c.FingerprintPeriod))
+		}
+	}
+	if err := c.layout.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

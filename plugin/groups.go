@@ -1,0 +1,69 @@
+package plugin
+
+import (
+	"github.com/hashicorp/nomad/plugins/device"
+	"github.com/hashicorp/nomad/plugins/shared/structs"
+
+	"github.com/gpumux/gpumux/share"
+)
+
+// Device attribute names: a contract with job authors (ARCHITECTURE.md).
+const (
+	AttrMechanism       = "mechanism"
+	AttrMemory          = "memory"
+	AttrComputePercent  = "compute_percent"
+	AttrSMCount         = "sm_count"
+	AttrMemoryIsolation = "memory_isolation"
+	AttrFaultIsolation  = "fault_isolation"
+	AttrMIGProfile      = "mig_profile"
+	AttrParentUUID      = "parent_uuid"
+	AttrComputeCap      = "cuda_compute_capability"
+	AttrDriverVersion   = "driver_version"
+	AttrModel           = "model"
+)
+
+// deviceGroups turns a catalog into Nomad device groups.
+func deviceGroups(c *share.Catalog, health *healthTracker) []*device.DeviceGroup {
+	groups := make([]*device.DeviceGroup, 0, len(c.Groups))
+	for _, g := range c.Groups {
+		dg := &device.DeviceGroup{
+			Vendor:     Vendor,
+			Type:       DeviceType,
+			Name:       g.Name,
+			Attributes: attributes(g),
+		}
+		for _, s := range g.Shares {
+			ok, why := health.healthy(s)
+			dg.Devices = append(dg.Devices, &device.Device{
+				ID:         s.ID,
+				Healthy:    ok,
+				HealthDesc: why,
+				HwLocality: &device.DeviceLocality{PciBusID: s.GPU.PCIBusID},
+			})
+		}
+		groups = append(groups, dg)
+	}
+	return groups
+}
+
+func attributes(g share.Group) map[string]*structs.Attribute {
+	a := g.Attrs
+	attrs := map[string]*structs.Attribute{
+		AttrMechanism:       structs.NewStringAttribute(string(a.Mechanism)),
+		AttrMemory:          structs.NewIntAttribute(int64(a.MemoryMiB), structs.UnitMiB),
+		AttrComputePercent:  structs.NewIntAttribute(int64(a.ComputePercent), ""),
+		AttrSMCount:         structs.NewIntAttribute(int64(a.SMCount), ""),
+		AttrMemoryIsolation: structs.NewStringAttribute(string(a.MemoryIsolation)),
+		AttrFaultIsolation:  structs.NewBoolAttribute(a.FaultIsolation),
+		AttrComputeCap:      structs.NewStringAttribute(a.CUDAComputeCapability),
+		AttrDriverVersion:   structs.NewStringAttribute(a.DriverVersion),
+		AttrModel:           structs.NewStringAttribute(g.Model),
+	}
+	if a.MIGProfile != "" {
+		attrs[AttrMIGProfile] = structs.NewStringAttribute(a.MIGProfile)
+	}
+	if a.ParentUUID != "" {
+		attrs[AttrParentUUID] = structs.NewStringAttribute(a.ParentUUID)
+	}
+	return attrs
+}

@@ -1,0 +1,262 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/plugins/base"
+	"github.com/hashicorp/nomad/plugins/device"
+	"github.com/hashicorp/nomad/plugins/shared/hclspec"
+
+	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/mig"
+	"github.com/gpumux/gpumux/share"
+)
+
+// Name is the plugin's name: the label of its plugin block and its file name.
+const Name = "nomad-device-gpumux"
+
+// Version is the plugin's version.
+const Version = "0.1.0"
+
+// Device vendor and type of every group.
+const (
+	Vendor     = "nvidia"
+	DeviceType = "gpu"
+)
+
+// Host is what the plugin needs of the node's GPUs; *gpu.Host implements it.
+type Host interface {
+	mig.Host
+	Usage(ctx context.Context) (map[string]gpu.Usage, error)
+	WatchXIDs(ctx context.Context) (<-chan gpu.XIDEvent, error)
+	DevicePath(name string) string
+	Close() error
+}
+
+var _ Host = (*gpu.Host)(nil)
+
+// OpenFunc opens the node's GPUs for a config.
+type OpenFunc func(cfg *Config) (Host, error)
+
+// Plugin is the gpumux Nomad device plugin.
+type Plugin struct {
+	logger hclog.Logger
+	open   OpenFunc
+
+	mu      sync.Mutex
+	cfg     *Config
+	host    Host
+	catalog *share.Catalog
+	health  *healthTracker
+}
+
+var _ device.DevicePlugin = (*Plugin)(nil)
+
+// Option configures a Plugin.
+type Option func(*Plugin)
+
+// WithOpen replaces how the plugin opens GPUs (tests).
+func WithOpen(f OpenFunc) Option { return func(p *Plugin) { p.open = f } }
+
+// New returns a plugin that logs to logger.
+func New(logger hclog.Logger, opts ...Option) *Plugin {
+	p := &Plugin{logger: logger.Named(Name), open: openHost, health: newHealthTracker()}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// openHost opens a simulated node when the config names one, else real NVML.
+func openHost(cfg *Config) (Host, error) {
+	if cfg.Simulate != "" {
+		return gpu.OpenSimulated(cfg.Simulate, cfg.StateDir)
+	}
+	return gpu.OpenNVML()
+}
+
+// PluginInfo describes the plugin to Nomad.
+func (p *Plugin) PluginInfo() (*base.PluginInfoResponse, error) {
+	return &base.PluginInfoResponse{
+		Type:              base.PluginTypeDevice,
+		PluginApiVersions: []string{device.ApiVersion010},
+		PluginVersion:     Version,
+		Name:              Name,
+	}, nil
+}
+
+// ConfigSchema returns the plugin block's schema.
+func (p *Plugin) ConfigSchema() (*hclspec.Spec, error) { return configSpec, nil }
+
+// SetConfig decodes and validates the plugin config. GPUs are opened by the
+// first fingerprint, so that a node without a driver reports it there.
+func (p *Plugin) SetConfig(c *base.Config) error {
+	var cfg Config
+	if len(c.PluginConfig) != 0 {
+		if err := base.MsgPackDecode(c.PluginConfig, &cfg); err != nil {
+			return fmt.Errorf("decoding %s config: %w", Name, err)
+		}
+	}
+	cfg.normalize()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%s config: %w", Name, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cfg = &cfg
+	return nil
+}
+
+// Fingerprint opens the GPUs, applies declared MIG layouts, then sends the
+// complete device list at once, every fingerprint_period, and whenever a
+// GPU's health changes.
+func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *device.FingerprintResponse, error) {
+	p.mu.Lock()
+	cfg := p.cfg
+	p.mu.Unlock()
+	if cfg == nil {
+		return nil, errors.New("Fingerprint called before SetConfig")
+	}
+	out := make(chan *device.FingerprintResponse)
+	go p.fingerprintLoop(ctx, cfg, out)
+	return out, nil
+}
+
+func (p *Plugin) fingerprintLoop(ctx context.Context, cfg *Config, out chan<- *device.FingerprintResponse) {
+	defer close(out)
+	send := func(r *device.FingerprintResponse) bool {
+		select {
+		case out <- r:
+			return r.Error == nil
+		case <-ctx.Done():
+			return false
+		}
+	}
+	if err := p.start(ctx, cfg); err != nil {
+		p.logger.Error("cannot use the node's GPUs", "error", err)
+		send(&device.FingerprintResponse{Error: err})
+		return
+	}
+	changed := p.health.watch(ctx, p.host, p.logger)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			timer.Reset(cfg.period)
+		case <-changed:
+		}
+		groups, err := p.refresh(ctx, cfg)
+		if err != nil {
+			p.logger.Error("fingerprint failed", "error", err)
+			send(&device.FingerprintResponse{Error: err})
+			return
+		}
+		if !send(&device.FingerprintResponse{Devices: groups}) {
+			return
+		}
+	}
+}
+
+// start opens the GPUs once and applies the MIG layouts the config declares.
+func (p *Plugin) start(ctx context.Context, cfg *Config) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.host != nil {
+		return nil
+	}
+	host, err := p.open(cfg)
+	if err != nil {
+		return err
+	}
+	node, err := host.Inventory(ctx)
+	if err != nil {
+		host.Close()
+		return err
+	}
+	assignments, err := cfg.layout.Assign(node)
+	if err != nil {
+		host.Close()
+		return err
+	}
+	for _, a := range assignments {
+		if a.Mechanism != share.MIG {
+			continue
+		}
+		progress := func(format string, args ...any) { p.logger.Info(fmt.Sprintf(format, args...)) }
+		if _, err := mig.Apply(ctx, host, a.GPUIndex, a.MIGDevices, progress); err != nil {
+			// Refusing keeps the GPU's current instances in service.
+			p.logger.Error("MIG layout not applied; the GPU keeps its current instances", "gpu", a.GPUIndex, "error", err)
+		}
+	}
+	p.host = host
+	return nil
+}
+
+// refresh re-reads the GPUs (MIG changes made by others show up here) and
+// rebuilds the catalog.
+func (p *Plugin) refresh(ctx context.Context, cfg *Config) ([]*device.DeviceGroup, error) {
+	node, err := p.host.Inventory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	assignments, err := cfg.layout.Assign(node)
+	if err != nil {
+		return nil, err
+	}
+	catalog, err := share.Build(node, assignments)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.catalog = catalog
+	p.mu.Unlock()
+	return deviceGroups(catalog, p.health), nil
+}
+
+// Reserve returns the container edits of the given shares. IDs that are
+// unknown, stale or unhealthy are named in the error.
+func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
+	p.mu.Lock()
+	catalog, host := p.catalog, p.host
+	p.mu.Unlock()
+	if catalog == nil {
+		return nil, errors.New("no devices fingerprinted yet")
+	}
+	shares, err := catalog.Lookup(ids...)
+	if err != nil {
+		return nil, err
+	}
+	var sick []string
+	for _, s := range shares {
+		if ok, why := p.health.healthy(s); !ok {
+			sick = append(sick, fmt.Sprintf("%s (%s)", s.ID, why))
+		}
+	}
+	if len(sick) > 0 {
+		return nil, fmt.Errorf("unhealthy shares: %v", sick)
+	}
+	edits, err := share.EditsFor(shares, host.DevicePath)
+	if err != nil {
+		return nil, err
+	}
+	return reservation(edits), nil
+}
+
+func reservation(e share.Edits) *device.ContainerReservation {
+	r := &device.ContainerReservation{Envs: e.Env}
+	for _, d := range e.DeviceNodes {
+		r.Devices = append(r.Devices, &device.DeviceSpec{TaskPath: d.ContainerPath, HostPath: d.HostPath, CgroupPerms: d.Permissions})
+	}
+	for _, m := range e.Mounts {
+		r.Mounts = append(r.Mounts, &device.Mount{TaskPath: m.ContainerPath, HostPath: m.HostPath, ReadOnly: m.ReadOnly})
+	}
+	return r
+}

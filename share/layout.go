@@ -1,0 +1,240 @@
+package share
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gpumux/gpumux/gpu"
+)
+
+// MaxReplicas bounds time-slice replicas per GPU: more only adds context-switch
+// overhead (and matches MPS's 48-client limit).
+const MaxReplicas = 48
+
+// Layout assigns a node's GPUs to mechanisms. GPUs no rule matches are
+// exclusive. The field tags are the user-facing config keys.
+type Layout struct {
+	GPUs []GPURule `codec:"gpu" json:"gpu,omitempty"`
+}
+
+// GPURule is one `gpu { … }` block.
+type GPURule struct {
+	// Match selects GPUs: indexes ("0-3", "4,5"), UUIDs ("GPU-…", comma
+	// separated) or a glob over the model name ("*H200*").
+	Match      string         `codec:"match" json:"match"`
+	Mechanism  Mechanism      `codec:"mechanism" json:"mechanism"`
+	Replicas   int            `codec:"replicas" json:"replicas,omitempty"`
+	MIGDevices map[string]int `codec:"mig_devices" json:"mig_devices,omitempty"`
+}
+
+// Assignment is the rule that applies to one GPU.
+type Assignment struct {
+	GPUIndex   int
+	Rule       int // index into Layout.GPUs, -1 for the exclusive default
+	Mechanism  Mechanism
+	Replicas   int
+	MIGDevices map[string]int
+}
+
+// FieldError is a layout error that names the block and field at fault.
+type FieldError struct {
+	Block int    // index of the gpu block
+	Match string // its match, to help find it
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("gpu block %d (match = %q): %s: %v", e.Block+1, e.Match, e.Field, e.Err)
+}
+
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// ErrInvalid is wrapped by every layout validation error.
+var ErrInvalid = errors.New("invalid layout")
+
+func (l *Layout) fieldErr(i int, field string, format string, args ...any) error {
+	return &FieldError{Block: i, Match: l.GPUs[i].Match, Field: field, Err: fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)}
+}
+
+// Validate checks what can be checked without knowing the node's GPUs. It
+// reports every problem, not only the first.
+func (l *Layout) Validate() error {
+	var errs []error
+	for i, r := range l.GPUs {
+		if _, err := parseMatch(r.Match); err != nil {
+			errs = append(errs, l.fieldErr(i, "match", "%v", err))
+		}
+		if _, err := ParseMechanism(string(r.Mechanism)); err != nil {
+			errs = append(errs, l.fieldErr(i, "mechanism", "%v", err))
+			continue
+		}
+		if !r.Mechanism.Implemented() {
+			errs = append(errs, l.fieldErr(i, "mechanism", "%q is not available in this version of gpumux (available: exclusive, mig, timeslice)", r.Mechanism))
+		}
+		switch {
+		case r.Mechanism == TimeSlice && (r.Replicas < 2 || r.Replicas > MaxReplicas):
+			errs = append(errs, l.fieldErr(i, "replicas", "%d: a time-slice GPU needs 2 to %d replicas (for one workload per GPU use mechanism = \"exclusive\")", r.Replicas, MaxReplicas))
+		case r.Mechanism != TimeSlice && r.Replicas != 0:
+			errs = append(errs, l.fieldErr(i, "replicas", "%d: replicas applies only to mechanism = \"timeslice\", not %q", r.Replicas, r.Mechanism))
+		}
+		switch {
+		case r.Mechanism == MIG && len(r.MIGDevices) == 0:
+			errs = append(errs, l.fieldErr(i, "mig_devices", "empty: a mig GPU needs a layout, e.g. mig_devices { \"3g.71gb\" = 2 }"))
+		case r.Mechanism != MIG && len(r.MIGDevices) != 0:
+			errs = append(errs, l.fieldErr(i, "mig_devices", "applies only to mechanism = \"mig\", not %q", r.Mechanism))
+		}
+		for _, name := range sortedKeys(r.MIGDevices) {
+			if n := r.MIGDevices[name]; n < 1 {
+				errs = append(errs, l.fieldErr(i, "mig_devices", "%q = %d: a count must be at least 1", name, n))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Assign resolves the layout against a node's GPUs: which rule applies to each
+// GPU, checked against what the GPU is (MIG support, its profiles and how many
+// instances fit). Rules that match no GPU of this node are not errors, so one
+// config can serve a fleet of different nodes.
+func (l *Layout) Assign(node *gpu.Node) ([]Assignment, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	out := make([]Assignment, len(node.GPUs))
+	for i, g := range node.GPUs {
+		out[i] = Assignment{GPUIndex: g.Index, Rule: -1, Mechanism: Exclusive}
+	}
+	var errs []error
+	for ri, r := range l.GPUs {
+		m, _ := parseMatch(r.Match)
+		for gi := range node.GPUs {
+			g := &node.GPUs[gi]
+			if !m.matches(g) {
+				continue
+			}
+			if prev := out[gi].Rule; prev >= 0 {
+				errs = append(errs, l.fieldErr(ri, "match", "GPU %d (%s) is also matched by gpu block %d (match = %q); each GPU may be matched once", g.Index, g.UUID, prev+1, l.GPUs[prev].Match))
+				continue
+			}
+			out[gi] = Assignment{GPUIndex: g.Index, Rule: ri, Mechanism: r.Mechanism, Replicas: r.Replicas, MIGDevices: r.MIGDevices}
+			if r.Mechanism == MIG {
+				errs = append(errs, l.checkMIG(ri, g)...)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (l *Layout) checkMIG(ri int, g *gpu.GPU) []error {
+	r := l.GPUs[ri]
+	if !g.MIGCapable {
+		return []error{l.fieldErr(ri, "mechanism", "\"mig\" but GPU %d (%s) has no MIG support", g.Index, g.Model)}
+	}
+	var errs []error
+	slots := 0
+	for _, name := range sortedKeys(r.MIGDevices) {
+		n := r.MIGDevices[name]
+		p, ok := g.Profile(name)
+		if !ok {
+			errs = append(errs, l.fieldErr(ri, "mig_devices", "profile %q does not exist on GPU %d (%s); valid: %s", name, g.Index, g.Model, strings.Join(g.ProfileNames(), ", ")))
+			continue
+		}
+		if n > p.MaxCount {
+			errs = append(errs, l.fieldErr(ri, "mig_devices", "%d× %s: at most %d fit on GPU %d (%s)", n, name, p.MaxCount, g.Index, g.Model))
+		}
+		if len(p.Placements) > 0 {
+			slots += n * p.Placements[0].Size
+		}
+	}
+	if slots > 8 && len(errs) == 0 {
+		errs = append(errs, l.fieldErr(ri, "mig_devices", "the profiles need %d memory slots; GPU %d (%s) has 8", slots, g.Index, g.Model))
+	}
+	return errs
+}
+
+// matcher selects GPUs by index, UUID or model glob.
+type matcher struct {
+	indexes map[int]bool
+	uuids   map[string]bool
+	glob    string
+}
+
+func (m matcher) matches(g *gpu.GPU) bool {
+	switch {
+	case m.indexes != nil:
+		return m.indexes[g.Index]
+	case m.uuids != nil:
+		return m.uuids[g.UUID]
+	default:
+		ok, _ := path.Match(m.glob, g.Model)
+		return ok
+	}
+}
+
+func parseMatch(s string) (matcher, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return matcher{}, errors.New("empty: use GPU indexes (\"0-3\", \"4,5\"), UUIDs (\"GPU-…\") or a model glob (\"*H200*\")")
+	}
+	parts := strings.Split(s, ",")
+	switch {
+	case s[0] >= '0' && s[0] <= '9':
+		m := matcher{indexes: map[int]bool{}}
+		for _, p := range parts {
+			lo, hi, err := parseRange(strings.TrimSpace(p))
+			if err != nil {
+				return matcher{}, fmt.Errorf("%q: %w", s, err)
+			}
+			for i := lo; i <= hi; i++ {
+				m.indexes[i] = true
+			}
+		}
+		return m, nil
+	case strings.HasPrefix(s, "GPU-"):
+		m := matcher{uuids: map[string]bool{}}
+		for _, p := range parts {
+			p = strings.TrimSpace(p)
+			if !strings.HasPrefix(p, "GPU-") {
+				return matcher{}, fmt.Errorf("%q: %q is not a GPU UUID (GPU-…); do not mix UUIDs with indexes or globs", s, p)
+			}
+			m.uuids[p] = true
+		}
+		return m, nil
+	default:
+		if _, err := path.Match(s, ""); err != nil {
+			return matcher{}, fmt.Errorf("%q is not a valid model glob: %w", s, err)
+		}
+		return matcher{glob: s}, nil
+	}
+}
+
+func parseRange(s string) (lo, hi int, err error) {
+	a, b, isRange := strings.Cut(s, "-")
+	if lo, err = strconv.Atoi(a); err != nil || lo < 0 {
+		return 0, 0, fmt.Errorf("%q is not a GPU index or range like 0-3", s)
+	}
+	if !isRange {
+		return lo, lo, nil
+	}
+	if hi, err = strconv.Atoi(b); err != nil || hi < lo || hi-lo > 1024 {
+		return 0, 0, fmt.Errorf("%q is not a GPU index range like 0-3", s)
+	}
+	return lo, hi, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
