@@ -33,12 +33,12 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 
 // Config is the decoded plugin config.
 type Config struct {
-	Simulate          string           `codec:"simulate"`
-	StateDir          string           `codec:"state_dir"`
-	FingerprintPeriod string           `codec:"fingerprint_period"`
-	GPUs              []share.GPURule  `codec:"gpu"`
-	period            time.Duration    // parsed FingerprintPeriod
-	layout            share.Layout     // GPUs as a layout
+	Simulate          string          `codec:"simulate"`
+	StateDir          string          `codec:"state_dir"`
+	FingerprintPeriod string          `codec:"fingerprint_period"`
+	GPUs              []share.GPURule `codec:"gpu"`
+	period            time.Duration   // parsed FingerprintPeriod
+	layout            share.Layout    // GPUs as a layout
 }
 
 // normalize fills defaults and parses derived fields; Validate reports errors.

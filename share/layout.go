@@ -54,11 +54,14 @@ func (e *FieldError) Error() string {
 
 func (e *FieldError) Unwrap() error { return e.Err }
 
-// ErrInvalid is wrapped by every layout validation error.
+// Is makes every FieldError match ErrInvalid.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+// ErrInvalid is matched by every layout validation error.
 var ErrInvalid = errors.New("invalid layout")
 
 func (l *Layout) fieldErr(i int, field string, format string, args ...any) error {
-	return &FieldError{Block: i, Match: l.GPUs[i].Match, Field: field, Err: fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)}
+	return &FieldError{Block: i, Match: l.GPUs[i].Match, Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // Validate checks what can be checked without knowing the node's GPUs. It
@@ -78,9 +81,9 @@ func (l *Layout) Validate() error {
 		}
 		switch {
 		case r.Mechanism == TimeSlice && (r.Replicas < 2 || r.Replicas > MaxReplicas):
-			errs = append(errs, l.fieldErr(i, "replicas", "%d: a time-slice GPU needs 2 to %d replicas (for one workload per GPU use mechanism = \"exclusive\")", r.Replicas, MaxReplicas))
+			errs = append(errs, l.fieldErr(i, fmt.Sprintf("replicas = %d", r.Replicas), "a time-slice GPU needs 2 to %d replicas (for one workload per GPU use mechanism = \"exclusive\")", MaxReplicas))
 		case r.Mechanism != TimeSlice && r.Replicas != 0:
-			errs = append(errs, l.fieldErr(i, "replicas", "%d: replicas applies only to mechanism = \"timeslice\", not %q", r.Replicas, r.Mechanism))
+			errs = append(errs, l.fieldErr(i, fmt.Sprintf("replicas = %d", r.Replicas), "replicas applies only to mechanism = \"timeslice\", not %q", r.Mechanism))
 		}
 		switch {
 		case r.Mechanism == MIG && len(r.MIGDevices) == 0:

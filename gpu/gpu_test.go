@@ -1,0 +1,195 @@
+package gpu_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/gpu/sim"
+	"github.com/gpumux/gpumux/mig"
+)
+
+func openSim(t *testing.T, name string) *gpu.Host {
+	t.Helper()
+	h, err := gpu.OpenSimulated(name, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+func TestSimulatedNodes(t *testing.T) {
+	tests := []struct {
+		node     string
+		model    string
+		sms      int
+		cc       string
+		profiles []string
+	}{
+		{"dgxa100", "NVIDIA A100-SXM4-40GB", 108, "8.0", []string{"1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"}},
+		{"dgxh100", "NVIDIA H100 80GB HBM3", 132, "9.0", []string{"1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}},
+		{"dgxh200", "NVIDIA H200", 132, "9.0", []string{"1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.node, func(t *testing.T) {
+			node, err := openSim(t, tc.node).Inventory(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(node.GPUs) != 8 || node.DriverVersion == "" || node.CUDAVersion == "" {
+				t.Fatalf("%d GPUs, driver %q, CUDA %q", len(node.GPUs), node.DriverVersion, node.CUDAVersion)
+			}
+			uuids := map[string]bool{}
+			for i, g := range node.GPUs {
+				if g.Index != i || g.Minor != i || g.Model != tc.model || g.SMCount != tc.sms || g.ComputeCapability != tc.cc || g.MIGEnabled {
+					t.Errorf("GPU %d: %+v", i, g)
+				}
+				uuids[g.UUID] = true
+				for _, p := range tc.profiles {
+					if _, ok := g.Profile(p); !ok {
+						t.Errorf("GPU %d lacks profile %s (has %v)", i, p, g.ProfileNames())
+					}
+				}
+			}
+			if len(uuids) != 8 {
+				t.Errorf("UUIDs not unique: %v", uuids)
+			}
+		})
+	}
+}
+
+func TestSimulatedH200MatchesRealReadings(t *testing.T) {
+	node, err := openSim(t, "dgxh200").Inventory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.DriverVersion != "580.159.04" || node.CUDAVersion != "13.0" {
+		t.Errorf("driver %s, CUDA %s; the real H200 has 580.159.04, 13.0", node.DriverVersion, node.CUDAVersion)
+	}
+	for _, g := range node.GPUs {
+		checkH200(t, g)
+	}
+}
+
+func TestMIGInstancesInInventory(t *testing.T) {
+	ctx := context.Background()
+	h := openSim(t, "dgxh200")
+	if _, err := mig.Apply(ctx, h, 5, map[string]int{"4g.71gb": 1, "3g.71gb": 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	node, err := h.Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := node.GPUs[5]
+	if !g.MIGEnabled || len(g.MIGInstances) != 2 {
+		t.Fatalf("GPU 5: MIG %v, instances %+v", g.MIGEnabled, g.MIGInstances)
+	}
+	for _, inst := range g.MIGInstances {
+		want := map[string]struct {
+			gi, sms int
+			at      gpu.Placement
+		}{"4g.71gb": {1, 64, gpu.Placement{Start: 0, Size: 4}}, "3g.71gb": {2, 60, gpu.Placement{Start: 4, Size: 4}}}[inst.Profile]
+		if inst.GIID != want.gi || inst.CIID != 0 || inst.SMCount != want.sms || inst.Placement != want.at || inst.MemoryMiB != 71424 {
+			t.Errorf("instance %+v, want GI %d CI 0 with %d SMs at %s", inst, want.gi, want.sms, want.at)
+		}
+		if !strings.HasPrefix(inst.UUID, "MIG-") {
+			t.Errorf("MIG UUID %q", inst.UUID)
+		}
+		// Caps minors are keyed by the parent's device minor (5 here).
+		if base := 3 + 5*135 + inst.GIID*9; inst.GICapMinor != base || inst.CICapMinor != base+1 {
+			t.Errorf("%s: cap minors %d/%d, want %d/%d", inst.Profile, inst.GICapMinor, inst.CICapMinor, base, base+1)
+		}
+		for _, m := range []int{inst.GICapMinor, inst.CICapMinor} {
+			if _, err := os.Stat(h.DevicePath("nvidia-caps/nvidia-cap" + itoa(m))); err != nil {
+				t.Errorf("no device node for cap minor %d: %v", m, err)
+			}
+		}
+	}
+}
+
+func TestDestroyInUseIsRefused(t *testing.T) {
+	ctx := context.Background()
+	h := openSim(t, "dgxh200")
+	if _, err := mig.Apply(ctx, h, 0, map[string]int{"7g.141gb": 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	node, _ := h.Inventory(ctx)
+	inst := node.GPUs[0].MIGInstances[0]
+	if err := h.Simulated().SetProcesses(inst.UUID, 7); err != nil {
+		t.Fatal(err)
+	}
+	pids, err := h.Processes(ctx, inst.UUID)
+	if err != nil || len(pids) != 1 || pids[0] != 7 {
+		t.Fatalf("Processes = %v, %v", pids, err)
+	}
+	if err := h.DestroyMIGInstance(ctx, 0, inst.GIID); err == nil {
+		t.Fatal("destroying an instance with processes succeeded")
+	}
+}
+
+func TestUsage(t *testing.T) {
+	ctx := context.Background()
+	h := openSim(t, "dgxh200")
+	if err := h.Simulated().SetTelemetry(2, sim.Telemetry{GPUUtil: 55, TemperatureC: 61, PowerMilliwatts: 312000}); err != nil {
+		t.Fatal(err)
+	}
+	usage, err := h.Usage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, _ := h.Inventory(ctx)
+	u := usage[node.GPUs[2].UUID]
+	if u.MemoryTotalMiB != 143771 || u.GPUUtilPercent == nil || *u.GPUUtilPercent != 55 ||
+		u.TemperatureC == nil || *u.TemperatureC != 61 || u.PowerWatts == nil || *u.PowerWatts != 312 {
+		t.Errorf("usage of GPU 2: %+v", u)
+	}
+}
+
+func TestWatchXIDs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h := openSim(t, "dgxh200")
+	events, err := h.WatchXIDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, _ := h.Inventory(ctx)
+	s := h.Simulated()
+	// 13 is an application error and must be skipped; 79 (fallen off the bus) must arrive.
+	if err := s.InjectXid(4, 13); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InjectXid(4, 79); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		if ev.GPUUUID != node.GPUs[4].UUID || ev.XID != 79 || ev.GIID != -1 {
+			t.Errorf("event %+v, want XID 79 on GPU 4, whole GPU", ev)
+		}
+	case <-ctx.Done():
+		t.Fatal("no XID event")
+	}
+	cancel()
+	for range events { // the channel closes after cancellation
+	}
+}
+
+func TestOpenNVMLWithoutDriver(t *testing.T) {
+	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
+		t.Skip("this machine has an NVIDIA driver; the GPU-tagged tests cover it")
+	}
+	_, err := gpu.OpenNVML()
+	if !errors.Is(err, gpu.ErrNoDriver) || !strings.Contains(err.Error(), "dgxh200") {
+		t.Fatalf("want ErrNoDriver with a hint about simulated nodes, got %v", err)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,105 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// Test and demo controls. They do not need nvml Init, and their effects are
+// persisted: every process that opened the same node sees them.
+
+// InjectXid records an XID error on a whole GPU. Event sets registered on the
+// GPU for nvml.EventTypeXidCriticalError receive it with GpuInstanceId and
+// ComputeInstanceId 0xFFFFFFFF.
+func (n *Node) InjectXid(gpuIndex int, xid uint64) error {
+	return n.transact(func(st *state) error {
+		if st.gpu(gpuIndex) == nil {
+			return fmt.Errorf("sim: InjectXid: no GPU %d on %s (%d GPUs)", gpuIndex, n.name, len(st.GPUs))
+		}
+		st.addEvent(gpuIndex, noInstance, noInstance, nvml.EventTypeXidCriticalError, xid)
+		return nil
+	})
+}
+
+// InjectMigXid records an XID error attributed to the MIG device (giID, ciID)
+// of a GPU; the event carries those ids. The MIG device must exist.
+func (n *Node) InjectMigXid(gpuIndex, giID, ciID int, xid uint64) error {
+	return n.transact(func(st *state) error {
+		g := st.gpu(gpuIndex)
+		if g == nil {
+			return fmt.Errorf("sim: InjectMigXid: no GPU %d on %s", gpuIndex, n.name)
+		}
+		gi := g.gi(uint32(giID))
+		if giID < 0 || ciID < 0 || gi == nil || gi.ci(uint32(ciID)) == nil {
+			return fmt.Errorf("sim: InjectMigXid: GPU %d has no MIG device gi%d/ci%d", gpuIndex, giID, ciID)
+		}
+		st.addEvent(gpuIndex, uint32(giID), uint32(ciID), nvml.EventTypeXidCriticalError, xid)
+		return nil
+	})
+}
+
+func (st *state) addEvent(gpuIndex int, gi, ci uint32, typ, data uint64) {
+	if st.NextEventSeq == 0 {
+		st.NextEventSeq = 1
+	}
+	st.Events = append(st.Events, event{
+		Seq: st.NextEventSeq, GPU: gpuIndex, GI: gi, CI: ci, Type: typ, Data: data, Time: time.Now().UTC(),
+	})
+	st.NextEventSeq++
+	if len(st.Events) > maxEvents {
+		st.Events = append([]event(nil), st.Events[len(st.Events)-maxEvents:]...)
+	}
+}
+
+// SetProcesses sets the processes running on a GPU (UUID "GPU-...", only
+// while MIG is disabled) or on a MIG device (UUID "MIG-..."). They are
+// reported by GetComputeRunningProcesses, use 1 GiB of memory each, and make
+// Destroy of the MIG device's compute instance return ERROR_IN_USE (and a
+// MIG mode change only pending). No pids clears the list.
+func (n *Node) SetProcesses(uuid string, pids ...uint32) error {
+	return n.transact(func(st *state) error {
+		list := append([]uint32(nil), pids...)
+		for _, g := range st.GPUs {
+			if g.UUID == uuid {
+				if g.MigCurrent == nvml.DEVICE_MIG_ENABLE && len(list) > 0 {
+					return fmt.Errorf("sim: SetProcesses: GPU %s is in MIG mode; processes run on its MIG devices", uuid)
+				}
+				g.Processes = list
+				return nil
+			}
+		}
+		if _, _, ci := st.findMig(uuid); ci != nil {
+			ci.Processes = list
+			return nil
+		}
+		return fmt.Errorf("sim: SetProcesses: no GPU or MIG device %q on %s", uuid, n.name)
+	})
+}
+
+// FailCreateAfter makes the (k+1)-th GPU instance create from now on (counting
+// only creates that would otherwise succeed, in any process) fail with
+// ERROR_INSUFFICIENT_RESOURCES, once; k < 0 disables it.
+func (n *Node) FailCreateAfter(k int) error {
+	return n.transact(func(st *state) error {
+		st.FailCreateCountdown = 0
+		if k >= 0 {
+			st.FailCreateCountdown = k + 1
+		}
+		return nil
+	})
+}
+
+// SetTelemetry sets what a GPU reports for utilization, temperature and
+// power.
+func (n *Node) SetTelemetry(gpuIndex int, t Telemetry) error {
+	return n.transact(func(st *state) error {
+		g := st.gpu(gpuIndex)
+		if g == nil {
+			return fmt.Errorf("sim: SetTelemetry: no GPU %d on %s", gpuIndex, n.name)
+		}
+		g.Telemetry = t
+		return nil
+	})
+}

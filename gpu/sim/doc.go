@@ -1,0 +1,39 @@
+// Package sim provides simulated GPU nodes for tests and demos only: never
+// use it to drive real hardware decisions.
+//
+// A simulated node ("dgxa100", "dgxh100", "dgxh200") is an implementation of
+// go-nvml's nvml.Interface that behaves like the real driver where the
+// upstream go-nvml mocks are lax:
+//
+//   - Strict: MIG placements, overlaps and per-profile instance counts are
+//     checked and fail with the NVML return codes the driver uses
+//     (ERROR_INVALID_ARGUMENT, ERROR_INSUFFICIENT_RESOURCES, ERROR_IN_USE,
+//     ERROR_NOT_SUPPORTED, ERROR_NOT_FOUND, ERROR_UNINITIALIZED before Init).
+//   - Stateful and persistent: the node's state (UUIDs, MIG mode, GPU and
+//     compute instances, processes, telemetry, injected XIDs) lives in
+//     <stateDir>/sim/<name>/state.json. Every change is made under an
+//     exclusive flock and written atomically, and every read reloads the file
+//     when it changed, so several processes (a device plugin, a CLI, a test)
+//     that open the same node see one machine.
+//   - Faithful tables: the H200 numbers come from a real H200 (driver
+//     580.159.04); the A100-SXM4-40GB and H100-SXM5-80GB numbers come from
+//     NVIDIA's MIG user guide and real nvidia-smi output (see models.go).
+//
+// The node also creates device nodes (/dev/nvidia*, /dev/nvidia-caps/*) with
+// the real major:minor numbers under DevRoot and writes a
+// /proc/driver/nvidia-caps/mig-minors file, so runtime hooks can be tested
+// without a GPU.
+//
+// Test and demo controls (InjectXid, InjectMigXid, SetProcesses,
+// SetTelemetry, FailCreateAfter) are persisted too, so one process can inject
+// a fault that another process observes through NVML.
+//
+// Limitations: every nvml method the simulator does not implement returns
+// ERROR_NOT_SUPPORTED (never panics). The go-nvml methods that return
+// "...Handler"/"...V" helper structs (GetGpuInstanceProfileInfoV,
+// GetComputeInstanceProfileInfoV, GetGpuFabricInfoV, GetTemperatureV, ...)
+// return the zero helper, whose V1/V2 methods call straight into libnvml and
+// abort the process when no driver is installed: use the non-V variants. The
+// simulator's LookupSymbol reports those symbols as missing so that callers
+// that check symbols (go-nvlib does) avoid them.
+package sim

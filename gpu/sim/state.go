@@ -1,0 +1,547 @@
+package sim
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"golang.org/x/sys/unix"
+)
+
+const stateVersion = 1
+
+// state is the persisted state of a node (state.json). Decoding ignores
+// unknown fields so older and newer versions can read each other's files.
+type state struct {
+	Version    int         `json:"version"`
+	Node       string      `json:"node"`
+	Generation uint64      `json:"generation"`
+	GPUs       []*gpuState `json:"gpus"`
+	// Events is the log of injected events, oldest first (at most maxEvents).
+	Events       []event `json:"events,omitempty"`
+	NextEventSeq uint64  `json:"nextEventSeq"`
+	NextSerial   uint64  `json:"nextSerial"`
+	// FailCreateCountdown > 0 makes the FailCreateCountdown-th next GPU
+	// instance create fail with ERROR_INSUFFICIENT_RESOURCES; 0 disables.
+	FailCreateCountdown int `json:"failCreateCountdown,omitempty"`
+
+	forceSave bool // save even though the transaction failed
+}
+
+type gpuState struct {
+	Index      int        `json:"index"`
+	UUID       string     `json:"uuid"`
+	PciBusID   string     `json:"pciBusId"`
+	Minor      int        `json:"minor"`
+	MigCurrent int        `json:"migCurrent"`
+	MigPending int        `json:"migPending"`
+	GIs        []*giState `json:"gpuInstances,omitempty"` // sorted by ID
+	Processes  []uint32   `json:"processes,omitempty"`    // processes on the whole GPU (MIG disabled)
+	Telemetry  Telemetry  `json:"telemetry"`
+}
+
+type giState struct {
+	ID        uint32     `json:"id"`
+	ProfileID uint32     `json:"profileId"`
+	Start     uint32     `json:"start"`
+	Size      uint32     `json:"size"`
+	Serial    uint64     `json:"serial"`                     // unique per node: tells handles of a recreated GI apart
+	CIs       []*ciState `json:"computeInstances,omitempty"` // sorted by ID
+}
+
+type ciState struct {
+	ID        uint32   `json:"id"`
+	ProfileID uint32   `json:"profileId"`
+	Start     uint32   `json:"start"`
+	Size      uint32   `json:"size"`
+	UUID      string   `json:"uuid"` // MIG-<uuid> of the MIG device (GI + CI)
+	Processes []uint32 `json:"processes,omitempty"`
+}
+
+type event struct {
+	Seq  uint64    `json:"seq"`
+	GPU  int       `json:"gpu"`
+	GI   uint32    `json:"gi"`
+	CI   uint32    `json:"ci"`
+	Type uint64    `json:"type"`
+	Data uint64    `json:"data"`
+	Time time.Time `json:"time"`
+}
+
+const maxEvents = 256
+
+// Telemetry holds the numbers a simulated GPU reports through
+// GetUtilizationRates, GetTemperature and GetPowerUsage.
+type Telemetry struct {
+	GPUUtil         uint32 `json:"gpuUtil"`    // percent
+	MemoryUtil      uint32 `json:"memoryUtil"` // percent
+	TemperatureC    uint32 `json:"temperatureC"`
+	PowerMilliwatts uint32 `json:"powerMilliwatts"`
+}
+
+func (st *state) gpu(index int) *gpuState {
+	if index < 0 || index >= len(st.GPUs) {
+		return nil
+	}
+	return st.GPUs[index]
+}
+
+func (g *gpuState) gi(id uint32) *giState {
+	for _, gi := range g.GIs {
+		if gi.ID == id {
+			return gi
+		}
+	}
+	return nil
+}
+
+func (gi *giState) ci(id uint32) *ciState {
+	for _, ci := range gi.CIs {
+		if ci.ID == id {
+			return ci
+		}
+	}
+	return nil
+}
+
+// migRef is one MIG device (a compute instance inside a GPU instance).
+type migRef struct {
+	gi *giState
+	ci *ciState
+}
+
+// migDevices lists the MIG devices of a GPU ordered by GI id, then CI id:
+// the order of GetMigDeviceHandleByIndex.
+func (g *gpuState) migDevices() []migRef {
+	var out []migRef
+	for _, gi := range g.GIs {
+		for _, ci := range gi.CIs {
+			out = append(out, migRef{gi, ci})
+		}
+	}
+	return out
+}
+
+// findMig finds a MIG device by its UUID.
+func (st *state) findMig(uuid string) (*gpuState, *giState, *ciState) {
+	for _, g := range st.GPUs {
+		for _, gi := range g.GIs {
+			for _, ci := range gi.CIs {
+				if ci.UUID == uuid {
+					return g, gi, ci
+				}
+			}
+		}
+	}
+	return nil, nil, nil
+}
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	gpuCount  int
+	minors    []int
+	firstFree bool
+}
+
+// WithGPUCount makes a newly created node have n GPUs (1..8) instead of 8.
+// Opening an existing node with a different count fails.
+func WithGPUCount(n int) Option { return func(o *options) { o.gpuCount = n } }
+
+// WithMinors gives the GPUs of a newly created node these device minor
+// numbers (one per GPU, in index order) instead of 0..n-1, to test code that
+// must not confuse the NVML index with the device minor. Opening an existing
+// node with different minors fails.
+func WithMinors(minors ...int) Option {
+	return func(o *options) { o.minors = append([]int(nil), minors...) }
+}
+
+// By default CreateGpuInstance (without a placement) chooses the free
+// placement that blocks the fewest other still-possible placements (ties:
+// lowest start), which reproduces what current drivers do (e.g. a first 3g on
+// an empty H100 lands on 4:4, and seven 1g creates land on slots
+// 6,4,5,0,1,2,3). WithFirstFreePlacement makes it take the first free
+// placement instead, as older simulations did. This is a per-process
+// setting, not persisted.
+func WithFirstFreePlacement() Option { return func(o *options) { o.firstFree = true } }
+
+// Node is an opened simulated node. It is safe for concurrent use.
+type Node struct {
+	name    string
+	dir     string
+	model   *model
+	bestFit bool
+
+	gpus []*gpu // full-GPU handles, fixed at Open
+	lib  *library
+
+	mu        sync.Mutex // guards everything below
+	initCount int
+	st        *state
+	raw       []byte
+	gis       map[uint64]*gpuInstance
+	cis       map[string]*computeInstance
+	migs      map[string]*migDevice
+}
+
+// Open opens (creating on first use) the simulated node name, whose state
+// persists in <stateDir>/sim/<name>/state.json.
+func Open(name, stateDir string, opts ...Option) (*Node, error) {
+	m, ok := models[name]
+	if !ok {
+		return nil, fmt.Errorf("sim: unknown simulated node %q (valid: %s)", name, strings.Join(Names(), ", "))
+	}
+	if stateDir == "" {
+		return nil, errors.New("sim: empty state directory")
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.gpuCount < 0 || o.gpuCount > len(m.busNumbers) {
+		return nil, fmt.Errorf("sim: WithGPUCount(%d): a %s has 1..%d GPUs", o.gpuCount, name, len(m.busNumbers))
+	}
+	if o.minors != nil {
+		if o.gpuCount == 0 {
+			o.gpuCount = len(m.busNumbers)
+		}
+		if err := checkMinors(o.minors, o.gpuCount); err != nil {
+			return nil, err
+		}
+	}
+
+	n := &Node{
+		name:    name,
+		dir:     filepath.Join(stateDir, "sim", name),
+		model:   m,
+		bestFit: !o.firstFree,
+		gis:     map[uint64]*gpuInstance{},
+		cis:     map[string]*computeInstance{},
+		migs:    map[string]*migDevice{},
+	}
+	if err := os.MkdirAll(n.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	if err := n.createOrCheck(o); err != nil {
+		return nil, err
+	}
+	for i := range n.st.GPUs {
+		n.gpus = append(n.gpus, newGPU(n, i))
+	}
+	n.lib = newLibrary(n)
+	if err := n.writeMigMinors(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func checkMinors(minors []int, count int) error {
+	if len(minors) != count {
+		return fmt.Errorf("sim: WithMinors got %d minors for %d GPUs", len(minors), count)
+	}
+	seen := map[int]bool{}
+	for _, m := range minors {
+		if m < 0 || m > 254 || seen[m] {
+			return fmt.Errorf("sim: WithMinors(%v): minors must be distinct and in 0..254", minors)
+		}
+		seen[m] = true
+	}
+	return nil
+}
+
+// Name is the node's name ("dgxh200", ...).
+func (n *Node) Name() string { return n.name }
+
+// NVML returns the node's strict, stateful nvml.Interface.
+func (n *Node) NVML() nvml.Interface { return n.lib }
+
+// Dir is <stateDir>/sim/<name>, the directory holding the node's files.
+func (n *Node) Dir() string { return n.dir }
+
+func (n *Node) statePath() string { return filepath.Join(n.dir, "state.json") }
+func (n *Node) lockPath() string  { return filepath.Join(n.dir, "state.lock") }
+
+// createOrCheck creates the state file on first use, or loads and checks it.
+func (n *Node) createOrCheck(o options) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	unlock, err := lockFile(n.lockPath())
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	raw, err := os.ReadFile(n.statePath())
+	if errors.Is(err, fs.ErrNotExist) {
+		st, err := n.newState(o)
+		if err != nil {
+			return err
+		}
+		return n.saveLocked(st)
+	}
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	st, err := decodeState(raw)
+	if err != nil {
+		return fmt.Errorf("sim: %s: %w", n.statePath(), err)
+	}
+	if st.Node != n.name || len(st.GPUs) == 0 {
+		return fmt.Errorf("sim: %s holds node %q with %d GPUs, not a %s", n.statePath(), st.Node, len(st.GPUs), n.name)
+	}
+	if o.gpuCount != 0 && o.gpuCount != len(st.GPUs) {
+		return fmt.Errorf("sim: %s already has %d GPUs; WithGPUCount(%d) only applies to a new node", n.dir, len(st.GPUs), o.gpuCount)
+	}
+	for i, m := range o.minors {
+		if st.GPUs[i].Minor != m {
+			return fmt.Errorf("sim: %s already exists with other minors; WithMinors only applies to a new node", n.dir)
+		}
+	}
+	n.st, n.raw = st, raw
+	return nil
+}
+
+func (n *Node) newState(o options) (*state, error) {
+	count := o.gpuCount
+	if count == 0 {
+		count = len(n.model.busNumbers)
+	}
+	st := &state{Version: stateVersion, Node: n.name, NextEventSeq: 1, NextSerial: 1}
+	for i := 0; i < count; i++ {
+		u, err := newUUID()
+		if err != nil {
+			return nil, err
+		}
+		minor := i
+		if o.minors != nil {
+			minor = o.minors[i]
+		}
+		st.GPUs = append(st.GPUs, &gpuState{
+			Index:     i,
+			UUID:      "GPU-" + u,
+			PciBusID:  fmt.Sprintf("00000000:%02X:00.0", n.model.busNumbers[i]),
+			Minor:     minor,
+			Telemetry: n.model.idle,
+		})
+	}
+	return st, nil
+}
+
+func decodeState(raw []byte) (*state, error) {
+	var st state
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// refreshLocked reloads the state when the file changed. n.mu must be held.
+func (n *Node) refreshLocked() error {
+	raw, err := os.ReadFile(n.statePath())
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	if n.st != nil && bytes.Equal(raw, n.raw) {
+		return nil
+	}
+	st, err := decodeState(raw)
+	if err != nil {
+		return fmt.Errorf("sim: %s: %w", n.statePath(), err)
+	}
+	n.st, n.raw = st, raw
+	n.pruneHandlesLocked()
+	return nil
+}
+
+// saveLocked writes st atomically (temp file + rename) and makes it the
+// cached state. n.mu and the file lock must be held.
+func (n *Node) saveLocked(st *state) error {
+	st.Generation++
+	raw, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	raw = append(raw, '\n')
+	if err := writeFileAtomic(n.statePath(), raw, 0o644); err != nil {
+		return err
+	}
+	n.st, n.raw = st, raw
+	n.pruneHandlesLocked()
+	return nil
+}
+
+// transact runs fn on a fresh copy of the state under the node's mutex and
+// the exclusive file lock (lock, reload, mutate, save). The state is saved
+// when fn succeeds, or when fn set st.forceSave.
+func (n *Node) transact(fn func(st *state) error) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.transactLocked(fn)
+}
+
+func (n *Node) transactLocked(fn func(st *state) error) error {
+	unlock, err := lockFile(n.lockPath())
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	raw, err := os.ReadFile(n.statePath())
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	st, err := decodeState(raw)
+	if err != nil {
+		return fmt.Errorf("sim: %s: %w", n.statePath(), err)
+	}
+	ferr := fn(st)
+	if ferr == nil || st.forceSave {
+		if err := n.saveLocked(st); err != nil {
+			return err
+		}
+		return ferr
+	}
+	// fn failed and may have half-changed st: keep the file's version.
+	if !bytes.Equal(raw, n.raw) {
+		if fresh, err := decodeState(raw); err == nil {
+			n.st, n.raw = fresh, raw
+			n.pruneHandlesLocked()
+		}
+	}
+	return ferr
+}
+
+// nvmlError carries an NVML return code through transact.
+type nvmlError nvml.Return
+
+func (e nvmlError) Error() string { return nvml.Return(e).Error() }
+
+// update is transact for NVML calls: fn returns an NVML code, I/O errors
+// become ERROR_UNKNOWN, and the library must be initialized.
+func (n *Node) update(fn func(st *state) nvml.Return) nvml.Return {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.initCount == 0 {
+		return nvml.ERROR_UNINITIALIZED
+	}
+	err := n.transactLocked(func(st *state) error {
+		if ret := fn(st); ret != nvml.SUCCESS {
+			return nvmlError(ret)
+		}
+		return nil
+	})
+	var ne nvmlError
+	switch {
+	case err == nil:
+		return nvml.SUCCESS
+	case errors.As(err, &ne):
+		return nvml.Return(ne)
+	default:
+		return nvml.ERROR_UNKNOWN
+	}
+}
+
+// view runs fn on the current state (reloaded if the file changed) for
+// read-only NVML calls.
+func (n *Node) view(fn func(st *state) nvml.Return) nvml.Return {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.initCount == 0 {
+		return nvml.ERROR_UNINITIALIZED
+	}
+	if err := n.refreshLocked(); err != nil {
+		return nvml.ERROR_UNKNOWN
+	}
+	return fn(n.st)
+}
+
+// pruneHandlesLocked forgets cached handles of instances that no longer
+// exist (handles held by callers stay valid objects and report errors).
+func (n *Node) pruneHandlesLocked() {
+	serials := map[uint64]bool{}
+	uuids := map[string]bool{}
+	for _, g := range n.st.GPUs {
+		for _, gi := range g.GIs {
+			serials[gi.Serial] = true
+			for _, ci := range gi.CIs {
+				uuids[ci.UUID] = true
+			}
+		}
+	}
+	for s := range n.gis {
+		if !serials[s] {
+			delete(n.gis, s)
+		}
+	}
+	for u := range n.cis {
+		if !uuids[u] {
+			delete(n.cis, u)
+		}
+	}
+	for u := range n.migs {
+		if !uuids[u] {
+			delete(n.migs, u)
+		}
+	}
+}
+
+// lockFile takes an exclusive flock on path (per open file description, so
+// it also excludes other Nodes of the same process) and returns its release.
+func lockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sim: flock %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// writeFileAtomic writes data to a temp file in path's directory and renames
+// it over path.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr, os.Chmod(tmp, perm)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("sim: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("sim: %w", err)
+	}
+	return nil
+}
+
+// newUUID returns a random (version 4) UUID in canonical form.
+func newUUID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("sim: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
