@@ -5,7 +5,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hashicorp/hcl"
+	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
+	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
+	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
+	"github.com/zclconf/go-cty/cty/msgpack"
 
 	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/share"
@@ -80,4 +85,48 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// ParseConfig reads a plugin config body (what goes inside the plugin block's
+// config { … }) from HCL1 text, exactly as a Nomad agent does: HCL1 into a
+// map, through the hclspec schema, to msgpack, then into Config. Other front
+// doors use it to read the node config from a file.
+func ParseConfig(src []byte) (*Config, error) {
+	root, err := hcl.ParseBytes(src)
+	if err != nil {
+		return nil, fmt.Errorf("parsing config: %w", err)
+	}
+	var raw map[string]any
+	if err := hcl.DecodeObject(&raw, root); err != nil {
+		return nil, fmt.Errorf("decoding config: %w", err)
+	}
+	spec, diags := hclspecutils.Convert(configSpec)
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("config schema: %w", diags)
+	}
+	val, diags, errs := hclutils.ParseHclInterface(raw, spec, nil)
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("config: %w", errors.Join(errs...))
+	}
+	packed, err := msgpack.Marshal(val, val.Type())
+	if err != nil {
+		return nil, fmt.Errorf("encoding config: %w", err)
+	}
+	return decodeConfig(packed)
+}
+
+// decodeConfig decodes the msgpack config Nomad sends, fills defaults and
+// validates it.
+func decodeConfig(packed []byte) (*Config, error) {
+	var cfg Config
+	if len(packed) != 0 {
+		if err := base.MsgPackDecode(packed, &cfg); err != nil {
+			return nil, fmt.Errorf("decoding %s config: %w", Name, err)
+		}
+	}
+	cfg.normalize()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%s config: %w", Name, err)
+	}
+	return &cfg, nil
 }

@@ -96,19 +96,13 @@ func (p *Plugin) ConfigSchema() (*hclspec.Spec, error) { return configSpec, nil 
 // SetConfig decodes and validates the plugin config. GPUs are opened by the
 // first fingerprint, so that a node without a driver reports it there.
 func (p *Plugin) SetConfig(c *base.Config) error {
-	var cfg Config
-	if len(c.PluginConfig) != 0 {
-		if err := base.MsgPackDecode(c.PluginConfig, &cfg); err != nil {
-			return fmt.Errorf("decoding %s config: %w", Name, err)
-		}
-	}
-	cfg.normalize()
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("%s config: %w", Name, err)
+	cfg, err := decodeConfig(c.PluginConfig)
+	if err != nil {
+		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cfg = &cfg
+	p.cfg = cfg
 	return nil
 }
 

@@ -1,0 +1,384 @@
+package plugin_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	goplugin "github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/hcl"
+	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
+	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
+	"github.com/hashicorp/nomad/plugins/base"
+	"github.com/hashicorp/nomad/plugins/device"
+	"github.com/hashicorp/nomad/plugins/shared/hclspec"
+	"github.com/hashicorp/nomad/plugins/shared/structs"
+	"github.com/zclconf/go-cty/cty/msgpack"
+
+	"github.com/gpumux/gpumux/gpu/sim"
+	"github.com/gpumux/gpumux/plugin"
+)
+
+// dialPlugin serves a fresh plugin over go-plugin's in-process gRPC, as
+// Nomad talks to it, and returns the client side.
+func dialPlugin(t *testing.T) device.DevicePlugin {
+	t.Helper()
+	impl := plugin.New(hclog.NewNullLogger())
+	client, server := goplugin.TestPluginGRPCConn(t, true, map[string]goplugin.Plugin{
+		base.PluginTypeBase:   &base.PluginBase{Impl: impl},
+		base.PluginTypeDevice: &device.PluginDevice{Impl: impl},
+	})
+	t.Cleanup(func() { client.Close(); server.Stop() })
+	raw, err := client.Dispense(base.PluginTypeDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw.(device.DevicePlugin)
+}
+
+// encodeConfig turns HCL1 plugin config into what a Nomad agent sends.
+func encodeConfig(t *testing.T, src string) []byte {
+	t.Helper()
+	root, err := hcl.ParseString(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := hcl.DecodeObject(&raw, root); err != nil {
+		t.Fatal(err)
+	}
+	p := plugin.New(hclog.NewNullLogger())
+	schema, _ := p.ConfigSchema()
+	spec, diags := hclspecutils.Convert(schema)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	val, diags, _ := hclutils.ParseHclInterface(raw, spec, nil)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	b, err := msgpack.Marshal(val, val.Type())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+const nodeConfig = `
+simulate = "dgxh200"
+state_dir = "%s"
+fingerprint_period = "1s"
+gpu {
+  match     = "0-3"
+  mechanism = "timeslice"
+  replicas  = 4
+}
+gpu {
+  match     = "6,7"
+  mechanism = "mig"
+  mig_devices {
+    "3g.71gb" = 1
+    "2g.35gb" = 2
+  }
+}
+`
+
+func startPlugin(t *testing.T, stateDir string) (device.DevicePlugin, []*device.DeviceGroup, context.CancelFunc, <-chan *device.FingerprintResponse) {
+	t.Helper()
+	p := dialPlugin(t)
+	if err := p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, strings.Replace(nodeConfig, "%s", stateDir, 1))}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ch, err := p.Fingerprint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-ch:
+		if r.Error != nil {
+			t.Fatal(r.Error)
+		}
+		return p, r.Devices, cancel, ch
+	case <-time.After(30 * time.Second):
+		t.Fatal("no fingerprint")
+	}
+	return nil, nil, nil, nil
+}
+
+func groupsByName(groups []*device.DeviceGroup) map[string]*device.DeviceGroup {
+	m := map[string]*device.DeviceGroup{}
+	for _, g := range groups {
+		m[g.Name] = g
+	}
+	return m
+}
+
+func TestFingerprint(t *testing.T) {
+	stateDir := t.TempDir()
+	_, groups, _, _ := startPlugin(t, stateDir)
+	byName := groupsByName(groups)
+	tests := []struct {
+		group string
+		count int
+		attrs map[string]string
+	}{
+		{"H200", 2, map[string]string{"mechanism": "exclusive", "memory": "143771 MiB", "compute_percent": "100", "sm_count": "132", "memory_isolation": "hard", "fault_isolation": "true", "cuda_compute_capability": "9.0", "driver_version": "580.159.04"}},
+		{"H200-timeslice-4x", 16, map[string]string{"mechanism": "timeslice", "memory": "35942 MiB", "compute_percent": "25", "memory_isolation": "none", "fault_isolation": "false"}},
+		{"H200-mig-3g.71gb", 2, map[string]string{"mechanism": "mig", "mig_profile": "3g.71gb", "memory": "71424 MiB", "sm_count": "60", "compute_percent": "45", "memory_isolation": "hard", "fault_isolation": "true"}},
+		{"H200-mig-2g.35gb", 4, map[string]string{"mechanism": "mig", "mig_profile": "2g.35gb", "memory": "33280 MiB", "sm_count": "32"}},
+	}
+	if len(byName) != len(tests) {
+		t.Errorf("got groups %v", names(groups))
+	}
+	for _, tc := range tests {
+		g := byName[tc.group]
+		if g == nil {
+			t.Errorf("no group %s in %v", tc.group, names(groups))
+			continue
+		}
+		if g.Vendor != "nvidia" || g.Type != "gpu" || len(g.Devices) != tc.count {
+			t.Errorf("%s: %s/%s with %d devices, want nvidia/gpu with %d", tc.group, g.Vendor, g.Type, len(g.Devices), tc.count)
+		}
+		for k, want := range tc.attrs {
+			if got := attrString(g.Attributes[k]); got != want {
+				t.Errorf("%s: attribute %s = %v, want %s", tc.group, k, got, want)
+			}
+		}
+		for _, d := range g.Devices {
+			if !d.Healthy || d.HwLocality == nil || d.HwLocality.PciBusID == "" {
+				t.Errorf("%s: device %+v", tc.group, d)
+			}
+		}
+	}
+}
+
+func TestIDsStableAcrossRestarts(t *testing.T) {
+	stateDir := t.TempDir()
+	_, first, cancel, _ := startPlugin(t, stateDir)
+	cancel()
+	_, second, _, _ := startPlugin(t, stateDir)
+	if a, b := ids(first), ids(second); strings.Join(a, ",") != strings.Join(b, ",") {
+		t.Fatalf("device IDs changed across a restart:\n%v\n%v", a, b)
+	}
+}
+
+func TestReserve(t *testing.T) {
+	p, groups, _, _ := startPlugin(t, t.TempDir())
+	byName := groupsByName(groups)
+	migID := byName["H200-mig-3g.71gb"].Devices[0].ID
+	r, err := p.Reserve([]string{migID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Envs["NVIDIA_VISIBLE_DEVICES"] != migID || r.Envs["CUDA_VISIBLE_DEVICES"] != migID || r.Envs["GPUMUX_SHARES"] != migID {
+		t.Errorf("envs %v", r.Envs)
+	}
+	var paths []string
+	for _, d := range r.Devices {
+		paths = append(paths, d.TaskPath)
+		if !strings.HasSuffix(d.HostPath, strings.TrimPrefix(d.TaskPath, "/dev")) || d.CgroupPerms != "rw" {
+			t.Errorf("device %+v", d)
+		}
+	}
+	if len(paths) != 6 || !strings.HasPrefix(paths[4], "/dev/nvidia-caps/nvidia-cap") {
+		t.Errorf("MIG reservation devices %v: want ctl, uvm, uvm-tools, the parent and two caps nodes", paths)
+	}
+
+	ts := byName["H200-timeslice-4x"].Devices
+	r, err = p.Reserve([]string{ts[0].ID, ts[1].ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Envs["CUDA_VISIBLE_DEVICES"]; ok || !strings.HasPrefix(r.Envs["NVIDIA_VISIBLE_DEVICES"], "GPU-") {
+		t.Errorf("time-slice envs %v", r.Envs)
+	}
+
+	_, err = p.Reserve([]string{ts[0].ID, "GPU-nonexistent", "MIG-stale"})
+	if err == nil || !strings.Contains(err.Error(), "GPU-nonexistent, MIG-stale") {
+		t.Errorf("Reserve of unknown IDs: %v", err)
+	}
+}
+
+func TestXIDMarksSharesUnhealthy(t *testing.T) {
+	stateDir := t.TempDir()
+	p, groups, _, ch := startPlugin(t, stateDir)
+	victim := groupsByName(groups)["H200"].Devices[0].ID // GPU 4 or 5
+	node, err := sim.Open("dgxh200", stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := 4
+	if !strings.Contains(victim, uuidOf(t, node, 4)) {
+		idx = 5
+	}
+	if err := node.InjectXid(idx, 79); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case r := <-ch:
+			for _, g := range r.Devices {
+				for _, d := range g.Devices {
+					if d.ID == victim && !d.Healthy {
+						if !strings.Contains(d.HealthDesc, "XID 79") {
+							t.Errorf("health description %q", d.HealthDesc)
+						}
+						_, err := p.Reserve([]string{victim})
+						if err == nil || !strings.Contains(err.Error(), "XID 79") {
+							t.Errorf("Reserve of an unhealthy share: %v", err)
+						}
+						return
+					}
+				}
+			}
+		case <-deadline:
+			t.Fatal("the XID never made the share unhealthy")
+		}
+	}
+}
+
+func TestStats(t *testing.T) {
+	p, groups, _, _ := startPlugin(t, t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := p.Stats(ctx, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	found := 0
+	for _, g := range r.Groups {
+		for id, s := range g.InstanceStats {
+			found++
+			if s.Summary == nil || s.Summary.IntDenominatorVal == nil || *s.Summary.IntDenominatorVal == 0 || s.Summary.Unit != "MiB" {
+				t.Errorf("%s: summary %+v", id, s.Summary)
+			}
+		}
+	}
+	if want := len(ids(groups)); found != want {
+		t.Errorf("stats for %d instances, want %d", found, want)
+	}
+	cancel()
+	for range ch { // closed after cancellation
+	}
+}
+
+func TestFingerprintStopsOnCancel(t *testing.T) {
+	_, _, cancel, ch := startPlugin(t, t.TempDir())
+	cancel()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		case <-timeout:
+			t.Fatal("fingerprint stream still open after cancel")
+		}
+	}
+}
+
+func TestNoDriverIsOneClearError(t *testing.T) {
+	p := dialPlugin(t)
+	if err := p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, `state_dir = "`+t.TempDir()+`"`)}); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := p.Fingerprint(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.Error == nil || !strings.Contains(r.Error.Error(), "NVIDIA driver not available") {
+		t.Fatalf("want one clear no-driver error, got %+v", r)
+	}
+	if _, ok := <-ch; ok {
+		t.Error("fingerprint stream stays open after a fatal error")
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	tests := []struct {
+		config string
+		want   string
+	}{
+		{`simulate = "dgx9000"`, `simulate = "dgx9000": not a simulated node (valid: [dgxa100 dgxh100 dgxh200]`},
+		{`fingerprint_period = "soon"`, `fingerprint_period = "soon"`},
+		{"gpu {\n match = \"0\"\n mechanism = \"timeslice\"\n replicas = 1\n}", `gpu block 1 (match = "0"): replicas = 1`},
+		{"gpu {\n match = \"0\"\n mechanism = \"mps\"\n}", `"mps" is not available`},
+		{"gpu {\n match = \"0\"\n mechanism = \"exclusive\"\n replica = 2\n}", `replica`},
+		{"gpu {\n mechanism = \"exclusive\"\n}", `match`},
+	}
+	for _, tc := range tests {
+		_, err := plugin.ParseConfig([]byte(tc.config))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseConfig(%q) = %v, want an error containing %q", tc.config, err, tc.want)
+		}
+	}
+}
+
+func TestConfigSchemaIsValidHCLSpec(t *testing.T) {
+	p := plugin.New(hclog.NewNullLogger())
+	schema, err := p.ConfigSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, diags := hclspecutils.Convert(schema); diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	var _ *hclspec.Spec = schema
+}
+
+// attrString prints an attribute as a job author writes it: "9.0", "25",
+// "true", "143771 MiB".
+func attrString(a *structs.Attribute) string {
+	switch {
+	case a == nil:
+		return "<missing>"
+	case a.Int != nil && a.Unit != "":
+		return fmt.Sprintf("%d %s", *a.Int, a.Unit)
+	case a.Int != nil:
+		return fmt.Sprint(*a.Int)
+	case a.Bool != nil:
+		return fmt.Sprint(*a.Bool)
+	case a.String != nil:
+		return *a.String
+	}
+	return a.GoString()
+}
+
+func names(groups []*device.DeviceGroup) []string {
+	var out []string
+	for _, g := range groups {
+		out = append(out, g.Name)
+	}
+	return out
+}
+
+func ids(groups []*device.DeviceGroup) []string {
+	var out []string
+	for _, g := range groups {
+		for _, d := range g.Devices {
+			out = append(out, d.ID)
+		}
+	}
+	return out
+}
+
+func uuidOf(t *testing.T, n *sim.Node, index int) string {
+	t.Helper()
+	lib := n.NVML()
+	lib.Init()
+	defer lib.Shutdown()
+	dev, _ := lib.DeviceGetHandleByIndex(index)
+	u, _ := dev.GetUUID()
+	return u
+}
