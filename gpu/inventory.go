@@ -92,9 +92,7 @@ func (h *Host) readGPU(index int, minors migMinors) (GPU, error) {
 	if err != nil {
 		return GPU{}, err
 	}
-	if attrs, ret := dev.GetAttributes(); ret == nvml.SUCCESS {
-		g.SMCount = int(attrs.MultiprocessorCount)
-	}
+	g.SMCount = smCount(dev, g.ComputeCapability)
 	current, pending, ret := dev.GetMigMode()
 	switch ret {
 	case nvml.SUCCESS:
@@ -115,6 +113,29 @@ func (h *Host) readGPU(index int, minors migMinors) (GPU, error) {
 		}
 	}
 	return g, nil
+}
+
+// coresPerSM is the number of CUDA cores in one SM, by compute capability.
+var coresPerSM = map[string]int{
+	"6.0": 64, "6.1": 128, "6.2": 128,
+	"7.0": 64, "7.2": 64, "7.5": 64,
+	"8.0": 64, "8.6": 128, "8.7": 128, "8.9": 128,
+	"9.0": 128, "10.0": 128, "10.3": 128, "12.0": 128, "12.1": 128,
+}
+
+// smCount returns a whole GPU's SM count. NVML has no direct query:
+// nvmlDeviceGetAttributes answers only for MIG device handles (seen on an
+// H200), so the count is the GPU's CUDA cores over the cores of one SM.
+// It is 0 when neither is known.
+func smCount(dev nvml.Device, cc string) int {
+	if attrs, ret := dev.GetAttributes(); ret == nvml.SUCCESS && attrs.MultiprocessorCount > 0 {
+		return int(attrs.MultiprocessorCount)
+	}
+	cores, ret := dev.GetNumGpuCores()
+	if per := coresPerSM[cc]; ret == nvml.SUCCESS && per > 0 {
+		return cores / per
+	}
+	return 0
 }
 
 func busID(pci nvml.PciInfo) string {

@@ -74,8 +74,13 @@ func TestH200MatchesRealFixture(t *testing.T) {
 	check(t, ret, "GetMemoryInfo")
 	mem2, ret := d.GetMemoryInfo_v2()
 	check(t, ret, "GetMemoryInfo_v2")
-	attrs, ret := d.GetAttributes()
-	check(t, ret, "GetAttributes")
+	// Like the real driver, whole-GPU handles have no attributes; the SM
+	// count comes from the core count (128 CUDA cores per Hopper SM).
+	if _, ret := d.GetAttributes(); ret != nvml.ERROR_NOT_SUPPORTED {
+		t.Errorf("GetAttributes on a whole GPU = %v, want ERROR_NOT_SUPPORTED as on the real H200", ret)
+	}
+	cores, ret := d.GetNumGpuCores()
+	check(t, ret, "GetNumGpuCores")
 	major, minor, ret := d.GetCudaComputeCapability()
 	check(t, ret, "GetCudaComputeCapability")
 	pci, ret := d.GetPciInfo()
@@ -99,8 +104,7 @@ func TestH200MatchesRealFixture(t *testing.T) {
 		{"memory total", mem.Total, f.MemoryTotal},
 		{"memory v2 total", mem2.Total, f.MemoryTotal},
 		{"memory v2 reserved MiB", mem2.Reserved >> 20, f.MemoryReservedMiB},
-		{"SMs", attrs.MultiprocessorCount, f.MultiprocessorCount},
-		{"attributes memory MB", attrs.MemorySizeMB, f.MemoryTotal >> 20},
+		{"SMs", uint32(cores / 128), f.MultiprocessorCount},
 		{"compute capability", []int{major, minor}, f.CudaComputeCapability},
 		{"PCI device id", pci.PciDeviceId, f.PciDeviceID},
 		{"PCI subsystem id", pci.PciSubSystemId, f.PciSubSystemID},

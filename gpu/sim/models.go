@@ -62,6 +62,7 @@ type model struct {
 	memoryBytes    uint64
 	reservedBytes  uint64
 	smCount        uint32
+	coresPerSM     int // CUDA cores per SM: 64 on A100, 128 on Hopper
 	sliceSMs       uint32 // SMs of one compute slice (1c)
 	pciDeviceID    uint32
 	pciSubsystemID uint32
@@ -115,7 +116,7 @@ var models = map[string]*model{
 	"dgxa100": {
 		node: "dgxa100", gpuName: "NVIDIA A100-SXM4-40GB", arch: nvml.DEVICE_ARCH_AMPERE,
 		ccMajor: 8, ccMinor: 0, memoryBytes: 40960 * mib, reservedBytes: 763 * mib,
-		smCount: 108, sliceSMs: 14, pciDeviceID: 0x20B010DE, pciSubsystemID: 0x134F10DE,
+		smCount: 108, coresPerSM: 64, sliceSMs: 14, pciDeviceID: 0x20B010DE, pciSubsystemID: 0x134F10DE,
 		busNumbers: dgxBusA100, driver: simDriver, cudaDriver: simCudaDriver,
 		powerLimitMW: 400000, idle: Telemetry{TemperatureC: 31, PowerMilliwatts: 57000},
 		giProfiles: []giProfile{
@@ -132,7 +133,7 @@ var models = map[string]*model{
 	"dgxh100": {
 		node: "dgxh100", gpuName: "NVIDIA H100 80GB HBM3", arch: nvml.DEVICE_ARCH_HOPPER,
 		ccMajor: 9, ccMinor: 0, memoryBytes: 81559 * mib, reservedBytes: 454 * mib,
-		smCount: 132, sliceSMs: 16, pciDeviceID: 0x233010DE, pciSubsystemID: 0x16C110DE,
+		smCount: 132, coresPerSM: 128, sliceSMs: 16, pciDeviceID: 0x233010DE, pciSubsystemID: 0x16C110DE,
 		busNumbers: dgxBusHopper, driver: simDriver, cudaDriver: simCudaDriver,
 		powerLimitMW: 700000, idle: Telemetry{TemperatureC: 30, PowerMilliwatts: 100890},
 		giProfiles: []giProfile{
@@ -149,7 +150,7 @@ var models = map[string]*model{
 	"dgxh200": {
 		node: "dgxh200", gpuName: "NVIDIA H200", arch: nvml.DEVICE_ARCH_HOPPER,
 		ccMajor: 9, ccMinor: 0, memoryBytes: 150754820096, reservedBytes: 616 * mib,
-		smCount: 132, sliceSMs: 16, pciDeviceID: 0x233510DE, pciSubsystemID: 0x18BF10DE,
+		smCount: 132, coresPerSM: 128, sliceSMs: 16, pciDeviceID: 0x233510DE, pciSubsystemID: 0x18BF10DE,
 		busNumbers: dgxBusHopper, driver: simDriver, cudaDriver: simCudaDriver,
 		powerLimitMW: 700000, idle: Telemetry{TemperatureC: 39, PowerMilliwatts: 130990},
 		giProfiles: []giProfile{

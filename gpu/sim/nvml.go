@@ -228,8 +228,18 @@ func newGPU(n *Node, idx int) *gpu {
 	d.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) { return ifInit(n, n.model.arch) }
 	d.GetBrandFunc = func() (nvml.BrandType, nvml.Return) { return ifInit(n, nvml.BRAND_NVIDIA) }
 	d.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) { return ifInit(n, nvml.COMPUTEMODE_DEFAULT) }
+	// Real NVML answers nvmlDeviceGetAttributes for MIG device handles only
+	// (seen on an H200, driver 580.159.04): a whole GPU's SM count comes from
+	// its core count.
 	d.GetAttributesFunc = func() (nvml.DeviceAttributes, nvml.Return) {
-		return ifInit(n, nvml.DeviceAttributes{MultiprocessorCount: n.model.smCount, MemorySizeMB: n.model.memoryBytes / mib})
+		_, ret := ifInit(n, 0)
+		if ret == nvml.SUCCESS {
+			ret = nvml.ERROR_NOT_SUPPORTED
+		}
+		return nvml.DeviceAttributes{}, ret
+	}
+	d.GetNumGpuCoresFunc = func() (int, nvml.Return) {
+		return ifInit(n, int(n.model.smCount)*n.model.coresPerSM)
 	}
 	d.GetMigModeFunc = d.getMigMode
 	d.SetMigModeFunc = d.setMigMode

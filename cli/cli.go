@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/plugin"
+)
+
+// Exit codes.
+const (
+	ExitOK    = 0
+	ExitError = 1 // the command failed
+	ExitUsage = 2 // bad flags or arguments
+)
+
+const usage = `gpumux — operate GPU sharing on this node
+
+Usage:
+  gpumux status [flags]     GPUs, MIG instances and the shares the node offers
+  gpumux version            print the version
+
+Run 'gpumux <command> -h' for the flags of a command.
+`
+
+// Run runs the gpumux command line and returns its exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ExitUsage
+	}
+	switch args[0] {
+	case "status":
+		return runStatus(ctx, args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "gpumux", plugin.Version)
+		return ExitOK
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return ExitOK
+	default:
+		fmt.Fprintf(stderr, "gpumux: unknown command %q\n\n%s", args[0], usage)
+		return ExitUsage
+	}
+}
+
+// nodeFlags are the flags every command that reads GPUs takes.
+type nodeFlags struct {
+	simulate string
+	stateDir string
+	config   string
+}
+
+func (n *nodeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&n.simulate, "simulate", os.Getenv("GPUMUX_SIMULATE"), "use the simulated node `NAME` (dgxa100, dgxh100, dgxh200) instead of the real GPUs (env GPUMUX_SIMULATE)")
+	fs.StringVar(&n.stateDir, "state-dir", envOr("GPUMUX_STATE_DIR", plugin.DefaultStateDir), "gpumux state `DIR`, shared with the plugin (env GPUMUX_STATE_DIR)")
+	fs.StringVar(&n.config, "config", os.Getenv("GPUMUX_CONFIG"), "node config `FILE` (the plugin block's config body, HCL) to show shares under its layout (env GPUMUX_CONFIG)")
+}
+
+// load reads the node config (if any) and opens the GPUs it names. Flags
+// override the file's simulate and state_dir.
+func (n *nodeFlags) load() (*plugin.Config, *gpu.Host, error) {
+	cfg := &plugin.Config{}
+	if n.config != "" {
+		src, err := os.ReadFile(n.config)
+		if err != nil {
+			return nil, nil, err
+		}
+		if cfg, err = plugin.ParseConfig(src); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", n.config, err)
+		}
+	}
+	if n.simulate != "" {
+		cfg.Simulate = n.simulate
+	}
+	if n.stateDir != "" {
+		cfg.StateDir = n.stateDir
+	}
+	var h *gpu.Host
+	var err error
+	if cfg.Simulate != "" {
+		h, err = gpu.OpenSimulated(cfg.Simulate, cfg.StateDir)
+	} else {
+		h, err = gpu.OpenNVML()
+	}
+	return cfg, h, err
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// parseFlags parses a command's flags; it returns an exit code when the
+// command should stop (help asked, or bad flags).
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (int, bool) {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK, false
+		}
+		return ExitUsage, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gpumux %s: unexpected arguments %v\n", fs.Name(), fs.Args())
+		return ExitUsage, false
+	}
+	return ExitOK, true
+}

@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/share"
+)
+
+// Status is what `gpumux status` reports.
+type Status struct {
+	Node   *gpu.Node     `json:"node"`
+	Groups []share.Group `json:"groups"`
+}
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	var nf nodeFlags
+	nf.register(fs)
+	output := fs.String("output", "table", "output `FORMAT`: table or json")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: gpumux status [flags]\n\nShows the node's GPUs, their MIG instances, and the shares the node offers\nunder its layout (every GPU whole, unless --config gives a layout).\nChanges nothing.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
+	}
+	if *output != "table" && *output != "json" {
+		fmt.Fprintf(stderr, "gpumux status: --output %q: want table or json\n", *output)
+		return ExitUsage
+	}
+	st, err := status(ctx, &nf)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpumux status: %v\n", err)
+		return ExitError
+	}
+	if *output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(st); err != nil {
+			fmt.Fprintf(stderr, "gpumux status: %v\n", err)
+			return ExitError
+		}
+		return ExitOK
+	}
+	printStatus(stdout, st)
+	return ExitOK
+}
+
+func status(ctx context.Context, nf *nodeFlags) (*Status, error) {
+	cfg, h, err := nf.load()
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	node, err := h.Inventory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	layout := share.Layout{GPUs: cfg.GPUs}
+	assignments, err := layout.Assign(node)
+	if err != nil {
+		return nil, err
+	}
+	catalog, err := share.Build(node, assignments)
+	if err != nil {
+		return nil, err
+	}
+	return &Status{Node: node, Groups: catalog.Groups}, nil
+}
+
+func printStatus(w io.Writer, st *Status) {
+	fmt.Fprintf(w, "Driver %s, CUDA %s, %d GPUs\n\n", st.Node.DriverVersion, st.Node.CUDAVersion, len(st.Node.GPUs))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GPU\tMODEL\tUUID\tMEMORY\tSMS\tCC\tMIG")
+	for _, g := range st.Node.GPUs {
+		mode := "n/a"
+		if g.MIGCapable {
+			mode = map[bool]string{true: "enabled", false: "disabled"}[g.MIGEnabled]
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d MiB\t%d\t%s\t%s\n", g.Index, g.Model, g.UUID, g.MemoryMiB, g.SMCount, g.ComputeCapability, mode)
+		for _, m := range g.MIGInstances {
+			fmt.Fprintf(tw, "  └ %s\t%s\t%s\t%d MiB\t%d\tGI %d CI %d at %s\tcaps %d,%d\n", "", m.Profile, m.UUID, m.MemoryMiB, m.SMCount, m.GIID, m.CIID, m.Placement, m.GICapMinor, m.CICapMinor)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\tMECHANISM\tSHARES\tMEMORY/SHARE\tCOMPUTE\tSMS\tMEMORY ISOLATION")
+	for _, g := range st.Groups {
+		fmt.Fprintf(tw, "nvidia/gpu/%s\t%s\t%d\t%d MiB\t%d%%\t%d\t%s\n", g.Name, g.Mechanism, len(g.Shares), g.Attrs.MemoryMiB, g.Attrs.ComputePercent, g.Attrs.SMCount, g.Attrs.MemoryIsolation)
+	}
+	tw.Flush()
+}
