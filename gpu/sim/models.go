@@ -62,7 +62,7 @@ type model struct {
 	memoryBytes    uint64
 	reservedBytes  uint64
 	smCount        uint32
-	coresPerSM     int // CUDA cores per SM: 64 on A100, 128 on Hopper
+	coresPerSM     int    // CUDA cores per SM: 64 on A100, 128 on Hopper
 	sliceSMs       uint32 // SMs of one compute slice (1c)
 	pciDeviceID    uint32
 	pciSubsystemID uint32
