@@ -1,0 +1,234 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/gpumux/gpumux/e2e/nomadagent"
+)
+
+// exampleAgentConfig returns examples/gpumux-plugin.hcl with its state
+// directory moved into the test's temp dir and a short fingerprint period.
+func exampleAgentConfig(t *testing.T) (string, string) {
+	t.Helper()
+	src, err := os.ReadFile("../examples/gpumux-plugin.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateDir := t.TempDir()
+	cfg := strings.Replace(string(src), `state_dir          = "/var/lib/gpumux"`, `state_dir          = "`+stateDir+`"`, 1)
+	cfg = strings.Replace(cfg, `fingerprint_period = "1m"`, `fingerprint_period = "5s"`, 1)
+	if cfg == string(src) {
+		t.Fatal("examples/gpumux-plugin.hcl no longer has the state_dir line this test rewrites")
+	}
+	return cfg, stateDir
+}
+
+func readJob(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile("../examples/jobs/" + name + ".nomad.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// probe is what a task printed: its gpumux env and device nodes.
+type probe struct {
+	env     map[string]string
+	devices map[string]string // path → "major:minor" (decimal) of character devices
+}
+
+var statLine = regexp.MustCompile(`^(/dev/\S+) character special file ([0-9a-f]+):([0-9a-f]+)$`)
+
+func parseProbe(out string) probe {
+	p := probe{env: map[string]string{}, devices: map[string]string{}}
+	for _, line := range strings.Split(out, "\n") {
+		if m := statLine.FindStringSubmatch(line); m != nil {
+			maj, _ := strconv.ParseInt(m[2], 16, 64)
+			min, _ := strconv.ParseInt(m[3], 16, 64)
+			p.devices[m[1]] = strconv.FormatInt(maj, 10) + ":" + strconv.FormatInt(min, 10)
+		} else if k, v, ok := strings.Cut(line, "="); ok {
+			p.env[k] = v
+		}
+	}
+	return p
+}
+
+func TestPluginSchedulesShares(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cfg, _ := exampleAgentConfig(t)
+	a := nomadagent.Start(ctx, t,
+		nomadagent.WithPluginDir(nomadagent.DefaultPluginDir()),
+		nomadagent.WithAgentConfig(cfg),
+		nomadagent.WaitForDevice("nvidia", "gpu"))
+
+	// The node advertises the example layout.
+	devs, err := a.NodeDevices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := map[string]*api.NodeDeviceResource{}
+	for _, d := range devs {
+		groups[d.Name] = d
+	}
+	wantGroups := map[string]struct {
+		n         int
+		mechanism string
+	}{
+		"H200": {2, "exclusive"}, "H200-timeslice-4x": {16, "timeslice"},
+		"H200-mig-3g.71gb": {2, "mig"}, "H200-mig-2g.35gb": {4, "mig"},
+	}
+	for name, w := range wantGroups {
+		g := groups[name]
+		if g == nil {
+			t.Fatalf("node has no device group %s; has %v", name, keys(groups))
+		}
+		if len(g.Instances) != w.n || g.Vendor != "nvidia" || g.Type != "gpu" || g.Attributes["mechanism"].StringVal == nil || *g.Attributes["mechanism"].StringVal != w.mechanism {
+			t.Errorf("group %s: %s/%s, %d instances, mechanism %v; want nvidia/gpu, %d, %s", name, g.Vendor, g.Type, len(g.Instances), g.Attributes["mechanism"], w.n, w.mechanism)
+		}
+	}
+	if len(groups) != len(wantGroups) {
+		t.Errorf("groups %v, want %d", keys(groups), len(wantGroups))
+	}
+	groupOf := map[string]string{}
+	for name, g := range groups {
+		for _, inst := range g.Instances {
+			groupOf[inst.ID] = name
+		}
+	}
+
+	tests := []struct {
+		job       string
+		wantGroup []string // groups the share may come from
+		caps      bool     // MIG: two nvidia-caps nodes and CUDA_VISIBLE_DEVICES
+	}{
+		{"timeslice", []string{"H200-timeslice-4x"}, false},
+		{"mig", []string{"H200-mig-2g.35gb"}, true}, // 30–40 GiB: only 2g.35gb (32.5 GiB) on this node
+		{"exclusive", []string{"H200"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.job, func(t *testing.T) {
+			jobID, err := a.RunJob(ctx, readJob(t, tc.job))
+			if err != nil {
+				t.Fatal(err)
+			}
+			allocs, err := a.WaitAllocs(ctx, jobID, "complete")
+			if err != nil {
+				t.Fatal(err)
+			}
+			alloc := allocs[0]
+			devices, err := a.AllocDevices(ctx, alloc.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids := devices["probe"]
+			if len(ids) != 1 || !contains(tc.wantGroup, groupOf[ids[0]]) {
+				t.Fatalf("allocated %v (group %s), want one share of %v", ids, groupOf[first(ids)], tc.wantGroup)
+			}
+			out, err := a.TaskLogs(ctx, alloc.ID, "probe", "stdout")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := parseProbe(out)
+			id := ids[0]
+			if p.env["GPUMUX_SHARES"] != id {
+				t.Errorf("task saw GPUMUX_SHARES=%q, want %q\n%s", p.env["GPUMUX_SHARES"], id, out)
+			}
+			uuid := strings.SplitN(id, "/", 2)[0] // replicas are "<GPU UUID>/timeslice/<n>"
+			if p.env["NVIDIA_VISIBLE_DEVICES"] != uuid {
+				t.Errorf("task saw NVIDIA_VISIBLE_DEVICES=%q, want %q", p.env["NVIDIA_VISIBLE_DEVICES"], uuid)
+			}
+			if cuda, ok := p.env["CUDA_VISIBLE_DEVICES"]; tc.caps != ok || (ok && cuda != uuid) {
+				t.Errorf("task saw CUDA_VISIBLE_DEVICES=%q (set: %v), want it set to the MIG UUID only for MIG", cuda, ok)
+			}
+			for path, want := range map[string]string{"/dev/nvidiactl": "195:255", "/dev/nvidia-uvm": "238:0", "/dev/nvidia-uvm-tools": "238:1"} {
+				if p.devices[path] != want {
+					t.Errorf("task saw %s as %q, want character device %s\n%s", path, p.devices[path], want, out)
+				}
+			}
+			var gpus, caps []string
+			for path, mm := range p.devices {
+				switch {
+				case regexp.MustCompile(`^/dev/nvidia[0-9]+$`).MatchString(path):
+					gpus = append(gpus, path+"="+mm)
+					if "195:"+strings.TrimPrefix(path, "/dev/nvidia") != mm {
+						t.Errorf("%s is %s, want 195:<minor>", path, mm)
+					}
+				case strings.HasPrefix(path, "/dev/nvidia-caps/"):
+					caps = append(caps, path)
+					if !strings.HasPrefix(mm, "241:") || "241:"+strings.TrimPrefix(path, "/dev/nvidia-caps/nvidia-cap") != mm {
+						t.Errorf("%s is %s, want 241:<N>", path, mm)
+					}
+				}
+			}
+			if len(gpus) != 1 {
+				t.Errorf("task saw GPU device nodes %v, want exactly its own", gpus)
+			}
+			if wantCaps := map[bool]int{true: 2, false: 0}[tc.caps]; len(caps) != wantCaps {
+				t.Errorf("task saw caps nodes %v, want %d", caps, wantCaps)
+			}
+			if err := a.StopJob(ctx, jobID, true); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+
+	t.Run("too big stays unplaced", func(t *testing.T) {
+		jobID, err := a.RunJob(ctx, readJob(t, "too-big"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fails, err := a.PlacementFailures(ctx, jobID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reason := nomadagent.FormatPlacementFailures(fails)
+		t.Logf("Nomad's reason:\n%s", reason)
+		if len(fails) == 0 || !strings.Contains(reason, "devices") {
+			t.Fatalf("want a placement failure naming devices, got %q", reason)
+		}
+		if allocs, err := a.Allocs(ctx, jobID); err != nil || len(allocs) != 0 {
+			t.Fatalf("an unplaceable job got allocations %v (%v)", allocs, err)
+		}
+		if err := a.StopJob(ctx, jobID, true); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
