@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl"
+	"github.com/hashicorp/hcl/hcl/ast"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
 	"github.com/hashicorp/nomad/plugins/base"
@@ -87,17 +88,30 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// ParseConfig reads a plugin config body (what goes inside the plugin block's
-// config { … }) from HCL1 text, exactly as a Nomad agent does: HCL1 into a
-// map, through the hclspec schema, to msgpack, then into Config. Other front
-// doors use it to read the node config from a file.
+// ParseConfig reads the plugin config from HCL1 text, exactly as a Nomad
+// agent does: HCL1 into a map, through the hclspec schema, to msgpack, then
+// into Config. The text is either a config body (what goes inside the plugin
+// block's config { … }) or Nomad agent config holding a
+// plugin "nomad-device-gpumux" block, so one file can serve the Nomad client
+// and the other front doors.
 func ParseConfig(src []byte) (*Config, error) {
 	root, err := hcl.ParseBytes(src)
 	if err != nil {
 		return nil, fmt.Errorf("parsing config: %w", err)
 	}
+	body := ast.Node(root.Node)
+	if list, ok := root.Node.(*ast.ObjectList); ok {
+		if blocks := list.Filter("plugin", Name); len(blocks.Items) > 0 {
+			body = &ast.ObjectList{}
+			if obj, ok := blocks.Items[0].Val.(*ast.ObjectType); ok {
+				if cfg := obj.List.Filter("config"); len(cfg.Items) > 0 {
+					body = cfg.Items[0].Val
+				}
+			}
+		}
+	}
 	var raw map[string]any
-	if err := hcl.DecodeObject(&raw, root); err != nil {
+	if err := hcl.DecodeObject(&raw, body); err != nil {
 		return nil, fmt.Errorf("decoding config: %w", err)
 	}
 	spec, diags := hclspecutils.Convert(configSpec)

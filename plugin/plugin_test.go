@@ -3,6 +3,7 @@ package plugin_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -27,11 +28,13 @@ import (
 func dialPlugin(t *testing.T) device.DevicePlugin {
 	t.Helper()
 	impl := plugin.New(hclog.NewNullLogger())
-	client, server := goplugin.TestPluginGRPCConn(t, true, map[string]goplugin.Plugin{
+	client, _ := goplugin.TestPluginGRPCConn(t, true, map[string]goplugin.Plugin{
 		base.PluginTypeBase:   &base.PluginBase{Impl: impl},
 		base.PluginTypeDevice: &device.PluginDevice{Impl: impl},
 	})
-	t.Cleanup(func() { client.Close(); server.Stop() })
+	// Closing the client makes go-plugin stop the server itself; stopping it
+	// here as well races with that shutdown.
+	t.Cleanup(func() { client.Close() })
 	raw, err := client.Dispense(base.PluginTypeDevice)
 	if err != nil {
 		t.Fatal(err)
@@ -322,6 +325,23 @@ func TestConfigErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ParseConfig(%q) = %v, want an error containing %q", tc.config, err, tc.want)
 		}
+	}
+}
+
+func TestParseConfigReadsAgentConfig(t *testing.T) {
+	src, err := os.ReadFile("../examples/gpumux-plugin.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := plugin.ParseConfig(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Simulate != "dgxh200" || len(cfg.GPUs) != 2 || cfg.GPUs[1].MIGDevices["2g.35gb"] != 2 {
+		t.Errorf("examples/gpumux-plugin.hcl parsed as %+v", cfg)
+	}
+	if _, err := plugin.ParseConfig([]byte(`plugin "nomad-device-gpumux" {}`)); err != nil {
+		t.Errorf("a plugin block without config: %v", err)
 	}
 }
 

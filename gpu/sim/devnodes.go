@@ -163,5 +163,5 @@ func (n *Node) writeMigMinors() error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
-	return writeFileAtomic(path, want, 0o444)
+	return writeFileAtomic(path, want, 0o444, nil)
 }

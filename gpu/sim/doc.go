@@ -12,9 +12,10 @@
 //   - Stateful and persistent: the node's state (UUIDs, MIG mode, GPU and
 //     compute instances, processes, telemetry, injected XIDs) lives in
 //     <stateDir>/sim/<name>/state.json. Every change is made under an
-//     exclusive flock and written atomically, and every read reloads the file
-//     when it changed, so several processes (a device plugin, a CLI, a test)
-//     that open the same node see one machine.
+//     exclusive flock and written atomically (a new file renamed over the
+//     old, with a strictly later mtime), and every read stats the file and
+//     reloads it only when it changed, so several processes (a device plugin,
+//     a CLI, a test) that open the same node see one machine.
 //   - Faithful tables: the H200 numbers come from a real H200 (driver
 //     580.159.04); the A100-SXM4-40GB and H100-SXM5-80GB numbers come from
 //     NVIDIA's MIG user guide and real nvidia-smi output (see models.go).
@@ -29,7 +30,9 @@
 // a fault that another process observes through NVML.
 //
 // Limitations: every nvml method the simulator does not implement returns
-// ERROR_NOT_SUPPORTED (never panics). The go-nvml methods that return
+// ERROR_NOT_SUPPORTED (never panics); the handles are built on the func-field
+// types of zz_generated.funcs.go (go generate, see internal/genfuncs), which,
+// unlike go-nvml's mocks, keep no record of calls. The go-nvml methods that return
 // "...Handler"/"...V" helper structs (GetGpuInstanceProfileInfoV,
 // GetComputeInstanceProfileInfoV, GetGpuFabricInfoV, GetTemperatureV, ...)
 // return the zero helper, whose V1/V2 methods call straight into libnvml and

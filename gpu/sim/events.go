@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 )
 
 // Events are injected into the persisted event log (InjectXid,
@@ -17,7 +16,7 @@ import (
 const eventPoll = 20 * time.Millisecond
 
 type eventSet struct {
-	mock.EventSet
+	funcEventSet
 	n *Node
 
 	mu     sync.Mutex
@@ -40,7 +39,6 @@ func (n *Node) eventSetCreate() (nvml.EventSet, nvml.Return) {
 	es := &eventSet{n: n, regs: map[int]registration{}}
 	es.WaitFunc = es.wait
 	es.FreeFunc = es.free
-	fillUnimplemented(&es.EventSet)
 	return es, nvml.SUCCESS
 }
 

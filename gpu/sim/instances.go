@@ -4,7 +4,6 @@ import (
 	"sort"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 )
 
 // Handles of MIG devices, GPU instances and compute instances. They name
@@ -17,7 +16,7 @@ import (
 
 // migDevice is the handle of a MIG device (GPU instance + compute instance).
 type migDevice struct {
-	mock.Device
+	funcDevice
 	n    *Node
 	idx  int // parent GPU
 	gi   uint32
@@ -63,7 +62,6 @@ func (n *Node) migHandleLocked(idx int, gi *giState, ci *ciState) *migDevice {
 		})
 		return out, ret
 	}
-	fillUnimplemented(&d.Device)
 	n.migs[ci.UUID] = d
 	return d
 }
@@ -146,7 +144,7 @@ func (d *migDevice) getAttributes() (a nvml.DeviceAttributes, ret nvml.Return) {
 // ---- GPU instances ----
 
 type gpuInstance struct {
-	mock.GpuInstance
+	funcGpuInstance
 	n      *Node
 	idx    int
 	id     uint32
@@ -171,7 +169,6 @@ func (n *Node) giHandleLocked(idx int, gi *giState) *gpuInstance {
 	h.GetComputeInstancesFunc = h.getComputeInstances
 	h.GetComputeInstanceByIdFunc = h.getComputeInstanceByID
 	h.DestroyFunc = h.destroy
-	fillUnimplemented(&h.GpuInstance)
 	n.gis[gi.Serial] = h
 	return h
 }
@@ -403,7 +400,7 @@ func (h *gpuInstance) destroy() nvml.Return {
 // ---- compute instances ----
 
 type computeInstance struct {
-	mock.ComputeInstance
+	funcComputeInstance
 	n    *Node
 	idx  int
 	gi   uint32
@@ -418,7 +415,6 @@ func (n *Node) ciHandleLocked(idx int, gi *giState, ci *ciState) *computeInstanc
 	h := &computeInstance{n: n, idx: idx, gi: gi.ID, id: ci.ID, uuid: ci.UUID}
 	h.GetInfoFunc = h.getInfo
 	h.DestroyFunc = h.destroy
-	fillUnimplemented(&h.ComputeInstance)
 	n.cis[ci.UUID] = h
 	return h
 }

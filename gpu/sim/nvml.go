@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 )
 
 // Return codes follow the NVML documentation (nvml.h of driver 580):
@@ -31,9 +30,8 @@ const (
 
 // library implements nvml.Interface.
 type library struct {
-	mock.Interface
-	n   *Node
-	ext *mock.ExtendedInterface
+	funcInterface
+	n *Node
 }
 
 var (
@@ -45,12 +43,12 @@ var (
 )
 
 func newLibrary(n *Node) *library {
-	l := &library{n: n, ext: &mock.ExtendedInterface{LookupSymbolFunc: lookupSymbol}}
+	l := &library{n: n}
 	l.InitFunc = n.init
 	l.InitWithFlagsFunc = func(uint32) nvml.Return { return n.init() }
 	l.ShutdownFunc = n.shutdown
 	l.ErrorStringFunc = func(r nvml.Return) string { return r.Error() }
-	l.ExtensionsFunc = func() nvml.ExtendedInterface { return l.ext }
+	l.ExtensionsFunc = func() nvml.ExtendedInterface { return extensions{} }
 	l.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return ifInit(n, n.model.driver) }
 	l.SystemGetNVMLVersionFunc = func() (string, nvml.Return) { return ifInit(n, simNVML) }
 	l.SystemGetCudaDriverVersionFunc = func() (int, nvml.Return) { return ifInit(n, n.model.cudaDriver) }
@@ -60,8 +58,6 @@ func newLibrary(n *Node) *library {
 	l.DeviceGetHandleByUUIDFunc = l.handleByUUID
 	l.DeviceGetHandleByPciBusIdFunc = l.handleByPciBusID
 	l.EventSetCreateFunc = n.eventSetCreate
-	forwardHandleCalls(&l.Interface)
-	fillUnimplemented(&l.Interface)
 	return l
 }
 
@@ -207,7 +203,7 @@ func processBytes(g *gpuState) uint64 {
 
 // gpu is the handle of a whole GPU.
 type gpu struct {
-	mock.Device
+	funcDevice
 	n   *Node
 	idx int
 }
@@ -272,7 +268,6 @@ func newGPU(n *Node, idx int) *gpu {
 	d.GetEnforcedPowerLimitFunc = d.GetPowerManagementLimitFunc
 	d.RegisterEventsFunc = d.registerEvents
 	d.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return ifInit(n, uint64(supportedEvents)) }
-	fillUnimplemented(&d.Device)
 	return d
 }
 

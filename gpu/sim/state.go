@@ -185,10 +185,13 @@ type Node struct {
 	gpus []*gpu // full-GPU handles, fixed at Open
 	lib  *library
 
+	statePath string // <dir>/state.json
+	lockPath  string // <dir>/state.lock
+
 	mu        sync.Mutex // guards everything below
 	initCount int
 	st        *state
-	raw       []byte
+	ver       fileVersion // the version of the state file st was read from
 	gis       map[uint64]*gpuInstance
 	cis       map[string]*computeInstance
 	migs      map[string]*migDevice
@@ -220,14 +223,17 @@ func Open(name, stateDir string, opts ...Option) (*Node, error) {
 		}
 	}
 
+	dir := filepath.Join(stateDir, "sim", name)
 	n := &Node{
-		name:    name,
-		dir:     filepath.Join(stateDir, "sim", name),
-		model:   m,
-		bestFit: !o.firstFree,
-		gis:     map[uint64]*gpuInstance{},
-		cis:     map[string]*computeInstance{},
-		migs:    map[string]*migDevice{},
+		name:      name,
+		dir:       dir,
+		model:     m,
+		bestFit:   !o.firstFree,
+		statePath: filepath.Join(dir, "state.json"),
+		lockPath:  filepath.Join(dir, "state.lock"),
+		gis:       map[uint64]*gpuInstance{},
+		cis:       map[string]*computeInstance{},
+		migs:      map[string]*migDevice{},
 	}
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
@@ -268,36 +274,33 @@ func (n *Node) NVML() nvml.Interface { return n.lib }
 // Dir is <stateDir>/sim/<name>, the directory holding the node's files.
 func (n *Node) Dir() string { return n.dir }
 
-func (n *Node) statePath() string { return filepath.Join(n.dir, "state.json") }
-func (n *Node) lockPath() string  { return filepath.Join(n.dir, "state.lock") }
-
 // createOrCheck creates the state file on first use, or loads and checks it.
 func (n *Node) createOrCheck(o options) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	unlock, err := lockFile(n.lockPath())
+	unlock, err := lockFile(n.lockPath)
 	if err != nil {
 		return err
 	}
 	defer unlock()
 
-	raw, err := os.ReadFile(n.statePath())
+	raw, ver, err := readState(n.statePath)
 	if errors.Is(err, fs.ErrNotExist) {
 		st, err := n.newState(o)
 		if err != nil {
 			return err
 		}
-		return n.saveLocked(st)
+		return n.saveLocked(st, fileVersion{})
 	}
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
 	st, err := decodeState(raw)
 	if err != nil {
-		return fmt.Errorf("sim: %s: %w", n.statePath(), err)
+		return fmt.Errorf("sim: %s: %w", n.statePath, err)
 	}
 	if st.Node != n.name || len(st.GPUs) == 0 {
-		return fmt.Errorf("sim: %s holds node %q with %d GPUs, not a %s", n.statePath(), st.Node, len(st.GPUs), n.name)
+		return fmt.Errorf("sim: %s holds node %q with %d GPUs, not a %s", n.statePath, st.Node, len(st.GPUs), n.name)
 	}
 	if o.gpuCount != 0 && o.gpuCount != len(st.GPUs) {
 		return fmt.Errorf("sim: %s already has %d GPUs; WithGPUCount(%d) only applies to a new node", n.dir, len(st.GPUs), o.gpuCount)
@@ -307,7 +310,7 @@ func (n *Node) createOrCheck(o options) error {
 			return fmt.Errorf("sim: %s already exists with other minors; WithMinors only applies to a new node", n.dir)
 		}
 	}
-	n.st, n.raw = st, raw
+	n.st, n.ver = st, ver
 	return nil
 }
 
@@ -345,37 +348,104 @@ func decodeState(raw []byte) (*state, error) {
 	return &st, nil
 }
 
+// Reads are cheap: every NVML call stats the state file and rereads it only
+// when its version changed. A version is the file's (device, inode, size,
+// mtime, ctime). Writers never modify the file in place: they write a new
+// file and rename it over the old one (a new inode), and stamp it with an
+// mtime strictly after the mtime of the version it replaces (stampAfter), so
+// two versions never look the same even when an inode number is reused and
+// the size is unchanged.
+
+// fileVersion identifies one version of the state file.
+type fileVersion struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime int64 // nanoseconds since the epoch
+}
+
+func versionOf(s *unix.Stat_t) fileVersion {
+	return fileVersion{
+		dev:   uint64(s.Dev),
+		ino:   uint64(s.Ino),
+		size:  int64(s.Size),
+		mtime: s.Mtim.Nano(),
+		ctime: s.Ctim.Nano(),
+	}
+}
+
+// statVersion returns the version of the file at path.
+func statVersion(path string) (fileVersion, error) {
+	var s unix.Stat_t
+	err := unix.Stat(path, &s)
+	for err == unix.EINTR {
+		err = unix.Stat(path, &s)
+	}
+	if err != nil {
+		return fileVersion{}, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	return versionOf(&s), nil
+}
+
+// readState reads the state file and the version it read (from the open
+// file, so the two match).
+func readState(path string) ([]byte, fileVersion, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fileVersion{}, err
+	}
+	defer f.Close()
+	var s unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &s); err != nil {
+		return nil, fileVersion{}, &fs.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	var buf bytes.Buffer
+	buf.Grow(int(s.Size) + 512)
+	if _, err := buf.ReadFrom(f); err != nil {
+		return nil, fileVersion{}, err
+	}
+	return buf.Bytes(), versionOf(&s), nil
+}
+
 // refreshLocked reloads the state when the file changed. n.mu must be held.
 func (n *Node) refreshLocked() error {
-	raw, err := os.ReadFile(n.statePath())
+	ver, err := statVersion(n.statePath)
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
-	if n.st != nil && bytes.Equal(raw, n.raw) {
+	if n.st != nil && ver == n.ver {
 		return nil
+	}
+	raw, ver, err := readState(n.statePath)
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
 	}
 	st, err := decodeState(raw)
 	if err != nil {
-		return fmt.Errorf("sim: %s: %w", n.statePath(), err)
+		return fmt.Errorf("sim: %s: %w", n.statePath, err)
 	}
-	n.st, n.raw = st, raw
+	n.st, n.ver = st, ver
 	n.pruneHandlesLocked()
 	return nil
 }
 
-// saveLocked writes st atomically (temp file + rename) and makes it the
-// cached state. n.mu and the file lock must be held.
-func (n *Node) saveLocked(st *state) error {
+// saveLocked writes st atomically (temp file + rename) as the version after
+// prev and makes it the cached state. n.mu and the file lock must be held.
+func (n *Node) saveLocked(st *state, prev fileVersion) error {
 	st.Generation++
 	raw, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
 	raw = append(raw, '\n')
-	if err := writeFileAtomic(n.statePath(), raw, 0o644); err != nil {
+	stamp := func(tmp string) error { return stampAfter(tmp, prev.mtime) }
+	if err := writeFileAtomic(n.statePath, raw, 0o644, stamp); err != nil {
 		return err
 	}
-	n.st, n.raw = st, raw
+	ver, err := statVersion(n.statePath)
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	n.st, n.ver = st, ver
 	n.pruneHandlesLocked()
 	return nil
 }
@@ -390,30 +460,30 @@ func (n *Node) transact(fn func(st *state) error) error {
 }
 
 func (n *Node) transactLocked(fn func(st *state) error) error {
-	unlock, err := lockFile(n.lockPath())
+	unlock, err := lockFile(n.lockPath)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	raw, err := os.ReadFile(n.statePath())
+	raw, ver, err := readState(n.statePath)
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
 	st, err := decodeState(raw)
 	if err != nil {
-		return fmt.Errorf("sim: %s: %w", n.statePath(), err)
+		return fmt.Errorf("sim: %s: %w", n.statePath, err)
 	}
 	ferr := fn(st)
 	if ferr == nil || st.forceSave {
-		if err := n.saveLocked(st); err != nil {
+		if err := n.saveLocked(st, ver); err != nil {
 			return err
 		}
 		return ferr
 	}
 	// fn failed and may have half-changed st: keep the file's version.
-	if !bytes.Equal(raw, n.raw) {
+	if ver != n.ver {
 		if fresh, err := decodeState(raw); err == nil {
-			n.st, n.raw = fresh, raw
+			n.st, n.ver = fresh, ver
 			n.pruneHandlesLocked()
 		}
 	}
@@ -514,9 +584,9 @@ func lockFile(path string) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
-// writeFileAtomic writes data to a temp file in path's directory and renames
-// it over path.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+// writeFileAtomic writes data to a temp file in path's directory, calls
+// prepare (if not nil) on the temp file, and renames it over path.
+func writeFileAtomic(path string, data []byte, perm os.FileMode, prepare func(tmp string) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
@@ -524,7 +594,11 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	tmp := f.Name()
 	_, werr := f.Write(data)
 	cerr := f.Close()
-	if err := errors.Join(werr, cerr, os.Chmod(tmp, perm)); err != nil {
+	err = errors.Join(werr, cerr, os.Chmod(tmp, perm))
+	if err == nil && prepare != nil {
+		err = prepare(tmp)
+	}
+	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("sim: %w", err)
 	}
@@ -533,6 +607,27 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("sim: %w", err)
 	}
 	return nil
+}
+
+// stampAfter sets the mtime of the file at path to the current time, or to
+// just after prevMtime (nanoseconds) if the clock is not past it, so that
+// mtimes of successive state file versions strictly increase. On a file
+// system that stores coarser timestamps than it was given, it moves the
+// mtime to 2s after prevMtime's second instead.
+func stampAfter(path string, prevMtime int64) error {
+	t := time.Now()
+	if t.UnixNano() <= prevMtime {
+		t = time.Unix(0, prevMtime+1)
+	}
+	if err := os.Chtimes(path, t, t); err != nil {
+		return err
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.ModTime().UnixNano() > prevMtime {
+		return err
+	}
+	t = time.Unix(0, prevMtime).Truncate(time.Second).Add(2 * time.Second)
+	return os.Chtimes(path, t, t)
 }
 
 // newUUID returns a random (version 4) UUID in canonical form.
