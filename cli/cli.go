@@ -58,14 +58,14 @@ type nodeFlags struct {
 
 func (n *nodeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.simulate, "simulate", os.Getenv("GPUMUX_SIMULATE"), "use the simulated node `NAME` (dgxa100, dgxh100, dgxh200) instead of the real GPUs (env GPUMUX_SIMULATE)")
-	fs.StringVar(&n.stateDir, "state-dir", envOr("GPUMUX_STATE_DIR", plugin.DefaultStateDir), "gpumux state `DIR`, shared with the plugin (env GPUMUX_STATE_DIR)")
+	fs.StringVar(&n.stateDir, "state-dir", os.Getenv("GPUMUX_STATE_DIR"), "gpumux state `DIR`, shared with the plugin (env GPUMUX_STATE_DIR; default: the config's state_dir, else "+plugin.DefaultStateDir+")")
 	fs.StringVar(&n.config, "config", os.Getenv("GPUMUX_CONFIG"), "node config `FILE` (the plugin block's config body, HCL) to show shares under its layout (env GPUMUX_CONFIG)")
 }
 
 // load reads the node config (if any) and opens the GPUs it names. Flags
 // override the file's simulate and state_dir.
 func (n *nodeFlags) load() (*plugin.Config, *gpu.Host, error) {
-	cfg := &plugin.Config{}
+	cfg := &plugin.Config{StateDir: plugin.DefaultStateDir}
 	if n.config != "" {
 		src, err := os.ReadFile(n.config)
 		if err != nil {
@@ -89,13 +89,6 @@ func (n *nodeFlags) load() (*plugin.Config, *gpu.Host, error) {
 		h, err = gpu.OpenNVML()
 	}
 	return cfg, h, err
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }
 
 // parseFlags parses a command's flags; it returns an exit code when the

@@ -77,7 +77,7 @@ func status(ctx context.Context, nf *nodeFlags) (*Status, error) {
 func printStatus(w io.Writer, st *Status) {
 	fmt.Fprintf(w, "Driver %s, CUDA %s, %d GPUs\n\n", st.Node.DriverVersion, st.Node.CUDAVersion, len(st.Node.GPUs))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tMODEL\tUUID\tMEMORY\tSMS\tCC\tMIG")
+	fmt.Fprintln(tw, "GPU (└ GI/CI)\tMODEL\tUUID\tMEMORY\tSMS\tCC\tMIG")
 	for _, g := range st.Node.GPUs {
 		mode := "n/a"
 		if g.MIGCapable {
@@ -85,7 +85,7 @@ func printStatus(w io.Writer, st *Status) {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d MiB\t%d\t%s\t%s\n", g.Index, g.Model, g.UUID, g.MemoryMiB, g.SMCount, g.ComputeCapability, mode)
 		for _, m := range g.MIGInstances {
-			fmt.Fprintf(tw, "  └ %s\t%s\t%s\t%d MiB\t%d\tGI %d CI %d at %s\tcaps %d,%d\n", "", m.Profile, m.UUID, m.MemoryMiB, m.SMCount, m.GIID, m.CIID, m.Placement, m.GICapMinor, m.CICapMinor)
+			fmt.Fprintf(tw, "└ %d/%d\t%s\t%s\t%d MiB\t%d\t\tat %s, caps %d,%d\n", m.GIID, m.CIID, m.Profile, m.UUID, m.MemoryMiB, m.SMCount, m.Placement, m.GICapMinor, m.CICapMinor)
 		}
 	}
 	tw.Flush()

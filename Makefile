@@ -1,0 +1,102 @@
+# gpumux build, test and demo entry points. `make test` works on a fresh
+# Debian 12 machine with Go, as root, from a clean clone: it installs the
+# Debian packages it needs, builds Nomad from the Go module proxy (cached in
+# $(GPUMUX_CACHE)), builds the binaries and runs unit and e2e tests.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+GO ?= go
+# A fresh machine may have Go in /usr/local/go/bin but not on PATH.
+ifeq ($(shell command -v $(GO) 2>/dev/null),)
+export PATH := $(PATH):/usr/local/go/bin
+endif
+
+NOMAD_VERSION := 1.10.5
+GPUMUX_CACHE ?= $(HOME)/.cache/gpumux
+NOMAD_BIN ?= $(GPUMUX_CACHE)/nomad-v$(NOMAD_VERSION)/nomad
+export GPUMUX_CACHE NOMAD_BIN
+
+BIN_DIR := bin
+# Nomad loads every file in plugin_dir as a plugin, so the device plugin
+# lives alone in bin/plugins; the other commands go to bin/.
+PLUGIN_DIR := $(BIN_DIR)/plugins
+PLUGIN := nomad-device-gpumux
+# Read by e2e/nomadagent.DefaultPluginDir.
+export GPUMUX_PLUGIN_DIR := $(abspath $(PLUGIN_DIR))
+# Set to 1 once cmd/nomad-device-gpumux exists to make its absence an error.
+REQUIRE_PLUGIN ?= 0
+
+UNIT_TIMEOUT ?= 20m
+E2E_TIMEOUT ?= 40m
+# e2e packages run one at a time (-p 1): all Nomad agents on a host share
+# the /nomad cgroups (v1) and the machine has 2 cores.
+E2E_FLAGS ?= -v
+
+.PHONY: all build nomad deps test test-unit test-e2e bench demo clean fmt vet
+
+all: build
+
+## build: go build every command under cmd/ into bin/, the plugin into bin/plugins/
+build:
+	@mkdir -p $(BIN_DIR) $(PLUGIN_DIR)
+	@pkgs="$$($(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./cmd/...)"; \
+	if [[ -z "$$pkgs" ]]; then \
+		echo "build: no commands under cmd/ yet"; \
+	else \
+		echo "build:" $$pkgs; \
+		$(GO) build -o $(BIN_DIR)/ $$pkgs; \
+	fi
+	@if [[ -f $(BIN_DIR)/$(PLUGIN) ]]; then \
+		mv -f $(BIN_DIR)/$(PLUGIN) $(PLUGIN_DIR)/$(PLUGIN); \
+		echo "build: plugin at $(PLUGIN_DIR)/$(PLUGIN)"; \
+	elif [[ "$(REQUIRE_PLUGIN)" == 1 ]]; then \
+		echo "build: ERROR: cmd/$(PLUGIN) did not produce a binary" >&2; exit 1; \
+	else \
+		echo "build: WARNING: cmd/$(PLUGIN) not present yet; no plugin built"; \
+	fi
+
+## nomad: build the Nomad agent (v$(NOMAD_VERSION)) into $(GPUMUX_CACHE) if needed
+nomad:
+	scripts/build-nomad.sh
+
+## deps: install missing Debian packages (gcc, libc6-dev, make, ...)
+deps:
+	scripts/install-deps.sh
+
+## test: unit tests (race) then e2e tests against a real Nomad dev agent
+test: deps nomad build
+	$(MAKE) --no-print-directory test-unit
+	$(MAKE) --no-print-directory test-e2e
+
+test-unit:
+	$(GO) test -race -timeout $(UNIT_TIMEOUT) ./...
+
+test-e2e:
+	@test -x "$(NOMAD_BIN)" || { echo "test-e2e: $(NOMAD_BIN) missing; run 'make nomad'" >&2; exit 1; }
+	@[[ $$(id -u) == 0 ]] || { echo "test-e2e: must run as root (Nomad exec driver)" >&2; exit 1; }
+	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) $(E2E_FLAGS) ./e2e/...
+
+## bench: all benchmarks
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## demo: run the demo (scripts/demo.sh, to be written)
+demo: deps nomad build
+	@if [[ -x scripts/demo.sh ]]; then \
+		scripts/demo.sh; \
+	else \
+		echo "demo: scripts/demo.sh not written yet" >&2; exit 1; \
+	fi
+
+clean:
+	rm -rf $(BIN_DIR)
+
+fmt:
+	@files="$$(find . -name '*.go' -not -path './.git/*' -not -path './.cache/*')"; \
+	if [[ -n "$$files" ]]; then gofmt -s -w $$files; fi
+
+vet:
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./...

@@ -1,0 +1,664 @@
+// Package nomadagent drives a real Nomad dev agent (`nomad agent -dev`) from
+// Go tests: it writes the agent configuration, starts the agent in its own
+// process group, waits until the client node is ready, talks to it through
+// the HTTP API and, on cleanup, stops it and asserts that nothing (agent,
+// executors, logmon, task processes, mounts) is left behind.
+//
+// The package itself has no build tag so that `go vet ./...` covers it; the
+// tests that use it carry the `e2e` build tag.
+package nomadagent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+const (
+	// NomadVersion is the Nomad version the harness is written against
+	// (built by scripts/build-nomad.sh).
+	NomadVersion = "1.10.5"
+
+	// PluginName is the name of the gpumux device plugin binary in
+	// plugin_dir and of its `plugin` block in the agent configuration.
+	PluginName = "nomad-device-gpumux"
+
+	// FingerprintDenylist keeps the agent from probing cloud metadata
+	// endpoints (which would stall fingerprinting without network).
+	FingerprintDenylist = "env_aws,env_gce,env_azure,env_digitalocean"
+
+	// markerEnv is set in the agent's environment (and so inherited by the
+	// executor and logmon processes it spawns) to find its processes later.
+	markerEnv = "GPUMUX_E2E_AGENT"
+)
+
+// DefaultNomadBin returns the Nomad binary to use: $NOMAD_BIN, else the
+// cache path scripts/build-nomad.sh builds into
+// (${GPUMUX_CACHE:-$HOME/.cache/gpumux}/nomad-v1.10.5/nomad).
+func DefaultNomadBin() string {
+	if b := os.Getenv("NOMAD_BIN"); b != "" {
+		return b
+	}
+	cache := os.Getenv("GPUMUX_CACHE")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			home = "/root"
+		}
+		cache = filepath.Join(home, ".cache", "gpumux")
+	}
+	return filepath.Join(cache, "nomad-v"+NomadVersion, "nomad")
+}
+
+// DefaultPluginDir returns the plugin dir holding the built gpumux plugin:
+// $GPUMUX_PLUGIN_DIR (set by the Makefile), else bin/plugins at the module
+// root (found by walking up from the working directory to go.mod), where
+// `make build` puts it.
+func DefaultPluginDir() string {
+	if d := os.Getenv("GPUMUX_PLUGIN_DIR"); d != "" {
+		return d
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return filepath.Join("bin", "plugins")
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return filepath.Join(d, "bin", "plugins")
+		}
+		if filepath.Dir(d) == d {
+			return filepath.Join(dir, "bin", "plugins")
+		}
+	}
+}
+
+type config struct {
+	bin          string
+	pluginDir    string
+	pluginConfig *string
+	extraConfig  []string
+	env          []string
+	logLevel     string
+	drivers      []string
+	devices      [][2]string
+	readyTimeout time.Duration
+	stopTimeout  time.Duration
+}
+
+// Option configures Start.
+type Option func(*config)
+
+// WithNomadBin overrides the Nomad binary (default DefaultNomadBin()).
+func WithNomadBin(path string) Option { return func(c *config) { c.bin = path } }
+
+// WithPluginDir sets the agent's plugin_dir (default: an empty temp dir).
+// Nomad loads every file in it as a plugin; the gpumux plugin must be named
+// PluginName.
+func WithPluginDir(dir string) Option { return func(c *config) { c.pluginDir = dir } }
+
+// WithPluginConfig adds
+//
+//	plugin "nomad-device-gpumux" { config { <body> } }
+//
+// to the agent configuration; body is HCL text. Without this option no
+// plugin block is written.
+func WithPluginConfig(body string) Option {
+	return func(c *config) { c.pluginConfig = &body }
+}
+
+// WithAgentConfig appends raw top-level HCL to the agent configuration
+// (e.g. `plugin "exec" { config { ... } }`). Do not add a second `client`
+// block; use separate options for client settings.
+func WithAgentConfig(hcl string) Option {
+	return func(c *config) { c.extraConfig = append(c.extraConfig, hcl) }
+}
+
+// WithEnv adds KEY=VALUE entries to the agent's environment (inherited by
+// the plugins it launches).
+func WithEnv(kv ...string) Option { return func(c *config) { c.env = append(c.env, kv...) } }
+
+// WithLogLevel sets the agent log_level (default DEBUG).
+func WithLogLevel(level string) Option { return func(c *config) { c.logLevel = level } }
+
+// WithDrivers sets the task drivers that must be detected and healthy
+// before Start returns (default: "exec"). WithDrivers() waits for none.
+func WithDrivers(names ...string) Option { return func(c *config) { c.drivers = names } }
+
+// WaitForDevice makes Start also wait until the node fingerprints a device
+// group with this vendor and type and at least one instance. May be given
+// several times.
+func WaitForDevice(vendor, typ string) Option {
+	return func(c *config) { c.devices = append(c.devices, [2]string{vendor, typ}) }
+}
+
+// WithReadyTimeout bounds how long Start waits for the node to be ready
+// (default 90s; ctx may end it earlier).
+func WithReadyTimeout(d time.Duration) Option { return func(c *config) { c.readyTimeout = d } }
+
+// WithStopTimeout bounds how long Stop waits after SIGINT before it SIGKILLs
+// the process group (default 60s).
+func WithStopTimeout(d time.Duration) Option { return func(c *config) { c.stopTimeout = d } }
+
+// Agent is a running Nomad dev agent.
+type Agent struct {
+	// Dir is the test's temp dir holding the config and the log.
+	Dir string
+	// DataDir is the agent's data_dir (short path outside Dir, because
+	// unix socket paths inside alloc dirs are limited to 108 bytes).
+	DataDir    string
+	PluginDir  string
+	ConfigPath string
+	LogPath    string
+	// HTTPAddr is the base URL of the HTTP API, e.g. http://127.0.0.1:4646.
+	HTTPAddr string
+	// Client is an API client for the agent.
+	Client *api.Client
+	// NodeID is the ID of the agent's client node.
+	NodeID string
+
+	t       testing.TB
+	cfg     config
+	cmd     *exec.Cmd
+	logFile *os.File
+	exited  chan struct{}
+	waitErr error
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start writes an agent configuration, starts `nomad agent -dev` and waits
+// until its client node is ready (and the requested drivers/devices are
+// fingerprinted). It registers a t.Cleanup that stops the agent, prints the
+// agent log if the test failed, and fails the test if anything is left
+// behind. Start calls t.Fatal on error.
+func Start(ctx context.Context, t testing.TB, opts ...Option) *Agent {
+	t.Helper()
+	cfg := config{
+		bin:          DefaultNomadBin(),
+		logLevel:     "DEBUG",
+		drivers:      []string{"exec"},
+		readyTimeout: 90 * time.Second,
+		stopTimeout:  60 * time.Second,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if _, err := os.Stat(cfg.bin); err != nil {
+		t.Fatalf("nomad binary %s: %v (build it with `make nomad` or set NOMAD_BIN)", cfg.bin, err)
+	}
+	if os.Geteuid() != 0 {
+		t.Fatalf("the Nomad e2e harness must run as root (exec driver, cgroups, mounts); euid is %d", os.Geteuid())
+	}
+	if cfg.pluginConfig != nil {
+		p := filepath.Join(cfg.pluginDir, PluginName)
+		if cfg.pluginDir == "" {
+			t.Fatalf("WithPluginConfig needs WithPluginDir (e.g. nomadagent.DefaultPluginDir())")
+		}
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("gpumux plugin %s: %v (build it with `make build`)", p, err)
+		}
+	}
+
+	a := &Agent{t: t, cfg: cfg, Dir: t.TempDir(), exited: make(chan struct{})}
+	dataDir, err := os.MkdirTemp("", "gmx-nomad-")
+	if err != nil {
+		t.Fatalf("creating data dir: %v", err)
+	}
+	a.DataDir = dataDir
+	a.PluginDir = cfg.pluginDir
+	if a.PluginDir == "" {
+		a.PluginDir = filepath.Join(a.Dir, "plugins")
+		if err := os.MkdirAll(a.PluginDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.ConfigPath = filepath.Join(a.Dir, "agent.hcl")
+	a.LogPath = filepath.Join(a.Dir, "agent.log")
+
+	ports, err := freePorts(3)
+	if err != nil {
+		t.Fatalf("choosing ports: %v", err)
+	}
+	hcl := a.renderConfig(ports)
+	if err := os.WriteFile(a.ConfigPath, []byte(hcl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.HTTPAddr = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+
+	a.logFile, err = os.Create(a.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(cfg.bin, "agent", "-dev", "-config="+a.ConfigPath)
+	cmd.Dir = a.Dir
+	cmd.Stdout = a.logFile
+	cmd.Stderr = a.logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = append(filterEnv(os.Environ(), "NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_REGION", "NOMAD_NAMESPACE"),
+		markerEnv+"="+a.DataDir)
+	cmd.Env = append(cmd.Env, cfg.env...)
+	if err := cmd.Start(); err != nil {
+		a.logFile.Close()
+		os.RemoveAll(a.DataDir)
+		t.Fatalf("starting %s: %v", cfg.bin, err)
+	}
+	a.cmd = cmd
+	go func() {
+		a.waitErr = cmd.Wait()
+		close(a.exited)
+	}()
+	t.Logf("nomad agent pid %d, http %s, config %s, log %s, data %s",
+		cmd.Process.Pid, a.HTTPAddr, a.ConfigPath, a.LogPath, a.DataDir)
+
+	t.Cleanup(func() {
+		if err := a.Stop(); err != nil {
+			t.Errorf("stopping nomad agent: %v", err)
+		}
+		if t.Failed() {
+			a.dumpLog()
+		}
+	})
+
+	apiCfg := api.DefaultConfig()
+	apiCfg.Address = a.HTTPAddr
+	a.Client, err = api.NewClient(apiCfg)
+	if err != nil {
+		t.Fatalf("api client: %v", err)
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, cfg.readyTimeout)
+	defer cancel()
+	if err := a.waitReady(wctx); err != nil {
+		t.Fatalf("nomad agent not ready: %v", err)
+	}
+	return a
+}
+
+func (a *Agent) renderConfig(ports []int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "data_dir   = %q\n", a.DataDir)
+	fmt.Fprintf(&b, "plugin_dir = %q\n", a.PluginDir)
+	fmt.Fprintf(&b, "bind_addr  = \"127.0.0.1\"\n")
+	fmt.Fprintf(&b, "log_level  = %q\n", a.cfg.logLevel)
+	fmt.Fprintf(&b, "disable_update_check = true\n\n")
+	fmt.Fprintf(&b, "ports {\n  http = %d\n  rpc  = %d\n  serf = %d\n}\n\n", ports[0], ports[1], ports[2])
+	fmt.Fprintf(&b, "client {\n  options = {\n    \"fingerprint.denylist\" = %q\n  }\n}\n", FingerprintDenylist)
+	if a.cfg.pluginConfig != nil {
+		fmt.Fprintf(&b, "\nplugin %q {\n  config {\n%s\n  }\n}\n", PluginName, *a.cfg.pluginConfig)
+	}
+	for _, x := range a.cfg.extraConfig {
+		fmt.Fprintf(&b, "\n%s\n", x)
+	}
+	return b.String()
+}
+
+// waitReady waits for the node to be ready, with the requested drivers
+// healthy and devices fingerprinted.
+func (a *Agent) waitReady(ctx context.Context) error {
+	var last string
+	for {
+		select {
+		case <-a.exited:
+			return fmt.Errorf("agent exited early (%v)", a.waitErr)
+		default:
+		}
+		ok, why := a.checkReady(ctx)
+		if ok {
+			return nil
+		}
+		last = why
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w; last state: %s", ctx.Err(), last)
+		case <-a.exited:
+			return fmt.Errorf("agent exited early (%v); last state: %s", a.waitErr, last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func (a *Agent) checkReady(ctx context.Context) (bool, string) {
+	q := (&api.QueryOptions{}).WithContext(ctx)
+	nodes, _, err := a.Client.Nodes().List(q)
+	if err != nil {
+		return false, "listing nodes: " + err.Error()
+	}
+	if len(nodes) == 0 {
+		return false, "no client node registered yet"
+	}
+	if len(nodes) > 1 {
+		return false, fmt.Sprintf("%d nodes registered, want 1", len(nodes))
+	}
+	a.NodeID = nodes[0].ID
+	node, _, err := a.Client.Nodes().Info(a.NodeID, q)
+	if err != nil {
+		return false, "node info: " + err.Error()
+	}
+	if node.Status != api.NodeStatusReady {
+		return false, fmt.Sprintf("node %s status %q", node.ID, node.Status)
+	}
+	for _, d := range a.cfg.drivers {
+		di := node.Drivers[d]
+		if di == nil || !di.Detected || !di.Healthy {
+			desc := "not fingerprinted"
+			if di != nil {
+				desc = fmt.Sprintf("detected=%v healthy=%v: %s", di.Detected, di.Healthy, di.HealthDescription)
+			}
+			return false, fmt.Sprintf("driver %q %s", d, desc)
+		}
+	}
+	for _, want := range a.cfg.devices {
+		found := false
+		if node.NodeResources != nil {
+			for _, g := range node.NodeResources.Devices {
+				if g.Vendor == want[0] && g.Type == want[1] && len(g.Instances) > 0 {
+					found = true
+				}
+			}
+		}
+		if !found {
+			return false, fmt.Sprintf("no device %s/%s fingerprinted yet", want[0], want[1])
+		}
+	}
+	return true, ""
+}
+
+// Exited is closed when the agent process has exited.
+func (a *Agent) Exited() <-chan struct{} { return a.exited }
+
+// Stop stops the agent (SIGINT, wait up to the stop timeout, then SIGKILL
+// to its process group), then checks that no process and no mount of this
+// agent is left. It returns an error describing anything left behind (and
+// then kills/unmounts those so later tests are not affected). The data dir
+// is removed when nothing is mounted under it. Stop is idempotent; Start's
+// cleanup calls it.
+func (a *Agent) Stop() error {
+	a.stopOnce.Do(func() { a.stopErr = a.stop() })
+	return a.stopErr
+}
+
+func (a *Agent) stop() error {
+	var errs []error
+	pid := a.cmd.Process.Pid
+	select {
+	case <-a.exited:
+		errs = append(errs, fmt.Errorf("agent had already exited before Stop: %v", a.waitErr))
+	default:
+		_ = syscall.Kill(pid, syscall.SIGINT)
+		select {
+		case <-a.exited:
+			a.t.Logf("nomad agent exited after SIGINT (%v)", a.waitErr)
+		case <-time.After(a.cfg.stopTimeout):
+			errs = append(errs, fmt.Errorf("agent pid %d still running %v after SIGINT; sent SIGKILL to its process group", pid, a.cfg.stopTimeout))
+		}
+	}
+	// Whatever is still in the agent's process group goes now.
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	select {
+	case <-a.exited:
+	case <-time.After(10 * time.Second):
+		errs = append(errs, fmt.Errorf("agent pid %d did not exit after SIGKILL", pid))
+	}
+	a.logFile.Close()
+
+	// Executors/logmon may need a moment to notice the agent is gone.
+	var procs []Proc
+	var mounts []string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		procs, mounts, err = a.Leftovers()
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		if len(procs) == 0 && len(mounts) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(procs) > 0 {
+		var lines []string
+		for _, p := range procs {
+			lines = append(lines, p.String())
+			_ = syscall.Kill(p.PID, syscall.SIGKILL)
+		}
+		errs = append(errs, fmt.Errorf("%d process(es) left behind (now killed):\n  %s", len(procs), strings.Join(lines, "\n  ")))
+	}
+	if len(mounts) > 0 {
+		// Unmount deepest first so that removing the data dir cannot reach
+		// through a bind mount.
+		for i := len(mounts) - 1; i >= 0; i-- {
+			_ = syscall.Unmount(mounts[i], syscall.MNT_DETACH)
+		}
+		errs = append(errs, fmt.Errorf("%d mount(s) left under %s (now detached):\n  %s", len(mounts), a.DataDir, strings.Join(mounts, "\n  ")))
+	}
+	if _, rest, err := a.Leftovers(); err == nil && len(rest) == 0 {
+		if err := os.RemoveAll(a.DataDir); err != nil {
+			errs = append(errs, fmt.Errorf("removing data dir: %w", err))
+		}
+	} else {
+		errs = append(errs, fmt.Errorf("not removing data dir %s: mounts remain: %v", a.DataDir, rest))
+	}
+	return errors.Join(errs...)
+}
+
+// Proc is a process found by Leftovers.
+type Proc struct {
+	PID     int
+	Cmdline string
+	// Why says how it was attributed to the agent.
+	Why string
+}
+
+func (p Proc) String() string { return fmt.Sprintf("pid %d (%s): %s", p.PID, p.Why, p.Cmdline) }
+
+// Leftovers lists live processes that belong to this agent (the agent
+// itself, its process group, anything with the agent's marker environment
+// variable such as `nomad executor` and `nomad logmon`, anything whose
+// command line, root or cwd is under the data dir, such as chrooted exec
+// tasks) and the mount points under the data dir, from /proc/self/mountinfo.
+func (a *Agent) Leftovers() ([]Proc, []string, error) {
+	procs, err := a.leftoverProcs()
+	if err != nil {
+		return nil, nil, err
+	}
+	mounts, err := mountsUnder(a.DataDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return procs, mounts, nil
+}
+
+func (a *Agent) leftoverProcs() ([]Proc, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	self := os.Getpid()
+	agentPID := a.cmd.Process.Pid
+	marker := []byte(markerEnv + "=" + a.DataDir + "\x00")
+	var out []Proc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		dir := filepath.Join("/proc", e.Name())
+		stat, err := os.ReadFile(filepath.Join(dir, "stat"))
+		if err != nil {
+			continue // gone
+		}
+		state, pgid := parseStat(stat)
+		if state == "Z" || state == "X" {
+			continue // zombies hold no resources
+		}
+		cmdline, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
+		cl := strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
+		var why string
+		switch {
+		case pid == agentPID:
+			why = "agent"
+		case pgid == agentPID:
+			why = "agent process group"
+		case strings.Contains(cl, a.DataDir):
+			why = "command line names data dir"
+		}
+		if why == "" {
+			if env, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil &&
+				(bytes.Contains(env, marker) || bytes.HasSuffix(env, marker[:len(marker)-1])) {
+				why = "inherited agent environment"
+			}
+		}
+		if why == "" {
+			for _, l := range []string{"root", "cwd"} {
+				if p, err := os.Readlink(filepath.Join(dir, l)); err == nil && under(p, a.DataDir) {
+					why = l + " " + p
+					break
+				}
+			}
+		}
+		if why != "" {
+			out = append(out, Proc{PID: pid, Cmdline: cl, Why: why})
+		}
+	}
+	return out, nil
+}
+
+// parseStat returns the state and process group from /proc/PID/stat.
+func parseStat(b []byte) (state string, pgid int) {
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return "", 0
+	}
+	f := strings.Fields(s[i+1:])
+	// fields after comm: state ppid pgrp ...
+	if len(f) < 3 {
+		return "", 0
+	}
+	pgid, _ = strconv.Atoi(f[2])
+	return f[0], pgid
+}
+
+// mountsUnder returns the mount points at or under dir, in mountinfo order.
+func mountsUnder(dir string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMountPath(f[4])
+		if under(mp, dir) {
+			out = append(out, mp)
+		}
+	}
+	return out, nil
+}
+
+func under(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// unescapeMountPath decodes the octal escapes (\040 etc.) of mountinfo.
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// dumpLog prints the tail of the agent log to the test log.
+func (a *Agent) dumpLog() {
+	const max = 256 << 10
+	f, err := os.Open(a.LogPath)
+	if err != nil {
+		a.t.Logf("agent log %s: %v", a.LogPath, err)
+		return
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > max {
+		_, _ = f.Seek(fi.Size()-max, io.SeekStart)
+		a.t.Logf("agent log %s is %d bytes; last %d bytes follow", a.LogPath, fi.Size(), max)
+	}
+	b, _ := io.ReadAll(f)
+	a.t.Logf("----- nomad agent log (%s) -----\n%s\n----- end of nomad agent log -----", a.LogPath, b)
+	if dir := os.Getenv("GPUMUX_E2E_LOGDIR"); dir != "" {
+		name := strings.NewReplacer("/", "_", " ", "_").Replace(a.t.Name()) + ".nomad.log"
+		if err := os.MkdirAll(dir, 0o755); err == nil {
+			if full, err := os.ReadFile(a.LogPath); err == nil {
+				_ = os.WriteFile(filepath.Join(dir, name), full, 0o644)
+			}
+		}
+	}
+}
+
+// Log returns the agent log so far.
+func (a *Agent) Log() string {
+	b, _ := os.ReadFile(a.LogPath)
+	return string(b)
+}
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func filterEnv(env []string, drop ...string) []string {
+	out := env[:0:0]
+next:
+	for _, kv := range env {
+		for _, d := range drop {
+			if strings.HasPrefix(kv, d+"=") {
+				continue next
+			}
+		}
+		out = append(out, kv)
+	}
+	return out
+}
