@@ -25,8 +25,8 @@ PLUGIN_DIR := $(BIN_DIR)/plugins
 PLUGIN := nomad-device-gpumux
 # Read by e2e/nomadagent.DefaultPluginDir.
 export GPUMUX_PLUGIN_DIR := $(abspath $(PLUGIN_DIR))
-# Set to 1 once cmd/nomad-device-gpumux exists to make its absence an error.
-REQUIRE_PLUGIN ?= 0
+# A missing plugin binary is an error (set 0 to build a tree without it).
+REQUIRE_PLUGIN ?= 1
 
 UNIT_TIMEOUT ?= 20m
 E2E_TIMEOUT ?= 40m
@@ -34,7 +34,7 @@ E2E_TIMEOUT ?= 40m
 # the /nomad cgroups (v1) and the machine has 2 cores.
 E2E_FLAGS ?= -v
 
-.PHONY: all build nomad deps test test-unit test-e2e bench demo clean fmt vet
+.PHONY: all build nomad deps test test-unit test-e2e bench demo gpu-bin clean fmt vet
 
 all: build
 
@@ -82,16 +82,19 @@ test-e2e:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-## demo: run the demo (scripts/demo.sh, to be written)
+## demo: Nomad dev agent + plugin on a simulated 8×H200 node running examples/jobs (root)
 demo: deps nomad build
-	@if [[ -x scripts/demo.sh ]]; then \
-		scripts/demo.sh; \
-	else \
-		echo "demo: scripts/demo.sh not written yet" >&2; exit 1; \
-	fi
+	scripts/demo.sh
+
+## gpu-bin: GPU-tagged test binaries and the CLI in .devbin/, to run on a GPU machine (docs/validation.md)
+gpu-bin:
+	@mkdir -p .devbin
+	$(GO) test -c -tags gpu -ldflags='-s -w' -o .devbin/gpu.test ./gpu/
+	$(GO) test -c -tags gpu -ldflags='-s -w' -o .devbin/plugin.test ./plugin/
+	$(GO) build -ldflags='-s -w' -o .devbin/gpumux ./cmd/gpumux
 
 clean:
-	rm -rf $(BIN_DIR)
+	rm -rf $(BIN_DIR) .devbin
 
 fmt:
 	@files="$$(find . -name '*.go' -not -path './.git/*' -not -path './.cache/*')"; \

@@ -37,6 +37,19 @@ gpu {
 	return p, cfg
 }
 
+// BenchmarkInventory is the baseline of BenchmarkFingerprint: the NVML read
+// of the same node alone.
+func BenchmarkInventory(b *testing.B) {
+	p, _ := benchPlugin(b)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.host.Inventory(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkFingerprint measures one complete fingerprint: NVML inventory of 8
 // GPUs and 56 MIG instances, layout assignment, catalog and device groups.
 func BenchmarkFingerprint(b *testing.B) {

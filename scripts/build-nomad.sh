@@ -26,15 +26,23 @@ BIN="$DIR/nomad"
 log() { echo "build-nomad: $*" >&2; }
 die() { echo "build-nomad: ERROR: $*" >&2; exit 1; }
 
+# version_line BIN: first line of `BIN version` (no pipe: with pipefail, head
+# closing the pipe early could fail the pipeline).
+version_line() {
+	local out
+	out="$("$1" version 2>&1)" || return 1
+	echo "${out%%$'\n'*}"
+}
+
 have_good_binary() {
 	[[ -x "$BIN" ]] || return 1
 	local v
-	v="$("$BIN" version 2>/dev/null | head -n1)" || return 1
-	[[ "$v" == "Nomad v$NOMAD_VERSION" || "$v" == "Nomad v$NOMAD_VERSION "* ]]
+	v="$(version_line "$BIN")" || return 1
+	[[ "$v" == "Nomad v$NOMAD_VERSION" ]]
 }
 
 if have_good_binary; then
-	log "up to date: $BIN ($("$BIN" version | head -n1))"
+	log "up to date: $BIN ($(version_line "$BIN"))"
 	echo "$BIN"
 	exit 0
 fi
@@ -99,8 +107,8 @@ trap 'rm -f "$tmpbin"' EXIT
 		-o "$tmpbin" github.com/hashicorp/nomad
 ) || die "go build of nomad v$NOMAD_VERSION failed (see output above)"
 
-v="$("$tmpbin" version 2>&1 | head -n1)" || die "built binary does not run: $v"
-[[ "$v" == "Nomad v$NOMAD_VERSION"* ]] || die "built binary reports '$v', want 'Nomad v$NOMAD_VERSION'"
+v="$(version_line "$tmpbin")" || die "built binary $tmpbin does not run: $("$tmpbin" version 2>&1)"
+[[ "$v" == "Nomad v$NOMAD_VERSION" ]] || die "built binary reports '$v', want 'Nomad v$NOMAD_VERSION'"
 mv -f "$tmpbin" "$BIN"
 log "built $BIN ($v) in $((SECONDS - start))s"
 echo "$BIN"

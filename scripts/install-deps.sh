@@ -29,7 +29,7 @@ fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
-	if ! dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed'; then
+	if [[ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" != installed ]]; then
 		missing+=("$p")
 	fi
 done

@@ -14,7 +14,7 @@ import (
 
 // testNode is a simulated 8×H200 node whose GPU 7 carries 1× 3g.71gb and
 // 2× 2g.35gb, plus a GPU without MIG support appended as index 8.
-func testNode(t *testing.T) *gpu.Node {
+func testNode(t testing.TB) *gpu.Node {
 	t.Helper()
 	ctx := context.Background()
 	h, err := gpu.OpenSimulated("dgxh200", t.TempDir())
