@@ -11,43 +11,33 @@ import (
 // to finish the change, it returns an error wrapping ErrResetRequired; gpumux
 // never resets a GPU on its own.
 func (h *Host) EnableMIG(ctx context.Context, index int) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	dev, err := h.device(index)
-	if err != nil {
-		return err
-	}
-	ret, activation := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
-	if ret != nvml.SUCCESS {
-		return fmt.Errorf("GPU %d: enabling MIG mode: %w", index, nvmlError(ret))
-	}
-	current, _, ret := dev.GetMigMode()
-	if ret != nvml.SUCCESS {
-		return fmt.Errorf("GPU %d: reading MIG mode: %w", index, nvmlError(ret))
-	}
-	if current != nvml.DEVICE_MIG_ENABLE {
-		return fmt.Errorf("GPU %d: MIG mode is pending (activation status %v): %w", index, activation, ErrResetRequired)
-	}
-	return h.refreshDeviceNodes()
+	return h.change(ctx, index, func(dev nvml.Device) error {
+		ret, activation := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("GPU %d: enabling MIG mode: %w", index, nvmlError(ret))
+		}
+		current, _, ret := dev.GetMigMode()
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("GPU %d: reading MIG mode: %w", index, nvmlError(ret))
+		}
+		if current != nvml.DEVICE_MIG_ENABLE {
+			return fmt.Errorf("GPU %d: MIG mode is pending (activation status %v): %w", index, activation, ErrResetRequired)
+		}
+		return nil
+	})
 }
 
 // CreateMIGInstance creates a GPU instance of the named profile at placement
 // on GPU index, with one full-size compute instance. On any
 // failure nothing is left behind.
-func (h *Host) CreateMIGInstance(ctx context.Context, index int, profile MIGProfile, at Placement) (err error) {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	dev, err := h.device(index)
-	if err != nil {
-		return err
-	}
-	info, ret := h.giProfileInfo(dev, profile.GIProfileID)
+func (h *Host) CreateMIGInstance(ctx context.Context, index int, profile MIGProfile, at Placement) error {
+	return h.change(ctx, index, func(dev nvml.Device) error {
+		return createInstance(dev, index, profile, at)
+	})
+}
+
+func createInstance(dev nvml.Device, index int, profile MIGProfile, at Placement) (err error) {
+	info, ret := giProfileInfo(dev, profile.GIProfileID)
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("GPU %d: profile %s: %w", index, profile.Name, nvmlError(ret))
 	}
@@ -67,21 +57,18 @@ func (h *Host) CreateMIGInstance(ctx context.Context, index int, profile MIGProf
 	if _, ret := gi.CreateComputeInstance(&ciInfo); ret != nvml.SUCCESS {
 		return fmt.Errorf("GPU %d: creating compute instance in %s: %w", index, profile.Name, nvmlError(ret))
 	}
-	return h.refreshDeviceNodes()
+	return nil
 }
 
 // DestroyMIGInstance destroys the compute instances of GPU instance giID on GPU
 // index, then the GPU instance. NVML refuses (ERROR_IN_USE) while processes run.
 func (h *Host) DestroyMIGInstance(ctx context.Context, index, giID int) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	dev, err := h.device(index)
-	if err != nil {
-		return err
-	}
+	return h.change(ctx, index, func(dev nvml.Device) error {
+		return destroyInstance(dev, index, giID)
+	})
+}
+
+func destroyInstance(dev nvml.Device, index, giID int) error {
 	gi, ret := dev.GetGpuInstanceById(giID)
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("GPU %d: GPU instance %d: %w", index, giID, nvmlError(ret))
@@ -104,7 +91,7 @@ func (h *Host) DestroyMIGInstance(ctx context.Context, index, giID int) error {
 	if ret := gi.Destroy(); ret != nvml.SUCCESS {
 		return fmt.Errorf("GPU %d: destroying GPU instance %d: %w", index, giID, nvmlError(ret))
 	}
-	return h.refreshDeviceNodes()
+	return nil
 }
 
 // Processes returns the PIDs of compute processes on a GPU or MIG instance,
@@ -128,15 +115,29 @@ func (h *Host) Processes(ctx context.Context, uuid string) ([]uint32, error) {
 	return pids, nil
 }
 
-func (h *Host) device(index int) (nvml.Device, error) {
+// change runs one MIG change on GPU index under the Host's lock, then brings
+// a simulated node's device nodes up to date (the real driver does that
+// itself).
+func (h *Host) change(ctx context.Context, index int, do func(dev nvml.Device) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	dev, ret := h.lib.DeviceGetHandleByIndex(index)
 	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("GPU %d: %w (%w)", index, nvmlError(ret), ErrNotFound)
+		return fmt.Errorf("GPU %d: %w (%w)", index, nvmlError(ret), ErrNotFound)
 	}
-	return dev, nil
+	if err := do(dev); err != nil {
+		return err
+	}
+	if h.simulated == nil {
+		return nil
+	}
+	return h.simulated.EnsureDeviceNodes()
 }
 
-func (h *Host) giProfileInfo(dev nvml.Device, id int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+func giProfileInfo(dev nvml.Device, id int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
 	for idx := 0; idx < nvml.GPU_INSTANCE_PROFILE_COUNT; idx++ {
 		info, ret := dev.GetGpuInstanceProfileInfo(idx)
 		if ret == nvml.SUCCESS && int(info.Id) == id {
@@ -144,13 +145,4 @@ func (h *Host) giProfileInfo(dev nvml.Device, id int) (nvml.GpuInstanceProfileIn
 		}
 	}
 	return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_FOUND
-}
-
-// refreshDeviceNodes recreates a simulated node's device nodes after a MIG
-// change (the real driver does this itself).
-func (h *Host) refreshDeviceNodes() error {
-	if h.simulated == nil {
-		return nil
-	}
-	return h.simulated.EnsureDeviceNodes()
 }
