@@ -402,3 +402,66 @@ func uuidOf(t *testing.T, n *sim.Node, index int) string {
 	u, _ := dev.GetUUID()
 	return u
 }
+
+func TestMIGXIDMarksOnlyThatInstance(t *testing.T) {
+	stateDir := t.TempDir()
+	_, groups, _, ch := startPlugin(t, stateDir)
+	node, err := sim.Open("dgxh200", stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// GPU 7's 3g.71gb instance sits at 4:4, which is GPU instance 2.
+	if err := node.InjectMigXid(7, 2, 0, 94); err != nil {
+		t.Fatal(err)
+	}
+	healthyBefore := 0
+	for _, g := range groups {
+		healthyBefore += len(g.Devices)
+	}
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case r := <-ch:
+			var sick []*device.Device
+			healthy := 0
+			for _, g := range r.Devices {
+				for _, d := range g.Devices {
+					if d.Healthy {
+						healthy++
+					} else {
+						sick = append(sick, d)
+					}
+				}
+			}
+			if len(sick) == 0 {
+				continue
+			}
+			if len(sick) != 1 || healthy != healthyBefore-1 || !strings.Contains(sick[0].HealthDesc, "XID 94 on MIG GPU instance 2") {
+				t.Fatalf("after a MIG XID: %d unhealthy (%+v), %d healthy of %d", len(sick), sick, healthy, healthyBefore)
+			}
+			if !strings.HasPrefix(sick[0].ID, "MIG-") {
+				t.Errorf("unhealthy share %s is not the MIG instance", sick[0].ID)
+			}
+			return
+		case <-deadline:
+			t.Fatal("the MIG XID never made its instance unhealthy")
+		}
+	}
+}
+
+func TestPeriodicFingerprintSendsEverything(t *testing.T) {
+	_, first, _, ch := startPlugin(t, t.TempDir()) // fingerprint_period = "1s"
+	for i := 0; i < 2; i++ {
+		select {
+		case r := <-ch:
+			if r.Error != nil {
+				t.Fatal(r.Error)
+			}
+			if a, b := ids(first), ids(r.Devices); strings.Join(a, ",") != strings.Join(b, ",") {
+				t.Fatalf("periodic fingerprint %d sent %d devices, the first sent %d", i+1, len(b), len(a))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no periodic fingerprint within 10s of a 1s period")
+		}
+	}
+}

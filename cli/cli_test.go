@@ -1,0 +1,109 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpumux/gpumux/cli"
+)
+
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := cli.Run(context.Background(), args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestStatusTable(t *testing.T) {
+	code, out, errOut := run(t, "status", "--simulate", "dgxh200", "--state-dir", t.TempDir())
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"Driver 580.159.04, CUDA 13.0, 8 GPUs", "NVIDIA H200", "143771 MiB", "nvidia/gpu/H200  exclusive  8"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestStatusJSONWithConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "node.hcl")
+	os.WriteFile(cfg, []byte(`simulate = "dgxa100"
+state_dir = "`+dir+`"
+gpu {
+  match     = "0-1"
+  mechanism = "timeslice"
+  replicas  = 2
+}`), 0o644)
+	code, out, errOut := run(t, "status", "--config", cfg, "--output", "json")
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var st struct {
+		Node   struct{ GPUs []struct{ Model string } }
+		Groups []struct {
+			Name   string
+			Shares []json.RawMessage
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(st.Node.GPUs) != 8 || st.Node.GPUs[0].Model != "NVIDIA A100-SXM4-40GB" {
+		t.Errorf("GPUs %+v", st.Node.GPUs)
+	}
+	got := map[string]int{}
+	for _, g := range st.Groups {
+		got[g.Name] = len(g.Shares)
+	}
+	if got["A100-SXM4-40GB-timeslice-2x"] != 4 || got["A100-SXM4-40GB"] != 6 {
+		t.Errorf("groups %v", got)
+	}
+	// The simulated node persisted where the config said.
+	if _, err := os.Stat(filepath.Join(dir, "sim", "dgxa100", "state.json")); err != nil {
+		t.Errorf("state not under the config's state_dir: %v", err)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.hcl")
+	os.WriteFile(bad, []byte("gpu {\n match = \"0\"\n mechanism = \"timeslice\"\n replicas = 1\n}"), 0o644)
+	tests := []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{nil, cli.ExitUsage, "Usage:"},
+		{[]string{"frobnicate"}, cli.ExitUsage, `unknown command "frobnicate"`},
+		{[]string{"status", "--output", "yaml"}, cli.ExitUsage, `--output "yaml": want table or json`},
+		{[]string{"status", "--bogus"}, cli.ExitUsage, "flag provided but not defined: -bogus"},
+		{[]string{"status", "extra"}, cli.ExitUsage, "unexpected arguments [extra]"},
+		{[]string{"status", "--simulate", "dgx1"}, cli.ExitError, `"dgx1"`},
+		{[]string{"status", "--config", bad, "--simulate", "dgxh200", "--state-dir", dir}, cli.ExitError, "replicas = 1"},
+		{[]string{"status", "--config", filepath.Join(dir, "missing.hcl")}, cli.ExitError, "no such file"},
+	}
+	for _, tc := range tests {
+		code, _, errOut := run(t, tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.stderr) {
+			t.Errorf("gpumux %v: exit %d, stderr %q; want exit %d and %q", tc.args, code, errOut, tc.code, tc.stderr)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	code, out, _ := run(t, "--help")
+	if code != cli.ExitOK || !strings.Contains(out, "gpumux status") {
+		t.Errorf("--help: exit %d\n%s", code, out)
+	}
+	code, _, errOut := run(t, "status", "-h")
+	if code != cli.ExitOK || !strings.Contains(errOut, "--simulate") && !strings.Contains(errOut, "-simulate") {
+		t.Errorf("status -h: exit %d\n%s", code, errOut)
+	}
+}
