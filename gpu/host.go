@@ -34,6 +34,11 @@ type Host struct {
 	simulated *sim.Node
 
 	mu sync.Mutex // serialises NVML calls that change state
+
+	// Tables fixed by the hardware and the loaded driver, read once.
+	cacheMu  sync.Mutex
+	profiles map[string][]MIGProfile // by GPU UUID
+	minors   migMinors               // nil until the table exists
 }
 
 // Option configures a Host.
@@ -53,6 +58,7 @@ func New(lib nvml.Interface, opts ...Option) *Host {
 		devlib:    device.New(lib),
 		devRoot:   "/dev",
 		migMinors: "/proc/driver/nvidia-caps/mig-minors",
+		profiles:  map[string][]MIGProfile{},
 	}
 	for _, o := range opts {
 		o(h)

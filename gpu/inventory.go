@@ -35,7 +35,7 @@ func (h *Host) Inventory(ctx context.Context) (*Node, error) {
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("counting GPUs: %w", nvmlError(ret))
 	}
-	minors, err := readMigMinors(h.migMinors)
+	minors, err := h.cachedMigMinors()
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +104,7 @@ func (h *Host) readGPU(index int, minors migMinors) (GPU, error) {
 		return GPU{}, fmt.Errorf("reading MIG mode: %w", nvmlError(ret))
 	}
 	g.MIGCapable = true
-	if g.MIGProfiles, err = h.readProfiles(dev, g.MemoryMiB<<20); err != nil {
+	if g.MIGProfiles, err = h.cachedProfiles(dev, g.UUID, g.MemoryMiB<<20); err != nil {
 		return GPU{}, err
 	}
 	if g.MIGEnabled {
@@ -147,6 +147,23 @@ func busID(pci nvml.PciInfo) string {
 		b = append(b, byte(c))
 	}
 	return string(b)
+}
+
+// cachedProfiles returns the GPU's MIG profiles, read once per GPU: the table
+// is fixed by the hardware, and reading it is most of an inventory's NVML
+// calls (about 16 profile and placement queries per GPU).
+func (h *Host) cachedProfiles(dev nvml.Device, uuid string, memBytes uint64) ([]MIGProfile, error) {
+	h.cacheMu.Lock()
+	defer h.cacheMu.Unlock()
+	p, ok := h.profiles[uuid]
+	if !ok {
+		var err error
+		if p, err = h.readProfiles(dev, memBytes); err != nil {
+			return nil, err
+		}
+		h.profiles[uuid] = p
+	}
+	return append([]MIGProfile(nil), p...), nil // each snapshot owns its slice
 }
 
 func (h *Host) readProfiles(dev nvml.Device, memBytes uint64) ([]MIGProfile, error) {

@@ -18,6 +18,22 @@ var errNoMigMinors = errors.New("no nvidia-caps mig-minors table")
 // to the minor of the matching /dev/nvidia-caps/nvidia-cap<N>.
 type migMinors map[string]int
 
+// cachedMigMinors reads the driver's mig-minors table once: it is fixed while
+// the driver is loaded, and thousands of lines long on a real node. A table
+// that does not exist yet is looked for again next time.
+func (h *Host) cachedMigMinors() (migMinors, error) {
+	h.cacheMu.Lock()
+	defer h.cacheMu.Unlock()
+	if h.minors == nil {
+		m, err := readMigMinors(h.migMinors)
+		if err != nil {
+			return nil, err
+		}
+		h.minors = m
+	}
+	return h.minors, nil
+}
+
 func readMigMinors(path string) (migMinors, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {

@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# Plugin benchmarks for docs/benchmarks.md: Fingerprint of a simulated 8×H200
-# node with 56 MIG instances, against the NVML inventory alone measured in the
-# same run, and Reserve of one MIG share. Prints medians of COUNT runs.
+# Plugin benchmarks for docs/benchmarks.md: Fingerprint against the NVML
+# inventory alone, measured in the same run, and Reserve. Prints medians of
+# COUNT runs and the ratio.
+#
+#   scripts/bench-plugin.sh                          simulated 8×H200 node with 56 MIG instances (go test)
+#   PLUGIN_TEST=.devbin/plugin.test PREFIX=Real \
+#     scripts/bench-plugin.sh                        the machine's real GPUs (binary from `make gpu-bin`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${COUNT:-7}
-out=$(go test ./plugin/ -run '^$' -bench '^Benchmark(Inventory|Fingerprint|Reserve)$' -benchmem -count "$count")
+prefix=${PREFIX:-}
+pattern="^Benchmark${prefix}(Inventory|Fingerprint|Reserve)\$"
+if [[ -n ${PLUGIN_TEST:-} ]]; then
+	out=$("$PLUGIN_TEST" -test.run '^$' -test.bench "$pattern" -test.benchmem -test.count "$count")
+else
+	out=$(go test ./plugin/ -run '^$' -bench "$pattern" -benchmem -count "$count")
+fi
 echo "$out" | grep -E '^(goos|goarch|cpu):'
-echo "$out" | awk -v count="$count" '
+echo "$out" | awk -v count="$count" -v prefix="$prefix" '
 	/^Benchmark/ {
-		name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
+		name = $1; sub(/-[0-9]+$/, "", name); sub("^Benchmark" prefix, "", name)
 		ns[name] = ns[name] " " $3; bytes[name] = $5; allocs[name] = $7
 	}
 	function median(list,   a, n, i, j, t) {
@@ -20,6 +30,6 @@ echo "$out" | awk -v count="$count" '
 	END {
 		printf "%-12s %14s %12s %10s\n", "benchmark", "median ns/op", "B/op", "allocs/op"
 		split("Inventory Fingerprint Reserve", order, " ")
-		for (k = 1; k <= 3; k++) { n = order[k]; m[n] = median(ns[n]); printf "%-12s %14.0f %12s %10s\n", n, m[n], bytes[n], allocs[n] }
+		for (k = 1; k <= 3; k++) { n = order[k]; m[n] = median(ns[n]); printf "%-12s %14.0f %12s %10s\n", prefix n, m[n], bytes[n], allocs[n] }
 		printf "\nFingerprint / Inventory = %.2f (median of %d runs each, same process)\n", m["Fingerprint"] / m["Inventory"], count
 	}'

@@ -1,0 +1,64 @@
+//go:build gpu
+
+package plugin
+
+import (
+	"context"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// realPlugin starts the plugin on the machine's real GPUs (read-only: no MIG
+// layout declared).
+func realPlugin(b *testing.B) (*Plugin, *Config) {
+	b.Helper()
+	cfg, err := ParseConfig([]byte(`state_dir = "` + b.TempDir() + `"`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := New(hclog.NewNullLogger())
+	if err := p.start(context.Background(), cfg); err != nil {
+		b.Fatal(err)
+	}
+	return p, cfg
+}
+
+// BenchmarkRealInventory is the baseline: the real NVML inventory alone.
+func BenchmarkRealInventory(b *testing.B) {
+	p, _ := realPlugin(b)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.host.Inventory(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRealFingerprint is one complete fingerprint on the real GPUs.
+func BenchmarkRealFingerprint(b *testing.B) {
+	p, cfg := realPlugin(b)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.refresh(ctx, cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRealReserve reserves the first whole GPU.
+func BenchmarkRealReserve(b *testing.B) {
+	p, cfg := realPlugin(b)
+	if _, err := p.refresh(context.Background(), cfg); err != nil {
+		b.Fatal(err)
+	}
+	id := p.catalog.Groups[0].Shares[0].ID
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.Reserve([]string{id}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
