@@ -137,6 +137,7 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, cfg *Config, out chan<- *d
 		return
 	}
 	changed := p.health.watch(ctx, p.host, p.logger)
+	var last []*device.DeviceGroup // the last good fingerprint
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -148,15 +149,40 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, cfg *Config, out chan<- *d
 		case <-changed:
 		}
 		groups, err := p.refresh(ctx, cfg)
-		if err != nil {
+		switch {
+		case err == nil:
+			last = groups
+		case last == nil:
 			p.logger.Error("fingerprint failed", "error", err)
 			send(&device.FingerprintResponse{Error: err})
 			return
+		default:
+			// A fingerprint error makes Nomad stop the plugin for good; after a
+			// good fingerprint, keep the devices known but unusable until the
+			// GPUs can be read again.
+			p.logger.Error("fingerprint failed; marking every share unhealthy until the next one succeeds", "error", err)
+			groups = allUnhealthy(last, fmt.Sprintf("fingerprint failed: %v", err))
 		}
 		if !send(&device.FingerprintResponse{Devices: groups}) {
 			return
 		}
 	}
+}
+
+// allUnhealthy returns a copy of groups whose devices are all unhealthy.
+func allUnhealthy(groups []*device.DeviceGroup, why string) []*device.DeviceGroup {
+	out := make([]*device.DeviceGroup, len(groups))
+	for i, g := range groups {
+		c := *g
+		c.Devices = make([]*device.Device, len(g.Devices))
+		for j, d := range g.Devices {
+			dc := *d
+			dc.Healthy, dc.HealthDesc = false, why
+			c.Devices[j] = &dc
+		}
+		out[i] = &c
+	}
+	return out
 }
 
 // start opens the GPUs once and applies the MIG layouts the config declares.

@@ -2,9 +2,11 @@ package plugin_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/hashicorp/nomad/plugins/shared/structs"
 	"github.com/zclconf/go-cty/cty/msgpack"
 
+	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/plugin"
 )
@@ -463,5 +466,72 @@ func TestPeriodicFingerprintSendsEverything(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("no periodic fingerprint within 10s of a 1s period")
 		}
+	}
+}
+
+// flakyHost fails its inventory while broken is set.
+type flakyHost struct {
+	plugin.Host
+	broken atomic.Bool
+}
+
+func (f *flakyHost) Inventory(ctx context.Context) (*gpu.Node, error) {
+	if f.broken.Load() {
+		return nil, errors.New("NVML: ERROR_GPU_IS_LOST")
+	}
+	return f.Host.Inventory(ctx)
+}
+
+func TestFailedRefreshKeepsDevicesUnhealthy(t *testing.T) {
+	var host *flakyHost
+	open := func(cfg *plugin.Config) (plugin.Host, error) {
+		h, err := gpu.OpenSimulated(cfg.Simulate, cfg.StateDir)
+		host = &flakyHost{Host: h}
+		return host, err
+	}
+	p := plugin.New(hclog.NewNullLogger(), plugin.WithOpen(open))
+	cfg := `simulate = "dgxh200"` + "\n" + `fingerprint_period = "1s"` + "\n" + `state_dir = "` + t.TempDir() + `"`
+	if err := p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, cfg)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := p.Fingerprint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() *device.FingerprintResponse {
+		select {
+		case r, ok := <-ch:
+			if !ok {
+				t.Fatal("fingerprint stream closed")
+			}
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatal("no fingerprint")
+		}
+		return nil
+	}
+	first := next()
+	if first.Error != nil || len(ids(first.Devices)) != 8 {
+		t.Fatalf("first fingerprint %+v", first)
+	}
+	host.broken.Store(true)
+	r := next()
+	if r.Error != nil {
+		t.Fatalf("a failed refresh after a good one sent an error, which makes Nomad stop the plugin: %v", r.Error)
+	}
+	for _, g := range r.Devices {
+		for _, d := range g.Devices {
+			if d.Healthy || !strings.Contains(d.HealthDesc, "ERROR_GPU_IS_LOST") {
+				t.Fatalf("device %s during the failure: healthy %v, %q", d.ID, d.Healthy, d.HealthDesc)
+			}
+		}
+	}
+	host.broken.Store(false)
+	for r = next(); !r.Devices[0].Devices[0].Healthy; r = next() {
+	}
+	if len(ids(r.Devices)) != 8 {
+		t.Errorf("after recovery: %v", ids(r.Devices))
 	}
 }
