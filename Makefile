@@ -13,6 +13,10 @@ ifeq ($(shell command -v $(GO) 2>/dev/null),)
 export PATH := $(PATH):/usr/local/go/bin
 endif
 
+# go-nvml's header marks NVML calls deprecated in CUDA 13; cgo would print a
+# warning for each of them on every cold build.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+
 NOMAD_VERSION := 1.10.5
 GPUMUX_CACHE ?= $(HOME)/.cache/gpumux
 NOMAD_BIN ?= $(GPUMUX_CACHE)/nomad-v$(NOMAD_VERSION)/nomad

@@ -5,10 +5,12 @@ package e2e
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,13 +27,43 @@ func exampleAgentConfig(t *testing.T) (string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stateDir := t.TempDir()
+	// MPS daemons keep their unix sockets under the state dir: keep it short.
+	stateDir, err := os.MkdirTemp("", "gmx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(stateDir) })
 	cfg := strings.Replace(string(src), `state_dir          = "/var/lib/gpumux"`, `state_dir          = "`+stateDir+`"`, 1)
 	cfg = strings.Replace(cfg, `fingerprint_period = "1m"`, `fingerprint_period = "5s"`, 1)
 	if cfg == string(src) {
 		t.Fatal("examples/gpumux-plugin.hcl no longer has the state_dir line this test rewrites")
 	}
 	return cfg, stateDir
+}
+
+// stopMPSDaemons kills the stand-in MPS daemons under stateDir, which the
+// plugin leaves running on purpose (their clients outlive a plugin restart),
+// and fails the test if one does not go away.
+func stopMPSDaemons(t *testing.T, stateDir string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(stateDir, "mps", "*", "pipe", "nvidia-cuda-mps-control.pid"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 {
+			continue
+		}
+		syscall.Kill(pid, syscall.SIGKILL)
+		for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if syscall.Kill(pid, 0) == nil {
+			t.Errorf("MPS daemon %d (%s) survived SIGKILL", pid, f)
+		}
+	}
 }
 
 func readJob(t *testing.T, name string) string {
@@ -68,10 +100,11 @@ func parseProbe(out string) probe {
 func TestPluginSchedulesShares(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	cfg, _ := exampleAgentConfig(t)
+	cfg, stateDir := exampleAgentConfig(t)
 	a := nomadagent.Start(ctx, t,
 		nomadagent.WithPluginDir(nomadagent.DefaultPluginDir()),
 		nomadagent.WithAgentConfig(cfg),
+		nomadagent.WithAfterStop(func() { stopMPSDaemons(t, stateDir) }),
 		nomadagent.WaitForDevice("nvidia", "gpu"))
 
 	// The node advertises the example layout.
@@ -87,8 +120,9 @@ func TestPluginSchedulesShares(t *testing.T) {
 		n         int
 		mechanism string
 	}{
-		"H200": {2, "exclusive"}, "H200-timeslice-4x": {16, "timeslice"},
+		"H200": {1, "exclusive"}, "H200-timeslice-4x": {12, "timeslice"},
 		"H200-mig-3g.71gb": {2, "mig"}, "H200-mig-2g.35gb": {4, "mig"},
+		"H200-mps-25pct": {6, "mps"}, "H200-mps-50pct": {1, "mps"},
 	}
 	for name, w := range wantGroups {
 		g := groups[name]
@@ -113,10 +147,12 @@ func TestPluginSchedulesShares(t *testing.T) {
 		job       string
 		wantGroup []string // groups the share may come from
 		caps      bool     // MIG: two nvidia-caps nodes and CUDA_VISIBLE_DEVICES
+		mps       bool     // MPS: the pipe directory and the share's limits
 	}{
-		{"timeslice", []string{"H200-timeslice-4x"}, false},
-		{"mig", []string{"H200-mig-2g.35gb"}, true}, // 30–40 GiB: only 2g.35gb (32.5 GiB) on this node
-		{"exclusive", []string{"H200"}, false},
+		{"timeslice", []string{"H200-timeslice-4x"}, false, false},
+		{"mig", []string{"H200-mig-2g.35gb"}, true, false}, // 30–40 GiB: only 2g.35gb (32.5 GiB) on this node
+		{"exclusive", []string{"H200"}, false, false},
+		{"mps", []string{"H200-mps-50pct"}, false, true}, // ≥ 60 GiB of MPS: the 50% share of GPU 5
 	}
 	for _, tc := range tests {
 		t.Run(tc.job, func(t *testing.T) {
@@ -178,6 +214,24 @@ func TestPluginSchedulesShares(t *testing.T) {
 			}
 			if wantCaps := map[bool]int{true: 2, false: 0}[tc.caps]; len(caps) != wantCaps {
 				t.Errorf("task saw caps nodes %v, want %d", caps, wantCaps)
+			}
+			if tc.mps {
+				want := map[string]string{
+					"CUDA_MPS_PIPE_DIRECTORY":           "/run/gpumux/mps",
+					"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+					"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  "0=71885M",
+				}
+				for k, v := range want {
+					if p.env[k] != v {
+						t.Errorf("task saw %s=%q, want %q", k, p.env[k], v)
+					}
+				}
+				// The daemon's pipe directory is mounted where the env says.
+				if !strings.Contains(out, "/run/gpumux/mps directory") {
+					t.Errorf("task did not see the MPS pipe directory mounted:\n%s", out)
+				}
+			} else if _, ok := p.env["CUDA_MPS_PIPE_DIRECTORY"]; ok {
+				t.Errorf("a %s task got MPS settings", tc.job)
 			}
 			if err := a.StopJob(ctx, jobID, true); err != nil {
 				t.Fatal(err)

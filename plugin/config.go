@@ -21,6 +21,10 @@ import (
 const (
 	DefaultStateDir          = "/var/lib/gpumux"
 	DefaultFingerprintPeriod = time.Minute
+	// DefaultMPSControl is NVIDIA's MPS control binary; simulated nodes use
+	// gpumux's stand-in, which speaks the same commands.
+	DefaultMPSControl   = "nvidia-cuda-mps-control"
+	SimulatedMPSControl = "gpumux-fake-mps-control"
 )
 
 // configSpec is the plugin block's schema. Nomad reads agent config as HCL1,
@@ -29,11 +33,14 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"simulate":           hclspec.NewAttr("simulate", "string", false),
 	"state_dir":          hclspec.NewDefault(hclspec.NewAttr("state_dir", "string", false), hclspec.NewLiteral(`"`+DefaultStateDir+`"`)),
 	"fingerprint_period": hclspec.NewDefault(hclspec.NewAttr("fingerprint_period", "string", false), hclspec.NewLiteral(`"1m"`)),
+	"mps_control_binary": hclspec.NewAttr("mps_control_binary", "string", false),
 	"gpu": hclspec.NewBlockList("gpu", hclspec.NewObject(map[string]*hclspec.Spec{
 		"match":       hclspec.NewAttr("match", "string", true),
 		"mechanism":   hclspec.NewAttr("mechanism", "string", true),
 		"replicas":    hclspec.NewAttr("replicas", "number", false),
 		"mig_devices": hclspec.NewBlockAttrs("mig_devices", "number", false),
+		"shares":      hclspec.NewAttr("shares", "number", false),
+		"share_sizes": hclspec.NewAttr("share_sizes", "list(string)", false),
 	})),
 })
 
@@ -42,6 +49,7 @@ type Config struct {
 	Simulate          string          `codec:"simulate"`
 	StateDir          string          `codec:"state_dir"`
 	FingerprintPeriod string          `codec:"fingerprint_period"`
+	MPSControlBinary  string          `codec:"mps_control_binary"`
 	GPUs              []share.GPURule `codec:"gpu"`
 	period            time.Duration   // parsed FingerprintPeriod
 	layout            share.Layout    // GPUs as a layout
@@ -51,6 +59,12 @@ type Config struct {
 func (c *Config) normalize() {
 	if c.StateDir == "" {
 		c.StateDir = DefaultStateDir
+	}
+	if c.MPSControlBinary == "" {
+		c.MPSControlBinary = DefaultMPSControl
+		if c.Simulate != "" {
+			c.MPSControlBinary = SimulatedMPSControl
+		}
 	}
 	c.period = DefaultFingerprintPeriod
 	if c.FingerprintPeriod != "" {
@@ -76,7 +90,30 @@ func (c *Config) Validate() error {
 	if err := c.layout.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if n := len(mpsSocketPath(c.StateDir)); c.usesMPS() && n > maxSocketPath {
+		errs = append(errs, fmt.Errorf("state_dir = %q: too long for MPS: its control socket %s would be %d bytes, and unix sockets allow %d; use a state_dir of at most %d bytes",
+			c.StateDir, mpsSocketPath(c.StateDir), n, maxSocketPath, len(c.StateDir)-(n-maxSocketPath)))
+	}
 	return errors.Join(errs...)
+}
+
+// maxSocketPath is the longest unix socket path Linux accepts (sun_path less
+// its terminating NUL).
+const maxSocketPath = 107
+
+// mpsSocketPath is the longest control socket path an MPS daemon of this
+// state_dir uses (GPU and MIG UUIDs have the same length).
+func mpsSocketPath(stateDir string) string {
+	return stateDir + "/mps/GPU-00000000-0000-0000-0000-000000000000/pipe/control"
+}
+
+func (c *Config) usesMPS() bool {
+	for _, r := range c.GPUs {
+		if r.Mechanism == share.MPS {
+			return true
+		}
+	}
+	return false
 }
 
 func contains(list []string, s string) bool {

@@ -22,8 +22,9 @@ const (
 	AttrModel           = "model"
 )
 
-// deviceGroups turns a catalog into Nomad device groups.
-func deviceGroups(c *share.Catalog, health *healthTracker) []*device.DeviceGroup {
+// deviceGroups turns a catalog into Nomad device groups, with each share's
+// health.
+func deviceGroups(c *share.Catalog, healthy func(share.Share) (bool, string)) []*device.DeviceGroup {
 	groups := make([]*device.DeviceGroup, 0, len(c.Groups))
 	for _, g := range c.Groups {
 		dg := &device.DeviceGroup{
@@ -33,7 +34,7 @@ func deviceGroups(c *share.Catalog, health *healthTracker) []*device.DeviceGroup
 			Attributes: attributes(g),
 		}
 		for _, s := range g.Shares {
-			ok, why := health.healthy(s)
+			ok, why := healthy(s)
 			dg.Devices = append(dg.Devices, &device.Device{
 				ID:         s.ID,
 				Healthy:    ok,

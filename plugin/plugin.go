@@ -51,6 +51,7 @@ type Plugin struct {
 	mu      sync.Mutex
 	cfg     *Config
 	host    Host
+	mps     MPS
 	catalog *share.Catalog
 	health  *healthTracker
 }
@@ -137,6 +138,7 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, cfg *Config, out chan<- *d
 		return
 	}
 	changed := p.health.watch(ctx, p.host, p.logger)
+	go p.mps.Run(ctx)              // restarts dead MPS daemons; leaves them running when ctx ends
 	var last []*device.DeviceGroup // the last good fingerprint
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -147,6 +149,7 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, cfg *Config, out chan<- *d
 		case <-timer.C:
 			timer.Reset(cfg.period)
 		case <-changed:
+		case <-p.mps.Changed():
 		}
 		groups, err := p.refresh(ctx, cfg)
 		switch {
@@ -217,6 +220,7 @@ func (p *Plugin) start(ctx context.Context, cfg *Config) error {
 		}
 	}
 	p.host = host
+	p.mps = p.newMPS(cfg)
 	return nil
 }
 
@@ -235,17 +239,33 @@ func (p *Plugin) refresh(ctx context.Context, cfg *Config) ([]*device.DeviceGrou
 	if err != nil {
 		return nil, err
 	}
+	if err := p.reconcileMPS(ctx, catalog); err != nil {
+		// The affected shares report the daemon's state as their health.
+		p.logger.Error("MPS daemons not fully reconciled", "error", err)
+	}
 	p.mu.Lock()
 	p.catalog = catalog
 	p.mu.Unlock()
-	return deviceGroups(catalog, p.health), nil
+	return deviceGroups(catalog, p.healthy), nil
+}
+
+// healthy reports whether a share may be used, and why not: no critical XID
+// on its GPU or MIG instance, and for MPS shares a daemon that answers.
+func (p *Plugin) healthy(s share.Share) (bool, string) {
+	if ok, why := p.health.healthy(s); !ok {
+		return false, why
+	}
+	if s.Mechanism == share.MPS {
+		return p.mps.Health(s.Parent())
+	}
+	return true, ""
 }
 
 // Reserve returns the container edits of the given shares. IDs that are
 // unknown, stale or unhealthy are named in the error.
 func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 	p.mu.Lock()
-	catalog, host := p.catalog, p.host
+	catalog, host, mpsd := p.catalog, p.host, p.mps
 	p.mu.Unlock()
 	if catalog == nil {
 		return nil, errors.New("no devices fingerprinted yet")
@@ -256,14 +276,14 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 	}
 	var sick []string
 	for _, s := range shares {
-		if ok, why := p.health.healthy(s); !ok {
+		if ok, why := p.healthy(s); !ok {
 			sick = append(sick, fmt.Sprintf("%s (%s)", s.ID, why))
 		}
 	}
 	if len(sick) > 0 {
 		return nil, fmt.Errorf("unhealthy shares: %v", sick)
 	}
-	edits, err := share.EditsFor(shares, host.DevicePath)
+	edits, err := share.EditsFor(shares, nodePaths{host, mpsd})
 	if err != nil {
 		return nil, err
 	}

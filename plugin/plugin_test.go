@@ -319,7 +319,8 @@ func TestConfigErrors(t *testing.T) {
 		{`simulate = "dgx9000"`, `simulate = "dgx9000": not a simulated node (valid: [dgxa100 dgxh100 dgxh200]`},
 		{`fingerprint_period = "soon"`, `fingerprint_period = "soon"`},
 		{"gpu {\n match = \"0\"\n mechanism = \"timeslice\"\n replicas = 1\n}", `gpu block 1 (match = "0"): replicas = 1`},
-		{"gpu {\n match = \"0\"\n mechanism = \"mps\"\n}", `"mps" is not available`},
+		{"gpu {\n match = \"0\"\n mechanism = \"remote\"\n}", `"remote" is not available`},
+		{"gpu {\n match = \"0\"\n mechanism = \"mps\"\n share_sizes = [\"60%\", \"60%\"]\n}", `add up to 120%`},
 		{"gpu {\n match = \"0\"\n mechanism = \"exclusive\"\n replica = 2\n}", `replica`},
 		{"gpu {\n mechanism = \"exclusive\"\n}", `match`},
 	}
@@ -340,7 +341,7 @@ func TestParseConfigReadsAgentConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Simulate != "dgxh200" || len(cfg.GPUs) != 2 || cfg.GPUs[1].MIGDevices["2g.35gb"] != 2 {
+	if cfg.Simulate != "dgxh200" || len(cfg.GPUs) != 4 || cfg.GPUs[3].MIGDevices["2g.35gb"] != 2 || len(cfg.GPUs[2].ShareSizes) != 3 {
 		t.Errorf("examples/gpumux-plugin.hcl parsed as %+v", cfg)
 	}
 	if _, err := plugin.ParseConfig([]byte(`plugin "nomad-device-gpumux" {}`)); err != nil {

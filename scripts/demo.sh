@@ -22,7 +22,7 @@ die() { echo "demo: $*" >&2; exit 1; }
 work=$(mktemp -d /tmp/gpumux-demo.XXXXXX)
 state=$work/state
 data=$work/data
-jobs=(timeslice mig exclusive)
+jobs=(timeslice mig mps exclusive)
 
 # free_port prints the first port from $1 on that nothing listens on.
 free_port() {
@@ -72,6 +72,10 @@ cleanup() {
 		for _ in $(seq 60); do kill -0 "$agent_pid" 2>/dev/null || break; sleep 0.5; done
 		kill -KILL -- "-$agent_pid" 2>/dev/null || true
 	fi
+	# The plugin leaves MPS daemons running for their clients; the demo ends them.
+	for f in "$state"/mps/*/pipe/nvidia-cuda-mps-control.pid; do
+		[[ -f $f ]] && kill -KILL "$(cat "$f")" 2>/dev/null || true
+	done
 	local left mounts
 	left=$(pgrep -af -- "$work" | grep -v pgrep || true)
 	mounts=$(grep -F " $work" /proc/self/mountinfo | awk '{print $5}' || true)
@@ -137,6 +141,8 @@ for j in "${jobs[@]}"; do
 	done < <(grep 'character special file' <<<"$logs")
 	saw="NVIDIA_VISIBLE_DEVICES=$visible"
 	[[ -n $cuda ]] && saw+=" CUDA_VISIBLE_DEVICES=set"
+	mps=$(sed -n 's/^CUDA_MPS_\(ACTIVE_THREAD_PERCENTAGE\|PINNED_DEVICE_MEM_LIMIT\|PIPE_DIRECTORY\)=/\1=/p' <<<"$logs" | tr '\n' ' ')
+	[[ -n $mps ]] && saw+=" MPS: $mps"
 	rows+=("$j|${mechanism_of[$group]:-?}|$group|$share|$saw|$devs")
 done
 

@@ -133,6 +133,17 @@ func Build(node *gpu.Node, assignments []Assignment) (*Catalog, error) {
 					MemoryMiB: inst.MemoryMiB, ComputePercent: attrs.ComputePercent, SMCount: inst.SMCount,
 				}, inst.Profile, attrs)
 			}
+		case MPS:
+			for k, pct := range a.MPSPercent {
+				attrs := base
+				attrs.MemoryMiB = g.MemoryMiB * uint64(pct) / 100
+				attrs.ComputePercent = pct
+				attrs.SMCount = MPSSMCount(g.SMCount, pct)
+				add(Share{
+					ID: fmt.Sprintf("%s/%s/%d", g.UUID, MPS, k), Mechanism: MPS, GPU: ref,
+					MemoryMiB: attrs.MemoryMiB, ComputePercent: pct, SMCount: attrs.SMCount,
+				}, fmt.Sprintf("%dpct", pct), attrs)
+			}
 		default:
 			return nil, fmt.Errorf("GPU %d: mechanism %q is not available in this version of gpumux", g.Index, a.Mechanism)
 		}
@@ -150,6 +161,57 @@ func Build(node *gpu.Node, assignments []Assignment) (*Catalog, error) {
 		}
 	}
 	return c, nil
+}
+
+// MPSSMCount is how many SMs an MPS client limited to pct percent of the
+// active threads gets: MPS hands out whole TPCs (two SMs), rounding down; on
+// the H200 25% gave 32 of 132 SMs.
+func MPSSMCount(total, pct int) int {
+	n := total * pct / 100 / 2 * 2
+	if n < 2 {
+		n = 2
+	}
+	return n
+}
+
+// MPSDaemon is the MPS control daemon a device needs, with the defaults of
+// its largest share (a client can only lower them).
+type MPSDaemon struct {
+	UUID              string // GPU-… (MIG-… for MPS on MIG)
+	ThreadPercent     int
+	PinnedMemLimitMiB uint64
+}
+
+// MPSDaemons lists the daemons the catalog's MPS shares need, one per device.
+func (c *Catalog) MPSDaemons() []MPSDaemon {
+	var out []MPSDaemon
+	index := map[string]int{}
+	for _, g := range c.Groups {
+		for _, s := range g.Shares {
+			if s.Mechanism != MPS {
+				continue
+			}
+			i, ok := index[s.Parent()]
+			if !ok {
+				i = len(out)
+				index[s.Parent()] = i
+				out = append(out, MPSDaemon{UUID: s.Parent()})
+			}
+			d := &out[i]
+			d.ThreadPercent = max(d.ThreadPercent, s.ComputePercent)
+			d.PinnedMemLimitMiB = max(d.PinnedMemLimitMiB, s.MemoryMiB)
+		}
+	}
+	return out
+}
+
+// Parent is the UUID of the device a share runs on: its MIG instance, or
+// its GPU.
+func (s Share) Parent() string {
+	if s.MIG != nil {
+		return s.MIG.UUID
+	}
+	return s.GPU.UUID
 }
 
 // Lookup returns the shares with the given IDs, in order. IDs the catalog does

@@ -15,6 +15,9 @@ import (
 // overhead (and matches MPS's 48-client limit).
 const MaxReplicas = 48
 
+// MaxMPSClients is how many clients one MPS server accepts (Volta and later).
+const MaxMPSClients = 48
+
 // Layout assigns a node's GPUs to mechanisms. GPUs no rule matches are
 // exclusive. The field tags are the user-facing config keys.
 type Layout struct {
@@ -29,6 +32,11 @@ type GPURule struct {
 	Mechanism  Mechanism      `codec:"mechanism" json:"mechanism"`
 	Replicas   int            `codec:"replicas" json:"replicas,omitempty"`
 	MIGDevices map[string]int `codec:"mig_devices" json:"mig_devices,omitempty"`
+	// Shares splits an mps GPU into equal shares; ShareSizes into shares of
+	// the given sizes ("50%"). Each share gets that part of the GPU's memory
+	// (a hard MPS limit) and of its SMs.
+	Shares     int      `codec:"shares" json:"shares,omitempty"`
+	ShareSizes []string `codec:"share_sizes" json:"share_sizes,omitempty"`
 }
 
 // Assignment is the rule that applies to one GPU.
@@ -38,6 +46,7 @@ type Assignment struct {
 	Mechanism  Mechanism
 	Replicas   int
 	MIGDevices map[string]int
+	MPSPercent []int // mps: each share's percent of the GPU
 }
 
 // FieldError is a layout error that names the block and field at fault.
@@ -77,7 +86,7 @@ func (l *Layout) Validate() error {
 			continue
 		}
 		if !r.Mechanism.Implemented() {
-			errs = append(errs, l.fieldErr(i, "mechanism", "%q is not available in this version of gpumux (available: exclusive, mig, timeslice)", r.Mechanism))
+			errs = append(errs, l.fieldErr(i, "mechanism", "%q is not available in this version of gpumux (available: exclusive, mig, mps, timeslice)", r.Mechanism))
 		}
 		switch {
 		case r.Mechanism == TimeSlice && (r.Replicas < 2 || r.Replicas > MaxReplicas):
@@ -96,8 +105,56 @@ func (l *Layout) Validate() error {
 				errs = append(errs, l.fieldErr(i, "mig_devices", "%q = %d: a count must be at least 1", name, n))
 			}
 		}
+		if _, err := l.mpsPercents(i); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// mpsPercents validates block i's shares/share_sizes and returns each
+// share's percent of the GPU (nil for other mechanisms).
+func (l *Layout) mpsPercents(i int) ([]int, error) {
+	r := l.GPUs[i]
+	if r.Mechanism != MPS {
+		switch {
+		case r.Shares != 0:
+			return nil, l.fieldErr(i, fmt.Sprintf("shares = %d", r.Shares), "applies only to mechanism = \"mps\", not %q", r.Mechanism)
+		case len(r.ShareSizes) != 0:
+			return nil, l.fieldErr(i, "share_sizes", "applies only to mechanism = \"mps\", not %q", r.Mechanism)
+		}
+		return nil, nil
+	}
+	switch {
+	case r.Shares != 0 && len(r.ShareSizes) != 0:
+		return nil, l.fieldErr(i, "shares", "set shares (equal shares) or share_sizes, not both")
+	case r.Shares == 0 && len(r.ShareSizes) == 0:
+		return nil, l.fieldErr(i, "shares", "an mps GPU needs shares = N (equal shares) or share_sizes = [\"50%%\", \"25%%\", \"25%%\"]")
+	case r.Shares < 0 || r.Shares > MaxMPSClients:
+		return nil, l.fieldErr(i, fmt.Sprintf("shares = %d", r.Shares), "an MPS server takes 1 to %d clients", MaxMPSClients)
+	case r.Shares > 0:
+		out := make([]int, r.Shares)
+		for k := range out {
+			out[k] = 100 / r.Shares
+		}
+		return out, nil
+	case len(r.ShareSizes) > MaxMPSClients:
+		return nil, l.fieldErr(i, "share_sizes", "%d shares: an MPS server takes at most %d clients", len(r.ShareSizes), MaxMPSClients)
+	}
+	out := make([]int, len(r.ShareSizes))
+	sum := 0
+	for k, size := range r.ShareSizes {
+		pct, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(size), "%"))
+		if err != nil || !strings.HasSuffix(strings.TrimSpace(size), "%") || pct < 1 || pct > 100 {
+			return nil, l.fieldErr(i, "share_sizes", "%q: want a percentage from 1%% to 100%%, e.g. \"25%%\"", size)
+		}
+		out[k] = pct
+		sum += pct
+	}
+	if sum > 100 {
+		return nil, l.fieldErr(i, "share_sizes", "%v add up to %d%%; at most 100%%", r.ShareSizes, sum)
+	}
+	return out, nil
 }
 
 // Assign resolves the layout against a node's GPUs: which rule applies to each
@@ -124,7 +181,8 @@ func (l *Layout) Assign(node *gpu.Node) ([]Assignment, error) {
 				errs = append(errs, l.fieldErr(ri, "match", "GPU %d (%s) is also matched by gpu block %d (match = %q); each GPU may be matched once", g.Index, g.UUID, prev+1, l.GPUs[prev].Match))
 				continue
 			}
-			out[gi] = Assignment{GPUIndex: g.Index, Rule: ri, Mechanism: r.Mechanism, Replicas: r.Replicas, MIGDevices: r.MIGDevices}
+			pcts, _ := l.mpsPercents(ri) // validated above
+			out[gi] = Assignment{GPUIndex: g.Index, Rule: ri, Mechanism: r.Mechanism, Replicas: r.Replicas, MIGDevices: r.MIGDevices, MPSPercent: pcts}
 			if r.Mechanism == MIG {
 				errs = append(errs, l.checkMIG(ri, g)...)
 			}

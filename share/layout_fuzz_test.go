@@ -14,9 +14,14 @@ func FuzzAssign(f *testing.F) {
 	f.Add("0-3", "timeslice", 4, "", 0, "4,5", "mig", "3g.71gb", 2)
 	f.Add("GPU-x", "exclusive", 0, "", 0, "*H200*", "timeslice", "", 2)
 	f.Add("7-3", "mig", 0, "1g.18gb", 7, "", "mps", "", 0)
+	f.Add("4", "mps", 0, "", 0, "5", "mps", "50%", 3)
 	f.Fuzz(func(t *testing.T, m1, mech1 string, rep1 int, prof1 string, n1 int, m2, mech2, prof2 string, n2 int) {
 		rule := func(m, mech string, rep int, prof string, n int) share.GPURule {
-			r := share.GPURule{Match: m, Mechanism: share.Mechanism(mech), Replicas: rep}
+			// The count doubles as MPS shares, the profile as a share size.
+			r := share.GPURule{Match: m, Mechanism: share.Mechanism(mech), Replicas: rep, Shares: n}
+			if share.Mechanism(mech) == share.MPS && prof != "" {
+				r.ShareSizes, r.Shares = []string{prof, prof}, 0
+			}
 			if prof != "" {
 				r.MIGDevices = map[string]int{prof: n}
 			}
@@ -40,6 +45,14 @@ func FuzzAssign(f *testing.F) {
 			case share.MIG:
 				if len(a.MIGDevices) == 0 {
 					t.Fatal("accepted mig without a layout")
+				}
+			case share.MPS:
+				sum := 0
+				for _, p := range a.MPSPercent {
+					sum += p
+				}
+				if len(a.MPSPercent) == 0 || sum > 100 {
+					t.Fatalf("accepted MPS shares %v", a.MPSPercent)
 				}
 			default:
 				t.Fatalf("accepted mechanism %q", a.Mechanism)

@@ -22,7 +22,7 @@ var Mechanisms = []Mechanism{Exclusive, MIG, MPS, TimeSlice, Remote}
 
 // Implemented reports whether this build can configure the mechanism.
 func (m Mechanism) Implemented() bool {
-	return m == Exclusive || m == MIG || m == TimeSlice
+	return m != Remote
 }
 
 // ParseMechanism validates a mechanism name.

@@ -3,6 +3,7 @@ package share_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -50,7 +51,16 @@ func TestLayoutErrors(t *testing.T) {
 		{"replicas too many", []share.GPURule{{Match: "0", Mechanism: share.TimeSlice, Replicas: 49}}, []string{"replicas = 49", "2 to 48"}},
 		{"replicas on exclusive", []share.GPURule{{Match: "0", Mechanism: share.Exclusive, Replicas: 2}}, []string{"replicas applies only to", `"exclusive"`}},
 		{"unknown mechanism", []share.GPURule{{Match: "0", Mechanism: "fractional"}}, []string{"mechanism", `"fractional"`, "valid: exclusive, mig, mps, timeslice, remote"}},
-		{"mechanism of a later issue", []share.GPURule{{Match: "0", Mechanism: share.MPS}}, []string{`"mps" is not available`}},
+		{"mechanism of a later issue", []share.GPURule{{Match: "0", Mechanism: share.Remote}}, []string{`"remote" is not available`}},
+		{"mps equal shares", []share.GPURule{{Match: "4,5", Mechanism: share.MPS, Shares: 4}}, nil},
+		{"mps sizes", []share.GPURule{{Match: "4", Mechanism: share.MPS, ShareSizes: []string{"50%", "25%", "25%"}}}, nil},
+		{"mps without shares", []share.GPURule{{Match: "4", Mechanism: share.MPS}}, []string{"shares: an mps GPU needs shares = N"}},
+		{"mps both", []share.GPURule{{Match: "4", Mechanism: share.MPS, Shares: 2, ShareSizes: []string{"50%"}}}, []string{"not both"}},
+		{"mps too many", []share.GPURule{{Match: "4", Mechanism: share.MPS, Shares: 49}}, []string{"shares = 49", "1 to 48 clients"}},
+		{"mps sizes over 100", []share.GPURule{{Match: "4", Mechanism: share.MPS, ShareSizes: []string{"50%", "50%", "25%"}}}, []string{"add up to 125%; at most 100%"}},
+		{"mps zero size", []share.GPURule{{Match: "4", Mechanism: share.MPS, ShareSizes: []string{"0%", "50%"}}}, []string{`"0%": want a percentage from 1% to 100%`}},
+		{"mps size not a percentage", []share.GPURule{{Match: "4", Mechanism: share.MPS, ShareSizes: []string{"16GiB"}}}, []string{`"16GiB": want a percentage`}},
+		{"shares on timeslice", []share.GPURule{{Match: "4", Mechanism: share.TimeSlice, Replicas: 2, Shares: 2}}, []string{"shares = 2: applies only to mechanism = \"mps\""}},
 		{"bad index range", []share.GPURule{{Match: "3-1", Mechanism: share.Exclusive}}, []string{"match", `"3-1"`}},
 		{"bad glob", []share.GPURule{{Match: "[H200", Mechanism: share.Exclusive}}, []string{"not a valid model glob"}},
 		{"uuid mixed with index", []share.GPURule{{Match: "GPU-x,3", Mechanism: share.Exclusive}}, []string{`"3" is not a GPU UUID`}},
@@ -229,7 +239,7 @@ func TestEditsFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	devPath := func(name string) string { return "/sim/dev/" + name }
+	devPath := testPaths{}
 	g7 := node.GPUs[7]
 	big := g7.MIGInstances[len(g7.MIGInstances)-1]
 	for _, inst := range g7.MIGInstances {
@@ -306,8 +316,105 @@ func TestEditsFor(t *testing.T) {
 
 func TestEditsRefuseMIGWithoutCapMinors(t *testing.T) {
 	s := share.Share{ID: "MIG-x", Mechanism: share.MIG, MIG: &gpu.MIGInstance{UUID: "MIG-x", GICapMinor: -1, CICapMinor: -1}}
-	if _, err := share.EditsFor([]share.Share{s}, func(n string) string { return n }); err == nil || !strings.Contains(err.Error(), "mig-minors") {
+	if _, err := share.EditsFor([]share.Share{s}, testPaths{}); err == nil || !strings.Contains(err.Error(), "mig-minors") {
 		t.Fatalf("want an error about mig-minors, got %v", err)
+	}
+}
+
+type testPaths struct{}
+
+func (testPaths) DevicePath(name string) string { return "/sim/dev/" + name }
+func (testPaths) MPSPipeDir(uuid string) string { return "/state/mps/" + uuid + "/pipe" }
+
+func TestMPSShares(t *testing.T) {
+	node := testNode(t)
+	l := share.Layout{GPUs: []share.GPURule{
+		{Match: "4", Mechanism: share.MPS, Shares: 4},
+		{Match: "5", Mechanism: share.MPS, ShareSizes: []string{"50%", "25%", "25%"}},
+	}}
+	as, err := l.Assign(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := share.Build(node, as)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, g := range c.Groups {
+		if g.Mechanism == share.MPS {
+			a := g.Attrs
+			got[g.Name] = fmt.Sprintf("%d× %d MiB %d%% %d SMs %s fault=%v", len(g.Shares), a.MemoryMiB, a.ComputePercent, a.SMCount, a.MemoryIsolation, a.FaultIsolation)
+		}
+	}
+	want := map[string]string{
+		"H200-mps-25pct": "6× 35942 MiB 25% 32 SMs hard fault=false", // 4 of GPU 4, 2 of GPU 5
+		"H200-mps-50pct": "1× 71885 MiB 50% 66 SMs hard fault=false",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("MPS groups\n got %v\nwant %v", got, want)
+	}
+	daemons := c.MPSDaemons()
+	if len(daemons) != 2 {
+		t.Fatalf("daemons %+v", daemons)
+	}
+	for _, d := range daemons {
+		wantPct, wantMem := 25, uint64(35942)
+		if d.UUID == node.GPUs[5].UUID {
+			wantPct, wantMem = 50, 71885 // the largest share's
+		}
+		if d.ThreadPercent != wantPct || d.PinnedMemLimitMiB != wantMem {
+			t.Errorf("daemon %+v, want %d%% and %d MiB", d, wantPct, wantMem)
+		}
+	}
+
+	g4 := node.GPUs[4].UUID
+	shares, err := c.Lookup(g4+"/mps/1", g4+"/mps/3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := share.EditsFor(shares, testPaths{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEnv := map[string]string{
+		"NVIDIA_VISIBLE_DEVICES":            g4,
+		"GPUMUX_SHARES":                     g4 + "/mps/1," + g4 + "/mps/3",
+		"CUDA_MPS_PIPE_DIRECTORY":           "/run/gpumux/mps",
+		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+		"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  "0=71884M",
+	}
+	if fmt.Sprint(e.Env) != fmt.Sprint(wantEnv) {
+		t.Errorf("env\n got %v\nwant %v", e.Env, wantEnv)
+	}
+	if len(e.Mounts) != 1 || e.Mounts[0].HostPath != "/state/mps/"+g4+"/pipe" || e.Mounts[0].ContainerPath != "/run/gpumux/mps" || e.Mounts[0].ReadOnly {
+		t.Errorf("mounts %+v", e.Mounts)
+	}
+
+	// One task, two MPS daemons: refused, since a process talks to one server.
+	g5 := node.GPUs[5].UUID
+	two, _ := c.Lookup(g4+"/mps/0", g5+"/mps/1")
+	if _, err := share.EditsFor(two, testPaths{}); err == nil || !strings.Contains(err.Error(), "must come from one device") {
+		t.Errorf("MPS shares of two GPUs in one task: %v", err)
+	}
+	// MPS with a whole GPU: refused.
+	mixed, _ := c.Lookup(g4+"/mps/0", node.GPUs[0].UUID)
+	if _, err := share.EditsFor(mixed, testPaths{}); err == nil || !strings.Contains(err.Error(), "cannot be combined with exclusive") {
+		t.Errorf("MPS with an exclusive share: %v", err)
+	}
+}
+
+func TestMPSSMCount(t *testing.T) {
+	for _, tc := range []struct{ total, pct, want int }{
+		{132, 25, 32}, // seen on the H200
+		{132, 50, 66},
+		{132, 100, 132},
+		{132, 1, 2},
+		{108, 33, 34},
+	} {
+		if got := share.MPSSMCount(tc.total, tc.pct); got != tc.want {
+			t.Errorf("MPSSMCount(%d, %d) = %d, want %d", tc.total, tc.pct, got, tc.want)
+		}
 	}
 }
 

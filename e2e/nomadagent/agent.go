@@ -97,6 +97,7 @@ type config struct {
 	devices      [][2]string
 	readyTimeout time.Duration
 	stopTimeout  time.Duration
+	afterStop    []func()
 }
 
 // Option configures Start.
@@ -130,6 +131,11 @@ func WithAgentConfig(hcl string) Option {
 // WithEnv adds KEY=VALUE entries to the agent's environment (inherited by
 // the plugins it launches).
 func WithEnv(kv ...string) Option { return func(c *config) { c.env = append(c.env, kv...) } }
+
+// WithAfterStop runs f once the agent has exited and before Stop looks for
+// leftovers: for what a plugin deliberately leaves running (MPS daemons keep
+// serving their clients across plugin restarts) and a test must end itself.
+func WithAfterStop(f func()) Option { return func(c *config) { c.afterStop = append(c.afterStop, f) } }
 
 // WithLogLevel sets the agent log_level (default DEBUG).
 func WithLogLevel(level string) Option { return func(c *config) { c.logLevel = level } }
@@ -415,6 +421,9 @@ func (a *Agent) stop() error {
 		errs = append(errs, fmt.Errorf("agent pid %d did not exit after SIGKILL", pid))
 	}
 	a.logFile.Close()
+	for _, f := range a.cfg.afterStop {
+		f()
+	}
 
 	// Executors/logmon may need a moment to notice the agent is gone.
 	var procs []Proc
