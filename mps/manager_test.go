@@ -74,9 +74,10 @@ func stateDir(t *testing.T) string {
 	return dir
 }
 
-// fakes returns the live fake daemons whose pipe directory is under dir, by
-// reading /proc: what the tests started (fakeBin, or a copy of it in dir),
-// and nothing else.
+// fakes returns the live fake daemons (the -f processes that -d starts;
+// not the short-lived command invocations) whose pipe directory is under
+// dir, by reading /proc: what the tests started (fakeBin, or a copy of it in
+// dir), and nothing else.
 func fakes(dir string) []int {
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
@@ -88,6 +89,10 @@ func fakes(dir string) []int {
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 		exe = strings.TrimSuffix(exe, " (deleted)")
 		if exe != fakeBin && !strings.HasPrefix(exe, dir+"/") {
+			continue
+		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if !slices.Contains(strings.Split(string(cmdline), "\x00"), "-f") {
 			continue
 		}
 		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))

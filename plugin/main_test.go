@@ -1,30 +1,43 @@
 package plugin_test
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
-// fakeMPSControl is gpumux's stand-in MPS control daemon, built for the tests.
-var fakeMPSControl string
+var (
+	fakeOnce sync.Once
+	fakePath string
+	fakeErr  error
+	fakeOut  []byte
+)
 
-func TestMain(m *testing.M) {
-	os.Exit(func() int {
+// fakeMPS returns gpumux's stand-in MPS control daemon, built once for the
+// tests that use it (GPU machines run only the real-GPU tests, without Go).
+func fakeMPS(t *testing.T) string {
+	t.Helper()
+	fakeOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "gpumux-plugin-test-")
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+			fakeErr = err
+			return
 		}
-		defer os.RemoveAll(dir)
-		fakeMPSControl = filepath.Join(dir, "gpumux-fake-mps-control")
-		out, err := exec.Command("go", "build", "-o", fakeMPSControl, "github.com/gpumux/gpumux/cmd/gpumux-fake-mps-control").CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "building the stand-in MPS control daemon: %v\n%s", err, out)
-			return 1
-		}
-		return m.Run()
-	}())
+		fakePath = filepath.Join(dir, "gpumux-fake-mps-control")
+		fakeOut, fakeErr = exec.Command("go", "build", "-o", fakePath, "github.com/gpumux/gpumux/cmd/gpumux-fake-mps-control").CombinedOutput()
+	})
+	if fakeErr != nil {
+		t.Fatalf("building the stand-in MPS control daemon: %v\n%s", fakeErr, fakeOut)
+	}
+	return fakePath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fakePath != "" {
+		os.RemoveAll(filepath.Dir(fakePath))
+	}
+	os.Exit(code)
 }

@@ -35,7 +35,7 @@ gpu {
 
 func startMPSPlugin(t *testing.T) (device.DevicePlugin, string, <-chan *device.FingerprintResponse, []*device.DeviceGroup) {
 	t.Helper()
-	return startMPSPluginWith(t, fakeMPSControl)
+	return startMPSPluginWith(t, fakeMPS(t))
 }
 
 func startMPSPluginWith(t *testing.T, control string) (device.DevicePlugin, string, <-chan *device.FingerprintResponse, []*device.DeviceGroup) {
@@ -127,7 +127,7 @@ func TestMPSDaemonKilledIsReportedAndRestarted(t *testing.T) {
 	// The plugin runs its own copy of the stand-in, which the test takes away
 	// to keep the daemon down, then gives back.
 	bin := filepath.Join(shortTempDir(t), "mpsctl")
-	copyFile(t, fakeMPSControl, bin)
+	copyFile(t, fakeMPS(t), bin)
 	p, stateDir, ch, groups := startMPSPluginWith(t, bin)
 	id := groupsByName(groups)["H200-mps-50pct"].Devices[0].ID
 	gpuUUID := strings.SplitN(id, "/", 2)[0]
@@ -215,7 +215,7 @@ func shortTempDir(t *testing.T) string {
 
 func TestLongStateDirIsRefusedForMPS(t *testing.T) {
 	long := "/var/lib/" + strings.Repeat("x", 60)
-	cfg := strings.Replace(strings.Replace(mpsConfig, "%s", long, 1), "%s", fakeMPSControl, 1)
+	cfg := strings.Replace(strings.Replace(mpsConfig, "%s", long, 1), "%s", fakeMPS(t), 1)
 	_, err := plugin.ParseConfig([]byte(strings.ReplaceAll(cfg, "%%", "%")))
 	if err == nil || !strings.Contains(err.Error(), "too long for MPS") || !strings.Contains(err.Error(), "unix sockets allow 107") {
 		t.Fatalf("want a clear error about the socket path, got %v", err)

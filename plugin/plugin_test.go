@@ -30,7 +30,11 @@ import (
 // Nomad talks to it, and returns the client side.
 func dialPlugin(t *testing.T) device.DevicePlugin {
 	t.Helper()
-	impl := plugin.New(hclog.NewNullLogger())
+	logger := hclog.NewNullLogger()
+	if os.Getenv("GPUMUX_TEST_LOG") != "" {
+		logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: os.Stderr})
+	}
+	impl := plugin.New(logger)
 	client, _ := goplugin.TestPluginGRPCConn(t, true, map[string]goplugin.Plugin{
 		base.PluginTypeBase:   &base.PluginBase{Impl: impl},
 		base.PluginTypeDevice: &device.PluginDevice{Impl: impl},
