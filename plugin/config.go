@@ -90,21 +90,22 @@ func (c *Config) Validate() error {
 	if err := c.layout.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if n := len(mpsSocketPath(c.StateDir)); c.usesMPS() && n > maxSocketPath {
-		errs = append(errs, fmt.Errorf("state_dir = %q: too long for MPS: its control socket %s would be %d bytes, and unix sockets allow %d; use a state_dir of at most %d bytes",
-			c.StateDir, mpsSocketPath(c.StateDir), n, maxSocketPath, len(c.StateDir)-(n-maxSocketPath)))
+	if n := len(mpsPipeDir(c.StateDir)); c.usesMPS() && n > maxMPSPipeDir {
+		errs = append(errs, fmt.Errorf("state_dir = %q: too long for MPS: its pipe directory %s would be %d bytes, and nvidia-cuda-mps-control -d fails without a message past %d; use a state_dir of at most %d bytes",
+			c.StateDir, mpsPipeDir(c.StateDir), n, maxMPSPipeDir, len(c.StateDir)-(n-maxMPSPipeDir)))
 	}
 	return errors.Join(errs...)
 }
 
-// maxSocketPath is the longest unix socket path Linux accepts (sun_path less
-// its terminating NUL).
-const maxSocketPath = 107
+// maxMPSPipeDir is the longest pipe directory nvidia-cuda-mps-control
+// accepts (measured with driver 580 on an H200: 89 bytes and more make
+// `-d` exit 1 without a message, as its sockets no longer fit).
+const maxMPSPipeDir = 88
 
-// mpsSocketPath is the longest control socket path an MPS daemon of this
-// state_dir uses (GPU and MIG UUIDs have the same length).
-func mpsSocketPath(stateDir string) string {
-	return stateDir + "/mps/GPU-00000000-0000-0000-0000-000000000000/pipe/control"
+// mpsPipeDir is the pipe directory of an MPS daemon of this state_dir (GPU
+// and MIG UUIDs have the same length).
+func mpsPipeDir(stateDir string) string {
+	return stateDir + "/mps/GPU-00000000-0000-0000-0000-000000000000/pipe"
 }
 
 func (c *Config) usesMPS() bool {

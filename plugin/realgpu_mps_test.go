@@ -102,6 +102,23 @@ gpu {
 		}
 	})
 
+	t.Run("a client can only lower the daemon's limits", func(t *testing.T) {
+		// The daemon's defaults are the largest share's: 50% and its memory.
+		run := func(env ...string) string {
+			cmd := exec.Command(probe, "sm")
+			cmd.Env = append(append(os.Environ(), "CUDA_MPS_PIPE_DIRECTORY="+pipe), env...)
+			out, _ := cmd.CombinedOutput()
+			return strings.TrimSpace(string(out))
+		}
+		want := fmt.Sprintf("SM %d", shares[0].sms)
+		if got := run(); got != want {
+			t.Errorf("client without limits: %q, want the daemon default %q", got, want)
+		}
+		if got := run("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"); got != want {
+			t.Errorf("client asking for 100%%: %q, want no more than the daemon's %q", got, want)
+		}
+	})
+
 	t.Run("memory limit holds", func(t *testing.T) {
 		for _, s := range shares {
 			within, over := s.memMiB-2048, s.memMiB+2048
