@@ -232,3 +232,50 @@ func findDevice(groups []*device.DeviceGroup, id string) *device.Device {
 	}
 	return nil
 }
+
+func TestMPSOnMIG(t *testing.T) {
+	stateDir := shortTempDir(t)
+	t.Cleanup(func() { killDaemons(t, stateDir) })
+	p := dialPlugin(t)
+	cfg := `simulate = "dgxh200"
+state_dir = "` + stateDir + `"
+mps_control_binary = "` + fakeMPS(t) + `"
+gpu {
+  match     = "6"
+  mechanism = "mps"
+  shares    = 2
+  mig_devices {
+    "3g.71gb" = 2
+  }
+}`
+	if err := p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, cfg)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := p.Fingerprint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	g := groupsByName(r.Devices)["H200-mps-3g.71gb-50pct"]
+	if g == nil || len(g.Devices) != 4 {
+		t.Fatalf("groups %v: want 4 MPS shares of two 3g.71gb instances", names(r.Devices))
+	}
+	daemons, _ := filepath.Glob(filepath.Join(stateDir, "mps", "MIG-*", "pipe"))
+	if len(daemons) != 2 {
+		t.Errorf("MPS pipe directories %v: want one per MIG instance", daemons)
+	}
+	res, err := p.Reserve([]string{g.Devices[0].ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mig := strings.SplitN(g.Devices[0].ID, "/", 2)[0]
+	if res.Envs["CUDA_VISIBLE_DEVICES"] != mig || res.Envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != "50" || res.Mounts[0].HostPath != filepath.Join(stateDir, "mps", mig, "pipe") {
+		t.Errorf("reservation %+v %+v", res.Envs, res.Mounts)
+	}
+	readPID(t, filepath.Join(stateDir, "mps", mig, "pipe", "nvidia-cuda-mps-control.pid"))
+}

@@ -210,7 +210,7 @@ func (p *Plugin) start(ctx context.Context, cfg *Config) error {
 		return err
 	}
 	for _, a := range assignments {
-		if a.Mechanism != share.MIG {
+		if len(a.MIGDevices) == 0 { // mig GPUs, and mps on MIG instances
 			continue
 		}
 		progress := func(format string, args ...any) { p.logger.Info(fmt.Sprintf(format, args...)) }

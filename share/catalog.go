@@ -20,8 +20,11 @@ type Share struct {
 	Replicas  int
 
 	MemoryMiB      uint64
-	ComputePercent int
+	ComputePercent int // of the whole GPU's SMs
 	SMCount        int
+	// ThreadPercent is an MPS share's active thread percentage, relative to
+	// the device its daemon serves (the GPU, or its MIG instance).
+	ThreadPercent int
 }
 
 // GPURef is what a share needs to know of its physical GPU.
@@ -134,15 +137,33 @@ func Build(node *gpu.Node, assignments []Assignment) (*Catalog, error) {
 				}, inst.Profile, attrs)
 			}
 		case MPS:
-			for k, pct := range a.MPSPercent {
-				attrs := base
-				attrs.MemoryMiB = g.MemoryMiB * uint64(pct) / 100
-				attrs.ComputePercent = pct
-				attrs.SMCount = MPSSMCount(g.SMCount, pct)
-				add(Share{
-					ID: fmt.Sprintf("%s/%s/%d", g.UUID, MPS, k), Mechanism: MPS, GPU: ref,
-					MemoryMiB: attrs.MemoryMiB, ComputePercent: pct, SMCount: attrs.SMCount,
-				}, fmt.Sprintf("%dpct", pct), attrs)
+			if !g.MIGEnabled {
+				for k, pct := range a.MPSPercent {
+					attrs := base
+					attrs.MemoryMiB = g.MemoryMiB * uint64(pct) / 100
+					attrs.ComputePercent = pct
+					attrs.SMCount = MPSSMCount(g.SMCount, pct)
+					add(Share{
+						ID: fmt.Sprintf("%s/%s/%d", g.UUID, MPS, k), Mechanism: MPS, GPU: ref,
+						MemoryMiB: attrs.MemoryMiB, ComputePercent: pct, SMCount: attrs.SMCount, ThreadPercent: pct,
+					}, fmt.Sprintf("%dpct", pct), attrs)
+				}
+				continue
+			}
+			// MPS on MIG: each instance is split, with a daemon of its own.
+			for i := range g.MIGInstances {
+				inst := g.MIGInstances[i]
+				for k, pct := range a.MPSPercent {
+					attrs := base
+					attrs.MemoryMiB = inst.MemoryMiB * uint64(pct) / 100
+					attrs.SMCount = MPSSMCount(inst.SMCount, pct)
+					attrs.ComputePercent = percentOf(inst.SMCount, g.SMCount) * pct / 100
+					attrs.MIGProfile = inst.Profile
+					add(Share{
+						ID: fmt.Sprintf("%s/%s/%d", inst.UUID, MPS, k), Mechanism: MPS, GPU: ref, MIG: &inst,
+						MemoryMiB: attrs.MemoryMiB, ComputePercent: attrs.ComputePercent, SMCount: attrs.SMCount, ThreadPercent: pct,
+					}, fmt.Sprintf("%s-%dpct", inst.Profile, pct), attrs)
+				}
 			}
 		default:
 			return nil, fmt.Errorf("GPU %d: mechanism %q is not available in this version of gpumux", g.Index, a.Mechanism)
@@ -198,7 +219,7 @@ func (c *Catalog) MPSDaemons() []MPSDaemon {
 				out = append(out, MPSDaemon{UUID: s.Parent()})
 			}
 			d := &out[i]
-			d.ThreadPercent = max(d.ThreadPercent, s.ComputePercent)
+			d.ThreadPercent = max(d.ThreadPercent, s.ThreadPercent)
 			d.PinnedMemLimitMiB = max(d.PinnedMemLimitMiB, s.MemoryMiB)
 		}
 	}

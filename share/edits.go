@@ -80,7 +80,7 @@ func EditsFor(shares []Share, paths Paths) (Edits, error) {
 		ids = append(ids, s.ID)
 		addNode(fmt.Sprintf("nvidia%d", s.GPU.Minor))
 		uuid := s.GPU.UUID
-		if s.Mechanism == MIG {
+		if s.MIG != nil { // a MIG instance, whole or shared through MPS
 			if s.MIG == nil || s.MIG.GICapMinor < 0 || s.MIG.CICapMinor < 0 {
 				return Edits{}, fmt.Errorf("share %s: the MIG capability device minors are unknown (is /proc/driver/nvidia-caps/mig-minors readable?)", s.ID)
 			}
@@ -124,7 +124,7 @@ func mpsEdits(shares []Share, paths Paths, e *Edits) error {
 			return fmt.Errorf("shares %v: a task's MPS shares must come from one device (%s and %s); ask for one larger share instead", SortedIDs(shares), parent, s.Parent())
 		}
 		parent = s.Parent()
-		pct += s.ComputePercent
+		pct += s.ThreadPercent
 		mem += s.MemoryMiB
 	}
 	if parent == "" {

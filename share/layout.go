@@ -34,7 +34,8 @@ type GPURule struct {
 	MIGDevices map[string]int `codec:"mig_devices" json:"mig_devices,omitempty"`
 	// Shares splits an mps GPU into equal shares; ShareSizes into shares of
 	// the given sizes ("50%"). Each share gets that part of the GPU's memory
-	// (a hard MPS limit) and of its SMs.
+	// (a hard MPS limit) and of its SMs. With mig_devices, or on a GPU in MIG
+	// mode, each MIG instance is split so, with a daemon of its own.
 	Shares     int      `codec:"shares" json:"shares,omitempty"`
 	ShareSizes []string `codec:"share_sizes" json:"share_sizes,omitempty"`
 }
@@ -97,8 +98,8 @@ func (l *Layout) Validate() error {
 		switch {
 		case r.Mechanism == MIG && len(r.MIGDevices) == 0:
 			errs = append(errs, l.fieldErr(i, "mig_devices", "empty: a mig GPU needs a layout, e.g. mig_devices { \"3g.71gb\" = 2 }"))
-		case r.Mechanism != MIG && len(r.MIGDevices) != 0:
-			errs = append(errs, l.fieldErr(i, "mig_devices", "applies only to mechanism = \"mig\", not %q", r.Mechanism))
+		case r.Mechanism != MIG && r.Mechanism != MPS && len(r.MIGDevices) != 0:
+			errs = append(errs, l.fieldErr(i, "mig_devices", "applies only to mechanism = \"mig\", or \"mps\" on MIG instances, not %q", r.Mechanism))
 		}
 		for _, name := range sortedKeys(r.MIGDevices) {
 			if n := r.MIGDevices[name]; n < 1 {
@@ -183,7 +184,7 @@ func (l *Layout) Assign(node *gpu.Node) ([]Assignment, error) {
 			}
 			pcts, _ := l.mpsPercents(ri) // validated above
 			out[gi] = Assignment{GPUIndex: g.Index, Rule: ri, Mechanism: r.Mechanism, Replicas: r.Replicas, MIGDevices: r.MIGDevices, MPSPercent: pcts}
-			if r.Mechanism == MIG {
+			if len(r.MIGDevices) > 0 {
 				errs = append(errs, l.checkMIG(ri, g)...)
 			}
 		}

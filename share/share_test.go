@@ -425,3 +425,75 @@ func keys[V any](m map[string]V) []string {
 	}
 	return out
 }
+
+func TestMPSOnMIG(t *testing.T) {
+	node := testNode(t) // GPU 7: 1× 3g.71gb, 2× 2g.35gb
+	l := share.Layout{GPUs: []share.GPURule{{Match: "7", Mechanism: share.MPS, MIGDevices: map[string]int{"3g.71gb": 1, "2g.35gb": 2}, Shares: 2}}}
+	as, err := l.Assign(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := share.Build(node, as)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, g := range c.Groups {
+		if g.Mechanism == share.MPS {
+			a := g.Attrs
+			got[g.Name] = fmt.Sprintf("%d× %d MiB %d%% %d SMs %s", len(g.Shares), a.MemoryMiB, a.ComputePercent, a.SMCount, a.MIGProfile)
+		}
+	}
+	want := map[string]string{
+		"H200-mps-3g.71gb-50pct": "2× 35712 MiB 22% 30 SMs 3g.71gb",
+		"H200-mps-2g.35gb-50pct": "4× 16640 MiB 12% 16 SMs 2g.35gb",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("groups\n got %v\nwant %v", got, want)
+	}
+	daemons := c.MPSDaemons()
+	if len(daemons) != 3 {
+		t.Fatalf("want a daemon per MIG instance, got %+v", daemons)
+	}
+	for _, d := range daemons {
+		if !strings.HasPrefix(d.UUID, "MIG-") || d.ThreadPercent != 50 {
+			t.Errorf("daemon %+v: want a MIG UUID and 50%% of its instance", d)
+		}
+	}
+	var big gpu.MIGInstance
+	for _, inst := range node.GPUs[7].MIGInstances {
+		if inst.Profile == "3g.71gb" {
+			big = inst
+		}
+	}
+	shares, err := c.Lookup(big.UUID + "/mps/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := share.EditsFor(shares, testPaths{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		"NVIDIA_VISIBLE_DEVICES":            big.UUID,
+		"CUDA_VISIBLE_DEVICES":              big.UUID,
+		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+		"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  "0=35712M",
+	} {
+		if e.Env[k] != v {
+			t.Errorf("env %s = %q, want %q", k, e.Env[k], v)
+		}
+	}
+	if len(e.Mounts) != 1 || e.Mounts[0].HostPath != "/state/mps/"+big.UUID+"/pipe" {
+		t.Errorf("mounts %+v: want the MIG instance's own daemon", e.Mounts)
+	}
+	caps := 0
+	for _, d := range e.DeviceNodes {
+		if strings.HasPrefix(d.ContainerPath, "/dev/nvidia-caps/") {
+			caps++
+		}
+	}
+	if caps != 2 {
+		t.Errorf("device nodes %+v: want the instance's two caps nodes", e.DeviceNodes)
+	}
+}
