@@ -1,7 +1,6 @@
 package plugin_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/device"
 
 	"github.com/gpumux/gpumux/plugin"
@@ -44,21 +42,8 @@ func startMPSPluginWith(t *testing.T, control string) (device.DevicePlugin, stri
 	t.Cleanup(func() { killDaemons(t, stateDir) })
 	p := dialPlugin(t)
 	cfg := strings.Replace(strings.Replace(mpsConfig, "%s", stateDir, 1), "%s", control, 1)
-	cfg = strings.ReplaceAll(cfg, "%%", "%")
-	if err := p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, cfg)}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	ch, err := p.Fingerprint(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := <-ch
-	if r.Error != nil {
-		t.Fatal(r.Error)
-	}
-	return p, stateDir, ch, r.Devices
+	ch, groups, _ := fingerprintWith(t, p, strings.ReplaceAll(cfg, "%%", "%"))
+	return p, stateDir, ch, groups
 }
 
 // killDaemons ends every stand-in MPS daemon under stateDir: the plugin
@@ -248,22 +233,10 @@ gpu {
     "3g.71gb" = 2
   }
 }`
-	if err := p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, cfg)}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ch, err := p.Fingerprint(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := <-ch
-	if r.Error != nil {
-		t.Fatal(r.Error)
-	}
-	g := groupsByName(r.Devices)["H200-mps-3g.71gb-50pct"]
+	_, groups, _ := fingerprintWith(t, p, cfg)
+	g := groupsByName(groups)["H200-mps-3g.71gb-50pct"]
 	if g == nil || len(g.Devices) != 4 {
-		t.Fatalf("groups %v: want 4 MPS shares of two 3g.71gb instances", names(r.Devices))
+		t.Fatalf("groups %v: want 4 MPS shares of two 3g.71gb instances", names(groups))
 	}
 	daemons, _ := filepath.Glob(filepath.Join(stateDir, "mps", "MIG-*", "pipe"))
 	if len(daemons) != 2 {

@@ -96,10 +96,13 @@ gpu {
 }
 `
 
-func startPlugin(t *testing.T, stateDir string) (device.DevicePlugin, []*device.DeviceGroup, context.CancelFunc, <-chan *device.FingerprintResponse) {
+// fingerprintWith configures p with plugin config text and starts its
+// fingerprint stream; it returns the stream, the first fingerprint's groups
+// (which must carry no error) and a cancel that ends the stream (also run at
+// cleanup).
+func fingerprintWith(t *testing.T, p device.DevicePlugin, cfg string) (<-chan *device.FingerprintResponse, []*device.DeviceGroup, context.CancelFunc) {
 	t.Helper()
-	p := dialPlugin(t)
-	if err := p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, strings.Replace(nodeConfig, "%s", stateDir, 1))}); err != nil {
+	if err := p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, cfg)}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -113,11 +116,18 @@ func startPlugin(t *testing.T, stateDir string) (device.DevicePlugin, []*device.
 		if r.Error != nil {
 			t.Fatal(r.Error)
 		}
-		return p, r.Devices, cancel, ch
-	case <-time.After(30 * time.Second):
+		return ch, r.Devices, cancel
+	case <-time.After(60 * time.Second):
 		t.Fatal("no fingerprint")
 	}
-	return nil, nil, nil, nil
+	return nil, nil, nil
+}
+
+func startPlugin(t *testing.T, stateDir string) (device.DevicePlugin, []*device.DeviceGroup, context.CancelFunc, <-chan *device.FingerprintResponse) {
+	t.Helper()
+	p := dialPlugin(t)
+	ch, groups, cancel := fingerprintWith(t, p, strings.Replace(nodeConfig, "%s", stateDir, 1))
+	return p, groups, cancel, ch
 }
 
 func groupsByName(groups []*device.DeviceGroup) map[string]*device.DeviceGroup {

@@ -3,7 +3,6 @@
 package plugin_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/nomad/plugins/base"
 )
 
 // TestRealMPSBench compares N concurrent small workloads on one GPU as MPS
@@ -134,23 +131,12 @@ func mpsShareEnvs(t *testing.T, n int) ([][]string, func()) {
 	stateDir := shortTempDir(t)
 	p := dialPlugin(t)
 	cfg := fmt.Sprintf("state_dir = %q\ngpu {\n  match = \"0\"\n  mechanism = \"mps\"\n  shares = %d\n}", stateDir, n)
-	if err := p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, cfg)}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
 	start := time.Now()
-	ch, err := p.Fingerprint(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := <-ch
-	if r.Error != nil {
-		t.Fatal(r.Error)
-	}
+	_, groups, cancel := fingerprintWith(t, p, cfg)
 	t.Logf("N=%d: plugin start with the MPS control daemon: %v", n, time.Since(start))
 	var envs [][]string
 	var uuid string
-	for _, g := range r.Devices {
+	for _, g := range groups {
 		for _, d := range g.Devices {
 			res, err := p.Reserve([]string{d.ID})
 			if err != nil {

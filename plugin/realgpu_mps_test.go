@@ -3,7 +3,6 @@
 package plugin_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/device"
 )
 
@@ -39,25 +37,13 @@ gpu {
   mechanism   = "mps"
   share_sizes = ["50%", "25%", "25%"]
 }`
-	if err := p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, cfg)}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	start := time.Now()
-	ch, err := p.Fingerprint(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := <-ch
-	if r.Error != nil {
-		t.Fatal(r.Error)
-	}
+	ch, groups, _ := fingerprintWith(t, p, cfg)
 	t.Logf("first fingerprint, MPS control daemon started: %v", time.Since(start))
-	byName := groupsByName(r.Devices)
+	byName := groupsByName(groups)
 	big, small := byName["H200-mps-50pct"], byName["H200-mps-25pct"]
 	if big == nil || small == nil || len(small.Devices) != 2 {
-		t.Fatalf("groups %v", names(r.Devices))
+		t.Fatalf("groups %v", names(groups))
 	}
 	gpuUUID := strings.SplitN(big.Devices[0].ID, "/", 2)[0]
 	pipe := filepath.Join(stateDir, "mps", gpuUUID, "pipe")
