@@ -143,20 +143,36 @@ func TestPluginSchedulesShares(t *testing.T) {
 		}
 	}
 
+	// A second MPS job, rewritten from the example: at most 40 GiB, which only
+	// the 25% shares satisfy.
+	smallMPS := func(hcl string) string {
+		return strings.NewReplacer(`job "mps"`, `job "mps-small"`,
+			`operator  = ">="
+            value     = "60 GiB"`, `operator  = "<="
+            value     = "40 GiB"`).Replace(hcl)
+	}
 	tests := []struct {
-		job       string
+		name, job string
+		rewrite   func(string) string
 		wantGroup []string // groups the share may come from
 		caps      bool     // MIG: two nvidia-caps nodes and CUDA_VISIBLE_DEVICES
-		mps       bool     // MPS: the pipe directory and the share's limits
+		mps       []string // MPS: the share's thread percentage and memory limit
 	}{
-		{"timeslice", []string{"H200-timeslice-4x"}, false, false},
-		{"mig", []string{"H200-mig-2g.35gb"}, true, false}, // 30–40 GiB: only 2g.35gb (32.5 GiB) on this node
-		{"exclusive", []string{"H200"}, false, false},
-		{"mps", []string{"H200-mps-50pct"}, false, true}, // ≥ 60 GiB of MPS: the 50% share of GPU 5
+		{"timeslice", "timeslice", nil, []string{"H200-timeslice-4x"}, false, nil},
+		{"mig", "mig", nil, []string{"H200-mig-2g.35gb"}, true, nil}, // 30–40 GiB: only 2g.35gb (32.5 GiB) on this node
+		{"exclusive", "exclusive", nil, []string{"H200"}, false, nil},
+		{"mps", "mps", nil, []string{"H200-mps-50pct"}, false, []string{"50", "0=71885M"}},            // ≥ 60 GiB: the 50% share of GPU 5
+		{"mps small", "mps", smallMPS, []string{"H200-mps-25pct"}, false, []string{"25", "0=35942M"}}, // ≤ 40 GiB: a 25% share
 	}
 	for _, tc := range tests {
-		t.Run(tc.job, func(t *testing.T) {
-			jobID, err := a.RunJob(ctx, readJob(t, tc.job))
+		t.Run(tc.name, func(t *testing.T) {
+			hcl := readJob(t, tc.job)
+			if tc.rewrite != nil {
+				if hcl = tc.rewrite(hcl); hcl == readJob(t, tc.job) {
+					t.Fatal("the rewrite of the example job changed nothing")
+				}
+			}
+			jobID, err := a.RunJob(ctx, hcl)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -215,11 +231,11 @@ func TestPluginSchedulesShares(t *testing.T) {
 			if wantCaps := map[bool]int{true: 2, false: 0}[tc.caps]; len(caps) != wantCaps {
 				t.Errorf("task saw caps nodes %v, want %d", caps, wantCaps)
 			}
-			if tc.mps {
+			if tc.mps != nil {
 				want := map[string]string{
 					"CUDA_MPS_PIPE_DIRECTORY":           "/run/gpumux/mps",
-					"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
-					"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  "0=71885M",
+					"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": tc.mps[0],
+					"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  tc.mps[1],
 				}
 				for k, v := range want {
 					if p.env[k] != v {
