@@ -55,17 +55,21 @@ const (
 	gpuB = "GPU-00000000-0000-0000-0000-00000000000b"
 )
 
-// stateDir returns a short state directory (pipe directories have a length
-// limit; t.TempDir's names are long) whose daemons are killed at the end of
-// the test.
-func stateDir(t *testing.T) string {
+// stateDir returns a short state directory whose fake daemons are killed at
+// the end of the test.
+func stateDir(t *testing.T) string { return shortStateDir(t, fakes) }
+
+// shortStateDir returns a short state directory (pipe directories have a
+// length limit; t.TempDir's names are long); at the end of the test the
+// processes procs finds under it are killed and it is removed.
+func shortStateDir(t *testing.T, procs func(dir string) []int) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "mps")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for _, pid := range fakes(dir) {
+		for _, pid := range procs(dir) {
 			syscall.Kill(pid, syscall.SIGKILL)
 			waitExit(context.Background(), pid)
 		}

@@ -42,21 +42,11 @@ func realGPU(t *testing.T) string {
 // the end of the test.
 func realStateDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "mps")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := shortStateDir(t, mpsProcs)
 	// Task users must be able to reach the pipe directory (MkdirTemp makes 0700).
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		for _, pid := range mpsProcs(dir) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			waitExit(context.Background(), pid)
-		}
-		os.RemoveAll(dir)
-	})
 	return dir
 }
 

@@ -34,6 +34,20 @@ func testNode(t testing.TB) *gpu.Node {
 	return node
 }
 
+// catalogOf builds the catalog of node under the given gpu blocks.
+func catalogOf(t *testing.T, node *gpu.Node, rules ...share.GPURule) *share.Catalog {
+	t.Helper()
+	as, err := (&share.Layout{GPUs: rules}).Assign(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := share.Build(node, as)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func TestLayoutErrors(t *testing.T) {
 	node := testNode(t)
 	tests := []struct {
@@ -122,18 +136,9 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 
 func TestBuildGroups(t *testing.T) {
 	node := testNode(t)
-	l := share.Layout{GPUs: []share.GPURule{
-		{Match: "0-1", Mechanism: share.TimeSlice, Replicas: 4},
-		{Match: "7", Mechanism: share.MIG, MIGDevices: map[string]int{"3g.71gb": 1, "2g.35gb": 2}},
-	}}
-	as, err := l.Assign(node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := share.Build(node, as)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := catalogOf(t, node,
+		share.GPURule{Match: "0-1", Mechanism: share.TimeSlice, Replicas: 4},
+		share.GPURule{Match: "7", Mechanism: share.MIG, MIGDevices: map[string]int{"3g.71gb": 1, "2g.35gb": 2}})
 	byName := map[string]share.Group{}
 	for _, g := range c.Groups {
 		byName[g.Name] = g
@@ -191,14 +196,7 @@ func TestBuildGroups(t *testing.T) {
 
 func TestUnmatchedMIGGPUOffersItsInstances(t *testing.T) {
 	node := testNode(t)
-	as, err := (&share.Layout{}).Assign(node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := share.Build(node, as)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := catalogOf(t, node)
 	var migShares int
 	for _, g := range c.Groups {
 		if g.Mechanism == share.MIG {
@@ -217,11 +215,7 @@ func TestUnmatchedMIGGPUOffersItsInstances(t *testing.T) {
 
 func TestLookup(t *testing.T) {
 	node := testNode(t)
-	as, _ := (&share.Layout{}).Assign(node)
-	c, err := share.Build(node, as)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := catalogOf(t, node)
 	got, err := c.Lookup(node.GPUs[0].UUID)
 	if err != nil || len(got) != 1 || got[0].GPU.Index != 0 {
 		t.Fatalf("Lookup(GPU 0) = %v, %v", got, err)
@@ -234,11 +228,7 @@ func TestLookup(t *testing.T) {
 
 func TestEditsFor(t *testing.T) {
 	node := testNode(t)
-	as, _ := (&share.Layout{GPUs: []share.GPURule{{Match: "2", Mechanism: share.TimeSlice, Replicas: 2}}}).Assign(node)
-	c, err := share.Build(node, as)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := catalogOf(t, node, share.GPURule{Match: "2", Mechanism: share.TimeSlice, Replicas: 2})
 	devPath := testPaths{}
 	g7 := node.GPUs[7]
 	big := g7.MIGInstances[len(g7.MIGInstances)-1]
@@ -328,18 +318,9 @@ func (testPaths) MPSPipeDir(uuid string) string { return "/state/mps/" + uuid + 
 
 func TestMPSShares(t *testing.T) {
 	node := testNode(t)
-	l := share.Layout{GPUs: []share.GPURule{
-		{Match: "4", Mechanism: share.MPS, Shares: 4},
-		{Match: "5", Mechanism: share.MPS, ShareSizes: []string{"50%", "25%", "25%"}},
-	}}
-	as, err := l.Assign(node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := share.Build(node, as)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := catalogOf(t, node,
+		share.GPURule{Match: "4", Mechanism: share.MPS, Shares: 4},
+		share.GPURule{Match: "5", Mechanism: share.MPS, ShareSizes: []string{"50%", "25%", "25%"}})
 	got := map[string]string{}
 	for _, g := range c.Groups {
 		if g.Mechanism == share.MPS {
@@ -428,15 +409,7 @@ func keys[V any](m map[string]V) []string {
 
 func TestMPSOnMIG(t *testing.T) {
 	node := testNode(t) // GPU 7: 1× 3g.71gb, 2× 2g.35gb
-	l := share.Layout{GPUs: []share.GPURule{{Match: "7", Mechanism: share.MPS, MIGDevices: map[string]int{"3g.71gb": 1, "2g.35gb": 2}, Shares: 2}}}
-	as, err := l.Assign(node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := share.Build(node, as)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := catalogOf(t, node, share.GPURule{Match: "7", Mechanism: share.MPS, MIGDevices: map[string]int{"3g.71gb": 1, "2g.35gb": 2}, Shares: 2})
 	got := map[string]string{}
 	for _, g := range c.Groups {
 		if g.Mechanism == share.MPS {
