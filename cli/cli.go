@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/plugin"
 )
 
@@ -58,20 +59,20 @@ type nodeFlags struct {
 
 func (n *nodeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.simulate, "simulate", os.Getenv("GPUMUX_SIMULATE"), "use the simulated node `NAME` (dgxa100, dgxh100, dgxh200) instead of the real GPUs (env GPUMUX_SIMULATE)")
-	fs.StringVar(&n.stateDir, "state-dir", os.Getenv("GPUMUX_STATE_DIR"), "gpumux state `DIR`, shared with the plugin (env GPUMUX_STATE_DIR; default: the config's state_dir, else "+plugin.DefaultStateDir+")")
+	fs.StringVar(&n.stateDir, "state-dir", os.Getenv("GPUMUX_STATE_DIR"), "gpumux state `DIR`, shared with the plugin (env GPUMUX_STATE_DIR; default: the config's state_dir, else "+nodeconfig.DefaultStateDir+")")
 	fs.StringVar(&n.config, "config", os.Getenv("GPUMUX_CONFIG"), "node config `FILE` (the plugin block's config body, HCL) to show shares under its layout (env GPUMUX_CONFIG)")
 }
 
 // load reads the node config (if any) and opens the GPUs it names. Flags
 // override the file's simulate and state_dir.
-func (n *nodeFlags) load() (*plugin.Config, *gpu.Host, error) {
-	cfg := &plugin.Config{StateDir: plugin.DefaultStateDir}
+func (n *nodeFlags) load() (*nodeconfig.Config, *gpu.Host, error) {
+	cfg := &nodeconfig.Config{StateDir: nodeconfig.DefaultStateDir}
 	if n.config != "" {
 		src, err := os.ReadFile(n.config)
 		if err != nil {
 			return nil, nil, err
 		}
-		if cfg, err = plugin.ParseConfig(src); err != nil {
+		if cfg, err = nodeconfig.ParseConfig(src); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", n.config, err)
 		}
 	}

@@ -4,14 +4,16 @@ import (
 	"context"
 	"testing"
 
+	"github.com/gpumux/gpumux/nodeconfig"
+
 	"github.com/hashicorp/go-hclog"
 )
 
 // benchPlugin starts a plugin on a simulated 8×H200 node whose GPUs each carry
 // seven 1g.18gb instances: 56 MIG shares.
-func benchPlugin(b *testing.B) (*Plugin, *Config) {
+func benchPlugin(b *testing.B) (*Plugin, *nodeconfig.Config) {
 	b.Helper()
-	cfg, err := ParseConfig([]byte(`
+	cfg, err := nodeconfig.ParseConfig([]byte(`
 simulate  = "dgxh200"
 state_dir = "` + b.TempDir() + `"
 gpu {

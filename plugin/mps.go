@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"github.com/gpumux/gpumux/nodeconfig"
+
 	"github.com/gpumux/gpumux/mps"
 	"github.com/gpumux/gpumux/share"
 )
@@ -23,7 +25,7 @@ type MPS interface {
 var _ MPS = (*mps.Manager)(nil)
 
 // newMPS returns the manager of the node's MPS daemons.
-func (p *Plugin) newMPS(cfg *Config) MPS {
+func (p *Plugin) newMPS(cfg *nodeconfig.Config) MPS {
 	return mps.NewManager(cfg.StateDir,
 		mps.WithControlBinary(resolveBinary(cfg.MPSControlBinary)),
 		mps.WithLogger(p.logger.Named("mps")))

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/nomad/plugins/device"
+	"github.com/gpumux/gpumux/nodeconfig"
 
-	"github.com/gpumux/gpumux/plugin"
+	"github.com/hashicorp/nomad/plugins/device"
 )
 
 const mpsConfig = `
@@ -201,7 +201,7 @@ func shortTempDir(t *testing.T) string {
 func TestLongStateDirIsRefusedForMPS(t *testing.T) {
 	long := "/var/lib/" + strings.Repeat("x", 30) // 39 bytes: one too many
 	cfg := strings.Replace(strings.Replace(mpsConfig, "%s", long, 1), "%s", fakeMPS(t), 1)
-	_, err := plugin.ParseConfig([]byte(strings.ReplaceAll(cfg, "%%", "%")))
+	_, err := nodeconfig.ParseConfig([]byte(strings.ReplaceAll(cfg, "%%", "%")))
 	if err == nil || !strings.Contains(err.Error(), "too long for MPS") || !strings.Contains(err.Error(), "at most 38 bytes") {
 		t.Fatalf("want a clear error about the socket path, got %v", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumux/gpumux/nodeconfig"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/device"
@@ -18,7 +20,7 @@ import (
 )
 
 // Name is the plugin's name: the label of its plugin block and its file name.
-const Name = "nomad-device-gpumux"
+const Name = nodeconfig.PluginName
 
 // Version is the plugin's version.
 const Version = "0.1.0"
@@ -41,7 +43,7 @@ type Host interface {
 var _ Host = (*gpu.Host)(nil)
 
 // OpenFunc opens the node's GPUs for a config.
-type OpenFunc func(cfg *Config) (Host, error)
+type OpenFunc func(cfg *nodeconfig.Config) (Host, error)
 
 // Plugin is the gpumux Nomad device plugin.
 type Plugin struct {
@@ -49,7 +51,7 @@ type Plugin struct {
 	open   OpenFunc
 
 	mu      sync.Mutex
-	cfg     *Config
+	cfg     *nodeconfig.Config
 	host    Host
 	mps     MPS
 	catalog *share.Catalog
@@ -74,7 +76,7 @@ func New(logger hclog.Logger, opts ...Option) *Plugin {
 }
 
 // openHost opens a simulated node when the config names one, else real NVML.
-func openHost(cfg *Config) (Host, error) {
+func openHost(cfg *nodeconfig.Config) (Host, error) {
 	if cfg.Simulate != "" {
 		return gpu.OpenSimulated(cfg.Simulate, cfg.StateDir)
 	}
@@ -92,12 +94,12 @@ func (p *Plugin) PluginInfo() (*base.PluginInfoResponse, error) {
 }
 
 // ConfigSchema returns the plugin block's schema.
-func (p *Plugin) ConfigSchema() (*hclspec.Spec, error) { return configSpec, nil }
+func (p *Plugin) ConfigSchema() (*hclspec.Spec, error) { return nodeconfig.Spec, nil }
 
 // SetConfig decodes and validates the plugin config. GPUs are opened by the
 // first fingerprint, so that a node without a driver reports it there.
 func (p *Plugin) SetConfig(c *base.Config) error {
-	cfg, err := decodeConfig(c.PluginConfig)
+	cfg, err := nodeconfig.Decode(c.PluginConfig)
 	if err != nil {
 		return err
 	}
@@ -122,7 +124,7 @@ func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *device.FingerprintRes
 	return out, nil
 }
 
-func (p *Plugin) fingerprintLoop(ctx context.Context, cfg *Config, out chan<- *device.FingerprintResponse) {
+func (p *Plugin) fingerprintLoop(ctx context.Context, cfg *nodeconfig.Config, out chan<- *device.FingerprintResponse) {
 	defer close(out)
 	send := func(r *device.FingerprintResponse) bool {
 		select {
@@ -147,7 +149,7 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, cfg *Config, out chan<- *d
 		case <-ctx.Done():
 			return
 		case <-timer.C:
-			timer.Reset(cfg.period)
+			timer.Reset(cfg.Period())
 		case <-changed:
 		case <-p.mps.Changed():
 		}
@@ -189,7 +191,7 @@ func allUnhealthy(groups []*device.DeviceGroup, why string) []*device.DeviceGrou
 }
 
 // start opens the GPUs once and applies the MIG layouts the config declares.
-func (p *Plugin) start(ctx context.Context, cfg *Config) error {
+func (p *Plugin) start(ctx context.Context, cfg *nodeconfig.Config) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.host != nil {
@@ -204,7 +206,7 @@ func (p *Plugin) start(ctx context.Context, cfg *Config) error {
 		host.Close()
 		return err
 	}
-	assignments, err := cfg.layout.Assign(node)
+	assignments, err := cfg.Layout().Assign(node)
 	if err != nil {
 		host.Close()
 		return err
@@ -226,12 +228,12 @@ func (p *Plugin) start(ctx context.Context, cfg *Config) error {
 
 // refresh re-reads the GPUs (MIG changes made by others show up here) and
 // rebuilds the catalog.
-func (p *Plugin) refresh(ctx context.Context, cfg *Config) ([]*device.DeviceGroup, error) {
+func (p *Plugin) refresh(ctx context.Context, cfg *nodeconfig.Config) ([]*device.DeviceGroup, error) {
 	node, err := p.host.Inventory(ctx)
 	if err != nil {
 		return nil, err
 	}
-	assignments, err := cfg.layout.Assign(node)
+	assignments, err := cfg.Layout().Assign(node)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumux/gpumux/nodeconfig"
+
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
 	"github.com/hashicorp/hcl"
@@ -339,7 +341,7 @@ func TestConfigErrors(t *testing.T) {
 		{"gpu {\n mechanism = \"exclusive\"\n}", `match`},
 	}
 	for _, tc := range tests {
-		_, err := plugin.ParseConfig([]byte(tc.config))
+		_, err := nodeconfig.ParseConfig([]byte(tc.config))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ParseConfig(%q) = %v, want an error containing %q", tc.config, err, tc.want)
 		}
@@ -351,14 +353,14 @@ func TestParseConfigReadsAgentConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := plugin.ParseConfig(src)
+	cfg, err := nodeconfig.ParseConfig(src)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Simulate != "dgxh200" || len(cfg.GPUs) != 4 || cfg.GPUs[3].MIGDevices["2g.35gb"] != 2 || len(cfg.GPUs[2].ShareSizes) != 3 {
 		t.Errorf("examples/gpumux-plugin.hcl parsed as %+v", cfg)
 	}
-	if _, err := plugin.ParseConfig([]byte(`plugin "nomad-device-gpumux" {}`)); err != nil {
+	if _, err := nodeconfig.ParseConfig([]byte(`plugin "nomad-device-gpumux" {}`)); err != nil {
 		t.Errorf("a plugin block without config: %v", err)
 	}
 }
@@ -499,7 +501,7 @@ func (f *flakyHost) Inventory(ctx context.Context) (*gpu.Node, error) {
 
 func TestFailedRefreshKeepsDevicesUnhealthy(t *testing.T) {
 	var host *flakyHost
-	open := func(cfg *plugin.Config) (plugin.Host, error) {
+	open := func(cfg *nodeconfig.Config) (plugin.Host, error) {
 		h, err := gpu.OpenSimulated(cfg.Simulate, cfg.StateDir)
 		host = &flakyHost{Host: h}
 		return host, err

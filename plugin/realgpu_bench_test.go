@@ -6,14 +6,16 @@ import (
 	"context"
 	"testing"
 
+	"github.com/gpumux/gpumux/nodeconfig"
+
 	"github.com/hashicorp/go-hclog"
 )
 
 // realPlugin starts the plugin on the machine's real GPUs (read-only: no MIG
 // layout declared).
-func realPlugin(b *testing.B) (*Plugin, *Config) {
+func realPlugin(b *testing.B) (*Plugin, *nodeconfig.Config) {
 	b.Helper()
-	cfg, err := ParseConfig([]byte(`state_dir = "` + b.TempDir() + `"`))
+	cfg, err := nodeconfig.ParseConfig([]byte(`state_dir = "` + b.TempDir() + `"`))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package plugin
+package nodeconfig
 
 import (
 	"errors"
@@ -17,7 +17,10 @@ import (
 	"github.com/gpumux/gpumux/share"
 )
 
-// Defaults of the plugin config.
+// PluginName is the label of the Nomad plugin block that holds the config.
+const PluginName = "nomad-device-gpumux"
+
+// Defaults of the node config.
 const (
 	DefaultStateDir          = "/var/lib/gpumux"
 	DefaultFingerprintPeriod = time.Minute
@@ -27,9 +30,9 @@ const (
 	SimulatedMPSControl = "gpumux-fake-mps-control"
 )
 
-// configSpec is the plugin block's schema. Nomad reads agent config as HCL1,
+// Spec is the node config's schema (the Nomad plugin block's config). Nomad reads agent config as HCL1,
 // so mig_devices is a block of attributes: mig_devices { "3g.71gb" = 1 }.
-var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
+var Spec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"simulate":           hclspec.NewAttr("simulate", "string", false),
 	"state_dir":          hclspec.NewDefault(hclspec.NewAttr("state_dir", "string", false), hclspec.NewLiteral(`"`+DefaultStateDir+`"`)),
 	"fingerprint_period": hclspec.NewDefault(hclspec.NewAttr("fingerprint_period", "string", false), hclspec.NewLiteral(`"1m"`)),
@@ -72,8 +75,13 @@ func (c *Config) normalize() {
 			c.period = d
 		}
 	}
-	c.layout = share.Layout{GPUs: c.GPUs}
 }
+
+// Period is the parsed fingerprint_period.
+func (c *Config) Period() time.Duration { return c.period }
+
+// Layout is the config's gpu blocks as a node layout.
+func (c *Config) Layout() *share.Layout { return &share.Layout{GPUs: c.GPUs} }
 
 // Validate checks the config without touching GPUs, naming field, value and
 // what is valid.
@@ -87,7 +95,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("fingerprint_period = %q: want a duration of at least 1s, e.g. \"1m\"", c.FingerprintPeriod))
 		}
 	}
-	if err := c.layout.Validate(); err != nil {
+	if err := c.Layout().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if n := len(mpsPipeDir(c.StateDir)); c.usesMPS() && n > maxMPSPipeDir {
@@ -139,7 +147,7 @@ func ParseConfig(src []byte) (*Config, error) {
 	}
 	body := ast.Node(root.Node)
 	if list, ok := root.Node.(*ast.ObjectList); ok {
-		if blocks := list.Filter("plugin", Name); len(blocks.Items) > 0 {
+		if blocks := list.Filter("plugin", PluginName); len(blocks.Items) > 0 {
 			body = &ast.ObjectList{}
 			if obj, ok := blocks.Items[0].Val.(*ast.ObjectType); ok {
 				if cfg := obj.List.Filter("config"); len(cfg.Items) > 0 {
@@ -152,7 +160,7 @@ func ParseConfig(src []byte) (*Config, error) {
 	if err := hcl.DecodeObject(&raw, body); err != nil {
 		return nil, fmt.Errorf("decoding config: %w", err)
 	}
-	spec, diags := hclspecutils.Convert(configSpec)
+	spec, diags := hclspecutils.Convert(Spec)
 	if diags.HasErrors() {
 		return nil, fmt.Errorf("config schema: %w", diags)
 	}
@@ -164,21 +172,21 @@ func ParseConfig(src []byte) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding config: %w", err)
 	}
-	return decodeConfig(packed)
+	return Decode(packed)
 }
 
-// decodeConfig decodes the msgpack config Nomad sends, fills defaults and
+// Decode decodes the msgpack config a Nomad agent sends, fills defaults and
 // validates it.
-func decodeConfig(packed []byte) (*Config, error) {
+func Decode(packed []byte) (*Config, error) {
 	var cfg Config
 	if len(packed) != 0 {
 		if err := base.MsgPackDecode(packed, &cfg); err != nil {
-			return nil, fmt.Errorf("decoding %s config: %w", Name, err)
+			return nil, fmt.Errorf("decoding the gpumux config: %w", err)
 		}
 	}
 	cfg.normalize()
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("%s config: %w", Name, err)
+		return nil, fmt.Errorf("gpumux config: %w", err)
 	}
 	return &cfg, nil
 }
