@@ -24,6 +24,7 @@ const usage = `gpumux — operate GPU sharing on this node
 
 Usage:
   gpumux status [flags]     GPUs, MIG instances and the shares the node offers
+  gpumux cdi generate       a CDI spec with one device per share, for CDI-native engines
   gpumux version            print the version
 
 Run 'gpumux <command> -h' for the flags of a command.
@@ -38,6 +39,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "status":
 		return runStatus(ctx, args[1:], stdout, stderr)
+	case "cdi":
+		return runCDI(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "gpumux", plugin.Version)
 		return ExitOK

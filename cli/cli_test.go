@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
 	"github.com/gpumux/gpumux/cli"
 )
 
@@ -105,5 +108,46 @@ func TestHelp(t *testing.T) {
 	code, _, errOut := run(t, "status", "-h")
 	if code != cli.ExitOK || !strings.Contains(errOut, "--simulate") && !strings.Contains(errOut, "-simulate") {
 		t.Errorf("status -h: exit %d\n%s", code, errOut)
+	}
+}
+
+func TestCDIGenerate(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "node.hcl")
+	os.WriteFile(cfg, []byte(`simulate = "dgxh200"
+state_dir = "`+dir+`"
+gpu {
+  match     = "0"
+  mechanism = "timeslice"
+  replicas  = 2
+}`), 0o644)
+	out := filepath.Join(dir, "gpumux.json")
+	code, _, errOut := run(t, "cdi", "generate", "--config", cfg, "--output", out)
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	spec, err := cdi.ReadSpec(out, 0) // what a CDI-native engine does
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.GetVendor() != "gpumux.io" || spec.GetClass() != "share" || len(spec.Devices) != 9 {
+		t.Fatalf("kind %s/%s with %d devices, want gpumux.io/share with 9 (2 replicas + 7 whole GPUs)", spec.GetVendor(), spec.GetClass(), len(spec.Devices))
+	}
+	var replica *cdispec.Device
+	for i := range spec.Devices {
+		if strings.Contains(spec.Devices[i].Name, "_timeslice_1") {
+			replica = &spec.Devices[i]
+		}
+	}
+	if replica == nil {
+		t.Fatalf("no device for replica 1: %+v", spec.Devices)
+	}
+	id := replica.Annotations["gpumux.io/share"]
+	env := strings.Join(replica.ContainerEdits.Env, " ")
+	if !strings.Contains(env, "GPUMUX_SHARES="+id) || !strings.Contains(env, "NVIDIA_VISIBLE_DEVICES=GPU-") || len(replica.ContainerEdits.DeviceNodes) != 4 {
+		t.Errorf("replica edits: env %v, %d device nodes", replica.ContainerEdits.Env, len(replica.ContainerEdits.DeviceNodes))
+	}
+	if code, _, errOut := run(t, "cdi", "generate", "--config", cfg, "--output", filepath.Join(dir, "x.txt")); code != cli.ExitError || !strings.Contains(errOut, "*.json") {
+		t.Errorf("a non-.json output: exit %d, %q", code, errOut)
 	}
 }

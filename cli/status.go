@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -53,25 +54,39 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 func status(ctx context.Context, nf *nodeFlags) (*Status, error) {
-	cfg, h, err := nf.load()
+	v, err := nf.view(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer h.Close()
-	node, err := h.Inventory(ctx)
+	defer v.host.Close()
+	return &Status{Node: v.node, Groups: v.catalog.Groups}, nil
+}
+
+// nodeView is a node read under its config: what the commands show.
+type nodeView struct {
+	cfg     *nodeconfig.Config
+	host    *gpu.Host // the caller closes it
+	node    *gpu.Node
+	catalog *share.Catalog
+}
+
+func (n *nodeFlags) view(ctx context.Context) (*nodeView, error) {
+	cfg, h, err := n.load()
 	if err != nil {
 		return nil, err
 	}
-	layout := share.Layout{GPUs: cfg.GPUs}
-	assignments, err := layout.Assign(node)
+	v := &nodeView{cfg: cfg, host: h}
+	if v.node, err = h.Inventory(ctx); err == nil {
+		var assignments []share.Assignment
+		if assignments, err = cfg.Layout().Assign(v.node); err == nil {
+			v.catalog, err = share.Build(v.node, assignments)
+		}
+	}
 	if err != nil {
+		h.Close()
 		return nil, err
 	}
-	catalog, err := share.Build(node, assignments)
-	if err != nil {
-		return nil, err
-	}
-	return &Status{Node: node, Groups: catalog.Groups}, nil
+	return v, nil
 }
 
 func printStatus(w io.Writer, st *Status) {

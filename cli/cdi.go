@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/mps"
+	"github.com/gpumux/gpumux/runtimehook"
+	"github.com/gpumux/gpumux/share"
+)
+
+// CDIKind is the CDI kind of gpumux's shares: a CDI-native engine names one
+// as gpumux.io/share=<name>.
+const CDIKind = "gpumux.io/share"
+
+func runCDI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "generate" {
+		fmt.Fprint(stderr, "Usage: gpumux cdi generate [flags]\n")
+		return ExitUsage
+	}
+	fs := flag.NewFlagSet("cdi generate", flag.ContinueOnError)
+	var nf nodeFlags
+	nf.register(fs)
+	output := fs.String("output", "", "write the spec to `FILE` (e.g. /etc/cdi/gpumux.json) instead of standard output")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `Usage: gpumux cdi generate [flags]
+
+Writes a CDI spec (kind %s) with one device per share the node offers under
+its layout, carrying the same edits as the Nomad plugin and gpumux-runtime:
+for CDI-native engines (containerd 2.x, Docker 25+, Podman), e.g.
+  podman run --device %s=<name> …
+A CDI device is handed out as named, with no lease: use gpumux-runtime for
+shares that must not be given twice. Names are share IDs with "/" as "_".
+
+Flags:
+`, CDIKind, CDIKind)
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args[1:], stderr); !ok {
+		return code
+	}
+	spec, err := cdiSpec(ctx, &nf)
+	if err == nil {
+		err = writeCDI(spec, *output, stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gpumux cdi generate: %v\n", err)
+		return ExitError
+	}
+	return ExitOK
+}
+
+// cdiSpec builds the spec of every share the node offers.
+func cdiSpec(ctx context.Context, nf *nodeFlags) (*cdispec.Spec, error) {
+	v, err := nf.view(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer v.host.Close()
+	paths := cdiPaths{v.host, mps.NewManager(v.cfg.StateDir)}
+	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: CDIKind}
+	for _, g := range v.catalog.Groups {
+		for _, s := range g.Shares {
+			edits, err := share.EditsFor([]share.Share{s}, paths)
+			if err != nil {
+				return nil, err
+			}
+			spec.Devices = append(spec.Devices, cdispec.Device{
+				Name:           CDIName(s.ID),
+				Annotations:    map[string]string{"gpumux.io/share": s.ID, "gpumux.io/mechanism": string(s.Mechanism)},
+				ContainerEdits: *runtimehook.CDIEdits(edits),
+			})
+		}
+	}
+	return spec, nil
+}
+
+// CDIName is a share's CDI device name: its ID, with "/" (not allowed in CDI
+// names) as "_".
+func CDIName(id string) string { return strings.ReplaceAll(id, "/", "_") }
+
+type cdiPaths struct {
+	*gpu.Host
+	mps *mps.Manager
+}
+
+func (p cdiPaths) MPSPipeDir(uuid string) string { return p.mps.PipeDir(uuid) }
+
+// writeCDI writes the spec as JSON, to a file (checked by the CDI library
+// reading it back) or to w.
+func writeCDI(spec *cdispec.Spec, path string, w io.Writer) error {
+	b, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return err
+	}
+	if path == "" {
+		_, err = w.Write(append(b, '\n'))
+		return err
+	}
+	if filepath.Ext(path) != ".json" {
+		return fmt.Errorf("--output %q: CDI reads .json (or .yaml) files; this command writes JSON, so name it *.json", path)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	if _, err := cdi.ReadSpec(tmp, 0); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("the generated spec does not validate: %w", err)
+	}
+	return os.Rename(tmp, path)
+}

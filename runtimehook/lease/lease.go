@@ -1,0 +1,544 @@
+// Package lease is gpumux's node-local lease store: which container holds
+// which shares, for containers started outside Nomad (gpumux-runtime under
+// containerd or Docker). It is one bbolt file, shared by every runtime and
+// hook process of the node.
+//
+// bbolt locks the file from Open to Close: a second process's Open waits for
+// the first one's Close, up to a timeout (WithTimeout, 10s by default). So
+// open the store for one operation and close it at once; within a process,
+// one Store may be used by many goroutines.
+//
+// Layout (schema 1): bucket "meta" holds "schema" = "1"; bucket "shares" maps
+// a share ID to the container that holds it, and is the truth about leases;
+// bucket "containers" maps a container ID to its Record (JSON, decoded
+// leniently: unknown fields are ignored, so newer gpumux versions may add
+// some). A newer schema is refused by Open, never rewritten.
+package lease
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// Schema is the version of the store's layout this package reads and writes.
+const Schema = 1
+
+// RecordVersion is the version of the Records this package writes.
+const RecordVersion = 1
+
+// DefaultTimeout is how long Open waits for another process to close the store.
+const DefaultTimeout = 10 * time.Second
+
+// DefaultReclaimGrace is how long Reclaim leaves a lease alone after it was
+// taken when it cannot tell whether the process that took it still runs.
+const DefaultReclaimGrace = time.Minute
+
+// MaxContainerID bounds the length of a container ID.
+const MaxContainerID = 1024
+
+// Errors of the store.
+var (
+	// ErrLocked: another process kept the store open past the timeout.
+	ErrLocked = errors.New("lease store locked by another process")
+	// ErrAlreadyLeased: Acquire for a container that already holds leases.
+	ErrAlreadyLeased = errors.New("container already holds leases")
+	// ErrClosed: the Store was closed.
+	ErrClosed = errors.New("lease store closed")
+)
+
+var (
+	bucketMeta       = []byte("meta")
+	bucketShares     = []byte("shares")
+	bucketContainers = []byte("containers")
+	keySchema        = []byte("schema")
+)
+
+// Record is what the store keeps about one container's leases.
+type Record struct {
+	Version   int       `json:"v"`
+	Container string    `json:"container"`
+	Shares    []string  `json:"shares"`
+	Acquired  time.Time `json:"acquired"`
+	Bundle    string    `json:"bundle,omitempty"`
+	// Seq tells two leases of one container ID apart (a bbolt sequence).
+	Seq uint64 `json:"seq"`
+	// Owner is the process that took the lease, while it runs it protects
+	// the lease from Reclaim (runc has no state for the container until
+	// `runc create` is done).
+	Owner *Owner `json:"owner,omitempty"`
+}
+
+// Owner identifies a process across PID reuse and reboots.
+type Owner struct {
+	PID          int    `json:"pid"`
+	Start        uint64 `json:"start"`         // clock ticks since boot, /proc/<pid>/stat field 22
+	BootID       string `json:"boot_id"`       // /proc/sys/kernel/random/boot_id
+	PIDNamespace string `json:"pid_namespace"` // readlink /proc/self/ns/pid
+}
+
+// Store is an open lease store.
+type Store struct {
+	db    *bolt.DB
+	path  string
+	grace time.Duration
+	now   func() time.Time
+	self  *Owner
+	// running reports whether o still runs, and whether it could tell.
+	running func(o *Owner) (running, known bool)
+
+	mu     sync.RWMutex // guards closed against Close during an operation
+	closed bool
+}
+
+type options struct {
+	timeout time.Duration
+	grace   time.Duration
+}
+
+// Option configures Open.
+type Option func(*options)
+
+// WithTimeout sets how long Open waits for another process to close the
+// store (default DefaultTimeout; 0 means the default, not forever).
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithReclaimGrace sets how long Reclaim spares a fresh lease whose taking
+// process it cannot check (default DefaultReclaimGrace).
+func WithReclaimGrace(d time.Duration) Option { return func(o *options) { o.grace = d } }
+
+// Open opens the store at path, creating it (and its directory) if needed.
+// It waits for other processes that hold it open, up to the timeout, then
+// fails with ErrLocked.
+func Open(path string, opts ...Option) (*Store, error) {
+	o := options{timeout: DefaultTimeout, grace: DefaultReclaimGrace}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.timeout <= 0 {
+		o.timeout = DefaultTimeout
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("lease store %s: %w", path, err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.timeout})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("%w: %s still held after %s (another gpumux-runtime or hook is using it)", ErrLocked, path, o.timeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease store %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if v := meta.Get(keySchema); v != nil {
+			n, err := strconv.Atoi(string(v))
+			switch {
+			case err != nil || n < 1:
+				return fmt.Errorf("schema %q is not a version: not a gpumux lease store?", v)
+			case n > Schema:
+				return fmt.Errorf("schema %d was written by a newer gpumux; this one knows schema %d and leaves it alone", n, Schema)
+			}
+		} else if err := meta.Put(keySchema, []byte(strconv.Itoa(Schema))); err != nil {
+			return err
+		}
+		for _, b := range [][]byte{bucketShares, bucketContainers} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("lease store %s: %w", path, err)
+	}
+	return &Store{db: db, path: path, grace: o.grace, now: time.Now, self: selfOwner(), running: processRunning}, nil
+}
+
+// Close closes the store, releasing its file lock for other processes.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.db.Close()
+}
+
+// Path is the store's file.
+func (s *Store) Path() string { return s.path }
+
+// view and update run fn in a read or write transaction of the open store.
+func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
+	return s.tx(ctx, false, fn)
+}
+
+func (s *Store) update(ctx context.Context, fn func(*bolt.Tx) error) error {
+	return s.tx(ctx, true, fn)
+}
+
+func (s *Store) tx(ctx context.Context, write bool, fn func(*bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if write {
+		return s.db.Update(fn)
+	}
+	return s.db.View(fn)
+}
+
+// AcquireOption adds to the record of an Acquire.
+type AcquireOption func(*Record)
+
+// WithBundle records the container's bundle directory.
+func WithBundle(path string) AcquireOption { return func(r *Record) { r.Bundle = path } }
+
+// Acquire leases shares to container in one write transaction: it calls
+// choose with the current leases (share ID → container ID, a copy) and
+// records the share IDs it returns. If choose fails, its error is returned
+// as it is (so errors.Is(err, share.ErrNoFit) works) and nothing is written.
+// choose runs while the store is locked: keep it quick.
+//
+// A container that already holds leases is refused with ErrAlreadyLeased,
+// naming them, without calling choose: its request may differ from the one
+// its leases were chosen for, and a container ID is used once by runc. Its
+// leases go with Release, or with Reclaim once it is gone.
+//
+// What choose returns must be non-empty share IDs, none twice, none leased.
+func (s *Store) Acquire(ctx context.Context, container string, choose func(leased map[string]string) ([]string, error), opts ...AcquireOption) ([]string, error) {
+	if err := checkContainer(container); err != nil {
+		return nil, err
+	}
+	var ids []string
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		shares, containers := tx.Bucket(bucketShares), tx.Bucket(bucketContainers)
+		leased := map[string]string{}
+		var held []string
+		err := shares.ForEach(func(k, v []byte) error {
+			leased[string(k)] = string(v)
+			if string(v) == container {
+				held = append(held, string(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(held) > 0 {
+			sort.Strings(held)
+			return fmt.Errorf("%w: %s holds %s", ErrAlreadyLeased, container, strings.Join(held, ", "))
+		}
+		chosen, err := choose(copyMap(leased))
+		if err != nil {
+			return err
+		}
+		if len(chosen) == 0 {
+			return fmt.Errorf("lease for %s: no shares chosen", container)
+		}
+		seen := map[string]bool{}
+		for _, id := range chosen {
+			switch {
+			case id == "":
+				return fmt.Errorf("lease for %s: an empty share ID was chosen", container)
+			case seen[id]:
+				return fmt.Errorf("lease for %s: share %s was chosen twice", container, id)
+			case leased[id] != "":
+				return fmt.Errorf("lease for %s: share %s was chosen, but %s holds it", container, id, leased[id])
+			}
+			seen[id] = true
+		}
+		seq, err := containers.NextSequence()
+		if err != nil {
+			return err
+		}
+		rec := Record{Version: RecordVersion, Container: container, Shares: slices.Clone(chosen), Acquired: s.now().UTC(), Seq: seq, Owner: s.self}
+		for _, o := range opts {
+			o(&rec)
+		}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		if err := containers.Put([]byte(container), b); err != nil {
+			return err
+		}
+		for _, id := range chosen {
+			if err := shares.Put([]byte(id), []byte(container)); err != nil {
+				return err
+			}
+		}
+		ids = rec.Shares
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// Release gives back every share container holds and returns their IDs,
+// sorted. Releasing a container that holds nothing is not an error.
+func (s *Store) Release(ctx context.Context, container string) ([]string, error) {
+	var released []string
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		var err error
+		released, err = release(tx, container)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return released, nil
+}
+
+// release deletes container's leases and record.
+func release(tx *bolt.Tx, container string) ([]string, error) {
+	shares := tx.Bucket(bucketShares)
+	var ids []string
+	err := shares.ForEach(func(k, v []byte) error {
+		if string(v) == container {
+			ids = append(ids, string(k))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if err := shares.Delete([]byte(id)); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Bucket(bucketContainers).Delete([]byte(container)); err != nil {
+		return nil, err
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// Leases returns every lease: share ID → container ID.
+func (s *Store) Leases(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketShares).ForEach(func(k, v []byte) error {
+			out[string(k)] = string(v)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Records returns one Record per container holding leases, sorted by
+// container ID. Shares come from the leases themselves; the other fields from
+// the stored record, when it is readable (a record that is not is reported
+// with only Container and Shares).
+func (s *Store) Records(ctx context.Context) ([]Record, error) {
+	var out []Record
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		out = records(tx)
+		return nil
+	})
+	return out, err
+}
+
+func records(tx *bolt.Tx) []Record {
+	byContainer := map[string][]string{}
+	tx.Bucket(bucketShares).ForEach(func(k, v []byte) error {
+		byContainer[string(v)] = append(byContainer[string(v)], string(k))
+		return nil
+	})
+	containers := tx.Bucket(bucketContainers)
+	out := make([]Record, 0, len(byContainer))
+	for c, ids := range byContainer {
+		rec, _ := decodeRecord(containers.Get([]byte(c)))
+		rec.Container = c
+		sort.Strings(ids)
+		rec.Shares = ids
+		out = append(out, rec)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Container < out[j].Container })
+	return out
+}
+
+// decodeRecord reads a record leniently: unknown fields are ignored, and a
+// record of a later version is read for the fields this version knows.
+func decodeRecord(b []byte) (Record, error) {
+	var r Record
+	if b == nil {
+		return r, errors.New("no record")
+	}
+	err := json.Unmarshal(b, &r)
+	return r, err
+}
+
+// Reclaim releases the leases of containers that are gone, so that a crashed
+// container or a killed runtime loses nothing, and returns the share IDs it
+// released, sorted.
+//
+// A lease is spared while the process that took it still runs (runc knows
+// the container only once `runc create` is done), and, when that cannot be
+// checked (no record of it, another PID namespace), for the grace period
+// after it was taken. Other containers are asked alive(container), outside
+// the store's transactions; those it reports gone are released unless they
+// were released and leased again meanwhile. A container whose check fails
+// keeps its leases; the errors are returned, joined, with what was released.
+func (s *Store) Reclaim(ctx context.Context, alive func(container string) (bool, error)) ([]string, error) {
+	var recs []Record
+	if err := s.view(ctx, func(tx *bolt.Tx) error {
+		recs = records(tx)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	var gone []Record
+	var errs []error
+	for _, r := range recs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if running, known := s.running(r.Owner); running {
+			continue
+		} else if !known && !r.Acquired.IsZero() && now.Sub(r.Acquired) < s.grace {
+			continue
+		}
+		ok, err := alive(r.Container)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("container %s: %w", r.Container, err))
+			continue
+		}
+		if !ok {
+			gone = append(gone, r)
+		}
+	}
+	var released []string
+	if len(gone) > 0 {
+		err := s.update(ctx, func(tx *bolt.Tx) error {
+			released = nil
+			containers := tx.Bucket(bucketContainers)
+			for _, r := range gone {
+				// Leased again since it was read? Then it is not the lease
+				// that was checked.
+				if cur, _ := decodeRecord(containers.Get([]byte(r.Container))); cur.Seq != r.Seq {
+					continue
+				}
+				ids, err := release(tx, r.Container)
+				if err != nil {
+					return err
+				}
+				released = append(released, ids...)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	sort.Strings(released)
+	return released, errors.Join(errs...)
+}
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func checkContainer(c string) error {
+	if c == "" {
+		return errors.New("lease: empty container ID")
+	}
+	if len(c) > MaxContainerID {
+		return fmt.Errorf("lease: container ID of %d bytes; at most %d", len(c), MaxContainerID)
+	}
+	return nil
+}
+
+// selfOwner describes this process, or is nil where /proc cannot tell.
+func selfOwner() *Owner {
+	pid := os.Getpid()
+	start, err := processStart(pid)
+	if err != nil {
+		return nil
+	}
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return nil
+	}
+	ns, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return nil
+	}
+	return &Owner{PID: pid, Start: start, BootID: string(bytes.TrimSpace(boot)), PIDNamespace: ns}
+}
+
+// processRunning reports whether o still runs, and whether that could be
+// told: not for a missing owner, nor across PID namespaces.
+func processRunning(o *Owner) (running, known bool) {
+	self := selfOwner()
+	if o == nil || self == nil || o.BootID == "" {
+		return false, false
+	}
+	if o.BootID != self.BootID {
+		return false, true // the node rebooted since
+	}
+	if o.PIDNamespace != self.PIDNamespace {
+		return false, false
+	}
+	start, err := processStart(o.PID)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, true
+	}
+	if err != nil {
+		return false, false
+	}
+	return start == o.Start, true
+}
+
+// processStart reads a process's start time (clock ticks after boot) from
+// /proc/<pid>/stat.
+func processStart(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold anything;
+	// fields 3 on follow the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	const startField = 22 - 3
+	if len(f) <= startField {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	return strconv.ParseUint(f[startField], 10, 64)
+}

@@ -1,0 +1,61 @@
+package runtimehook
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/gpumux/gpumux/nodeconfig"
+)
+
+// DefaultConfig is where gpumux-runtime reads the node config by default.
+const DefaultConfig = "/etc/gpumux/node.hcl"
+
+// Main is gpumux-runtime's command line: runc's, plus `hook <name>` for the
+// hooks it adds, and a leading `--config FILE` of its own. It returns the
+// exit code.
+func Main(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer) int {
+	cfgPath := os.Getenv(EnvConfig)
+	if len(args) >= 2 && args[0] == "--config" {
+		cfgPath, args = args[1], args[2:]
+	}
+	if cfgPath == "" {
+		cfgPath = DefaultConfig
+	}
+	load := func() (*nodeconfig.Config, error) { return loadConfig(cfgPath) }
+	opts := []Option{WithStderr(stderr)}
+	if runc := os.Getenv(EnvRunc); runc != "" {
+		opts = append(opts, WithRunc(runc))
+	}
+	r := New(load, opts...)
+	if len(args) >= 1 && args[0] == "hook" {
+		if len(args) != 2 {
+			fmt.Fprintf(stderr, "gpumux-runtime: usage: gpumux-runtime hook %s|%s\n", HookCreateRuntime, HookPoststop)
+			return 2
+		}
+		if err := r.Hook(ctx, args[1], stdin); err != nil {
+			fmt.Fprintf(stderr, "gpumux-runtime hook %s: %v\n", args[1], err)
+			return 1
+		}
+		return 0
+	}
+	return r.Run(ctx, args)
+}
+
+// loadConfig reads the node config file; GPUMUX_STATE_DIR overrides its
+// state_dir.
+func loadConfig(path string) (*nodeconfig.Config, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("node config: %w (set --config or %s)", err, EnvConfig)
+	}
+	cfg, err := nodeconfig.ParseConfig(src)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if dir := os.Getenv(EnvStateDir); dir != "" {
+		cfg.StateDir = dir
+	}
+	return cfg, nil
+}

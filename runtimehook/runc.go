@@ -1,0 +1,86 @@
+package runtimehook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+)
+
+// runcGlobalValueFlags are runc's global flags that take a value; the
+// subcommand is the first argument that is neither one of these nor a flag.
+var runcGlobalValueFlags = map[string]bool{
+	"--root": true, "--log": true, "--log-format": true, "--criu": true, "--rootless": true,
+}
+
+// Invocation is a runc command line as a containerd shim or Docker passes it.
+type Invocation struct {
+	Args       []string // everything, as given
+	Subcommand string   // "create", "start", "delete", …; "" if none
+	Root       string   // --root: runc's state directory
+	Bundle     string   // create: --bundle (or -b); default "."
+	ID         string   // create: the container ID (the last argument)
+}
+
+// ParseInvocation finds what gpumux needs in runc's arguments without
+// changing them.
+func ParseInvocation(args []string) Invocation {
+	inv := Invocation{Args: args}
+	i := 0
+	for ; i < len(args); i++ {
+		a := args[i]
+		name, _, hasValue := strings.Cut(a, "=")
+		if !strings.HasPrefix(a, "-") {
+			inv.Subcommand = a
+			break
+		}
+		if runcGlobalValueFlags[name] && !hasValue && i+1 < len(args) {
+			if name == "--root" {
+				inv.Root = args[i+1]
+			}
+			i++
+		} else if name == "--root" && hasValue {
+			inv.Root = strings.TrimPrefix(a, "--root=")
+		}
+	}
+	if inv.Subcommand != "create" {
+		return inv
+	}
+	rest := args[i+1:]
+	inv.Bundle = "."
+	for j := 0; j < len(rest); j++ {
+		a := rest[j]
+		switch {
+		case (a == "--bundle" || a == "-b") && j+1 < len(rest):
+			inv.Bundle = rest[j+1]
+			j++
+		case strings.HasPrefix(a, "--bundle="):
+			inv.Bundle = strings.TrimPrefix(a, "--bundle=")
+		}
+	}
+	if len(rest) > 0 {
+		inv.ID = rest[len(rest)-1]
+	}
+	return inv
+}
+
+// runcAlive reports whether runc (with root, if set) still knows container id:
+// leases of containers it does not know are reclaimed.
+func runcAlive(ctx context.Context, runc, root, id string) (bool, error) {
+	args := []string{}
+	if root != "" {
+		args = append(args, "--root", root)
+	}
+	cmd := exec.CommandContext(ctx, runc, append(args, "state", id)...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &exit) && strings.Contains(string(out), "does not exist"):
+		return false, nil
+	default:
+		return false, fmt.Errorf("runc state %s: %w: %s", id, err, strings.TrimSpace(string(out)))
+	}
+}

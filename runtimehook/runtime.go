@@ -1,0 +1,317 @@
+package runtimehook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/mps"
+	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/share"
+)
+
+// ErrNotReserved means a container named shares in GPUMUX_SHARES that this
+// node did not reserve for it.
+var ErrNotReserved = errors.New("shares not reserved on this node")
+
+// Host is what the runtime needs of the node's GPUs; *gpu.Host implements it.
+type Host interface {
+	Inventory(ctx context.Context) (*gpu.Node, error)
+	DevicePath(name string) string
+	Close() error
+}
+
+var _ Host = (*gpu.Host)(nil)
+
+// Runtime is gpumux-runtime: a runc wrapper that, on `create`, leases the
+// shares a container asks for and writes their edits into its config.json.
+type Runtime struct {
+	load   func() (*nodeconfig.Config, error) // the node config, read when needed
+	cfg    *nodeconfig.Config
+	runc   string // runc binary
+	self   string // this binary, for the hooks it adds
+	limits Limits
+	open   func(*nodeconfig.Config) (Host, error)
+	stderr io.Writer
+}
+
+// Option configures a Runtime.
+type Option func(*Runtime)
+
+// WithRunc sets the runc binary (default "runc" on PATH).
+func WithRunc(path string) Option { return func(r *Runtime) { r.runc = path } }
+
+// WithSelf sets the path the hooks call back (default: this executable).
+func WithSelf(path string) Option { return func(r *Runtime) { r.self = path } }
+
+// WithLimits bounds what one container may ask for.
+func WithLimits(l Limits) Option { return func(r *Runtime) { r.limits = l } }
+
+// WithStderr sets where the runtime reports errors (default os.Stderr).
+func WithStderr(w io.Writer) Option { return func(r *Runtime) { r.stderr = w } }
+
+// New returns a runtime that reads the node config with load when a
+// container asks for GPUs (containers that do not never pay for it).
+func New(load func() (*nodeconfig.Config, error), opts ...Option) *Runtime {
+	r := &Runtime{load: load, runc: "runc", limits: DefaultLimits, open: openHost, stderr: os.Stderr}
+	if self, err := os.Executable(); err == nil {
+		r.self = self
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+func openHost(cfg *nodeconfig.Config) (Host, error) {
+	if cfg.Simulate != "" {
+		return gpu.OpenSimulated(cfg.Simulate, cfg.StateDir)
+	}
+	return gpu.OpenNVML()
+}
+
+// Run handles one runc command line and returns the exit code: `create` is
+// prepared and then handed to runc; every other subcommand goes to runc
+// untouched.
+func (r *Runtime) Run(ctx context.Context, args []string) int {
+	inv := ParseInvocation(args)
+	if inv.Subcommand != "create" {
+		return r.execRunc(args)
+	}
+	leased, err := r.prepare(ctx, inv)
+	if err != nil {
+		r.fail(inv, err)
+		return 1
+	}
+	code := r.runRunc(args)
+	if code != 0 && leased {
+		// A failed start gives its shares back.
+		if _, err := r.store().release(ctx, inv.ID); err != nil {
+			fmt.Fprintf(r.stderr, "gpumux-runtime: releasing the shares of %s: %v\n", inv.ID, err)
+		}
+	}
+	return code
+}
+
+// prepare leases the container's shares and writes their edits into its
+// config.json. It reports whether it leased anything; a container that asks
+// for nothing is not touched at all.
+func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err error) {
+	path := filepath.Join(inv.Bundle, "config.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return false, fmt.Errorf("reading the container spec: %w", err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return false, fmt.Errorf("decoding %s: %w", path, err)
+	}
+	var env []string
+	if spec.Process != nil {
+		env = spec.Process.Env
+	}
+	req, reserved, asked, err := ParseRequest(spec.Annotations, env, r.limits)
+	if err != nil || !asked {
+		return false, err
+	}
+	if err := r.loadConfig(); err != nil {
+		return false, err
+	}
+	if len(reserved) > 0 {
+		// Nomad's reservations are not recorded where the runtime can check
+		// them yet; honouring the variable unchecked would let any container
+		// claim any share.
+		return false, fmt.Errorf("%w: GPUMUX_SHARES=%s (containers started by Nomad's docker driver with gpumux-runtime are not supported yet; ask with gpumux.io/* annotations instead)", ErrNotReserved, strings.Join(reserved, ","))
+	}
+	host, err := r.open(r.cfg)
+	if err != nil {
+		return false, err
+	}
+	defer host.Close()
+	catalog, err := r.catalog(ctx, host)
+	if err != nil {
+		return false, err
+	}
+	st := r.store()
+	alive := func(id string) (bool, error) { return runcAlive(ctx, r.runc, inv.Root, id) }
+	ids, err := st.acquire(ctx, inv.ID, alive, func(leasedBy map[string]string) ([]string, error) {
+		shares, err := share.Choose(catalog, func(s share.Share) bool { return leasedBy[s.ID] == "" }, req)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]string, len(shares))
+		for i, s := range shares {
+			out[i] = s.ID
+		}
+		return out, nil
+	}, r.stderr)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		if err != nil {
+			st.release(context.WithoutCancel(ctx), inv.ID)
+		}
+	}()
+	shares, err := catalog.Lookup(ids...)
+	if err != nil {
+		return true, err
+	}
+	edits, err := share.EditsFor(shares, paths{host, mps.NewManager(r.cfg.StateDir)})
+	if err != nil {
+		return true, err
+	}
+	if err := (&cdi.ContainerEdits{ContainerEdits: CDIEdits(edits)}).Apply(&spec); err != nil {
+		return true, fmt.Errorf("applying the container edits of %v: %w", ids, err)
+	}
+	r.addHooks(&spec)
+	return true, writeSpec(path, &spec)
+}
+
+func (r *Runtime) loadConfig() error {
+	if r.cfg != nil {
+		return nil
+	}
+	cfg, err := r.load()
+	if err != nil {
+		return err
+	}
+	r.cfg = cfg
+	return nil
+}
+
+// catalog builds the node's shares under its layout.
+func (r *Runtime) catalog(ctx context.Context, host Host) (*share.Catalog, error) {
+	node, err := host.Inventory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	assignments, err := r.cfg.Layout().Assign(node)
+	if err != nil {
+		return nil, err
+	}
+	return share.Build(node, assignments)
+}
+
+// addHooks makes runc call gpumux back: createRuntime checks the shares are
+// usable, poststop releases them.
+func (r *Runtime) addHooks(spec *specs.Spec) {
+	if spec.Hooks == nil {
+		spec.Hooks = &specs.Hooks{}
+	}
+	env := []string{EnvStateDir + "=" + r.cfg.StateDir}
+	if p := os.Getenv(EnvConfig); p != "" {
+		env = append(env, EnvConfig+"="+p)
+	}
+	timeout := 30
+	hook := func(name string) specs.Hook {
+		return specs.Hook{Path: r.self, Args: []string{filepath.Base(r.self), "hook", name}, Env: env, Timeout: &timeout}
+	}
+	spec.Hooks.CreateRuntime = append(spec.Hooks.CreateRuntime, hook(HookCreateRuntime))
+	spec.Hooks.Poststop = append(spec.Hooks.Poststop, hook(HookPoststop))
+}
+
+func writeSpec(path string, spec *specs.Spec) error {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	mode := fileMode
+	if fi, err := os.Stat(path); err == nil {
+		mode = fi.Mode().Perm()
+	}
+	tmp := path + ".gpumux.tmp"
+	if err := os.WriteFile(tmp, b, mode); err != nil {
+		return fmt.Errorf("writing the container spec: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// fail reports err where the caller sees it: stderr, and runc's JSON log
+// (containerd's shim reads the last error from it).
+func (r *Runtime) fail(inv Invocation, err error) {
+	msg := "gpumux-runtime: " + err.Error()
+	fmt.Fprintln(r.stderr, msg)
+	if logPath := inv.flag("--log"); logPath != "" {
+		if f, ferr := os.OpenFile(logPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); ferr == nil {
+			json.NewEncoder(f).Encode(map[string]string{"level": "error", "msg": msg})
+			f.Close()
+		}
+	}
+}
+
+// execRunc replaces this process with runc.
+func (r *Runtime) execRunc(args []string) int {
+	path, err := exec.LookPath(r.runc)
+	if err != nil {
+		fmt.Fprintf(r.stderr, "gpumux-runtime: runc: %v\n", err)
+		return 127
+	}
+	err = syscall.Exec(path, append([]string{path}, args...), os.Environ())
+	fmt.Fprintf(r.stderr, "gpumux-runtime: exec %s: %v\n", path, err)
+	return 127
+}
+
+// runRunc runs runc with the same arguments and standard streams, and returns
+// its exit code.
+func (r *Runtime) runRunc(args []string) int {
+	cmd := exec.Command(r.runc, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		return exit.ExitCode()
+	default:
+		fmt.Fprintf(r.stderr, "gpumux-runtime: running %s: %v\n", r.runc, err)
+		return 127
+	}
+}
+
+// flag returns the value of a global runc flag, "" if absent.
+func (inv Invocation) flag(name string) string {
+	for i, a := range inv.Args {
+		if a == inv.Subcommand {
+			break
+		}
+		if a == name && i+1 < len(inv.Args) {
+			return inv.Args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// paths tells the share model where this node keeps device nodes and MPS
+// pipe directories.
+type paths struct {
+	Host
+	mps *mps.Manager
+}
+
+func (p paths) MPSPipeDir(uuid string) string { return p.mps.PipeDir(uuid) }
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,212 @@
+package runtimehook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/mig"
+	"github.com/gpumux/gpumux/nodeconfig"
+)
+
+func TestParseInvocation(t *testing.T) {
+	tests := []struct {
+		args []string
+		want Invocation
+	}{
+		{
+			[]string{"--root", "/run/containerd/runc/k8s.io", "--log", "/x/log.json", "--log-format", "json", "create", "--bundle", "/b", "--pid-file", "/p", "c1"},
+			Invocation{Subcommand: "create", Root: "/run/containerd/runc/k8s.io", Bundle: "/b", ID: "c1"},
+		},
+		{[]string{"--root=/r", "create", "-b", "/b2", "c2"}, Invocation{Subcommand: "create", Root: "/r", Bundle: "/b2", ID: "c2"}},
+		{[]string{"create", "--bundle=/b3", "--console-socket", "/s", "c3"}, Invocation{Subcommand: "create", Bundle: "/b3", ID: "c3"}},
+		{[]string{"create", "c4"}, Invocation{Subcommand: "create", Bundle: ".", ID: "c4"}},
+		{[]string{"--debug", "start", "c1"}, Invocation{Subcommand: "start"}},
+		{[]string{"--version"}, Invocation{}},
+	}
+	for _, tc := range tests {
+		got := ParseInvocation(tc.args)
+		got.Args = nil
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("ParseInvocation(%q) = %+v, want %+v", tc.args, got, tc.want)
+		}
+	}
+}
+
+// fixture is a bundle, a node config on a simulated H200 and a fake runc
+// that records how it was called.
+type fixture struct {
+	bundle, stateDir, runcLog string
+	rt                        *Runtime
+	stderr                    bytes.Buffer
+}
+
+func newFixture(t *testing.T, layout string, runcExit int) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	f := &fixture{bundle: filepath.Join(dir, "bundle"), stateDir: filepath.Join(dir, "state"), runcLog: filepath.Join(dir, "runc.log")}
+	os.MkdirAll(f.bundle, 0o755)
+	runc := filepath.Join(dir, "runc")
+	script := "#!/bin/sh\necho \"$@\" >> " + f.runcLog + "\n"
+	if runcExit != 0 {
+		script += "echo 'runc: boom' >&2\nexit 1\n"
+	}
+	os.WriteFile(runc, []byte(script), 0o755)
+	cfg, err := nodeconfig.ParseConfig([]byte(`simulate = "dgxh200"
+state_dir = "` + f.stateDir + `"
+` + layout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.rt = New(func() (*nodeconfig.Config, error) { return cfg, nil }, WithRunc(runc), WithSelf("/usr/bin/gpumux-runtime"), WithStderr(&f.stderr))
+	return f
+}
+
+func (f *fixture) writeSpec(t *testing.T, annotations map[string]string, env ...string) []byte {
+	t.Helper()
+	spec := specs.Spec{Version: specs.Version, Process: &specs.Process{Args: []string{"/probe"}, Env: append([]string{"PATH=/bin"}, env...)},
+		Root: &specs.Root{Path: "rootfs"}, Annotations: annotations, Linux: &specs.Linux{}}
+	b, _ := json.Marshal(spec)
+	if err := os.WriteFile(filepath.Join(f.bundle, "config.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (f *fixture) readSpec(t *testing.T) specs.Spec {
+	t.Helper()
+	var spec specs.Spec
+	b, _ := os.ReadFile(filepath.Join(f.bundle, "config.json"))
+	if err := json.Unmarshal(b, &spec); err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+func (f *fixture) create(id string) int {
+	return f.rt.Run(context.Background(), []string{"--root", "/nonexistent-runc-root", "create", "--bundle", f.bundle, id})
+}
+
+func TestCreateInjectsTheLeasedShare(t *testing.T) {
+	f := newFixture(t, "", 0) // GPU 6 is in MIG mode: offered as its instances
+	h, err := gpu.OpenSimulated("dgxh200", f.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mig.Apply(context.Background(), h, 6, map[string]int{"3g.71gb": 2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	f.writeSpec(t, map[string]string{"gpumux.io/mechanism": "mig", "gpumux.io/memory": "60Gi"})
+	if code := f.create("c1"); code != 0 {
+		t.Fatalf("exit %d: %s", code, f.stderr.String())
+	}
+	spec := f.readSpec(t)
+	env := strings.Join(spec.Process.Env, " ")
+	if !strings.Contains(env, "NVIDIA_VISIBLE_DEVICES=MIG-") || !strings.Contains(env, "GPUMUX_SHARES=MIG-") {
+		t.Errorf("env %v", spec.Process.Env)
+	}
+	var paths []string
+	for _, d := range spec.Linux.Devices {
+		paths = append(paths, d.Path)
+		if d.Type != "c" || d.Major == 0 && d.Minor == 0 {
+			t.Errorf("device %+v: want a character device with its real numbers", d)
+		}
+	}
+	if len(paths) != 6 || !strings.Contains(strings.Join(paths, " "), "/dev/nvidia-caps/nvidia-cap") {
+		t.Errorf("devices %v: want ctl, uvm, uvm-tools, the GPU and two caps nodes", paths)
+	}
+	if len(spec.Linux.Resources.Devices) == 0 {
+		t.Error("no device cgroup rules were added")
+	}
+	if h := spec.Hooks; h == nil || len(h.CreateRuntime) != 1 || len(h.Poststop) != 1 || h.Poststop[0].Args[2] != HookPoststop {
+		t.Errorf("hooks %+v", spec.Hooks)
+	}
+	log, _ := os.ReadFile(f.runcLog)
+	if !strings.Contains(string(log), "create --bundle "+f.bundle+" c1") {
+		t.Errorf("runc was called with %q", log)
+	}
+	held, _ := f.rt.store().held(context.Background(), "c1")
+	if len(held) != 1 || !strings.HasPrefix(held[0], "MIG-") {
+		t.Errorf("leases of c1: %v", held)
+	}
+}
+
+func TestContainerThatAsksNothingIsUntouched(t *testing.T) {
+	f := newFixture(t, "", 0)
+	before := f.writeSpec(t, map[string]string{"io.kubernetes.pod.name": "x"}, "FOO=bar")
+	if code := f.create("c1"); code != 0 {
+		t.Fatalf("exit %d: %s", code, f.stderr.String())
+	}
+	after, _ := os.ReadFile(filepath.Join(f.bundle, "config.json"))
+	if !bytes.Equal(before, after) {
+		t.Error("the spec of a container that asks for nothing was rewritten")
+	}
+}
+
+func TestFailedStartReleasesItsLease(t *testing.T) {
+	f := newFixture(t, "", 1) // runc fails
+	f.writeSpec(t, map[string]string{"gpumux.io/mechanism": "exclusive"})
+	if code := f.create("c1"); code != 1 {
+		t.Fatalf("exit %d, want runc's 1", code)
+	}
+	if held, _ := f.rt.store().held(context.Background(), "c1"); len(held) != 0 {
+		t.Errorf("a container whose start failed still holds %v", held)
+	}
+}
+
+func TestBadRequestFailsTheStartWithTheReason(t *testing.T) {
+	f := newFixture(t, "", 0)
+	f.writeSpec(t, map[string]string{"gpumux.io/memroy": "16Gi"})
+	if code := f.create("c1"); code == 0 {
+		t.Fatal("a misspelt annotation started")
+	}
+	if !strings.Contains(f.stderr.String(), "gpumux.io/memroy") {
+		t.Errorf("stderr %q does not name the bad key", f.stderr.String())
+	}
+	if log, _ := os.ReadFile(f.runcLog); len(log) != 0 {
+		t.Errorf("runc was called: %q", log)
+	}
+}
+
+func TestExclusiveSharesAreNeverGivenTwice(t *testing.T) {
+	f := newFixture(t, "", 0) // the fake runc says every container is alive: no lease is reclaimed
+	f.writeSpec(t, map[string]string{"gpumux.io/mechanism": "exclusive", "gpumux.io/gpus": "5"})
+	if code := f.create("a"); code != 0 {
+		t.Fatal(f.stderr.String())
+	}
+	f.writeSpec(t, map[string]string{"gpumux.io/mechanism": "exclusive", "gpumux.io/gpus": "3"})
+	if code := f.create("b"); code != 0 {
+		t.Fatal(f.stderr.String())
+	}
+	f.writeSpec(t, map[string]string{"gpumux.io/mechanism": "exclusive"})
+	if code := f.create("c"); code == 0 {
+		t.Fatal("a ninth whole GPU was handed out on an 8-GPU node")
+	}
+	if !strings.Contains(f.stderr.String(), "exclusive") {
+		t.Errorf("the refusal does not say what was asked: %q", f.stderr.String())
+	}
+}
+
+func TestPoststopReleases(t *testing.T) {
+	f := newFixture(t, "", 0)
+	f.writeSpec(t, map[string]string{"gpumux.io/mechanism": "exclusive"})
+	if code := f.create("c1"); code != 0 {
+		t.Fatal(f.stderr.String())
+	}
+	state, _ := json.Marshal(specs.State{ID: "c1", Bundle: f.bundle})
+	if err := f.rt.Hook(context.Background(), HookPoststop, bytes.NewReader(state)); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := f.rt.store().held(context.Background(), "c1"); len(held) != 0 {
+		t.Errorf("after poststop c1 still holds %v", held)
+	}
+}

@@ -1,0 +1,71 @@
+package runtimehook
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/gpumux/gpumux/runtimehook/lease"
+)
+
+// leases is the node's lease store, opened for each operation: runtime and
+// hook processes are short-lived, and bbolt's file lock orders them.
+type leases struct{ path string }
+
+func (r *Runtime) store() leases {
+	return leases{path: filepath.Join(r.cfg.StateDir, "leases.db")}
+}
+
+func (l leases) open() (*lease.Store, error) {
+	s, err := lease.Open(l.path)
+	if err != nil {
+		return nil, fmt.Errorf("opening the lease store %s: %w", l.path, err)
+	}
+	return s, nil
+}
+
+// acquire first reclaims the leases of containers runc no longer knows (a
+// crashed container or a killed runtime loses nothing), then leases what
+// choose picks, in one transaction. A container whose state runc cannot tell
+// keeps its leases; that is reported to warn, not fatal.
+func (l leases) acquire(ctx context.Context, container string, alive func(string) (bool, error), choose func(map[string]string) ([]string, error), warn io.Writer) ([]string, error) {
+	s, err := l.open()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	if _, err := s.Reclaim(ctx, alive); err != nil {
+		fmt.Fprintf(warn, "gpumux-runtime: some stale leases were kept: %v\n", err)
+	}
+	return s.Acquire(ctx, container, choose)
+}
+
+func (l leases) release(ctx context.Context, container string) ([]string, error) {
+	s, err := l.open()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return s.Release(ctx, container)
+}
+
+// held returns the share IDs leased to container.
+func (l leases) held(ctx context.Context, container string) ([]string, error) {
+	s, err := l.open()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	all, err := s.Leases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for id, c := range all {
+		if c == container {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
