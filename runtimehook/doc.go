@@ -1,8 +1,11 @@
-// Package runtimehook will hold gpumux-runtime's logic: the OCI spec changes
-// that inject a share's container edits at `create`, the createRuntime and
-// poststop hooks, and the node-local lease store, so that containers started
-// by containerd or Docker get the same shares as Nomad tasks.
-//
-// It holds no code yet; package share already computes the container edits it
-// will apply.
+// Package runtimehook is gpumux-runtime: an OCI runtime wrapper around runc
+// for containerd (runc options BinaryName) and Docker (runtimes). Only
+// `create` is changed: the container's request (gpumux.io/* annotations or
+// GPUMUX_* env, parsed strictly by ParseRequest) is served by the share
+// policy (share.Choose) from the shares no other container holds, leased in
+// the node-local lease store (package lease), and the shares' container edits
+// are applied to config.json with the CDI library. A createRuntime hook checks
+// the shares are still usable; a poststop hook releases them; leases of
+// containers runc no longer knows are reclaimed. Every other subcommand is
+// runc's, untouched, and a container that asks for nothing is not touched.
 package runtimehook
