@@ -1,10 +1,15 @@
 // Package e2e holds gpumux's end-to-end tests: a real Nomad agent built from
-// source (and, for the runtime, a real containerd and runc) driving the gpumux
-// binaries on a simulated GPU node. The tests carry the `e2e` build tag and
-// need root:
+// source, and a private containerd with Debian's runc, driving the gpumux
+// binaries on a simulated GPU node. The tests need root and two build tags:
 //
-//	make test-e2e
+//	go test -tags 'e2e no_dynamic_plugins' ./e2e/...   (what make test-e2e runs)
 //
-// Subpackage nomadagent starts and drives Nomad dev agents for these tests
-// and for the demo.
+// no_dynamic_plugins keeps containerd's client from linking Go's plugin
+// package, which would make the test binary bind go-nvml's NVML symbols at
+// start and die on a machine without the driver (see tags_e2e_test.go).
+//
+// Subpackage nomadagent starts and drives Nomad dev agents (also for the
+// demo); ctrd starts a private containerd and runs containers from a rootfs
+// holding probe, a static program that prints the env, device nodes and
+// mounts a container sees.
 package e2e

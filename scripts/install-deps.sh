@@ -9,7 +9,14 @@
 #   make             the Makefile.
 #   ca-certificates  HTTPS to the Go module proxy.
 #   util-linux       flock, mount (Essential on Debian; listed for clarity).
-# Later: containerd, runc.
+#   containerd runc  e2e/ctrd runs a private containerd (its own config,
+#                    sockets and state in a temp dir) with the runc shim, and
+#                    gpumux-runtime wraps runc (Debian 12: containerd 1.6.20,
+#                    runc 1.1.5). Skipped when the command is already on PATH
+#                    from another package (Docker's containerd.io provides
+#                    both and conflicts with Debian's). The system service the
+#                    containerd package ships is not started by this script
+#                    (policy-rc.d while installing): tests never use it.
 set -euo pipefail
 
 PACKAGES=(
@@ -18,6 +25,14 @@ PACKAGES=(
 	make
 	ca-certificates
 	util-linux
+	containerd
+	runc
+)
+
+# Packages that count as present when this command is on PATH.
+declare -A COMMAND_OF=(
+	[containerd]=containerd
+	[runc]=runc
 )
 
 log() { echo "install-deps: $*" >&2; }
@@ -29,6 +44,9 @@ fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
+	if [[ -n "${COMMAND_OF[$p]:-}" ]] && command -v "${COMMAND_OF[$p]}" >/dev/null 2>&1; then
+		continue
+	fi
 	if [[ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" != installed ]]; then
 		missing+=("$p")
 	fi
@@ -51,6 +69,18 @@ fi
 
 log "installing: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+
+# Keep the containerd package from starting its system service (a policy
+# of 101 tells invoke-rc.d and deb-systemd-invoke not to start anything);
+# an existing policy-rc.d is left alone.
+POLICY=/usr/sbin/policy-rc.d
+if [[ " ${missing[*]} " == *" containerd "* && ! -e $POLICY ]]; then
+	printf '#!/bin/sh\n# installed by gpumux scripts/install-deps.sh while installing\nexit 101\n' |
+		"${SUDO[@]}" tee "$POLICY" >/dev/null
+	"${SUDO[@]}" chmod 755 "$POLICY"
+	trap '"${SUDO[@]}" rm -f "$POLICY"' EXIT
+	log "not starting containerd.service while installing ($POLICY)"
+fi
 "${SUDO[@]}" apt-get update
 "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
 log "installed: ${missing[*]}"

@@ -1,0 +1,868 @@
+// Package ctrd drives a private containerd daemon from Go tests: it writes a
+// configuration whose root, state, sockets and log all live in one short
+// temp dir, starts `containerd --config` in its own process group, waits
+// until it answers, runs containers from a minimal rootfs holding the probe
+// program (e2e/probe) without any image, and, on cleanup, deletes the
+// containers, stops the daemon and asserts that nothing (daemon, shims,
+// runc, container processes, mounts, cgroups, shim sockets) is left behind.
+// The system containerd, if any, is never touched.
+//
+// Containers run in the namespace "gpumux-e2e" through the runc shim
+// (io.containerd.runc.v2); RunOpts.BinaryName swaps runc for a wrapper such
+// as gpumux-runtime, as containerd's runc option `BinaryName` does.
+//
+// The package itself has no build tag so that `go vet ./...` covers it; the
+// tests that use it carry the `e2e` build tag and need root.
+package ctrd
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	containerd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+)
+
+const (
+	// Namespace is the containerd namespace of every container the harness
+	// creates.
+	Namespace = "gpumux-e2e"
+
+	// DefaultRuntime is the runtime (shim) containers run with.
+	DefaultRuntime = "io.containerd.runc.v2"
+
+	// markerEnv is set in the daemon's environment (and so inherited by the
+	// shims it starts and the runc processes they run) to find its
+	// processes later.
+	markerEnv = "GPUMUX_E2E_CTRD"
+
+	// shimSocketDir is where containerd's runc shim (v2) puts its sockets,
+	// whatever the daemon's state dir: /run/containerd/s/<sha256 of
+	// address/namespace/id>.
+	shimSocketDir = "/run/containerd/s"
+)
+
+// DefaultContainerdBin returns the containerd binary to use: $CONTAINERD_BIN,
+// else "containerd" (looked up on PATH; Debian's package puts it in
+// /usr/bin).
+func DefaultContainerdBin() string {
+	if b := os.Getenv("CONTAINERD_BIN"); b != "" {
+		return b
+	}
+	return "containerd"
+}
+
+type config struct {
+	bin          string
+	extraConfig  []string
+	disable      []string
+	env          []string
+	logLevel     string
+	readyTimeout time.Duration
+	stopTimeout  time.Duration
+}
+
+// Option configures Start.
+type Option func(*config)
+
+// WithContainerdBin overrides the containerd binary (default
+// DefaultContainerdBin()).
+func WithContainerdBin(path string) Option { return func(c *config) { c.bin = path } }
+
+// WithConfig appends raw TOML (version 2 schema) to the daemon's
+// config.toml, e.g. `[plugins."io.containerd.runtime.v1.linux"] ...`. Do
+// not repeat the top-level keys or the [grpc], [ttrpc] and [debug] tables
+// the harness writes. A table for the CRI plugin only has an effect with
+// WithCRI.
+func WithConfig(toml string) Option {
+	return func(c *config) { c.extraConfig = append(c.extraConfig, toml) }
+}
+
+// WithCRI keeps the CRI plugin (io.containerd.grpc.v1.cri) enabled; by
+// default it is disabled to keep the daemon light.
+func WithCRI() Option {
+	return func(c *config) {
+		out := c.disable[:0:0]
+		for _, p := range c.disable {
+			if p != criPlugin {
+				out = append(out, p)
+			}
+		}
+		c.disable = out
+	}
+}
+
+// WithEnv adds KEY=VALUE entries to the daemon's environment (inherited by
+// the shims it starts and the runtime they run, e.g. gpumux-runtime).
+func WithEnv(kv ...string) Option { return func(c *config) { c.env = append(c.env, kv...) } }
+
+// WithLogLevel sets the daemon's log level (default "debug").
+func WithLogLevel(level string) Option { return func(c *config) { c.logLevel = level } }
+
+// WithReadyTimeout bounds how long Start waits for the daemon to answer
+// (default 30s; ctx may end it earlier).
+func WithReadyTimeout(d time.Duration) Option { return func(c *config) { c.readyTimeout = d } }
+
+// WithStopTimeout bounds how long Stop waits after SIGTERM before it
+// SIGKILLs the daemon's process group (default 20s).
+func WithStopTimeout(d time.Duration) Option { return func(c *config) { c.stopTimeout = d } }
+
+const criPlugin = "io.containerd.grpc.v1.cri"
+
+// defaultDisabled are plugins the harness does not need: CRI, and the
+// snapshotters that only log errors on a machine without their backing
+// filesystem (no snapshotter is used: containers run from a rootfs path).
+var defaultDisabled = []string{
+	criPlugin,
+	"io.containerd.snapshotter.v1.aufs",
+	"io.containerd.snapshotter.v1.btrfs",
+	"io.containerd.snapshotter.v1.devmapper",
+	"io.containerd.snapshotter.v1.zfs",
+}
+
+// Daemon is a running private containerd.
+type Daemon struct {
+	// Dir is the daemon's short temp dir (os.MkdirTemp("", "gmx-ctrd"));
+	// everything below is inside it. It is removed by Stop.
+	Dir string
+	// ConfigPath is Dir/config.toml; LogPath the daemon's stdout and stderr.
+	ConfigPath, LogPath string
+	// Root and State are the daemon's root and state dirs.
+	Root, State string
+	// Address is the gRPC socket; TTRPCAddress and DebugAddress the
+	// others.
+	Address, TTRPCAddress, DebugAddress string
+	// RuncRoot is the runc --root the shim is given (runc option Root), so
+	// that runc state stays inside Dir too: runc keeps a container's
+	// state in RuncRoot/<namespace>/<id>.
+	RuncRoot string
+	// FIFODir holds the stdio FIFOs of the containers.
+	FIFODir string
+	// Client is a client of the daemon, with Namespace as its default
+	// namespace.
+	Client *containerd.Client
+
+	t       testing.TB
+	cfg     config
+	cmd     *exec.Cmd
+	logFile *os.File
+	exited  chan struct{}
+	waitErr error
+
+	rootfsOnce sync.Once
+	rootfs     string
+	rootfsErr  error
+
+	mu         sync.Mutex
+	containers map[string]*container // live, by ID
+	ids        map[string]bool       // every ID ever created, for leftovers
+
+	stopOnce sync.Once
+	stopErr  error
+	finalLog []byte
+}
+
+// Start writes a configuration, starts `containerd --config` and waits
+// until the daemon answers a Version request. It registers a t.Cleanup
+// that deletes the containers left in the harness's namespace, stops the
+// daemon, prints its log if the test failed, and fails the test if
+// anything is left behind. Start calls t.Fatal on error. Needs root.
+func Start(ctx context.Context, t testing.TB, opts ...Option) *Daemon {
+	t.Helper()
+	cfg := config{
+		bin:          DefaultContainerdBin(),
+		disable:      append([]string(nil), defaultDisabled...),
+		logLevel:     "debug",
+		readyTimeout: 30 * time.Second,
+		stopTimeout:  20 * time.Second,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	bin, err := exec.LookPath(cfg.bin)
+	if err != nil {
+		t.Fatalf("containerd binary %s: %v (Debian package `containerd`: scripts/install-deps.sh; or set CONTAINERD_BIN)", cfg.bin, err)
+	}
+	cfg.bin = bin
+	for _, b := range []string{"containerd-shim-runc-v2", "runc"} {
+		if _, err := exec.LookPath(b); err != nil {
+			t.Fatalf("%s: %v (Debian packages `containerd` and `runc`: scripts/install-deps.sh)", b, err)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Fatalf("the containerd e2e harness must run as root (runc, cgroups, mounts); euid is %d", os.Geteuid())
+	}
+
+	// Register t.TempDir's removal before the daemon's cleanup, so that
+	// rootfs dirs a test makes later with Rootfs(t) outlive the containers
+	// that cleanup deletes (cleanups run last registered first).
+	_ = t.TempDir()
+	dir, err := os.MkdirTemp("", "gmx-ctrd")
+	if err != nil {
+		t.Fatalf("creating temp dir: %v", err)
+	}
+	d := &Daemon{
+		t:            t,
+		cfg:          cfg,
+		Dir:          dir,
+		ConfigPath:   filepath.Join(dir, "config.toml"),
+		LogPath:      filepath.Join(dir, "containerd.log"),
+		Root:         filepath.Join(dir, "root"),
+		State:        filepath.Join(dir, "state"),
+		Address:      filepath.Join(dir, "c.sock"),
+		TTRPCAddress: filepath.Join(dir, "t.sock"),
+		DebugAddress: filepath.Join(dir, "d.sock"),
+		RuncRoot:     filepath.Join(dir, "runc"),
+		FIFODir:      filepath.Join(dir, "fifo"),
+		exited:       make(chan struct{}),
+		containers:   map[string]*container{},
+		ids:          map[string]bool{},
+	}
+	if err := os.WriteFile(d.ConfigPath, []byte(d.renderConfig()), 0o644); err != nil {
+		os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	d.logFile, err = os.Create(d.LogPath)
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	cmd := exec.Command(cfg.bin, "--config", d.ConfigPath)
+	cmd.Dir = dir
+	cmd.Stdout = d.logFile
+	cmd.Stderr = d.logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = append(filterEnv(os.Environ(), "CONTAINERD_ADDRESS", "CONTAINERD_NAMESPACE", "NOTIFY_SOCKET"),
+		markerEnv+"="+dir)
+	cmd.Env = append(cmd.Env, cfg.env...)
+	if err := cmd.Start(); err != nil {
+		d.logFile.Close()
+		os.RemoveAll(dir)
+		t.Fatalf("starting %s: %v", cfg.bin, err)
+	}
+	d.cmd = cmd
+	go func() {
+		d.waitErr = cmd.Wait()
+		close(d.exited)
+	}()
+	t.Logf("containerd pid %d, dir %s", cmd.Process.Pid, dir)
+
+	t.Cleanup(func() {
+		if err := d.Stop(); err != nil {
+			t.Errorf("stopping containerd: %v", err)
+		}
+		if t.Failed() {
+			d.dumpLog()
+		}
+	})
+
+	wctx, cancel := context.WithTimeout(ctx, cfg.readyTimeout)
+	defer cancel()
+	if err := d.waitReady(wctx); err != nil {
+		t.Fatalf("containerd not ready: %v", err)
+	}
+	return d
+}
+
+func (d *Daemon) renderConfig() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "version = 2\n")
+	fmt.Fprintf(&b, "root  = %q\n", d.Root)
+	fmt.Fprintf(&b, "state = %q\n", d.State)
+	var dis []string
+	for _, p := range d.cfg.disable {
+		dis = append(dis, strconv.Quote(p))
+	}
+	fmt.Fprintf(&b, "disabled_plugins = [%s]\n\n", strings.Join(dis, ", "))
+	fmt.Fprintf(&b, "[grpc]\n  address = %q\n\n", d.Address)
+	fmt.Fprintf(&b, "[ttrpc]\n  address = %q\n\n", d.TTRPCAddress)
+	fmt.Fprintf(&b, "[debug]\n  address = %q\n  level = %q\n\n", d.DebugAddress, d.cfg.logLevel)
+	// The opt plugin would otherwise create /opt/containerd on the host.
+	fmt.Fprintf(&b, "[plugins.\"io.containerd.internal.v1.opt\"]\n  path = %q\n", filepath.Join(d.Dir, "opt"))
+	for _, x := range d.cfg.extraConfig {
+		fmt.Fprintf(&b, "\n%s\n", x)
+	}
+	return b.String()
+}
+
+// waitReady waits until the socket exists and the daemon answers Version,
+// then keeps the client in d.Client.
+func (d *Daemon) waitReady(ctx context.Context) error {
+	var last string
+	for {
+		select {
+		case <-d.exited:
+			return fmt.Errorf("containerd exited early (%v)", d.waitErr)
+		default:
+		}
+		if _, err := os.Stat(d.Address); err != nil {
+			last = err.Error()
+		} else {
+			c, err := containerd.New(d.Address,
+				containerd.WithDefaultNamespace(Namespace),
+				containerd.WithTimeout(2*time.Second))
+			if err == nil {
+				v, err := c.Version(ctx)
+				if err == nil {
+					d.Client = c
+					d.t.Logf("containerd %s (%s) answering on %s", v.Version, v.Revision, d.Address)
+					return nil
+				}
+				c.Close()
+				last = "version: " + err.Error()
+			} else {
+				last = "dial: " + err.Error()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w; last: %s", ctx.Err(), last)
+		case <-d.exited:
+			return fmt.Errorf("containerd exited early (%v); last: %s", d.waitErr, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Context returns ctx with the harness's namespace, for calls made
+// directly on d.Client.
+func (d *Daemon) Context(ctx context.Context) context.Context {
+	return namespaces.WithNamespace(ctx, Namespace)
+}
+
+// Exited is closed when the daemon process has exited.
+func (d *Daemon) Exited() <-chan struct{} { return d.exited }
+
+// Log returns the daemon log so far (after Stop: the whole log).
+func (d *Daemon) Log() string {
+	if b, err := os.ReadFile(d.LogPath); err == nil {
+		return string(b)
+	}
+	return string(d.finalLog)
+}
+
+// ConfigDump runs `containerd --config <ConfigPath> config dump`: the
+// daemon's whole configuration, defaults included, as it would load it.
+// Disabled plugins have no tables in it: a CRI runtime class
+// ([plugins."io.containerd.grpc.v1.cri".containerd.runtimes.X]) shows only
+// when the daemon was started WithCRI.
+func (d *Daemon) ConfigDump(ctx context.Context) (string, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, d.cfg.bin, "--config", d.ConfigPath, "config", "dump")
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("containerd config dump: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// Stop deletes the containers left in the namespace (killing their tasks),
+// stops the daemon (SIGTERM, wait up to the stop timeout, then SIGKILL to
+// its process group), then checks that nothing of this daemon is left:
+// processes (the daemon, shims, runc, container processes), mounts under
+// Dir, the cgroups of the containers it ran and their shim sockets in
+// /run/containerd/s. It returns an error describing anything left behind
+// (and then kills/unmounts those so later tests are not affected), and
+// removes Dir when nothing is mounted under it. Stop is idempotent; Start's
+// cleanup calls it.
+func (d *Daemon) Stop() error {
+	d.stopOnce.Do(func() { d.stopErr = d.stop() })
+	return d.stopErr
+}
+
+func (d *Daemon) stop() error {
+	var errs []error
+	pid := d.cmd.Process.Pid
+
+	select {
+	case <-d.exited:
+		errs = append(errs, fmt.Errorf("containerd had already exited before Stop: %v", d.waitErr))
+	default:
+		// Shims outlive the daemon by design: delete the tasks first.
+		if d.Client != nil {
+			if err := d.deleteAll(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if d.Client != nil {
+		d.Client.Close()
+	}
+	select {
+	case <-d.exited:
+	default:
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		select {
+		case <-d.exited:
+			d.t.Logf("containerd exited after SIGTERM (%v)", d.waitErr)
+		case <-time.After(d.cfg.stopTimeout):
+			errs = append(errs, fmt.Errorf("containerd pid %d still running %v after SIGTERM; sent SIGKILL to its process group", pid, d.cfg.stopTimeout))
+		}
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	select {
+	case <-d.exited:
+	case <-time.After(10 * time.Second):
+		errs = append(errs, fmt.Errorf("containerd pid %d did not exit after SIGKILL", pid))
+	}
+	d.logFile.Close()
+
+	var lo Leftovers
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		lo, err = d.Leftovers()
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		if lo.Empty() || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(lo.Procs) > 0 {
+		var lines []string
+		var pids []int
+		for _, p := range lo.Procs {
+			lines = append(lines, p.String())
+			pids = append(pids, p.PID)
+			_ = syscall.Kill(p.PID, syscall.SIGKILL)
+		}
+		errs = append(errs, fmt.Errorf("%d process(es) left behind (now killed):\n  %s", len(lo.Procs), strings.Join(lines, "\n  ")))
+		waitGone(pids, 5*time.Second)
+	}
+	if len(lo.Mounts) > 0 {
+		for i := len(lo.Mounts) - 1; i >= 0; i-- {
+			_ = syscall.Unmount(lo.Mounts[i], syscall.MNT_DETACH)
+		}
+		errs = append(errs, fmt.Errorf("%d mount(s) left under %s (now detached):\n  %s", len(lo.Mounts), d.Dir, strings.Join(lo.Mounts, "\n  ")))
+	}
+	if len(lo.Cgroups) > 0 {
+		// Processes whose shim is gone are found only through their cgroup.
+		inCgroups := map[int]bool{}
+		for _, c := range lo.Cgroups {
+			b, _ := os.ReadFile(filepath.Join(c, "cgroup.procs"))
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+					inCgroups[pid] = true
+				}
+			}
+		}
+		if len(inCgroups) > 0 {
+			var lines []string
+			var pids []int
+			for pid := range inCgroups {
+				cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+				lines = append(lines, fmt.Sprintf("pid %d: %s", pid, strings.TrimSpace(strings.ReplaceAll(string(cl), "\x00", " "))))
+				pids = append(pids, pid)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			sort.Strings(lines)
+			errs = append(errs, fmt.Errorf("%d process(es) left in the containers' cgroups (now killed):\n  %s", len(pids), strings.Join(lines, "\n  ")))
+			waitGone(pids, 5*time.Second)
+		}
+		var stuck []string
+		for _, c := range lo.Cgroups {
+			var err error
+			for end := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				if err = os.Remove(c); err == nil || os.IsNotExist(err) || time.Now().After(end) {
+					break
+				}
+			}
+			if err != nil && !os.IsNotExist(err) {
+				stuck = append(stuck, err.Error())
+			}
+		}
+		msg := fmt.Sprintf("%d cgroup(s) left (now removed):\n  %s", len(lo.Cgroups), strings.Join(lo.Cgroups, "\n  "))
+		if len(stuck) > 0 {
+			msg += "\n  could not remove:\n  " + strings.Join(stuck, "\n  ")
+		}
+		errs = append(errs, errors.New(msg))
+	}
+	if len(lo.Files) > 0 {
+		for _, f := range lo.Files {
+			_ = os.Remove(f)
+		}
+		errs = append(errs, fmt.Errorf("%d file(s) left outside %s (now removed):\n  %s", len(lo.Files), d.Dir, strings.Join(lo.Files, "\n  ")))
+	}
+
+	d.finalLog, _ = os.ReadFile(d.LogPath)
+	if rest, err := mountsUnder(d.Dir); err == nil && len(rest) == 0 {
+		if err := os.RemoveAll(d.Dir); err != nil {
+			errs = append(errs, fmt.Errorf("removing %s: %w", d.Dir, err))
+		}
+	} else {
+		errs = append(errs, fmt.Errorf("not removing %s: mounts remain: %v (%v)", d.Dir, rest, err))
+	}
+	return errors.Join(errs...)
+}
+
+// deleteAll deletes every container in the namespace (those the harness
+// knows and any a test made through d.Client), killing running tasks. A
+// container still there is not an error: tests may leave them to cleanup.
+func (d *Daemon) deleteAll() error {
+	ctx, cancel := context.WithTimeout(d.Context(context.Background()), 60*time.Second)
+	defer cancel()
+	var errs []error
+	d.mu.Lock()
+	var known []string
+	for id := range d.containers {
+		known = append(known, id)
+	}
+	d.mu.Unlock()
+	sort.Strings(known)
+	for _, id := range known {
+		d.t.Logf("cleanup: deleting container %s", id)
+		if _, err := d.Delete(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("cleanup: deleting container %s: %w", id, err))
+		}
+	}
+	cs, err := d.Client.Containers(ctx)
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("cleanup: listing containers: %w", err))...)
+	}
+	for _, c := range cs {
+		d.t.Logf("cleanup: deleting container %s (not created through the harness)", c.ID())
+		d.noteID(c.ID())
+		if task, err := c.Task(ctx, nil); err == nil {
+			if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil {
+				errs = append(errs, fmt.Errorf("cleanup: deleting task %s: %w", c.ID(), err))
+			}
+		}
+		if err := c.Delete(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("cleanup: deleting container %s: %w", c.ID(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Daemon) noteID(id string) {
+	d.mu.Lock()
+	d.ids[id] = true
+	d.mu.Unlock()
+}
+
+// waitGone waits until none of pids is a live (non-zombie) process, or
+// timeout.
+func waitGone(pids []int, timeout time.Duration) {
+	for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		alive := false
+		for _, pid := range pids {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+				if st, _, _ := parseStat(b); st != "Z" && st != "X" {
+					alive = true
+					break
+				}
+			}
+		}
+		if !alive {
+			return
+		}
+	}
+}
+
+// Proc is a process found by Leftovers.
+type Proc struct {
+	PID     int
+	Cmdline string
+	// Why says how it was attributed to the daemon.
+	Why string
+}
+
+func (p Proc) String() string { return fmt.Sprintf("pid %d (%s): %s", p.PID, p.Why, p.Cmdline) }
+
+// Leftovers is what Daemon.Leftovers finds.
+type Leftovers struct {
+	// Procs: live processes of this daemon.
+	Procs []Proc
+	// Mounts: mount points at or under Dir.
+	Mounts []string
+	// Cgroups: cgroup dirs of containers this daemon ran
+	// (<hierarchy>/gpumux-e2e/<id>, containerd's default cgroups path).
+	Cgroups []string
+	// Files: shim sockets of containers this daemon ran, in
+	// /run/containerd/s.
+	Files []string
+}
+
+// Empty says nothing is left.
+func (l Leftovers) Empty() bool {
+	return len(l.Procs) == 0 && len(l.Mounts) == 0 && len(l.Cgroups) == 0 && len(l.Files) == 0
+}
+
+// Leftovers lists what belongs to this daemon and is still there: live
+// processes (the daemon, its process group, anything with the daemon's
+// marker environment variable such as containerd-shim-runc-v2 and the runc
+// it runs, anything whose command line names Dir, such as a shim's
+// -address or runc's --root, anything whose root or cwd is under Dir, such
+// as container processes); mount points under Dir; the cgroups and shim
+// sockets of the container IDs it created.
+func (d *Daemon) Leftovers() (Leftovers, error) {
+	var l Leftovers
+	var err error
+	if l.Procs, err = d.leftoverProcs(); err != nil {
+		return l, err
+	}
+	if l.Mounts, err = mountsUnder(d.Dir); err != nil {
+		return l, err
+	}
+	d.mu.Lock()
+	var ids []string
+	for id := range d.ids {
+		ids = append(ids, id)
+	}
+	d.mu.Unlock()
+	sort.Strings(ids)
+	hier, err := cgroupMounts()
+	if err != nil {
+		return l, err
+	}
+	for _, id := range ids {
+		for _, h := range hier {
+			p := filepath.Join(h, Namespace, id)
+			if _, err := os.Stat(p); err == nil {
+				l.Cgroups = append(l.Cgroups, p)
+			}
+		}
+		if s := shimSocket(d.Address, id); s != "" {
+			if _, err := os.Lstat(s); err == nil {
+				l.Files = append(l.Files, s)
+			}
+		}
+	}
+	return l, nil
+}
+
+// shimSocket is the socket path the runc shim v2 uses for a container of
+// this daemon (runtime/v2/shim.SocketAddress).
+func shimSocket(address, id string) string {
+	sum := sha256.Sum256([]byte(filepath.Join(address, Namespace, id)))
+	return fmt.Sprintf("%s/%x", shimSocketDir, sum)
+}
+
+func (d *Daemon) leftoverProcs() ([]Proc, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	self := os.Getpid()
+	daemonPID := d.cmd.Process.Pid
+	marker := []byte(markerEnv + "=" + d.Dir + "\x00")
+	type proc struct {
+		Proc
+		ppid int
+	}
+	var all []proc
+	found := map[int]bool{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		dir := filepath.Join("/proc", e.Name())
+		stat, err := os.ReadFile(filepath.Join(dir, "stat"))
+		if err != nil {
+			continue // gone
+		}
+		state, ppid, pgid := parseStat(stat)
+		if state == "Z" || state == "X" {
+			continue // zombies hold no resources
+		}
+		cmdline, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
+		cl := strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
+		var why string
+		switch {
+		case pid == daemonPID:
+			why = "containerd"
+		case pgid == daemonPID:
+			why = "containerd process group"
+		case strings.Contains(cl, d.Dir):
+			why = "command line names " + d.Dir
+		}
+		if why == "" {
+			if env, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil &&
+				(bytes.Contains(env, marker) || bytes.HasSuffix(env, marker[:len(marker)-1])) {
+				why = "inherited containerd environment"
+			}
+		}
+		if why == "" {
+			for _, l := range []string{"root", "cwd"} {
+				if p, err := os.Readlink(filepath.Join(dir, l)); err == nil && under(p, d.Dir) {
+					why = l + " " + p
+					break
+				}
+			}
+		}
+		all = append(all, proc{Proc{PID: pid, Cmdline: cl, Why: why}, ppid})
+		if why != "" {
+			found[pid] = true
+		}
+	}
+	// Container processes (in their own mount namespace, with a clean
+	// environment) are children of their shim (a subreaper): add the
+	// descendants of what was found.
+	for changed := true; changed; {
+		changed = false
+		for i := range all {
+			if !found[all[i].PID] && found[all[i].ppid] {
+				all[i].Why = fmt.Sprintf("child of pid %d", all[i].ppid)
+				found[all[i].PID] = true
+				changed = true
+			}
+		}
+	}
+	var out []Proc
+	for _, p := range all {
+		if found[p.PID] {
+			out = append(out, p.Proc)
+		}
+	}
+	return out, nil
+}
+
+// parseStat returns the state, parent and process group from
+// /proc/PID/stat.
+func parseStat(b []byte) (state string, ppid, pgid int) {
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return "", 0, 0
+	}
+	f := strings.Fields(s[i+1:])
+	// fields after comm: state ppid pgrp ...
+	if len(f) < 3 {
+		return "", 0, 0
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	pgid, _ = strconv.Atoi(f[2])
+	return f[0], ppid, pgid
+}
+
+// mountinfo returns the mount points and filesystem types of
+// /proc/self/mountinfo, in order.
+func mountinfo() (points, types []string, err error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		typ := ""
+		for i := 5; i < len(f)-1; i++ {
+			if f[i] == "-" {
+				typ = f[i+1]
+				break
+			}
+		}
+		points = append(points, unescapeMountPath(f[4]))
+		types = append(types, typ)
+	}
+	return points, types, nil
+}
+
+// mountsUnder returns the mount points at or under dir, in mountinfo order.
+func mountsUnder(dir string) ([]string, error) {
+	points, _, err := mountinfo()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, mp := range points {
+		if under(mp, dir) {
+			out = append(out, mp)
+		}
+	}
+	return out, nil
+}
+
+// cgroupMounts returns the mount points of the cgroup (v1) and cgroup2
+// hierarchies.
+func cgroupMounts() ([]string, error) {
+	points, types, err := mountinfo()
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	for i, mp := range points {
+		if (types[i] == "cgroup" || types[i] == "cgroup2") && !seen[mp] {
+			seen[mp] = true
+			out = append(out, mp)
+		}
+	}
+	return out, nil
+}
+
+func under(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// unescapeMountPath decodes the octal escapes (\040 etc.) of mountinfo.
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// dumpLog prints the tail of the daemon log to the test log (and copies
+// the whole log to $GPUMUX_E2E_LOGDIR when set).
+func (d *Daemon) dumpLog() {
+	const max = 256 << 10
+	full := []byte(d.Log())
+	b := full
+	if len(b) > max {
+		d.t.Logf("containerd log is %d bytes; last %d bytes follow", len(b), max)
+		b = b[len(b)-max:]
+	}
+	d.t.Logf("----- containerd log (%s) -----\n%s\n----- end of containerd log -----", d.LogPath, b)
+	if dir := os.Getenv("GPUMUX_E2E_LOGDIR"); dir != "" {
+		name := strings.NewReplacer("/", "_", " ", "_").Replace(d.t.Name()) + ".containerd.log"
+		if err := os.MkdirAll(dir, 0o755); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, name), full, 0o644)
+		}
+	}
+}
+
+func filterEnv(env []string, drop ...string) []string {
+	out := env[:0:0]
+next:
+	for _, kv := range env {
+		for _, d := range drop {
+			if strings.HasPrefix(kv, d+"=") {
+				continue next
+			}
+		}
+		out = append(out, kv)
+	}
+	return out
+}

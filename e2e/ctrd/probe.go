@@ -1,0 +1,57 @@
+package ctrd
+
+import (
+	"bufio"
+	"strings"
+)
+
+// Probe is what the probe program (e2e/probe) printed.
+type Probe struct {
+	// Env holds the NVIDIA_*, CUDA_* and GPUMUX_* environment variables.
+	Env map[string]string
+	// Devices maps each character device under /dev to "major:minor".
+	Devices map[string]string
+	// Mounts are the mount points, in mountinfo order.
+	Mounts []string
+	// Other holds lines that are none of the above.
+	Other []string
+}
+
+// ParseProbe parses the probe's stdout.
+func ParseProbe(stdout string) Probe {
+	p := Probe{Env: map[string]string{}, Devices: map[string]string{}}
+	sc := bufio.NewScanner(strings.NewReader(stdout))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		kind, rest, _ := strings.Cut(line, " ")
+		switch kind {
+		case "ENV":
+			k, v, _ := strings.Cut(rest, "=")
+			p.Env[k] = v
+			continue
+		case "DEV":
+			if i := strings.LastIndexByte(rest, ' '); i > 0 {
+				p.Devices[rest[:i]] = rest[i+1:]
+				continue
+			}
+		case "MOUNT":
+			p.Mounts = append(p.Mounts, rest)
+			continue
+		}
+		if line != "" {
+			p.Other = append(p.Other, line)
+		}
+	}
+	return p
+}
+
+// HasMount says whether mountpoint is among the mounts.
+func (p Probe) HasMount(mountpoint string) bool {
+	for _, m := range p.Mounts {
+		if m == mountpoint {
+			return true
+		}
+	}
+	return false
+}

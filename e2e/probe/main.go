@@ -1,0 +1,128 @@
+// Command probe runs inside the containers of the e2e tests (e2e/ctrd) and
+// prints what the container was given, one fact per line:
+//
+//	ENV <key>=<value>           environment variables starting with NVIDIA_, CUDA_ or GPUMUX_
+//	DEV <path> <major>:<minor>  every character device under /dev (recursively,
+//	                            without following symlinks)
+//	MOUNT <mountpoint>          every mount in /proc/self/mountinfo
+//
+// then exits 0. ENV and DEV lines are sorted, MOUNT lines keep mountinfo
+// order. Problems reading /dev or mountinfo go to stderr as "ERR ..." lines
+// and make the exit status 1. With the argument "-sleep" it then sleeps
+// until it is killed, for tests that need a running container.
+//
+// It must be a static binary (the test rootfs has no libc):
+//
+//	CGO_ENABLED=0 go build -o rootfs/probe ./e2e/probe
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	w := bufio.NewWriter(os.Stdout)
+	failed := false
+	fail := func(format string, args ...any) {
+		failed = true
+		fmt.Fprintf(os.Stderr, "ERR "+format+"\n", args...)
+	}
+
+	var env []string
+	for _, kv := range os.Environ() {
+		for _, p := range []string{"NVIDIA_", "CUDA_", "GPUMUX_"} {
+			if strings.HasPrefix(kv, p) {
+				env = append(env, kv)
+				break
+			}
+		}
+	}
+	sort.Strings(env)
+	for _, kv := range env {
+		fmt.Fprintf(w, "ENV %s\n", kv)
+	}
+
+	var devs []string
+	err := filepath.WalkDir("/dev", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			fail("walk %s: %v", path, err)
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if d.Type()&fs.ModeCharDevice == 0 {
+			return nil
+		}
+		var st syscall.Stat_t
+		if err := syscall.Lstat(path, &st); err != nil {
+			fail("stat %s: %v", path, err)
+			return nil
+		}
+		devs = append(devs, fmt.Sprintf("DEV %s %d:%d", path, major(st.Rdev), minor(st.Rdev)))
+		return nil
+	})
+	if err != nil {
+		fail("walk /dev: %v", err)
+	}
+	sort.Strings(devs)
+	for _, l := range devs {
+		fmt.Fprintln(w, l)
+	}
+
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		fail("%v", err)
+	}
+	for _, line := range strings.Split(string(mi), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		fmt.Fprintf(w, "MOUNT %s\n", unescape(f[4]))
+	}
+
+	if err := w.Flush(); err != nil {
+		fail("stdout: %v", err)
+	}
+	if failed {
+		os.Exit(1)
+	}
+	if len(os.Args) > 1 && os.Args[1] == "-sleep" {
+		for {
+			time.Sleep(time.Hour)
+		}
+	}
+}
+
+// major and minor decode a Linux dev_t (as glibc's gnu_dev_major/minor).
+func major(dev uint64) uint64 { return (dev>>8)&0xfff | (dev>>32)&^0xfff }
+func minor(dev uint64) uint64 { return dev&0xff | (dev>>12)&^0xff }
+
+// unescape decodes the octal escapes (\040 etc.) of mountinfo.
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

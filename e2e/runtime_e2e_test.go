@@ -1,0 +1,275 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumux/gpumux/e2e/ctrd"
+	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/mig"
+	"github.com/gpumux/gpumux/mps"
+	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/runtimehook/lease"
+	"github.com/gpumux/gpumux/share"
+)
+
+// runtimeNode is a simulated H200 node for gpumux-runtime: GPUs 0-1 as four
+// time-slice replicas each, GPU 4 as four MPS shares (its stand-in daemon
+// running, as the plugin would keep it), GPU 6 in MIG mode with one
+// 3g.71gb and two 2g.35gb; the others whole.
+func runtimeNode(t *testing.T) (stateDir, config string) {
+	t.Helper()
+	stateDir, err := os.MkdirTemp("", "gmx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopMPSDaemons(t, stateDir); os.RemoveAll(stateDir) })
+	config = filepath.Join(stateDir, "node.hcl")
+	body := `simulate = "dgxh200"
+state_dir = "` + stateDir + `"
+gpu {
+  match     = "0-1"
+  mechanism = "timeslice"
+  replicas  = 4
+}
+gpu {
+  match     = "4"
+  mechanism = "mps"
+  shares    = 4
+}
+`
+	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	h, err := gpu.OpenSimulated("dgxh200", stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if _, err := mig.Apply(ctx, h, 6, map[string]int{"3g.71gb": 1, "2g.35gb": 2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := nodeconfig.ParseConfig([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := h.Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := cfg.Layout().Assign(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := share.Build(node, as)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mps.NewManager(stateDir, mps.WithControlBinary(filepath.Join(repoRoot(t), "bin", "gpumux-fake-mps-control")))
+	var want []mps.Device
+	for _, d := range c.MPSDaemons() {
+		want = append(want, mps.Device{UUID: d.UUID, ThreadPercent: d.ThreadPercent, PinnedMemLimitMiB: d.PinnedMemLimitMiB})
+	}
+	if err := m.Reconcile(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	return stateDir, config
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func startContainerd(t *testing.T, ctx context.Context, config string, opts ...ctrd.Option) (*ctrd.Daemon, string) {
+	t.Helper()
+	runtime := filepath.Join(repoRoot(t), "bin", "gpumux-runtime")
+	if _, err := os.Stat(runtime); err != nil {
+		t.Fatalf("%v (run make build)", err)
+	}
+	return ctrd.Start(ctx, t, append([]ctrd.Option{ctrd.WithEnv("GPUMUX_CONFIG=" + config)}, opts...)...), runtime
+}
+
+var statDev = regexp.MustCompile(`^/dev/nvidia([0-9]+)$`)
+
+func TestRuntimeInjectsShares(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	_, config := runtimeNode(t)
+	d, runtime := startContainerd(t, ctx, config)
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		env         []string
+		idPattern   string // the share ID the container must get
+		caps, mps   bool
+	}{
+		{"exclusive", map[string]string{"gpumux.io/mechanism": "exclusive"}, nil, `^GPU-[0-9a-f-]+$`, false, false},
+		{"mig by memory", map[string]string{"gpumux.io/mechanism": "mig", "gpumux.io/memory": "60Gi"}, nil, `^MIG-[0-9a-f-]+$`, true, false},
+		{"mps", map[string]string{"gpumux.io/mechanism": "mps"}, nil, `^GPU-[0-9a-f-]+/mps/[0-3]$`, false, true},
+		{"timeslice", map[string]string{"gpumux.io/mechanism": "timeslice"}, nil, `^GPU-[0-9a-f-]+/timeslice/[0-3]$`, false, false},
+		{"auto strict", map[string]string{"gpumux.io/isolation": "strict"}, nil, `^MIG-[0-9a-f-]+$`, true, false},
+		{"auto standard", map[string]string{"gpumux.io/isolation": "standard"}, nil, `^GPU-[0-9a-f-]+/mps/[0-3]$`, false, true},
+		{"auto none, by env", nil, []string{"GPUMUX_ISOLATION=none"}, `^GPU-[0-9a-f-]+/timeslice/[0-3]$`, false, false},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := d.Run(ctx, "c"+string(rune('a'+i)), ctrd.RunOpts{BinaryName: runtime, Annotations: tc.annotations, Env: tc.env})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitCode != 0 {
+				t.Fatalf("probe exit %d: %s %s", res.ExitCode, res.Stdout, res.Stderr)
+			}
+			p := ctrd.ParseProbe(res.Stdout)
+			id := p.Env["GPUMUX_SHARES"]
+			if !regexp.MustCompile(tc.idPattern).MatchString(id) {
+				t.Fatalf("container got share %q, want one matching %s\n%s", id, tc.idPattern, res.Stdout)
+			}
+			if want := strings.SplitN(id, "/", 2)[0]; p.Env["NVIDIA_VISIBLE_DEVICES"] != want {
+				t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want %q", p.Env["NVIDIA_VISIBLE_DEVICES"], want)
+			}
+			for path, want := range map[string]string{"/dev/nvidiactl": "195:255", "/dev/nvidia-uvm": "238:0", "/dev/nvidia-uvm-tools": "238:1"} {
+				if p.Devices[path] != want {
+					t.Errorf("%s is %q, want %s", path, p.Devices[path], want)
+				}
+			}
+			gpus, caps := 0, 0
+			for path, mm := range p.Devices {
+				if m := statDev.FindStringSubmatch(path); m != nil {
+					gpus++
+					if mm != "195:"+m[1] {
+						t.Errorf("%s is %s", path, mm)
+					}
+				}
+				if strings.HasPrefix(path, "/dev/nvidia-caps/") {
+					caps++
+				}
+			}
+			if gpus != 1 || (caps == 2) != tc.caps {
+				t.Errorf("container sees %d GPU nodes and %d caps nodes; want 1 and caps=%v", gpus, caps, tc.caps)
+			}
+			if _, ok := p.Env["CUDA_MPS_PIPE_DIRECTORY"]; ok != tc.mps || (tc.mps && !p.HasMount("/run/gpumux/mps")) {
+				t.Errorf("MPS settings %v (pipe dir mounted: %v), want them: %v", ok, p.HasMount("/run/gpumux/mps"), tc.mps)
+			}
+		})
+	}
+}
+
+func TestRuntimeLeases(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	stateDir, config := runtimeNode(t)
+	d, runtime := startContainerd(t, ctx, config)
+	whole := ctrd.RunOpts{BinaryName: runtime, Args: []string{ctrd.ProbePath, "-sleep"}, Annotations: map[string]string{"gpumux.io/mechanism": "exclusive"}}
+	leases := func() map[string]string {
+		s, err := lease.Open(filepath.Join(stateDir, "leases.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		l, err := s.Leases(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+
+	// The node has four whole GPUs: 2, 3, 5 and 7 (0-1 are replicas, 4 is MPS, 6 is MIG).
+	var held []string
+	for i := 0; ; i++ {
+		id := "whole-" + string(rune('a'+i))
+		err := d.Create(ctx, id, whole)
+		if err != nil {
+			if !strings.Contains(err.Error(), "no free") {
+				t.Fatalf("create %s: %v", id, err)
+			}
+			t.Logf("after %d whole GPUs: %v", i, err)
+			break
+		}
+		held = append(held, id)
+	}
+	l := leases()
+	owners := map[string]bool{}
+	for shareID, c := range l {
+		if owners[c] {
+			t.Errorf("container %s holds two whole GPUs", c)
+		}
+		owners[c] = true
+		if !strings.HasPrefix(shareID, "GPU-") {
+			t.Errorf("lease %s → %s", shareID, c)
+		}
+	}
+	if len(held) != 4 || len(l) != 4 {
+		t.Fatalf("%d containers created, %d leases %v; want the node's 4 whole GPUs, each once", len(held), len(l), l)
+	}
+
+	// Deleting a container releases its GPU; the next one gets it.
+	if _, err := d.Delete(ctx, held[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := owners[held[0]]; !ok || len(leases()) != 3 {
+		t.Fatalf("after deleting %s: leases %v", held[0], leases())
+	}
+	if err := d.Create(ctx, "whole-again", whole); err != nil {
+		t.Fatalf("a freed GPU was not handed out again: %v", err)
+	}
+	if l := leases(); len(l) != 4 {
+		t.Errorf("leases %v", l)
+	}
+}
+
+func TestRuntimeRefusesBadRequests(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, config := runtimeNode(t)
+	d, runtime := startContainerd(t, ctx, config)
+	for _, tc := range []struct {
+		annotations map[string]string
+		want        string
+	}{
+		{map[string]string{"gpumux.io/memroy": "16Gi"}, `gpumux.io/memroy`},
+		{map[string]string{"gpumux.io/memory": "16G"}, `16G`},
+		{map[string]string{"gpumux.io/mechanism": "mig", "gpumux.io/memory": "100Gi"}, `no free MIG instance with ≥ 100 GiB`},
+	} {
+		_, err := d.Run(ctx, "bad", ctrd.RunOpts{BinaryName: runtime, Annotations: tc.annotations})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one containing %q", tc.annotations, err, tc.want)
+		}
+	}
+	// A container that asks for nothing runs as with runc.
+	res, err := d.Run(ctx, "plain", ctrd.RunOpts{BinaryName: runtime})
+	if err != nil || res.ExitCode != 0 || strings.Contains(res.Stdout, "nvidia") {
+		t.Errorf("plain container: %v %+v", err, res)
+	}
+}
+
+func TestContainerdRuntimeClassSnippet(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	snippet, err := os.ReadFile("../examples/containerd/gpumux.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := ctrd.Start(ctx, t, ctrd.WithCRI(), ctrd.WithConfig(string(snippet)))
+	dump, err := d.ConfigDump(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(dump, `.runtimes.gpumux]`)
+	if i < 0 || !strings.Contains(dump[i:], `BinaryName = "/usr/local/bin/gpumux-runtime"`) || !strings.Contains(dump[i:], `runtime_type = "io.containerd.runc.v2"`) {
+		t.Fatalf("containerd config dump does not show the gpumux runtime class:\n%s", dump)
+	}
+}
