@@ -44,7 +44,7 @@ func exampleAgentConfig(t *testing.T) (string, string) {
 // stopMPSDaemons kills the stand-in MPS daemons under stateDir, which the
 // plugin leaves running on purpose (their clients outlive a plugin restart),
 // and fails the test if one does not go away.
-func stopMPSDaemons(t *testing.T, stateDir string) {
+func stopMPSDaemons(t testing.TB, stateDir string) {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(stateDir, "mps", "*", "pipe", "nvidia-cuda-mps-control.pid"))
 	for _, f := range files {

@@ -24,7 +24,7 @@ import (
 // time-slice replicas each, GPU 4 as four MPS shares (its stand-in daemon
 // running, as the plugin would keep it), GPU 6 in MIG mode with one
 // 3g.71gb and two 2g.35gb; the others whole.
-func runtimeNode(t *testing.T) (stateDir, config string) {
+func runtimeNode(t testing.TB) (stateDir, config string) {
 	t.Helper()
 	stateDir, err := os.MkdirTemp("", "gmx")
 	if err != nil {
@@ -84,7 +84,7 @@ gpu {
 	return stateDir, config
 }
 
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	t.Helper()
 	dir, err := filepath.Abs("..")
 	if err != nil {

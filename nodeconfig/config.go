@@ -1,16 +1,20 @@
 package nodeconfig
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/hashicorp/hcl"
 	"github.com/hashicorp/hcl/hcl/ast"
+	hcl2 "github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hcldec"
+	hjson "github.com/hashicorp/hcl/v2/json"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
+	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/msgpack"
 
 	"github.com/gpumux/gpumux/gpu/sim"
@@ -164,9 +168,9 @@ func ParseConfig(src []byte) (*Config, error) {
 	if diags.HasErrors() {
 		return nil, fmt.Errorf("config schema: %w", diags)
 	}
-	val, diags, errs := hclutils.ParseHclInterface(raw, spec, nil)
-	if diags.HasErrors() {
-		return nil, fmt.Errorf("config: %w", errors.Join(errs...))
+	val, err := decodeBody(raw, spec)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	packed, err := msgpack.Marshal(val, val.Type())
 	if err != nil {
@@ -189,4 +193,25 @@ func Decode(packed []byte) (*Config, error) {
 		return nil, fmt.Errorf("gpumux config: %w", err)
 	}
 	return &cfg, nil
+}
+
+// decodeBody turns HCL1's decoded map into a value of the schema, the way
+// Nomad's agent does (hclutils.ParseHclInterface: as JSON through HCL2's JSON
+// body and hcldec), without that package's dependency on Nomad's server
+// structs, which would make every gpumux-runtime start pay for their
+// initialisation.
+func decodeBody(raw map[string]any, spec hcldec.Spec) (cty.Value, error) {
+	js, err := json.Marshal(raw)
+	if err != nil {
+		return cty.NilVal, err
+	}
+	file, diags := hjson.Parse(js, "config")
+	if diags.HasErrors() {
+		return cty.NilVal, diags
+	}
+	val, diags := hcldec.Decode(file.Body, spec, &hcl2.EvalContext{})
+	if diags.HasErrors() {
+		return cty.NilVal, diags
+	}
+	return val, nil
 }
