@@ -11,11 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/plugins/base"
+
 	"github.com/gpumux/gpumux/e2e/ctrd"
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/mps"
 	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/plugin"
 	"github.com/gpumux/gpumux/runtimehook/lease"
 	"github.com/gpumux/gpumux/share"
 )
@@ -271,5 +275,70 @@ func TestContainerdRuntimeClassSnippet(t *testing.T) {
 	i := strings.Index(dump, `.runtimes.gpumux]`)
 	if i < 0 || !strings.Contains(dump[i:], `BinaryName = "/usr/local/bin/gpumux-runtime"`) || !strings.Contains(dump[i:], `runtime_type = "io.containerd.runc.v2"`) {
 		t.Fatalf("containerd config dump does not show the gpumux runtime class:\n%s", dump)
+	}
+}
+
+// TestRuntimeHonoursNomadReservation is Nomad's docker path
+// (nvidia_runtime = "gpumux"): the plugin reserves a share and the task's
+// container carries the reservation's environment. gpumux-runtime honours it
+// with the plugin's single-use token, and refuses the same request without
+// the token or a second time.
+func TestRuntimeHonoursNomadReservation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, config := runtimeNode(t)
+	src, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := nodeconfig.ParseConfig(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var packed []byte
+	if err := base.MsgPackEncode(&packed, cfg); err != nil {
+		t.Fatal(err)
+	}
+	p := plugin.New(hclog.NewNullLogger())
+	if err := p.SetConfig(&base.Config{PluginConfig: packed}); err != nil {
+		t.Fatal(err)
+	}
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
+	ch, err := p.Fingerprint(fctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	for _, g := range (<-ch).Devices {
+		if g.Name == "H200" {
+			id = g.Devices[0].ID
+		}
+	}
+	res, err := p.Reserve([]string{id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env, forged []string
+	for k, v := range res.Envs {
+		env = append(env, k+"="+v)
+		if k != "GPUMUX_RESERVATION" {
+			forged = append(forged, k+"="+v)
+		}
+	}
+	d, runtime := startContainerd(t, ctx, config)
+	if _, err := d.Run(ctx, "copied", ctrd.RunOpts{BinaryName: runtime, Env: forged}); err == nil || !strings.Contains(err.Error(), "not reserved on this node") {
+		t.Errorf("GPUMUX_SHARES without the token: %v", err)
+	}
+	out, err := d.Run(ctx, "task", ctrd.RunOpts{BinaryName: runtime, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := ctrd.ParseProbe(out.Stdout)
+	if probe.Env["NVIDIA_VISIBLE_DEVICES"] != id || probe.Env["GPUMUX_SHARES"] != id {
+		t.Errorf("the task's container saw %v, want the reserved %s", probe.Env, id)
+	}
+	if _, err := d.Run(ctx, "again", ctrd.RunOpts{BinaryName: runtime, Env: env}); err == nil || !strings.Contains(err.Error(), "used already") {
+		t.Errorf("the token a second time: %v", err)
 	}
 }

@@ -2,12 +2,15 @@ package plugin
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/runtimehook/lease"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/plugins/base"
@@ -289,7 +292,40 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Record the reservation for gpumux-runtime (Nomad's docker driver with
+	// nvidia_runtime = "gpumux"): it honours GPUMUX_SHARES only with this
+	// single-use token.
+	token, err := p.reserve(ids)
+	if err != nil {
+		return nil, err
+	}
+	edits.Env[share.EnvReservation] = token
 	return reservation(edits), nil
+}
+
+// reservationTTL bounds how long an unclaimed reservation is kept (tasks of
+// the exec driver never claim theirs).
+const reservationTTL = time.Hour
+
+// reserve records ids in the node's lease store under a new random token.
+func (p *Plugin) reserve(ids []string) (string, error) {
+	p.mu.Lock()
+	stateDir := p.cfg.StateDir
+	p.mu.Unlock()
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	token := hex.EncodeToString(b)
+	st, err := lease.Open(lease.PathIn(stateDir))
+	if err != nil {
+		return "", fmt.Errorf("recording the reservation: %w", err)
+	}
+	defer st.Close()
+	if err := st.Reserve(context.Background(), token, ids, reservationTTL); err != nil {
+		return "", fmt.Errorf("recording the reservation: %w", err)
+	}
+	return token, nil
 }
 
 func reservation(e share.Edits) *device.ContainerReservation {

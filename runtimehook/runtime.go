@@ -129,12 +129,6 @@ func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err
 	if err := r.loadConfig(); err != nil {
 		return false, err
 	}
-	if len(reserved) > 0 {
-		// Nomad's reservations are not recorded where the runtime can check
-		// them yet; honouring the variable unchecked would let any container
-		// claim any share.
-		return false, fmt.Errorf("%w: GPUMUX_SHARES=%s (containers started by Nomad's docker driver with gpumux-runtime are not supported yet; ask with gpumux.io/* annotations instead)", ErrNotReserved, strings.Join(reserved, ","))
-	}
 	host, err := r.open(r.cfg)
 	if err != nil {
 		return false, err
@@ -146,7 +140,18 @@ func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err
 	}
 	st := r.store()
 	alive := func(id string) (bool, error) { return runcAlive(ctx, r.runc, inv.Root, id) }
-	ids, err := st.acquire(ctx, inv.ID, alive, func(leasedBy map[string]string) ([]string, error) {
+	var ids []string
+	if len(reserved) > 0 {
+		// Nomad reserved these shares: honour them only with the token its
+		// plugin recorded for them, which works once.
+		token := envValue(env, share.EnvReservation)
+		if token == "" {
+			return false, fmt.Errorf("%w: GPUMUX_SHARES=%s without %s: only the gpumux Nomad plugin's reservations are honoured", ErrNotReserved, strings.Join(reserved, ","), share.EnvReservation)
+		}
+		if ids, err = st.claim(ctx, inv.ID, token, reserved, alive, r.stderr); err != nil {
+			return false, fmt.Errorf("%w: %w", ErrNotReserved, err)
+		}
+	} else if ids, err = st.acquire(ctx, inv.ID, alive, func(leasedBy map[string]string) ([]string, error) {
 		shares, err := share.Choose(catalog, func(s share.Share) bool { return leasedBy[s.ID] == "" }, req)
 		if err != nil {
 			return nil, err
@@ -156,8 +161,7 @@ func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err
 			out[i] = s.ID
 		}
 		return out, nil
-	}, r.stderr)
-	if err != nil {
+	}, r.stderr); err != nil {
 		return false, err
 	}
 	defer func() {
@@ -306,6 +310,17 @@ type paths struct {
 }
 
 func (p paths) MPSPipeDir(uuid string) string { return p.mps.PipeDir(uuid) }
+
+// envValue returns the value of key in "K=V" entries, the last one winning.
+func envValue(env []string, key string) string {
+	v := ""
+	for _, e := range env {
+		if k, val, ok := strings.Cut(e, "="); ok && k == key {
+			v = val
+		}
+	}
+	return v
+}
 
 func sortedKeys(m map[string]string) []string {
 	keys := make([]string, 0, len(m))

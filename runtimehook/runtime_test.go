@@ -9,12 +9,14 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/runtimehook/lease"
 )
 
 func TestParseInvocation(t *testing.T) {
@@ -208,5 +210,54 @@ func TestPoststopReleases(t *testing.T) {
 	}
 	if held, _ := f.rt.store().held(context.Background(), "c1"); len(held) != 0 {
 		t.Errorf("after poststop c1 still holds %v", held)
+	}
+}
+
+func TestReservedSharesNeedTheirToken(t *testing.T) {
+	f := newFixture(t, "", 0)
+	st, err := lease.Open(lease.PathIn(f.stateDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := gpu.OpenSimulated("dgxh200", f.stateDir)
+	node, _ := h.Inventory(context.Background())
+	h.Close()
+	reserved := node.GPUs[3].UUID
+	token := "0123456789abcdef0123456789abcdef"
+	if err := st.Reserve(context.Background(), token, []string{reserved}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	tests := []struct {
+		name, id string
+		env      []string
+		want     string // "" = started with the reserved share
+	}{
+		{"no token", "c1", []string{"GPUMUX_SHARES=" + reserved}, "without GPUMUX_RESERVATION"},
+		{"forged token", "c2", []string{"GPUMUX_SHARES=" + reserved, "GPUMUX_RESERVATION=ffffffffffffffffffffffffffffffff"}, "unknown to this node"},
+		{"other share", "c3", []string{"GPUMUX_SHARES=" + node.GPUs[2].UUID, "GPUMUX_RESERVATION=" + token}, "not ["},
+		{"the plugin's reservation", "c4", []string{"GPUMUX_SHARES=" + reserved, "GPUMUX_RESERVATION=" + token}, ""},
+		{"the token again", "c5", []string{"GPUMUX_SHARES=" + reserved, "GPUMUX_RESERVATION=" + token}, "used already"},
+	}
+	for _, tc := range tests {
+		f.stderr.Reset()
+		f.writeSpec(t, nil, tc.env...)
+		code := f.create(tc.id)
+		if tc.want != "" {
+			if code == 0 || !strings.Contains(f.stderr.String(), tc.want) || !strings.Contains(f.stderr.String(), "not reserved on this node") {
+				t.Errorf("%s: exit %d, stderr %q; want a refusal containing %q", tc.name, code, f.stderr.String(), tc.want)
+			}
+			continue
+		}
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.name, code, f.stderr.String())
+		}
+		env := strings.Join(f.readSpec(t).Process.Env, " ")
+		if !strings.Contains(env, "NVIDIA_VISIBLE_DEVICES="+reserved) {
+			t.Errorf("%s: env %s", tc.name, env)
+		}
+		if held, _ := f.rt.store().held(context.Background(), tc.id); len(held) != 1 || held[0] != reserved {
+			t.Errorf("%s: %s holds %v", tc.name, tc.id, held)
+		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path/filepath"
 
 	"github.com/gpumux/gpumux/runtimehook/lease"
 )
@@ -14,7 +13,7 @@ import (
 type leases struct{ path string }
 
 func (r *Runtime) store() leases {
-	return leases{path: filepath.Join(r.cfg.StateDir, "leases.db")}
+	return leases{path: lease.PathIn(r.cfg.StateDir)}
 }
 
 func (l leases) open() (*lease.Store, error) {
@@ -39,6 +38,20 @@ func (l leases) acquire(ctx context.Context, container string, alive func(string
 		fmt.Fprintf(warn, "gpumux-runtime: some stale leases were kept: %v\n", err)
 	}
 	return s.Acquire(ctx, container, choose)
+}
+
+// claim reclaims stale leases like acquire, then leases the shares a
+// reservation token names, consuming it.
+func (l leases) claim(ctx context.Context, container, token string, shares []string, alive func(string) (bool, error), warn io.Writer) ([]string, error) {
+	s, err := l.open()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	if _, err := s.Reclaim(ctx, alive); err != nil {
+		fmt.Fprintf(warn, "gpumux-runtime: some stale leases were kept: %v\n", err)
+	}
+	return s.Claim(ctx, container, token, shares)
 }
 
 func (l leases) release(ctx context.Context, container string) ([]string, error) {

@@ -33,6 +33,9 @@ const (
 	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
 	EnvCUDADevices    = "CUDA_VISIBLE_DEVICES"
 	EnvShares         = "GPUMUX_SHARES"
+	// EnvReservation carries the token of a Nomad reservation, which
+	// gpumux-runtime claims to honour GPUMUX_SHARES.
+	EnvReservation = "GPUMUX_RESERVATION"
 	EnvMPSPipe        = "CUDA_MPS_PIPE_DIRECTORY"
 	EnvMPSThreads     = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 	EnvMPSMemLimit    = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"

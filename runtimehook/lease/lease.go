@@ -157,7 +157,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		} else if err := meta.Put(keySchema, []byte(strconv.Itoa(Schema))); err != nil {
 			return err
 		}
-		for _, b := range [][]byte{bucketShares, bucketContainers} {
+		for _, b := range [][]byte{bucketShares, bucketContainers, bucketReservations} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -232,7 +232,19 @@ func (s *Store) Acquire(ctx context.Context, container string, choose func(lease
 		return nil, err
 	}
 	var ids []string
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx *bolt.Tx) (err error) {
+		ids, err = s.acquire(tx, container, choose, opts...)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// acquire is Acquire inside a write transaction.
+func (s *Store) acquire(tx *bolt.Tx, container string, choose func(leased map[string]string) ([]string, error), opts ...AcquireOption) (ids []string, err error) {
+	{
 		shares, containers := tx.Bucket(bucketShares), tx.Bucket(bucketContainers)
 		leased := map[string]string{}
 		var held []string
@@ -244,34 +256,34 @@ func (s *Store) Acquire(ctx context.Context, container string, choose func(lease
 			return nil
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if len(held) > 0 {
 			sort.Strings(held)
-			return fmt.Errorf("%w: %s holds %s", ErrAlreadyLeased, container, strings.Join(held, ", "))
+			return nil, fmt.Errorf("%w: %s holds %s", ErrAlreadyLeased, container, strings.Join(held, ", "))
 		}
 		chosen, err := choose(copyMap(leased))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if len(chosen) == 0 {
-			return fmt.Errorf("lease for %s: no shares chosen", container)
+			return nil, fmt.Errorf("lease for %s: no shares chosen", container)
 		}
 		seen := map[string]bool{}
 		for _, id := range chosen {
 			switch {
 			case id == "":
-				return fmt.Errorf("lease for %s: an empty share ID was chosen", container)
+				return nil, fmt.Errorf("lease for %s: an empty share ID was chosen", container)
 			case seen[id]:
-				return fmt.Errorf("lease for %s: share %s was chosen twice", container, id)
+				return nil, fmt.Errorf("lease for %s: share %s was chosen twice", container, id)
 			case leased[id] != "":
-				return fmt.Errorf("lease for %s: share %s was chosen, but %s holds it", container, id, leased[id])
+				return nil, fmt.Errorf("lease for %s: share %s was chosen, but %s holds it", container, id, leased[id])
 			}
 			seen[id] = true
 		}
 		seq, err := containers.NextSequence()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rec := Record{Version: RecordVersion, Container: container, Shares: slices.Clone(chosen), Acquired: s.now().UTC(), Seq: seq, Owner: s.self}
 		for _, o := range opts {
@@ -279,23 +291,18 @@ func (s *Store) Acquire(ctx context.Context, container string, choose func(lease
 		}
 		b, err := json.Marshal(rec)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := containers.Put([]byte(container), b); err != nil {
-			return err
+			return nil, err
 		}
 		for _, id := range chosen {
 			if err := shares.Put([]byte(id), []byte(container)); err != nil {
-				return err
+				return nil, err
 			}
 		}
-		ids = rec.Shares
-		return nil
-	})
-	if err != nil {
-		return nil, err
+		return rec.Shares, nil
 	}
-	return ids, nil
 }
 
 // Release gives back every share container holds and returns their IDs,
