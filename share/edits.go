@@ -36,9 +36,9 @@ const (
 	// EnvReservation carries the token of a Nomad reservation, which
 	// gpumux-runtime claims to honour GPUMUX_SHARES.
 	EnvReservation = "GPUMUX_RESERVATION"
-	EnvMPSPipe        = "CUDA_MPS_PIPE_DIRECTORY"
-	EnvMPSThreads     = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-	EnvMPSMemLimit    = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	EnvMPSPipe     = "CUDA_MPS_PIPE_DIRECTORY"
+	EnvMPSThreads  = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvMPSMemLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 )
 
 // MPSPipeMount is where an MPS share's pipe directory appears in the container.
