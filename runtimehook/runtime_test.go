@@ -53,7 +53,11 @@ type fixture struct {
 
 func newFixture(t *testing.T, layout string, runcExit int) *fixture {
 	t.Helper()
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp("", "gmx") // short: MPS layouts bound state_dir's length
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	f := &fixture{bundle: filepath.Join(dir, "bundle"), stateDir: filepath.Join(dir, "state"), runcLog: filepath.Join(dir, "runc.log")}
 	os.MkdirAll(f.bundle, 0o755)
 	runc := filepath.Join(dir, "runc")
@@ -259,5 +263,50 @@ func TestReservedSharesNeedTheirToken(t *testing.T) {
 		if held, _ := f.rt.store().held(context.Background(), tc.id); len(held) != 1 || held[0] != reserved {
 			t.Errorf("%s: %s holds %v", tc.name, tc.id, held)
 		}
+	}
+}
+
+func TestCreateRuntimeHookRefusesUnusableShares(t *testing.T) {
+	f := newFixture(t, `gpu {
+  match     = "4"
+  mechanism = "mps"
+  shares    = 2
+}`, 0)
+	ctx := context.Background()
+	h, err := gpu.OpenSimulated("dgxh200", f.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if _, err := mig.Apply(ctx, h, 6, map[string]int{"7g.141gb": 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	hook := func(id string) error {
+		state, _ := json.Marshal(specs.State{ID: id, Bundle: f.bundle})
+		return f.rt.Hook(ctx, HookCreateRuntime, bytes.NewReader(state))
+	}
+
+	// An MPS share whose daemon is not running (no plugin on this node).
+	f.writeSpec(t, map[string]string{"gpumux.io/mechanism": "mps"})
+	if code := f.create("mps"); code != 0 {
+		t.Fatal(f.stderr.String())
+	}
+	if err := hook("mps"); err == nil || !strings.Contains(err.Error(), "no MPS control daemon serves") {
+		t.Errorf("MPS share without a daemon: %v", err)
+	}
+
+	// A MIG instance destroyed after it was leased.
+	f.writeSpec(t, map[string]string{"gpumux.io/mechanism": "mig"})
+	if code := f.create("mig"); code != 0 {
+		t.Fatal(f.stderr.String())
+	}
+	if err := hook("mig"); err != nil {
+		t.Fatalf("a present MIG instance: %v", err)
+	}
+	if _, err := mig.Apply(ctx, h, 6, map[string]int{"1g.18gb": 7}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := hook("mig"); err == nil || !strings.Contains(err.Error(), "unknown share") {
+		t.Errorf("a destroyed MIG instance: %v", err)
 	}
 }
