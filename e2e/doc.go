@@ -11,5 +11,6 @@
 // Subpackage nomadagent starts and drives Nomad dev agents (also for the
 // demo); ctrd starts a private containerd and runs containers from a rootfs
 // holding probe, a static program that prints the env, device nodes and
-// mounts a container sees.
+// mounts a container sees. internal/hostcheck holds the host inspection
+// (mountinfo, /proc scanning, leftover reports) the three share.
 package e2e

@@ -34,6 +34,8 @@ import (
 
 	containerd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
+
+	"github.com/gpumux/gpumux/e2e/internal/hostcheck"
 )
 
 const (
@@ -245,7 +247,7 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Daemon {
 	cmd.Stdout = d.logFile
 	cmd.Stderr = d.logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = append(filterEnv(os.Environ(), "CONTAINERD_ADDRESS", "CONTAINERD_NAMESPACE", "NOTIFY_SOCKET"),
+	cmd.Env = append(hostcheck.FilterEnv(os.Environ(), "CONTAINERD_ADDRESS", "CONTAINERD_NAMESPACE", "NOTIFY_SOCKET"),
 		markerEnv+"="+dir)
 	cmd.Env = append(cmd.Env, cfg.env...)
 	if err := cmd.Start(); err != nil {
@@ -422,35 +424,18 @@ func (d *Daemon) stop() error {
 	d.logFile.Close()
 
 	var lo Leftovers
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if err := hostcheck.Settle(10*time.Second, func() (bool, error) {
 		var err error
 		lo, err = d.Leftovers()
-		if err != nil {
-			errs = append(errs, err)
-			break
-		}
-		if lo.Empty() || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
+		return lo.Empty(), err
+	}); err != nil {
+		errs = append(errs, err)
 	}
-	if len(lo.Procs) > 0 {
-		var lines []string
-		var pids []int
-		for _, p := range lo.Procs {
-			lines = append(lines, p.String())
-			pids = append(pids, p.PID)
-			_ = syscall.Kill(p.PID, syscall.SIGKILL)
-		}
-		errs = append(errs, fmt.Errorf("%d process(es) left behind (now killed):\n  %s", len(lo.Procs), strings.Join(lines, "\n  ")))
-		waitGone(pids, 5*time.Second)
+	if err := hostcheck.KillProcs(lo.Procs, 5*time.Second); err != nil {
+		errs = append(errs, err)
 	}
-	if len(lo.Mounts) > 0 {
-		for i := len(lo.Mounts) - 1; i >= 0; i-- {
-			_ = syscall.Unmount(lo.Mounts[i], syscall.MNT_DETACH)
-		}
-		errs = append(errs, fmt.Errorf("%d mount(s) left under %s (now detached):\n  %s", len(lo.Mounts), d.Dir, strings.Join(lo.Mounts, "\n  ")))
+	if err := hostcheck.DetachMounts(lo.Mounts, d.Dir); err != nil {
+		errs = append(errs, err)
 	}
 	if len(lo.Cgroups) > 0 {
 		// Processes whose shim is gone are found only through their cgroup.
@@ -467,14 +452,13 @@ func (d *Daemon) stop() error {
 			var lines []string
 			var pids []int
 			for pid := range inCgroups {
-				cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-				lines = append(lines, fmt.Sprintf("pid %d: %s", pid, strings.TrimSpace(strings.ReplaceAll(string(cl), "\x00", " "))))
+				lines = append(lines, fmt.Sprintf("pid %d: %s", pid, hostcheck.Cmdline(pid)))
 				pids = append(pids, pid)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 			sort.Strings(lines)
 			errs = append(errs, fmt.Errorf("%d process(es) left in the containers' cgroups (now killed):\n  %s", len(pids), strings.Join(lines, "\n  ")))
-			waitGone(pids, 5*time.Second)
+			hostcheck.WaitGone(pids, 5*time.Second)
 		}
 		var stuck []string
 		for _, c := range lo.Cgroups {
@@ -502,7 +486,7 @@ func (d *Daemon) stop() error {
 	}
 
 	d.finalLog, _ = os.ReadFile(d.LogPath)
-	if rest, err := mountsUnder(d.Dir); err == nil && len(rest) == 0 {
+	if rest, err := hostcheck.MountsUnder(d.Dir); err == nil && len(rest) == 0 {
 		if err := os.RemoveAll(d.Dir); err != nil {
 			errs = append(errs, fmt.Errorf("removing %s: %w", d.Dir, err))
 		}
@@ -557,25 +541,6 @@ func (d *Daemon) noteID(id string) {
 	d.mu.Unlock()
 }
 
-// waitGone waits until none of pids is a live (non-zombie) process, or
-// timeout.
-func waitGone(pids []int, timeout time.Duration) {
-	for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		alive := false
-		for _, pid := range pids {
-			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-				if st, _, _ := parseStat(b); st != "Z" && st != "X" {
-					alive = true
-					break
-				}
-			}
-		}
-		if !alive {
-			return
-		}
-	}
-}
-
 // Proc is a process found by Leftovers.
 type Proc struct {
 	PID     int
@@ -584,7 +549,7 @@ type Proc struct {
 	Why string
 }
 
-func (p Proc) String() string { return fmt.Sprintf("pid %d (%s): %s", p.PID, p.Why, p.Cmdline) }
+func (p Proc) String() string { return hostcheck.Proc(p).String() }
 
 // Leftovers is what Daemon.Leftovers finds.
 type Leftovers struct {
@@ -615,10 +580,18 @@ func (l Leftovers) Empty() bool {
 func (d *Daemon) Leftovers() (Leftovers, error) {
 	var l Leftovers
 	var err error
-	if l.Procs, err = d.leftoverProcs(); err != nil {
+	l.Procs, err = hostcheck.Procs[Proc](hostcheck.Owner{
+		PID:         d.cmd.Process.Pid,
+		Name:        "containerd",
+		Dir:         d.Dir,
+		DirName:     d.Dir,
+		Marker:      markerEnv + "=" + d.Dir,
+		Descendants: true, // container processes, under their shim (a subreaper)
+	})
+	if err != nil {
 		return l, err
 	}
-	if l.Mounts, err = mountsUnder(d.Dir); err != nil {
+	if l.Mounts, err = hostcheck.MountsUnder(d.Dir); err != nil {
 		return l, err
 	}
 	d.mu.Lock()
@@ -628,7 +601,7 @@ func (d *Daemon) Leftovers() (Leftovers, error) {
 	}
 	d.mu.Unlock()
 	sort.Strings(ids)
-	hier, err := cgroupMounts()
+	hier, err := hostcheck.CgroupMounts()
 	if err != nil {
 		return l, err
 	}
@@ -655,185 +628,6 @@ func shimSocket(address, id string) string {
 	return fmt.Sprintf("%s/%x", shimSocketDir, sum)
 }
 
-func (d *Daemon) leftoverProcs() ([]Proc, error) {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	self := os.Getpid()
-	daemonPID := d.cmd.Process.Pid
-	marker := []byte(markerEnv + "=" + d.Dir + "\x00")
-	type proc struct {
-		Proc
-		ppid int
-	}
-	var all []proc
-	found := map[int]bool{}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		dir := filepath.Join("/proc", e.Name())
-		stat, err := os.ReadFile(filepath.Join(dir, "stat"))
-		if err != nil {
-			continue // gone
-		}
-		state, ppid, pgid := parseStat(stat)
-		if state == "Z" || state == "X" {
-			continue // zombies hold no resources
-		}
-		cmdline, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
-		cl := strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
-		var why string
-		switch {
-		case pid == daemonPID:
-			why = "containerd"
-		case pgid == daemonPID:
-			why = "containerd process group"
-		case strings.Contains(cl, d.Dir):
-			why = "command line names " + d.Dir
-		}
-		if why == "" {
-			if env, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil &&
-				(bytes.Contains(env, marker) || bytes.HasSuffix(env, marker[:len(marker)-1])) {
-				why = "inherited containerd environment"
-			}
-		}
-		if why == "" {
-			for _, l := range []string{"root", "cwd"} {
-				if p, err := os.Readlink(filepath.Join(dir, l)); err == nil && under(p, d.Dir) {
-					why = l + " " + p
-					break
-				}
-			}
-		}
-		all = append(all, proc{Proc{PID: pid, Cmdline: cl, Why: why}, ppid})
-		if why != "" {
-			found[pid] = true
-		}
-	}
-	// Container processes (in their own mount namespace, with a clean
-	// environment) are children of their shim (a subreaper): add the
-	// descendants of what was found.
-	for changed := true; changed; {
-		changed = false
-		for i := range all {
-			if !found[all[i].PID] && found[all[i].ppid] {
-				all[i].Why = fmt.Sprintf("child of pid %d", all[i].ppid)
-				found[all[i].PID] = true
-				changed = true
-			}
-		}
-	}
-	var out []Proc
-	for _, p := range all {
-		if found[p.PID] {
-			out = append(out, p.Proc)
-		}
-	}
-	return out, nil
-}
-
-// parseStat returns the state, parent and process group from
-// /proc/PID/stat.
-func parseStat(b []byte) (state string, ppid, pgid int) {
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", 0, 0
-	}
-	f := strings.Fields(s[i+1:])
-	// fields after comm: state ppid pgrp ...
-	if len(f) < 3 {
-		return "", 0, 0
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	pgid, _ = strconv.Atoi(f[2])
-	return f[0], ppid, pgid
-}
-
-// mountinfo returns the mount points and filesystem types of
-// /proc/self/mountinfo, in order.
-func mountinfo() (points, types []string, err error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		typ := ""
-		for i := 5; i < len(f)-1; i++ {
-			if f[i] == "-" {
-				typ = f[i+1]
-				break
-			}
-		}
-		points = append(points, unescapeMountPath(f[4]))
-		types = append(types, typ)
-	}
-	return points, types, nil
-}
-
-// mountsUnder returns the mount points at or under dir, in mountinfo order.
-func mountsUnder(dir string) ([]string, error) {
-	points, _, err := mountinfo()
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, mp := range points {
-		if under(mp, dir) {
-			out = append(out, mp)
-		}
-	}
-	return out, nil
-}
-
-// cgroupMounts returns the mount points of the cgroup (v1) and cgroup2
-// hierarchies.
-func cgroupMounts() ([]string, error) {
-	points, types, err := mountinfo()
-	if err != nil {
-		return nil, err
-	}
-	seen := map[string]bool{}
-	var out []string
-	for i, mp := range points {
-		if (types[i] == "cgroup" || types[i] == "cgroup2") && !seen[mp] {
-			seen[mp] = true
-			out = append(out, mp)
-		}
-	}
-	return out, nil
-}
-
-func under(p, dir string) bool {
-	return p == dir || strings.HasPrefix(p, dir+"/")
-}
-
-// unescapeMountPath decodes the octal escapes (\040 etc.) of mountinfo.
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // dumpLog prints the tail of the daemon log to the test log (and copies
 // the whole log to $GPUMUX_E2E_LOGDIR when set).
 func (d *Daemon) dumpLog() {
@@ -851,18 +645,4 @@ func (d *Daemon) dumpLog() {
 			_ = os.WriteFile(filepath.Join(dir, name), full, 0o644)
 		}
 	}
-}
-
-func filterEnv(env []string, drop ...string) []string {
-	out := env[:0:0]
-next:
-	for _, kv := range env {
-		for _, d := range drop {
-			if strings.HasPrefix(kv, d+"=") {
-				continue next
-			}
-		}
-		out = append(out, kv)
-	}
-	return out
 }

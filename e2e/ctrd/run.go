@@ -18,6 +18,8 @@ import (
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/oci"
 	"github.com/containerd/containerd/runtime/v2/runc/options"
+
+	"github.com/gpumux/gpumux/e2e/internal/hostcheck"
 )
 
 // ProbePath is where the probe program sits in the rootfs.
@@ -62,7 +64,7 @@ func buildProbe() ([]byte, error) {
 	out := filepath.Join(tmp, "probe")
 	cmd := exec.Command(goBin, "build", "-trimpath", "-o", out, "./e2e/probe")
 	cmd.Dir = root
-	cmd.Env = append(filterEnv(os.Environ(), "CGO_ENABLED", "GOOS", "GOARCH", "GOFLAGS"), "CGO_ENABLED=0")
+	cmd.Env = append(hostcheck.FilterEnv(os.Environ(), "CGO_ENABLED", "GOOS", "GOARCH", "GOFLAGS"), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("building the probe (%s in %s): %w\n%s", strings.Join(cmd.Args, " "), root, err, b)
 	}

@@ -9,7 +9,6 @@
 package nomadagent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,6 +24,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/gpumux/gpumux/e2e/internal/hostcheck"
 )
 
 const (
@@ -255,7 +255,7 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Agent {
 	cmd.Stdout = a.logFile
 	cmd.Stderr = a.logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = append(filterEnv(os.Environ(), "NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_REGION", "NOMAD_NAMESPACE"),
+	cmd.Env = append(hostcheck.FilterEnv(os.Environ(), "NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_REGION", "NOMAD_NAMESPACE"),
 		markerEnv+"="+a.DataDir)
 	cmd.Env = append(cmd.Env, cfg.env...)
 	if err := cmd.Start(); err != nil {
@@ -428,34 +428,18 @@ func (a *Agent) stop() error {
 	// Executors/logmon may need a moment to notice the agent is gone.
 	var procs []Proc
 	var mounts []string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if err := hostcheck.Settle(10*time.Second, func() (bool, error) {
 		var err error
 		procs, mounts, err = a.Leftovers()
-		if err != nil {
-			errs = append(errs, err)
-			break
-		}
-		if len(procs) == 0 && len(mounts) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
+		return len(procs) == 0 && len(mounts) == 0, err
+	}); err != nil {
+		errs = append(errs, err)
 	}
-	if len(procs) > 0 {
-		var lines []string
-		for _, p := range procs {
-			lines = append(lines, p.String())
-			_ = syscall.Kill(p.PID, syscall.SIGKILL)
-		}
-		errs = append(errs, fmt.Errorf("%d process(es) left behind (now killed):\n  %s", len(procs), strings.Join(lines, "\n  ")))
+	if err := hostcheck.KillProcs(procs, 0); err != nil {
+		errs = append(errs, err)
 	}
-	if len(mounts) > 0 {
-		// Unmount deepest first so that removing the data dir cannot reach
-		// through a bind mount.
-		for i := len(mounts) - 1; i >= 0; i-- {
-			_ = syscall.Unmount(mounts[i], syscall.MNT_DETACH)
-		}
-		errs = append(errs, fmt.Errorf("%d mount(s) left under %s (now detached):\n  %s", len(mounts), a.DataDir, strings.Join(mounts, "\n  ")))
+	if err := hostcheck.DetachMounts(mounts, a.DataDir); err != nil {
+		errs = append(errs, err)
 	}
 	if _, rest, err := a.Leftovers(); err == nil && len(rest) == 0 {
 		if err := os.RemoveAll(a.DataDir); err != nil {
@@ -475,7 +459,7 @@ type Proc struct {
 	Why string
 }
 
-func (p Proc) String() string { return fmt.Sprintf("pid %d (%s): %s", p.PID, p.Why, p.Cmdline) }
+func (p Proc) String() string { return hostcheck.Proc(p).String() }
 
 // Leftovers lists live processes that belong to this agent (the agent
 // itself, its process group, anything with the agent's marker environment
@@ -483,129 +467,21 @@ func (p Proc) String() string { return fmt.Sprintf("pid %d (%s): %s", p.PID, p.W
 // command line, root or cwd is under the data dir, such as chrooted exec
 // tasks) and the mount points under the data dir, from /proc/self/mountinfo.
 func (a *Agent) Leftovers() ([]Proc, []string, error) {
-	procs, err := a.leftoverProcs()
+	procs, err := hostcheck.Procs[Proc](hostcheck.Owner{
+		PID:     a.cmd.Process.Pid,
+		Name:    "agent",
+		Dir:     a.DataDir,
+		DirName: "data dir",
+		Marker:  markerEnv + "=" + a.DataDir,
+	})
 	if err != nil {
 		return nil, nil, err
 	}
-	mounts, err := mountsUnder(a.DataDir)
+	mounts, err := hostcheck.MountsUnder(a.DataDir)
 	if err != nil {
 		return nil, nil, err
 	}
 	return procs, mounts, nil
-}
-
-func (a *Agent) leftoverProcs() ([]Proc, error) {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	self := os.Getpid()
-	agentPID := a.cmd.Process.Pid
-	marker := []byte(markerEnv + "=" + a.DataDir + "\x00")
-	var out []Proc
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		dir := filepath.Join("/proc", e.Name())
-		stat, err := os.ReadFile(filepath.Join(dir, "stat"))
-		if err != nil {
-			continue // gone
-		}
-		state, pgid := parseStat(stat)
-		if state == "Z" || state == "X" {
-			continue // zombies hold no resources
-		}
-		cmdline, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
-		cl := strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
-		var why string
-		switch {
-		case pid == agentPID:
-			why = "agent"
-		case pgid == agentPID:
-			why = "agent process group"
-		case strings.Contains(cl, a.DataDir):
-			why = "command line names data dir"
-		}
-		if why == "" {
-			if env, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil &&
-				(bytes.Contains(env, marker) || bytes.HasSuffix(env, marker[:len(marker)-1])) {
-				why = "inherited agent environment"
-			}
-		}
-		if why == "" {
-			for _, l := range []string{"root", "cwd"} {
-				if p, err := os.Readlink(filepath.Join(dir, l)); err == nil && under(p, a.DataDir) {
-					why = l + " " + p
-					break
-				}
-			}
-		}
-		if why != "" {
-			out = append(out, Proc{PID: pid, Cmdline: cl, Why: why})
-		}
-	}
-	return out, nil
-}
-
-// parseStat returns the state and process group from /proc/PID/stat.
-func parseStat(b []byte) (state string, pgid int) {
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", 0
-	}
-	f := strings.Fields(s[i+1:])
-	// fields after comm: state ppid pgrp ...
-	if len(f) < 3 {
-		return "", 0
-	}
-	pgid, _ = strconv.Atoi(f[2])
-	return f[0], pgid
-}
-
-// mountsUnder returns the mount points at or under dir, in mountinfo order.
-func mountsUnder(dir string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMountPath(f[4])
-		if under(mp, dir) {
-			out = append(out, mp)
-		}
-	}
-	return out, nil
-}
-
-func under(p, dir string) bool {
-	return p == dir || strings.HasPrefix(p, dir+"/")
-}
-
-// unescapeMountPath decodes the octal escapes (\040 etc.) of mountinfo.
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // dumpLog prints the tail of the agent log to the test log.
@@ -656,18 +532,4 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
-}
-
-func filterEnv(env []string, drop ...string) []string {
-	out := env[:0:0]
-next:
-	for _, kv := range env {
-		for _, d := range drop {
-			if strings.HasPrefix(kv, d+"=") {
-				continue next
-			}
-		}
-		out = append(out, kv)
-	}
-	return out
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/gpumux/gpumux/e2e/internal/hostcheck"
 )
 
 // pollInterval is how often the helpers poll the agent.
@@ -364,7 +366,7 @@ func (a *Agent) StopJob(ctx context.Context, jobID string, purge bool) error {
 		}
 		dir := filepath.Join(a.DataDir, "alloc", s.ID)
 		for {
-			mounts, err := mountsUnder(dir)
+			mounts, err := hostcheck.MountsUnder(dir)
 			if err != nil {
 				return err
 			}

@@ -78,17 +78,3 @@ func TestLeftoversFindsProcessesAndMounts(t *testing.T) {
 		t.Errorf("mounts = %q, want [%q]", mounts, mnt)
 	}
 }
-
-func TestUnescapeMountPath(t *testing.T) {
-	for in, want := range map[string]string{
-		`/a/b`:         "/a/b",
-		`/a\040b`:      "/a b",
-		`/a\011b\134c`: "/a\tb\\c",
-		`/trailing\04`: `/trailing\04`,
-		`/x\0401\040`:  "/x 1 ",
-	} {
-		if got := unescapeMountPath(in); got != want {
-			t.Errorf("unescapeMountPath(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

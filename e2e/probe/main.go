@@ -23,10 +23,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpumux/gpumux/e2e/internal/hostcheck"
 )
 
 func main() {
@@ -83,12 +84,8 @@ func main() {
 	if err != nil {
 		fail("%v", err)
 	}
-	for _, line := range strings.Split(string(mi), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		fmt.Fprintf(w, "MOUNT %s\n", unescape(f[4]))
+	for _, m := range hostcheck.ParseMountinfo(mi) {
+		fmt.Fprintf(w, "MOUNT %s\n", m.Point)
 	}
 
 	if err := w.Flush(); err != nil {
@@ -107,22 +104,3 @@ func main() {
 // major and minor decode a Linux dev_t (as glibc's gnu_dev_major/minor).
 func major(dev uint64) uint64 { return (dev>>8)&0xfff | (dev>>32)&^0xfff }
 func minor(dev uint64) uint64 { return dev&0xff | (dev>>12)&^0xff }
-
-// unescape decodes the octal escapes (\040 etc.) of mountinfo.
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}

@@ -1,0 +1,42 @@
+package hostcheck
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestUnescapeMountPath(t *testing.T) {
+	for in, want := range map[string]string{
+		`/a/b`:         "/a/b",
+		`/a\040b`:      "/a b",
+		`/a\011b\134c`: "/a\tb\\c",
+		`/trailing\04`: `/trailing\04`,
+		`/x\0401\040`:  "/x 1 ",
+	} {
+		if got := UnescapeMountPath(in); got != want {
+			t.Errorf("UnescapeMountPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseMountinfo(t *testing.T) {
+	mi := `22 1 0:21 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+35 22 0:30 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw
+36 22 0:31 / /tmp/x\040y rw - tmpfs tmpfs rw
+short line
+`
+	want := []Mount{{"/", "ext4"}, {"/sys/fs/cgroup", "cgroup2"}, {"/tmp/x y", "tmpfs"}}
+	if got := ParseMountinfo([]byte(mi)); !reflect.DeepEqual(got, want) {
+		t.Errorf("ParseMountinfo = %q, want %q", got, want)
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	state, ppid, pgid := ParseStat([]byte("42 (a) b (c)) S 7 42 42 0 -1 4194560"))
+	if state != "S" || ppid != 7 || pgid != 42 {
+		t.Errorf("ParseStat = %q, %d, %d, want \"S\", 7, 42", state, ppid, pgid)
+	}
+	if state, ppid, pgid := ParseStat([]byte("42 (trunc")); state != "" || ppid != 0 || pgid != 0 {
+		t.Errorf("ParseStat of a truncated line = %q, %d, %d, want zeros", state, ppid, pgid)
+	}
+}
