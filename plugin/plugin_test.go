@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -199,6 +200,14 @@ func TestReserve(t *testing.T) {
 	}
 	if r.Envs["NVIDIA_VISIBLE_DEVICES"] != migID || r.Envs["CUDA_VISIBLE_DEVICES"] != migID || r.Envs["GPUMUX_SHARES"] != migID {
 		t.Errorf("envs %v", r.Envs)
+	}
+	// The reservation is recorded for gpumux-runtime under a fresh token.
+	token := r.Envs["GPUMUX_RESERVATION"]
+	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(token) {
+		t.Errorf("GPUMUX_RESERVATION = %q, want 32 hex digits", token)
+	}
+	if again, err := p.Reserve([]string{migID}); err != nil || again.Envs["GPUMUX_RESERVATION"] == token {
+		t.Errorf("a second Reserve reused the token (%v)", err)
 	}
 	var paths []string
 	for _, d := range r.Devices {
