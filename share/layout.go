@@ -278,16 +278,19 @@ func parseMatch(s string) (matcher, error) {
 	}
 }
 
+// MaxGPUIndex bounds the GPU indexes a match may name.
+const MaxGPUIndex = 1023
+
 func parseRange(s string) (lo, hi int, err error) {
 	a, b, isRange := strings.Cut(s, "-")
-	if lo, err = strconv.Atoi(a); err != nil || lo < 0 {
-		return 0, 0, fmt.Errorf("%q is not a GPU index or range like 0-3", s)
+	if lo, err = strconv.Atoi(a); err != nil || lo < 0 || lo > MaxGPUIndex {
+		return 0, 0, fmt.Errorf("%q is not a GPU index (0 to %d) or range like 0-3", s, MaxGPUIndex)
 	}
 	if !isRange {
 		return lo, lo, nil
 	}
-	if hi, err = strconv.Atoi(b); err != nil || hi < lo || hi-lo > 1024 {
-		return 0, 0, fmt.Errorf("%q is not a GPU index range like 0-3", s)
+	if hi, err = strconv.Atoi(b); err != nil || hi < lo || hi > MaxGPUIndex {
+		return 0, 0, fmt.Errorf("%q is not a GPU index range like 0-3 (indexes 0 to %d)", s, MaxGPUIndex)
 	}
 	return lo, hi, nil
 }

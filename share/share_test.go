@@ -76,6 +76,8 @@ func TestLayoutErrors(t *testing.T) {
 		{"mps size not a percentage", []share.GPURule{{Match: "4", Mechanism: share.MPS, ShareSizes: []string{"16GiB"}}}, []string{`"16GiB": want a percentage`}},
 		{"shares on timeslice", []share.GPURule{{Match: "4", Mechanism: share.TimeSlice, Replicas: 2, Shares: 2}}, []string{"shares = 2: applies only to mechanism = \"mps\""}},
 		{"bad index range", []share.GPURule{{Match: "3-1", Mechanism: share.Exclusive}}, []string{"match", `"3-1"`}},
+		{"huge index", []share.GPURule{{Match: "9223372036854775807", Mechanism: share.Exclusive}}, []string{"0 to 1023"}},
+		{"huge range end", []share.GPURule{{Match: "0-9223372036854775807", Mechanism: share.Exclusive}}, []string{"indexes 0 to 1023"}},
 		{"bad glob", []share.GPURule{{Match: "[H200", Mechanism: share.Exclusive}}, []string{"not a valid model glob"}},
 		{"uuid mixed with index", []share.GPURule{{Match: "GPU-x,3", Mechanism: share.Exclusive}}, []string{`"3" is not a GPU UUID`}},
 		{"empty match", []share.GPURule{{Match: "", Mechanism: share.Exclusive}}, []string{"match: ", "empty"}},
