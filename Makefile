@@ -95,6 +95,8 @@ gpu-bin:
 	@mkdir -p .devbin
 	$(GO) test -c -tags gpu -ldflags='-s -w' -o .devbin/gpu.test ./gpu/
 	$(GO) test -c -tags gpu -ldflags='-s -w' -o .devbin/plugin.test ./plugin/
+	$(GO) test -c -tags gpu -ldflags='-s -w' -o .devbin/mps.test ./mps/
+	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-fake-mps-control ./cmd/gpumux-fake-mps-control
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux ./cmd/gpumux
 
 clean:
