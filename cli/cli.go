@@ -25,6 +25,8 @@ const usage = `gpumux — operate GPU sharing on this node
 Usage:
   gpumux status [flags]     GPUs, MIG instances and the shares the node offers
   gpumux cdi generate       a CDI spec with one device per share, for CDI-native engines
+  gpumux mig plan|apply|assert|export
+                            MIG layouts from a file: plan, apply and check them, export the node's
   gpumux version            print the version
 
 Run 'gpumux <command> -h' for the flags of a command.
@@ -41,6 +43,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runStatus(ctx, args[1:], stdout, stderr)
 	case "cdi":
 		return runCDI(ctx, args[1:], stdout, stderr)
+	case "mig":
+		return runMIG(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "gpumux", plugin.Version)
 		return ExitOK

@@ -193,3 +193,34 @@ func TestOpenNVMLWithoutDriver(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestDisableMIG(t *testing.T) {
+	ctx := context.Background()
+	h := openSim(t, "dgxh200")
+	if _, err := mig.Apply(ctx, h, 1, map[string]int{"1g.18gb": 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	err := h.DisableMIG(ctx, 1)
+	if err == nil || !strings.Contains(err.Error(), "remove them first") {
+		t.Fatalf("DisableMIG with an instance: %v, want a refusal", err)
+	}
+	node, _ := h.Inventory(ctx)
+	g := node.GPUs[1]
+	if !g.MIGEnabled || len(g.MIGInstances) != 1 {
+		t.Fatalf("refused DisableMIG changed GPU 1: MIG %v, instances %+v", g.MIGEnabled, g.MIGInstances)
+	}
+	if err := h.DestroyMIGInstance(ctx, 1, g.MIGInstances[0].GIID); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.DisableMIG(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Disabling a GPU already out of MIG mode is a no-op.
+	if err := h.DisableMIG(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	node, _ = h.Inventory(ctx)
+	if node.GPUs[1].MIGEnabled || node.GPUs[1].MIGPending || node.GPUs[2].MIGEnabled {
+		t.Fatalf("after DisableMIG: GPU 1 MIG %v (pending %v), GPU 2 MIG %v", node.GPUs[1].MIGEnabled, node.GPUs[1].MIGPending, node.GPUs[2].MIGEnabled)
+	}
+}

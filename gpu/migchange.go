@@ -27,6 +27,42 @@ func (h *Host) EnableMIG(ctx context.Context, index int) error {
 	})
 }
 
+// DisableMIG turns MIG mode off for GPU index. It destroys nothing: while the
+// GPU holds GPU instances it refuses, and the caller must remove them first.
+// When the driver needs a GPU reset to finish the change, it returns an error
+// wrapping ErrResetRequired; gpumux never resets a GPU on its own.
+func (h *Host) DisableMIG(ctx context.Context, index int) error {
+	return h.change(ctx, index, func(dev nvml.Device) error {
+		n := 0
+		for idx := 0; idx < nvml.GPU_INSTANCE_PROFILE_COUNT; idx++ {
+			info, ret := dev.GetGpuInstanceProfileInfo(idx)
+			if ret != nvml.SUCCESS {
+				continue
+			}
+			gis, ret := dev.GetGpuInstances(&info)
+			if ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_SUPPORTED {
+				return fmt.Errorf("GPU %d: listing GPU instances: %w", index, nvmlError(ret))
+			}
+			n += len(gis)
+		}
+		if n > 0 {
+			return fmt.Errorf("GPU %d: cannot disable MIG mode while it holds %d GPU instance(s); remove them first (e.g. apply a layout with mig-enabled: true and mig-devices: {})", index, n)
+		}
+		ret, activation := dev.SetMigMode(nvml.DEVICE_MIG_DISABLE)
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("GPU %d: disabling MIG mode: %w", index, nvmlError(ret))
+		}
+		current, _, ret := dev.GetMigMode()
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("GPU %d: reading MIG mode: %w", index, nvmlError(ret))
+		}
+		if current != nvml.DEVICE_MIG_DISABLE {
+			return fmt.Errorf("GPU %d: disabling MIG mode is pending (activation status %v): %w", index, activation, ErrResetRequired)
+		}
+		return nil
+	})
+}
+
 // CreateMIGInstance creates a GPU instance of the named profile at placement
 // on GPU index, with one full-size compute instance. On any
 // failure nothing is left behind.

@@ -1,0 +1,536 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/mig"
+	"github.com/gpumux/gpumux/mig/layout"
+)
+
+// Exit codes of gpumux mig.
+const (
+	ExitDiffers = 3 // mig assert: a GPU differs from the layout
+	ExitBusy    = 4 // mig apply: a GPU was refused because its MIG instances are in use
+)
+
+const migUsage = `Usage:
+  gpumux mig plan -f FILE [-c CONFIG] [flags]     what apply would change; changes nothing
+  gpumux mig apply -f FILE [-c CONFIG] [flags]    make the GPUs carry the layout
+  gpumux mig assert -f FILE [-c CONFIG] [flags]   check that the GPUs carry the layout
+  gpumux mig export [--output FILE] [flags]       write the node's current layout
+
+FILE is a MIG layout in gpumux's format (version: gpumux.io/v1) or
+mig-parted's (version: v1, with -c naming the entry of mig-configs).
+GPUs that no rule of the layout selects are left as they are.
+
+Run 'gpumux mig <command> -h' for the flags of a command.
+
+Exit codes:
+  0  ok
+  1  error
+  2  bad flags or arguments
+  3  assert: a GPU differs from the layout
+  4  apply: a GPU was refused because its MIG instances are in use
+`
+
+func runMIG(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, migUsage)
+		return ExitUsage
+	}
+	switch args[0] {
+	case "plan", "apply", "assert":
+		return runMIGLayoutCmd(ctx, args[0], args[1:], stdout, stderr)
+	case "export":
+		return runMIGExport(ctx, args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, migUsage)
+		return ExitOK
+	default:
+		fmt.Fprintf(stderr, "gpumux mig: unknown command %q\n\n%s", args[0], migUsage)
+		return ExitUsage
+	}
+}
+
+var migHelp = map[string]string{
+	"plan": `Usage: gpumux mig plan -f FILE [-c CONFIG] [flags]
+
+For every GPU the layout selects, shows its current MIG layout, the wanted
+one and what apply would do: keep, enable MIG and create, replace (destroy
+every current instance, then create the wanted ones at the placements shown),
+disable MIG, or why it cannot (no MIG support, does not fit, instances that
+must be removed before MIG mode can be disabled). Instances in use are marked:
+apply refuses to touch their GPU. Changes nothing.
+
+Exit codes: 0 plan shown, 1 error (unreadable or invalid layout, GPUs
+unreadable), 2 bad flags.
+
+Flags:
+`,
+	"apply": `Usage: gpumux mig apply -f FILE [-c CONFIG] [--dry-run] [flags]
+
+Makes every GPU the layout selects carry the wanted MIG layout, GPU by GPU,
+printing one line per step. A GPU that already matches is kept as it is. To
+change a GPU, its current instances are destroyed and the wanted ones
+created, after placements for all of them were found; if a step fails, the
+previous instances are restored. A GPU whose instances have processes is
+refused and left unchanged; the other GPUs are still applied. MIG mode is
+enabled as needed; it is disabled (mig-enabled: false) only on a GPU without
+instances: remove them first (mig-enabled: true, mig-devices: {}). gpumux
+never resets a GPU: a mode change that needs a reset is reported as an error.
+--dry-run shows the plan (as gpumux mig plan) and changes nothing.
+
+Exit codes: 0 every selected GPU matches the layout afterwards, 1 error (a
+GPU failed or does not match afterwards; takes precedence over 4), 2 bad
+flags, 4 a GPU was refused because its MIG instances are in use.
+
+Flags:
+`,
+	"assert": `Usage: gpumux mig assert -f FILE [-c CONFIG] [flags]
+
+Checks that every GPU the layout selects carries the wanted MIG layout
+(MIG mode and the number of instances of each profile; placements are not
+compared), and prints the GPUs that differ. Changes nothing.
+
+Exit codes: 0 every selected GPU matches, 1 error, 2 bad flags, 3 a GPU
+differs.
+
+Flags:
+`,
+}
+
+func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("mig "+cmd, flag.ContinueOnError)
+	var nf nodeFlags
+	nf.register(fs)
+	file := fs.String("f", "", "MIG layout `FILE` (gpumux's format or mig-parted's); required")
+	config := fs.String("c", "", "the `CONFIG` of a mig-parted file to use (its entry of mig-configs); may be left out when the file has only one")
+	var output *string
+	var dryRun *bool
+	switch cmd {
+	case "plan":
+		output = fs.String("output", "table", "output `FORMAT`: table or json")
+	case "apply":
+		dryRun = fs.Bool("dry-run", false, "show the plan and change nothing")
+	}
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), migHelp[cmd])
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
+	}
+	if *file == "" {
+		fmt.Fprintf(stderr, "gpumux mig %s: -f FILE is required\n", cmd)
+		return ExitUsage
+	}
+	if output != nil && *output != "table" && *output != "json" {
+		fmt.Fprintf(stderr, "gpumux mig %s: --output %q: want table or json\n", cmd, *output)
+		return ExitUsage
+	}
+	l, err := readLayout(*file, *config)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
+		return ExitError
+	}
+	_, h, err := nf.load()
+	if err != nil {
+		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
+		return ExitError
+	}
+	defer h.Close()
+	if h.Simulated() != nil && l.PCIID == nil {
+		l.PCIID = nvmlPCIID(h.Simulated().NVML())
+	}
+	plans, err := migPlan(ctx, h, l)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
+		return ExitError
+	}
+	if len(plans) == 0 && cmd != "plan" {
+		// Not an error: one file may serve nodes of different shapes. But
+		// an exported file names GPUs by UUID, so on another node it
+		// selects nothing; say so.
+		fmt.Fprintf(stderr, "gpumux mig %s: note: %s selects no GPU of this node\n", cmd, *file)
+	}
+	switch {
+	case cmd == "plan" && *output == "json":
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(plans); err != nil {
+			fmt.Fprintf(stderr, "gpumux mig plan: %v\n", err)
+			return ExitError
+		}
+		return ExitOK
+	case cmd == "plan" || cmd == "apply" && *dryRun:
+		printPlan(stdout, plans)
+		return ExitOK
+	case cmd == "assert":
+		return migAssert(plans, stdout)
+	}
+	return migApply(ctx, h, l, plans, stdout, stderr)
+}
+
+func readLayout(file, config string) (*layout.Layout, error) {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return layout.Parse(file, src, config)
+}
+
+// nvmlPCIID reads a GPU's PCI ids through NVML: device filters on a simulated
+// node, whose bus ids are not in sysfs.
+func nvmlPCIID(lib nvml.Interface) func(g *gpu.GPU) (layout.DeviceID, error) {
+	return func(g *gpu.GPU) (layout.DeviceID, error) {
+		dev, ret := lib.DeviceGetHandleByIndex(g.Index)
+		if ret != nvml.SUCCESS {
+			return layout.DeviceID{}, fmt.Errorf("GPU %d: %s", g.Index, nvml.ErrorString(ret))
+		}
+		pci, ret := dev.GetPciInfo()
+		if ret != nvml.SUCCESS {
+			return layout.DeviceID{}, fmt.Errorf("GPU %d: PCI info: %s", g.Index, nvml.ErrorString(ret))
+		}
+		return layout.DeviceID{ID: pci.PciDeviceId, Subsystem: pci.PciSubSystemId}, nil
+	}
+}
+
+// Plan actions.
+const (
+	ActionKeep    = "keep"
+	ActionEnable  = "enable"  // enable MIG mode, then create
+	ActionCreate  = "create"  // MIG on, no instances: create
+	ActionReplace = "replace" // destroy every instance, then create
+	ActionDisable = "disable" // disable MIG mode
+	ActionRefuse  = "refuse"  // cannot be applied; Reason says why
+)
+
+// GPUPlan is what the layout wants of one GPU and what apply would do.
+type GPUPlan struct {
+	Index      int               `json:"index"`
+	UUID       string            `json:"uuid"`
+	Model      string            `json:"model"`
+	MIGEnabled bool              `json:"mig_enabled"`
+	Current    map[string]int    `json:"current"` // profile → count
+	WantMIG    bool              `json:"want_mig_enabled"`
+	Want       map[string]int    `json:"want"`
+	Rule       string            `json:"rule"` // file:line of the rule
+	Action     string            `json:"action"`
+	Destroy    []PlannedInstance `json:"destroy,omitempty"`
+	Create     []PlannedInstance `json:"create,omitempty"`
+	Busy       []string          `json:"busy,omitempty"` // instances in use: apply refuses the GPU
+	Reason     string            `json:"reason,omitempty"`
+}
+
+// PlannedInstance is a MIG instance to destroy or create.
+type PlannedInstance struct {
+	Profile   string        `json:"profile"`
+	Placement gpu.Placement `json:"placement"`
+}
+
+func (p *GPUPlan) matches() bool { return p.Action == ActionKeep }
+
+// migPlan resolves the layout on the node and plans each selected GPU, in
+// index order.
+func migPlan(ctx context.Context, h *gpu.Host, l *layout.Layout) ([]GPUPlan, error) {
+	node, err := h.Inventory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	wants, err := l.For(node)
+	if err != nil {
+		return nil, err
+	}
+	plans := []GPUPlan{}
+	for i := range node.GPUs {
+		g := &node.GPUs[i]
+		w, ok := wants[g.Index]
+		if !ok {
+			continue
+		}
+		p := GPUPlan{
+			Index: g.Index, UUID: g.UUID, Model: g.Model,
+			MIGEnabled: g.MIGEnabled, Current: instanceCounts(g.MIGInstances),
+			WantMIG: w.MIGEnabled, Want: nonZero(w.Devices),
+		}
+		if w.Rule != nil {
+			p.Rule = fmt.Sprintf("%s:%d", l.File, w.Rule.Line)
+		}
+		planGPU(ctx, h, g, &p)
+		plans = append(plans, p)
+	}
+	sort.Slice(plans, func(i, j int) bool { return plans[i].Index < plans[j].Index })
+	return plans, nil
+}
+
+func planGPU(ctx context.Context, h *gpu.Host, g *gpu.GPU, p *GPUPlan) {
+	if !p.WantMIG {
+		switch {
+		case !g.MIGEnabled:
+			p.Action = ActionKeep
+		case len(g.MIGInstances) > 0:
+			p.Action = ActionRefuse
+			p.Reason = fmt.Sprintf("MIG mode cannot be disabled while the GPU holds %s; remove them first (apply a layout with mig-enabled: true and mig-devices: {})", describeCounts(p.Current))
+		default:
+			p.Action = ActionDisable
+		}
+		return
+	}
+	if !g.MIGCapable {
+		p.Action = ActionRefuse
+		p.Reason = fmt.Sprintf("%s has no MIG support", g.Model)
+		return
+	}
+	if g.MIGEnabled && maps.Equal(p.Current, p.Want) {
+		p.Action = ActionKeep
+		return
+	}
+	slots, err := mig.Fit(g.MIGProfiles, p.Want)
+	if err != nil {
+		p.Action = ActionRefuse
+		p.Reason = err.Error()
+		return
+	}
+	for _, s := range slots {
+		p.Create = append(p.Create, PlannedInstance{s.Profile.Name, s.Placement})
+	}
+	switch {
+	case !g.MIGEnabled:
+		p.Action = ActionEnable
+	case len(g.MIGInstances) == 0:
+		p.Action = ActionCreate
+	default:
+		p.Action = ActionReplace
+		for _, inst := range g.MIGInstances {
+			p.Destroy = append(p.Destroy, PlannedInstance{inst.Profile, inst.Placement})
+			if pids, err := h.Processes(ctx, inst.UUID); err == nil && len(pids) > 0 {
+				p.Busy = append(p.Busy, fmt.Sprintf("%s (%s): pids %v", inst.UUID, inst.Profile, pids))
+			}
+		}
+	}
+}
+
+// describeAction is a plan's action in words.
+func (p *GPUPlan) describeAction() string {
+	var s string
+	switch p.Action {
+	case ActionKeep:
+		return "keep"
+	case ActionRefuse:
+		return "cannot apply: " + p.Reason
+	case ActionDisable:
+		return "disable MIG"
+	case ActionEnable:
+		s = "enable MIG"
+		if len(p.Create) > 0 {
+			s += " and create " + listInstances(p.Create)
+		}
+	case ActionCreate:
+		s = "create " + listInstances(p.Create)
+	case ActionReplace:
+		s = "replace: destroy " + listInstances(p.Destroy) + ", create " + listInstances(p.Create)
+		if len(p.Create) == 0 {
+			s = "replace: destroy " + listInstances(p.Destroy) + ", create nothing"
+		}
+	}
+	if len(p.Busy) > 0 {
+		s += " (in use, apply will refuse: " + strings.Join(p.Busy, "; ") + ")"
+	}
+	return s
+}
+
+func listInstances(list []PlannedInstance) string {
+	parts := make([]string, len(list))
+	for i, x := range list {
+		parts[i] = fmt.Sprintf("%s at %s", x.Profile, x.Placement)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func describeMode(migOn bool, counts map[string]int) string {
+	if !migOn {
+		return "MIG off"
+	}
+	if len(counts) == 0 {
+		return "MIG on, no instances"
+	}
+	return describeCounts(counts)
+}
+
+// describeCounts writes a layout as "1× 3g.71gb + 2× 2g.35gb".
+func describeCounts(counts map[string]int) string {
+	names := slices.Sorted(maps.Keys(counts))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%d× %s", counts[n], n)
+	}
+	return strings.Join(parts, " + ")
+}
+
+func printPlan(w io.Writer, plans []GPUPlan) {
+	if len(plans) == 0 {
+		fmt.Fprintln(w, "The layout selects no GPU of this node.")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GPU\tMODEL\tCURRENT\tWANTED\tACTION")
+	for i := range plans {
+		p := &plans[i]
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", p.Index, p.Model, describeMode(p.MIGEnabled, p.Current), describeMode(p.WantMIG, p.Want), p.describeAction())
+	}
+	tw.Flush()
+}
+
+func migAssert(plans []GPUPlan, stdout io.Writer) int {
+	differs := 0
+	for i := range plans {
+		p := &plans[i]
+		if !p.matches() {
+			differs++
+			fmt.Fprintf(stdout, "GPU %d: differs: has %s, wants %s (%s)\n", p.Index, describeMode(p.MIGEnabled, p.Current), describeMode(p.WantMIG, p.Want), p.Rule)
+		}
+	}
+	if differs > 0 {
+		fmt.Fprintf(stdout, "%d of %d selected GPUs differ from the layout\n", differs, len(plans))
+		return ExitDiffers
+	}
+	fmt.Fprintf(stdout, "all %d selected GPUs match the layout\n", len(plans))
+	return ExitOK
+}
+
+func migApply(ctx context.Context, h *gpu.Host, l *layout.Layout, plans []GPUPlan, stdout, stderr io.Writer) int {
+	progress := func(format string, args ...any) { fmt.Fprintf(stdout, format+"\n", args...) }
+	var changed, kept, busy, failed []int
+	for i := range plans {
+		p := &plans[i]
+		var err error
+		switch p.Action {
+		case ActionKeep:
+			fmt.Fprintf(stdout, "GPU %d: keeping %s\n", p.Index, describeMode(p.MIGEnabled, p.Current))
+			kept = append(kept, p.Index)
+			continue
+		case ActionRefuse:
+			err = fmt.Errorf("GPU %d: %s", p.Index, p.Reason)
+		case ActionDisable:
+			progress("GPU %d: disabling MIG mode", p.Index)
+			err = h.DisableMIG(ctx, p.Index)
+		default:
+			_, err = mig.Apply(ctx, h, p.Index, p.Want, progress)
+		}
+		switch {
+		case errors.Is(err, mig.ErrBusy):
+			fmt.Fprintf(stderr, "gpumux mig apply: GPU %d refused, left unchanged: %v\n", p.Index, err)
+			busy = append(busy, p.Index)
+		case err != nil:
+			fmt.Fprintf(stderr, "gpumux mig apply: GPU %d failed: %v\n", p.Index, err)
+			failed = append(failed, p.Index)
+		default:
+			changed = append(changed, p.Index)
+		}
+	}
+	after, err := migPlan(ctx, h, l)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpumux mig apply: reading the GPUs back: %v\n", err)
+		return ExitError
+	}
+	var differ []int
+	for i := range after {
+		if !after[i].matches() && !slices.Contains(busy, after[i].Index) && !slices.Contains(failed, after[i].Index) {
+			differ = append(differ, after[i].Index)
+			fmt.Fprintf(stderr, "gpumux mig apply: GPU %d does not match the layout afterwards: has %s, wants %s\n", after[i].Index, describeMode(after[i].MIGEnabled, after[i].Current), describeMode(after[i].WantMIG, after[i].Want))
+		}
+	}
+	fmt.Fprintf(stdout, "%d GPUs changed %v, %d kept %v, %d refused as busy %v, %d failed %v\n",
+		len(changed), changed, len(kept), kept, len(busy), busy, len(failed), failed)
+	switch {
+	case len(failed) > 0 || len(differ) > 0:
+		return ExitError
+	case len(busy) > 0:
+		return ExitBusy
+	}
+	return ExitOK
+}
+
+func runMIGExport(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("mig export", flag.ContinueOnError)
+	var nf nodeFlags
+	nf.register(fs)
+	output := fs.String("output", "", "write the layout to `FILE` instead of standard output")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: gpumux mig export [--output FILE] [flags]
+
+Writes the node's current MIG layout in gpumux's format, one rule per GPU
+selected by its UUID: gpumux mig assert -f on it passes on this node, and
+gpumux mig apply -f brings the GPUs back to it. Changes nothing.
+
+Exit codes: 0 ok, 1 error, 2 bad flags.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
+	}
+	err := func() error {
+		_, h, err := nf.load()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		node, err := h.Inventory(ctx)
+		if err != nil {
+			return err
+		}
+		b, err := layout.Export(node)
+		if err != nil {
+			return err
+		}
+		if *output == "" {
+			_, err = stdout.Write(b)
+			return err
+		}
+		tmp := *output + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			return err
+		}
+		return os.Rename(tmp, *output)
+	}()
+	if err != nil {
+		fmt.Fprintf(stderr, "gpumux mig export: %v\n", err)
+		return ExitError
+	}
+	return ExitOK
+}
+
+func instanceCounts(insts []gpu.MIGInstance) map[string]int {
+	m := map[string]int{}
+	for _, i := range insts {
+		m[i.Profile]++
+	}
+	return m
+}
+
+func nonZero(devices map[string]int) map[string]int {
+	m := map[string]int{}
+	for k, v := range devices {
+		if v > 0 {
+			m[k] = v
+		}
+	}
+	return m
+}
