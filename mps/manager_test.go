@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,11 +35,7 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		fakeBin = filepath.Join(dir, "gpumux-fake-mps-control")
-		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(gobin); err != nil {
-			gobin = "go"
-		}
-		build := exec.Command(gobin, "build", "-o", fakeBin, "github.com/gpumux/gpumux/cmd/gpumux-fake-mps-control")
+		build := exec.Command("go", "build", "-o", fakeBin, "github.com/gpumux/gpumux/cmd/gpumux-fake-mps-control")
 		if out, err := build.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building the fake MPS control daemon: %v\n%s", err, out)
 			return 1

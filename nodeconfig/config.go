@@ -59,7 +59,6 @@ type Config struct {
 	MPSControlBinary  string          `codec:"mps_control_binary"`
 	GPUs              []share.GPURule `codec:"gpu"`
 	period            time.Duration   // parsed FingerprintPeriod
-	layout            share.Layout    // GPUs as a layout
 }
 
 // normalize fills defaults and parses derived fields; Validate reports errors.

@@ -269,7 +269,6 @@ type daemon struct {
 	pinned  map[string]uint64 // device → bytes
 	servers map[int]*server
 	next    int
-	quit    bool
 }
 
 func (d *daemon) logf(format string, args ...any) {
