@@ -17,7 +17,7 @@ import (
 	containerd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/oci"
-	"github.com/containerd/containerd/runtime/v2/runc/options"
+	"github.com/containerd/containerd/api/types/runc/options"
 
 	"github.com/gpumux/gpumux/e2e/internal/hostcheck"
 )
