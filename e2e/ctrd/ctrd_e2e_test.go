@@ -14,9 +14,9 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/oci"
-	"github.com/containerd/containerd/api/types/runc/options"
 )
 
 // writeScript writes an executable shell script into a temp dir.

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/oci"
-	"github.com/containerd/containerd/api/types/runc/options"
 
 	"github.com/gpumux/gpumux/e2e/internal/hostcheck"
 )
