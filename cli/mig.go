@@ -214,7 +214,7 @@ const (
 	ActionKeep    = "keep"
 	ActionEnable  = "enable"  // enable MIG mode, then create
 	ActionCreate  = "create"  // MIG on, no instances: create
-	ActionReplace = "replace" // destroy every instance, then create
+	ActionChange  = "change"  // destroy the instances that cannot stay, then create
 	ActionDisable = "disable" // disable MIG mode
 	ActionRefuse  = "refuse"  // cannot be applied; Reason says why
 )
@@ -230,9 +230,10 @@ type GPUPlan struct {
 	Want       map[string]int    `json:"want"`
 	Rule       string            `json:"rule"` // file:line of the rule
 	Action     string            `json:"action"`
+	Keep       []PlannedInstance `json:"keep,omitempty"` // instances that stay, untouched
 	Destroy    []PlannedInstance `json:"destroy,omitempty"`
 	Create     []PlannedInstance `json:"create,omitempty"`
-	Busy       []string          `json:"busy,omitempty"` // instances in use: apply refuses the GPU
+	Busy       []string          `json:"busy,omitempty"` // instances in use the change would destroy: apply refuses the GPU
 	Reason     string            `json:"reason,omitempty"`
 }
 
@@ -299,28 +300,45 @@ func planGPU(ctx context.Context, h *gpu.Host, g *gpu.GPU, p *GPUPlan) {
 		p.Action = ActionKeep
 		return
 	}
-	slots, err := mig.Fit(g.MIGProfiles, p.Want)
+	busy := map[string]bool{}
+	for _, inst := range g.MIGInstances {
+		if pids, err := h.Processes(ctx, inst.UUID); err == nil && len(pids) > 0 {
+			busy[inst.UUID] = true
+		}
+	}
+	isBusy := func(uuid string) bool { return busy[uuid] }
+	plan, err := mig.PlanGPU(g, p.Want, isBusy, false)
+	if errors.Is(err, mig.ErrBusy) {
+		// Show what the change would be; apply refuses it (exit 4).
+		if plan, err = mig.PlanGPU(g, p.Want, isBusy, true); err == nil {
+			for _, inst := range plan.Destroy {
+				if busy[inst.UUID] {
+					p.Busy = append(p.Busy, fmt.Sprintf("%s (%s at %s)", inst.UUID, inst.Profile, inst.Placement))
+				}
+			}
+		}
+	}
 	if err != nil {
 		p.Action = ActionRefuse
 		p.Reason = err.Error()
 		return
 	}
-	for _, s := range slots {
+	for _, inst := range plan.Keep {
+		p.Keep = append(p.Keep, PlannedInstance{inst.Profile, inst.Placement})
+	}
+	for _, inst := range plan.Destroy {
+		p.Destroy = append(p.Destroy, PlannedInstance{inst.Profile, inst.Placement})
+	}
+	for _, s := range plan.Create {
 		p.Create = append(p.Create, PlannedInstance{s.Profile.Name, s.Placement})
 	}
 	switch {
 	case !g.MIGEnabled:
 		p.Action = ActionEnable
-	case len(g.MIGInstances) == 0:
+	case len(p.Destroy) == 0:
 		p.Action = ActionCreate
 	default:
-		p.Action = ActionReplace
-		for _, inst := range g.MIGInstances {
-			p.Destroy = append(p.Destroy, PlannedInstance{inst.Profile, inst.Placement})
-			if pids, err := h.Processes(ctx, inst.UUID); err == nil && len(pids) > 0 {
-				p.Busy = append(p.Busy, fmt.Sprintf("%s (%s): pids %v", inst.UUID, inst.Profile, pids))
-			}
-		}
+		p.Action = ActionChange
 	}
 }
 
@@ -341,11 +359,14 @@ func (p *GPUPlan) describeAction() string {
 		}
 	case ActionCreate:
 		s = "create " + listInstances(p.Create)
-	case ActionReplace:
-		s = "replace: destroy " + listInstances(p.Destroy) + ", create " + listInstances(p.Create)
-		if len(p.Create) == 0 {
-			s = "replace: destroy " + listInstances(p.Destroy) + ", create nothing"
+	case ActionChange:
+		s = "destroy " + listInstances(p.Destroy)
+		if len(p.Create) > 0 {
+			s += "; create " + listInstances(p.Create)
 		}
+	}
+	if len(p.Keep) > 0 && p.Action != ActionKeep {
+		s += "; keep " + listInstances(p.Keep)
 	}
 	if len(p.Busy) > 0 {
 		s += " (in use, apply will refuse: " + strings.Join(p.Busy, "; ") + ")"

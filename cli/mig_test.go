@@ -93,7 +93,7 @@ func TestMIGPlanApplyAssert(t *testing.T) {
 	mustExit(t, "plan", code, cli.ExitOK, out, errOut)
 	for _, want := range []string{
 		"enable MIG and create 3g.71gb at 4:4, 2g.35gb at 0:2, 2g.35gb at 2:2",
-		"enable MIG and create 1g.18gb at 0:1",
+		"enable MIG and create 1g.18gb at 6:1", // the slot that blocks the fewest others
 		"MIG on, no instances     enable MIG\n",
 		"MIG off  MIG off                  keep",
 	} {
@@ -169,7 +169,7 @@ gpus:
 		name, rule, action string
 	}{
 		{"keep", `{match: "0", mig-enabled: true, mig-devices: {7g.141gb: 1}}`, "keep"},
-		{"replace", `{match: "0", mig-enabled: true, mig-devices: {3g.71gb: 2}}`, "replace: destroy 7g.141gb at 0:8, create 3g.71gb at 0:4, 3g.71gb at 4:4"},
+		{"change", `{match: "0", mig-enabled: true, mig-devices: {3g.71gb: 2}}`, "destroy 7g.141gb at 0:8; create 3g.71gb at 4:4, 3g.71gb at 0:4"},
 		{"create", `{match: "2", mig-enabled: true, mig-devices: {4g.71gb: 1}}`, "create 4g.71gb at 0:4"},
 		{"enable", `{match: "3", mig-enabled: true, mig-devices: {4g.71gb: 1, 3g.71gb: 1}}`, "enable MIG and create 4g.71gb at 0:4, 3g.71gb at 4:4"},
 		{"disable", `{match: "2", mig-enabled: false}`, "disable MIG"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sort"
 	"strings"
 
 	"github.com/gpumux/gpumux/gpu"
@@ -65,15 +66,17 @@ func Apply(ctx context.Context, h Host, index int, want map[string]int, progress
 	if maps.Equal(counts(g.MIGInstances), want) {
 		return Result{}, nil
 	}
-	if err := checkIdle(ctx, h, g); err != nil {
+	busy, err := busyInstances(ctx, h, g)
+	if err != nil {
 		return Result{}, err
 	}
-	slots, err := Fit(g.MIGProfiles, want)
+	plan, err := PlanGPU(g, want, func(uuid string) bool { return len(busy[uuid]) > 0 }, false)
 	if err != nil {
-		return Result{}, fmt.Errorf("GPU %d (%s): %w", index, g.Model, err)
+		return Result{}, describeBusy(err, busy)
 	}
+	slots := plan.Create
 	res := Result{Changed: true}
-	for _, inst := range g.MIGInstances {
+	for _, inst := range plan.Destroy {
 		progress("GPU %d: destroying %s (GPU instance %d at %s)", index, inst.Profile, inst.GIID, inst.Placement)
 		if err := h.DestroyMIGInstance(ctx, index, inst.GIID); err != nil {
 			return res, rollback(ctx, h, g, res, fmt.Errorf("GPU %d: %w", index, err), progress)
@@ -138,21 +141,32 @@ func hasInstanceAt(list []gpu.MIGInstance, inst gpu.MIGInstance) bool {
 	return false
 }
 
-func checkIdle(ctx context.Context, h Host, g *gpu.GPU) error {
-	var busy []string
+// busyInstances returns the PIDs on each MIG instance of g that has any.
+func busyInstances(ctx context.Context, h Host, g *gpu.GPU) (map[string][]uint32, error) {
+	busy := map[string][]uint32{}
 	for _, inst := range g.MIGInstances {
 		pids, err := h.Processes(ctx, inst.UUID)
 		if err != nil {
-			return fmt.Errorf("GPU %d: checking %s for processes: %w", g.Index, inst.UUID, err)
+			return nil, fmt.Errorf("GPU %d: checking %s for processes: %w", g.Index, inst.UUID, err)
 		}
 		if len(pids) > 0 {
-			busy = append(busy, fmt.Sprintf("%s (%s): pids %v", inst.UUID, inst.Profile, pids))
+			busy[inst.UUID] = pids
 		}
 	}
-	if len(busy) > 0 {
-		return fmt.Errorf("%w: GPU %d keeps its layout while these run: %s", ErrBusy, g.Index, strings.Join(busy, "; "))
+	return busy, nil
+}
+
+// describeBusy adds the PIDs to an ErrBusy refusal.
+func describeBusy(err error, busy map[string][]uint32) error {
+	if !errors.Is(err, ErrBusy) {
+		return err
 	}
-	return nil
+	var pids []string
+	for uuid, p := range busy {
+		pids = append(pids, fmt.Sprintf("%s: pids %v", uuid, p))
+	}
+	sort.Strings(pids)
+	return fmt.Errorf("%w (in use: %s)", err, strings.Join(pids, "; "))
 }
 
 func readGPU(ctx context.Context, h Host, index int) (*gpu.GPU, error) {

@@ -3,6 +3,7 @@ package mig
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -23,6 +24,15 @@ type Slot struct {
 // each at the first free placement, backtracking when a later one cannot fit;
 // the search is exhaustive, so an error means no placement exists.
 func Fit(profiles []gpu.MIGProfile, want map[string]int) ([]Slot, error) {
+	return FitAround(profiles, want, nil)
+}
+
+// FitAround is Fit on a GPU whose placements occupied are taken (instances
+// that stay). Among the free placements of a profile it tries first those
+// that block the fewest placements of other profiles, so that small
+// instances leave room for large ones (a 1g goes to slot 6 before slot 0,
+// which a 4g needs).
+func FitAround(profiles []gpu.MIGProfile, want map[string]int, occupied []gpu.Placement) ([]Slot, error) {
 	byName := map[string]gpu.MIGProfile{}
 	for _, p := range profiles {
 		byName[p.Name] = p
@@ -44,7 +54,14 @@ func Fit(profiles []gpu.MIGProfile, want map[string]int) ([]Slot, error) {
 			slots += n * p.Placements[0].Size
 		}
 	}
-	if slots > 8 {
+	used := 0
+	for _, pl := range occupied {
+		used += pl.Size
+	}
+	if slots+used > 8 {
+		if used > 0 {
+			return nil, fmt.Errorf("%w: %s need %d memory slots; the GPU has 8, and %d are held by instances that stay", ErrInfeasible, describe(want), slots, used)
+		}
 		return nil, fmt.Errorf("%w: %s need %d memory slots, the GPU has 8", ErrInfeasible, describe(want), slots)
 	}
 	sort.SliceStable(todo, func(i, j int) bool {
@@ -53,29 +70,57 @@ func Fit(profiles []gpu.MIGProfile, want map[string]int) ([]Slot, error) {
 		}
 		return todo[i].Name < todo[j].Name
 	})
+	cost := blockingCost(profiles)
 	out := make([]Slot, 0, len(todo))
-	if !place(todo, &out) {
+	if !place(todo, occupied, cost, &out) {
+		if len(occupied) > 0 {
+			return nil, fmt.Errorf("%w: no non-overlapping placements exist for %s around the instances that stay (%s)", ErrInfeasible, describe(want), placements(occupied))
+		}
 		return nil, fmt.Errorf("%w: no non-overlapping placements exist for %s", ErrInfeasible, describe(want))
 	}
 	return out, nil
 }
 
-func place(todo []gpu.MIGProfile, done *[]Slot) bool {
+func place(todo []gpu.MIGProfile, occupied []gpu.Placement, cost map[gpu.Placement]int, done *[]Slot) bool {
 	if len(todo) == 0 {
 		return true
 	}
 	p := todo[0]
-	for _, pl := range p.Placements {
-		if overlapsAny(pl, *done) {
+	candidates := slices.Clone(p.Placements)
+	sort.SliceStable(candidates, func(i, j int) bool { return cost[candidates[i]] < cost[candidates[j]] })
+	for _, pl := range candidates {
+		if overlapsAny(pl, *done) || overlapsPlacements(pl, occupied) {
 			continue
 		}
 		*done = append(*done, Slot{Profile: p, Placement: pl})
-		if place(todo[1:], done) {
+		if place(todo[1:], occupied, cost, done) {
 			return true
 		}
 		*done = (*done)[:len(*done)-1]
 	}
 	return false
+}
+
+// blockingCost counts, for every placement of the GPU's profiles, how many
+// placements of its profiles it overlaps: a placement that blocks few
+// leaves the most room.
+func blockingCost(profiles []gpu.MIGProfile) map[gpu.Placement]int {
+	var all []gpu.Placement
+	for _, p := range profiles {
+		all = append(all, p.Placements...)
+	}
+	cost := map[gpu.Placement]int{}
+	for _, a := range all {
+		if _, done := cost[a]; done {
+			continue
+		}
+		for _, b := range all {
+			if a.Overlaps(b) {
+				cost[a]++
+			}
+		}
+	}
+	return cost
 }
 
 func overlapsAny(pl gpu.Placement, slots []Slot) bool {
@@ -85,6 +130,23 @@ func overlapsAny(pl gpu.Placement, slots []Slot) bool {
 		}
 	}
 	return false
+}
+
+func overlapsPlacements(pl gpu.Placement, occupied []gpu.Placement) bool {
+	for _, o := range occupied {
+		if pl.Overlaps(o) {
+			return true
+		}
+	}
+	return false
+}
+
+func placements(pls []gpu.Placement) string {
+	s := make([]string, len(pls))
+	for i, pl := range pls {
+		s[i] = pl.String()
+	}
+	return strings.Join(s, ", ")
 }
 
 // describe prints a layout as "2× 3g.71gb + 1× 1g.18gb", largest count first.

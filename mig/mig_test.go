@@ -216,3 +216,101 @@ func placements(g gpu.GPU) map[gpu.Placement]string {
 }
 
 func samePlacements(a, b gpu.GPU) bool { return maps.Equal(placements(a), placements(b)) }
+
+func TestFitLeavesRoomForLargeProfiles(t *testing.T) {
+	h := openH200(t)
+	profiles := gpuAt(t, h, 0).MIGProfiles
+	slots, err := mig.Fit(profiles, map[string]int{"1g.18gb": 1})
+	if err != nil || slots[0].Placement != (gpu.Placement{Start: 6, Size: 1}) {
+		t.Fatalf("one 1g.18gb at %v (%v); want slot 6, which keeps 0:4 free for a 4g", slots, err)
+	}
+	slots, err = mig.FitAround(profiles, map[string]int{"4g.71gb": 1}, []gpu.Placement{slots[0].Placement})
+	if err != nil || slots[0].Placement != (gpu.Placement{Start: 0, Size: 4}) {
+		t.Errorf("a 4g around it: %v (%v)", slots, err)
+	}
+	if _, err := mig.FitAround(profiles, map[string]int{"4g.71gb": 1}, []gpu.Placement{{Start: 3, Size: 1}}); !errors.Is(err, mig.ErrInfeasible) || !strings.Contains(err.Error(), "around the instances that stay (3:1)") {
+		t.Errorf("a 4g around a 1g at 3:1: %v", err)
+	}
+}
+
+func TestApplyKeepsInstancesThatCanStay(t *testing.T) {
+	ctx := context.Background()
+	h := openH200(t)
+	if _, err := mig.Apply(ctx, h, 4, map[string]int{"3g.71gb": 1, "2g.35gb": 2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	kept := instanceOf(t, gpuAt(t, h, 4), "3g.71gb")
+	// The 3g is busy: it may stay, so the change goes ahead around it.
+	if err := h.Simulated().SetProcesses(kept.UUID, 99); err != nil {
+		t.Fatal(err)
+	}
+	res, err := mig.Apply(ctx, h, 4, map[string]int{"3g.71gb": 1, "1g.18gb": 4}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := gpuAt(t, h, 4)
+	if got := instanceOf(t, after, "3g.71gb"); got.UUID != kept.UUID || got.Placement != kept.Placement {
+		t.Errorf("the 3g.71gb was rebuilt: %+v, was %+v", got, kept)
+	}
+	if len(res.Destroyed) != 2 || len(res.Created) != 4 || !maps.Equal(layoutOf(after), map[string]int{"3g.71gb": 1, "1g.18gb": 4}) {
+		t.Errorf("destroyed %d, created %d, layout %v", len(res.Destroyed), len(res.Created), layoutOf(after))
+	}
+	// A layout without it would destroy the busy 3g: refused, nothing changes.
+	_, err = mig.Apply(ctx, h, 4, map[string]int{"1g.18gb": 7}, nil)
+	if !errors.Is(err, mig.ErrBusy) || !strings.Contains(err.Error(), kept.UUID) || !strings.Contains(err.Error(), "pids [99]") {
+		t.Errorf("destroying a busy instance: %v", err)
+	}
+	if !sameInstances(after, gpuAt(t, h, 4)) {
+		t.Error("a refused apply changed the GPU")
+	}
+}
+
+func TestPlanGivesUpIdleInstancesThatBlock(t *testing.T) {
+	ctx := context.Background()
+	h := openH200(t)
+	// A 1g.18gb in the middle (slot 3) blocks the only 4g placement.
+	g := gpuAt(t, h, 5)
+	var oneG gpu.MIGProfile
+	for _, p := range g.MIGProfiles {
+		if p.Name == "1g.18gb" {
+			oneG = p
+		}
+	}
+	if err := h.EnableMIG(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.CreateMIGInstance(ctx, 5, oneG, gpu.Placement{Start: 3, Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	g = gpuAt(t, h, 5)
+	want := map[string]int{"4g.71gb": 1, "1g.18gb": 1}
+	plan, err := mig.PlanGPU(&g, want, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Keep) != 0 || len(plan.Destroy) != 1 || len(plan.Create) != 2 {
+		t.Errorf("plan keeps %v, destroys %v, creates %v; want the idle 1g moved out of the 4g's way", plan.Keep, plan.Destroy, plan.Create)
+	}
+	// Busy, it cannot move: the layout is refused with the reason.
+	busy := func(string) bool { return true }
+	if _, err := mig.PlanGPU(&g, want, busy, false); !errors.Is(err, mig.ErrInfeasible) || !strings.Contains(err.Error(), "around the instances that stay (3:1)") {
+		t.Errorf("with the 1g busy: %v", err)
+	}
+	if _, err := mig.Apply(ctx, h, 5, want, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := layoutOf(gpuAt(t, h, 5)); !maps.Equal(got, want) {
+		t.Errorf("layout %v", got)
+	}
+}
+
+func instanceOf(t *testing.T, g gpu.GPU, profile string) gpu.MIGInstance {
+	t.Helper()
+	for _, inst := range g.MIGInstances {
+		if inst.Profile == profile {
+			return inst
+		}
+	}
+	t.Fatalf("GPU %d has no %s: %+v", g.Index, profile, g.MIGInstances)
+	return gpu.MIGInstance{}
+}
