@@ -19,6 +19,7 @@ import (
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/mig/layout"
+	"github.com/gpumux/gpumux/runtimehook/lease"
 )
 
 // Exit codes of gpumux mig.
@@ -121,11 +122,13 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 	config := fs.String("c", "", "the `CONFIG` of a mig-parted file to use (its entry of mig-configs); may be left out when the file has only one")
 	var output *string
 	var dryRun *bool
+	force := new(bool)
 	switch cmd {
 	case "plan":
 		output = fs.String("output", "table", "output `FORMAT`: table or json")
 	case "apply":
 		dryRun = fs.Bool("dry-run", false, "show the plan and change nothing")
+		force = fs.Bool("force", false, "destroy MIG instances that containers hold (gpumux-runtime leases) but run nothing on; instances with processes are never destroyed")
 	}
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), migHelp[cmd])
@@ -147,16 +150,21 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
 		return ExitError
 	}
-	_, h, err := nf.load()
+	cfg, h, err := nf.load()
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
 		return ExitError
 	}
 	defer h.Close()
+	held, err := heldInstances(ctx, cfg.StateDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
+		return ExitError
+	}
 	if h.Simulated() != nil && l.PCIID == nil {
 		l.PCIID = nvmlPCIID(h.Simulated().NVML())
 	}
-	plans, err := migPlan(ctx, h, l)
+	plans, err := migPlan(ctx, h, l, held, *force)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
 		return ExitError
@@ -182,7 +190,32 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 	case cmd == "assert":
 		return migAssert(plans, stdout)
 	}
-	return migApply(ctx, h, l, plans, stdout, stderr)
+	return migApply(ctx, h, l, plans, held, *force, stdout, stderr)
+}
+
+// heldInstances returns who holds each MIG instance in the node's lease
+// store (containers of gpumux-runtime: a lease of the instance or of an MPS
+// share on it), without creating a store where there is none.
+func heldInstances(ctx context.Context, stateDir string) (func(uuid string) string, error) {
+	path := lease.PathIn(stateDir)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return func(string) string { return "" }, nil
+	}
+	st, err := lease.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	leases, err := st.Leases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	holder := map[string]string{}
+	for shareID, container := range leases {
+		parent, _, _ := strings.Cut(shareID, "/")
+		holder[parent] = "container " + container
+	}
+	return func(uuid string) string { return holder[uuid] }, nil
 }
 
 func readLayout(file, config string) (*layout.Layout, error) {
@@ -247,7 +280,7 @@ func (p *GPUPlan) matches() bool { return p.Action == ActionKeep }
 
 // migPlan resolves the layout on the node and plans each selected GPU, in
 // index order.
-func migPlan(ctx context.Context, h *gpu.Host, l *layout.Layout) ([]GPUPlan, error) {
+func migPlan(ctx context.Context, h *gpu.Host, l *layout.Layout, held func(string) string, force bool) ([]GPUPlan, error) {
 	node, err := h.Inventory(ctx)
 	if err != nil {
 		return nil, err
@@ -271,14 +304,14 @@ func migPlan(ctx context.Context, h *gpu.Host, l *layout.Layout) ([]GPUPlan, err
 		if w.Rule != nil {
 			p.Rule = fmt.Sprintf("%s:%d", l.File, w.Rule.Line)
 		}
-		planGPU(ctx, h, g, &p)
+		planGPU(ctx, h, g, &p, held, force)
 		plans = append(plans, p)
 	}
 	sort.Slice(plans, func(i, j int) bool { return plans[i].Index < plans[j].Index })
 	return plans, nil
 }
 
-func planGPU(ctx context.Context, h *gpu.Host, g *gpu.GPU, p *GPUPlan) {
+func planGPU(ctx context.Context, h *gpu.Host, g *gpu.GPU, p *GPUPlan, held func(string) string, force bool) {
 	if !p.WantMIG {
 		switch {
 		case !g.MIGEnabled:
@@ -300,9 +333,11 @@ func planGPU(ctx context.Context, h *gpu.Host, g *gpu.GPU, p *GPUPlan) {
 		p.Action = ActionKeep
 		return
 	}
+	// In use: processes on an instance, or (unless force) a container that
+	// holds it; apply treats them the same way.
 	busy := map[string]bool{}
 	for _, inst := range g.MIGInstances {
-		if pids, err := h.Processes(ctx, inst.UUID); err == nil && len(pids) > 0 {
+		if pids, err := h.Processes(ctx, inst.UUID); err == nil && len(pids) > 0 || !force && held(inst.UUID) != "" {
 			busy[inst.UUID] = true
 		}
 	}
@@ -433,7 +468,11 @@ func migAssert(plans []GPUPlan, stdout io.Writer) int {
 	return ExitOK
 }
 
-func migApply(ctx context.Context, h *gpu.Host, l *layout.Layout, plans []GPUPlan, stdout, stderr io.Writer) int {
+func migApply(ctx context.Context, h *gpu.Host, l *layout.Layout, plans []GPUPlan, held func(string) string, force bool, stdout, stderr io.Writer) int {
+	opts := []mig.ApplyOption{mig.WithHeld(held)}
+	if force {
+		opts = append(opts, mig.WithForce())
+	}
 	progress := func(format string, args ...any) { fmt.Fprintf(stdout, format+"\n", args...) }
 	var changed, kept, busy, failed []int
 	for i := range plans {
@@ -450,7 +489,7 @@ func migApply(ctx context.Context, h *gpu.Host, l *layout.Layout, plans []GPUPla
 			progress("GPU %d: disabling MIG mode", p.Index)
 			err = h.DisableMIG(ctx, p.Index)
 		default:
-			_, err = mig.Apply(ctx, h, p.Index, p.Want, progress)
+			_, err = mig.Apply(ctx, h, p.Index, p.Want, progress, opts...)
 		}
 		switch {
 		case errors.Is(err, mig.ErrBusy):
@@ -463,7 +502,7 @@ func migApply(ctx context.Context, h *gpu.Host, l *layout.Layout, plans []GPUPla
 			changed = append(changed, p.Index)
 		}
 	}
-	after, err := migPlan(ctx, h, l)
+	after, err := migPlan(ctx, h, l, held, force)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux mig apply: reading the GPUs back: %v\n", err)
 		return ExitError

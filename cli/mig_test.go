@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpumux/gpumux/cli"
 	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/runtimehook/lease"
 )
 
 // migNode is a simulated dgxh200 in a temp state dir.
@@ -388,5 +389,41 @@ func TestMIGHelp(t *testing.T) {
 	}
 	if _, out, _ := run(t, "help"); !strings.Contains(out, "gpumux mig") {
 		t.Errorf("usage lacks mig:\n%s", out)
+	}
+}
+
+func TestMIGApplyRespectsLeases(t *testing.T) {
+	n := newMIGNode(t)
+	setup := n.file("setup.yaml", "version: gpumux.io/v1\ngpus:\n  - {match: \"0\", mig-enabled: true, mig-devices: {7g.141gb: 1}}\n")
+	code, out, errOut := n.run("mig", "apply", "-f", setup)
+	mustExit(t, "setup", code, cli.ExitOK, out, errOut)
+	inst := n.inventory().GPUs[0].MIGInstances[0]
+	// A container of gpumux-runtime holds the instance; nothing runs on it yet.
+	st, err := lease.Open(lease.PathIn(n.dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Acquire(context.Background(), "c1", func(map[string]string) ([]string, error) { return []string{inst.UUID}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	change := n.file("change.yaml", "version: gpumux.io/v1\ngpus:\n  - {match: \"0\", mig-enabled: true, mig-devices: {3g.71gb: 2}}\n")
+	code, out, errOut = n.run("mig", "plan", "-f", change)
+	mustExit(t, "plan", code, cli.ExitOK, out, errOut)
+	if !strings.Contains(out, "in use, apply will refuse: "+inst.UUID) {
+		t.Errorf("plan does not show the held instance:\n%s", out)
+	}
+	code, out, errOut = n.run("mig", "apply", "-f", change)
+	if code != cli.ExitBusy || !strings.Contains(errOut, "held by container c1") {
+		t.Fatalf("apply over a held instance: exit %d, stderr %q", code, errOut)
+	}
+	if got := n.inventory().GPUs[0].MIGInstances; len(got) != 1 || got[0].UUID != inst.UUID {
+		t.Fatalf("a refused apply changed GPU 0: %+v", got)
+	}
+	code, out, errOut = n.run("mig", "apply", "--force", "-f", change)
+	mustExit(t, "apply --force", code, cli.ExitOK, out, errOut)
+	if got := n.inventory().GPUs[0].MIGInstances; len(got) != 2 || got[0].Profile != "3g.71gb" {
+		t.Errorf("after --force: %+v", got)
 	}
 }

@@ -40,9 +40,13 @@ type Progress func(format string, args ...any)
 // with ErrBusy while any instance has processes, and finds placements for the
 // whole layout before destroying anything. If a step fails it restores the
 // previous instances at their previous placements and says so in the error.
-func Apply(ctx context.Context, h Host, index int, want map[string]int, progress Progress) (Result, error) {
+func Apply(ctx context.Context, h Host, index int, want map[string]int, progress Progress, opts ...ApplyOption) (Result, error) {
 	if progress == nil {
 		progress = func(string, ...any) {}
+	}
+	var o applyOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
 	g, err := readGPU(ctx, h, index)
 	if err != nil {
@@ -66,11 +70,14 @@ func Apply(ctx context.Context, h Host, index int, want map[string]int, progress
 	if maps.Equal(counts(g.MIGInstances), want) {
 		return Result{}, nil
 	}
-	busy, err := busyInstances(ctx, h, g)
+	busy, err := busyInstances(ctx, h, g, o.held)
 	if err != nil {
 		return Result{}, err
 	}
-	plan, err := PlanGPU(g, want, func(uuid string) bool { return len(busy[uuid]) > 0 }, false)
+	// Force lets held instances go; processes always keep theirs (NVML
+	// refuses to destroy an instance in use).
+	inUse := func(uuid string) bool { u := busy[uuid]; return len(u.pids) > 0 || u.holder != "" && !o.force }
+	plan, err := PlanGPU(g, want, inUse, false)
 	if err != nil {
 		return Result{}, describeBusy(err, busy)
 	}
@@ -141,32 +148,69 @@ func hasInstanceAt(list []gpu.MIGInstance, inst gpu.MIGInstance) bool {
 	return false
 }
 
-// busyInstances returns the PIDs on each MIG instance of g that has any.
-func busyInstances(ctx context.Context, h Host, g *gpu.GPU) (map[string][]uint32, error) {
-	busy := map[string][]uint32{}
+// ApplyOption changes how Apply treats instances in use.
+type ApplyOption func(*applyOptions)
+
+type applyOptions struct {
+	held  func(uuid string) string // who holds an instance without processes yet
+	force bool
+}
+
+// WithHeld names the holders Apply cannot see as processes: an instance
+// leased to a container (gpumux-runtime's lease store) is in use before its
+// container runs anything on it. held returns "" for an instance no one holds.
+func WithHeld(held func(uuid string) string) ApplyOption {
+	return func(o *applyOptions) { o.held = held }
+}
+
+// WithForce lets Apply destroy instances that are held (WithHeld). NVML
+// still refuses to destroy an instance with processes on it.
+func WithForce() ApplyOption { return func(o *applyOptions) { o.force = true } }
+
+// use is why a MIG instance is in use.
+type use struct {
+	pids   []uint32
+	holder string
+}
+
+func (u use) String() string {
+	if len(u.pids) > 0 {
+		return fmt.Sprintf("pids %v", u.pids)
+	}
+	return "held by " + u.holder
+}
+
+// busyInstances says why each MIG instance of g is in use: the processes on
+// it, or who holds it; instances not in use are absent.
+func busyInstances(ctx context.Context, h Host, g *gpu.GPU, held func(string) string) (map[string]use, error) {
+	busy := map[string]use{}
 	for _, inst := range g.MIGInstances {
 		pids, err := h.Processes(ctx, inst.UUID)
 		if err != nil {
 			return nil, fmt.Errorf("GPU %d: checking %s for processes: %w", g.Index, inst.UUID, err)
 		}
-		if len(pids) > 0 {
-			busy[inst.UUID] = pids
+		u := use{pids: pids}
+		if held != nil {
+			u.holder = held(inst.UUID)
+		}
+		if len(u.pids) > 0 || u.holder != "" {
+			busy[inst.UUID] = u
 		}
 	}
 	return busy, nil
 }
 
-// describeBusy adds the PIDs to an ErrBusy refusal.
-func describeBusy(err error, busy map[string][]uint32) error {
+// describeBusy adds why instances are in use to an ErrBusy refusal.
+func describeBusy(err error, busy map[string]use) error {
 	if !errors.Is(err, ErrBusy) {
 		return err
 	}
-	var pids []string
-	for uuid, p := range busy {
-		pids = append(pids, fmt.Sprintf("%s: pids %v", uuid, p))
+	var why []string
+	for uuid, u := range busy {
+		why = append(why, uuid+": "+u.String())
 	}
-	sort.Strings(pids)
-	return fmt.Errorf("%w (in use: %s)", err, strings.Join(pids, "; "))
+	sort.Strings(why)
+	return fmt.Errorf("%w (in use: %s)", err, strings.Join(why, "; "))
 }
 
 func readGPU(ctx context.Context, h Host, index int) (*gpu.GPU, error) {
