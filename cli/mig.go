@@ -190,7 +190,7 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 	case cmd == "assert":
 		return migAssert(plans, stdout)
 	}
-	return migApply(ctx, h, l, plans, held, *force, stdout, stderr)
+	return migApply(ctx, h, l, plans, held, *force, mig.CheckpointDir(cfg.StateDir), stdout, stderr)
 }
 
 // heldInstances returns who holds each MIG instance in the node's lease
@@ -468,8 +468,8 @@ func migAssert(plans []GPUPlan, stdout io.Writer) int {
 	return ExitOK
 }
 
-func migApply(ctx context.Context, h *gpu.Host, l *layout.Layout, plans []GPUPlan, held func(string) string, force bool, stdout, stderr io.Writer) int {
-	opts := []mig.ApplyOption{mig.WithHeld(held)}
+func migApply(ctx context.Context, h *gpu.Host, l *layout.Layout, plans []GPUPlan, held func(string) string, force bool, checkpointDir string, stdout, stderr io.Writer) int {
+	opts := []mig.ApplyOption{mig.WithHeld(held), mig.WithCheckpoint(checkpointDir)}
 	if force {
 		opts = append(opts, mig.WithForce())
 	}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/gpumux/gpumux/gpu"
 )
@@ -52,6 +53,17 @@ func Apply(ctx context.Context, h Host, index int, want map[string]int, progress
 	if err != nil {
 		return Result{}, err
 	}
+	if o.checkpoints != "" {
+		cp, err := lockCheckpoint(ctx, o.checkpoints, g.UUID)
+		if err != nil {
+			return Result{}, fmt.Errorf("GPU %d: %w", index, err)
+		}
+		defer cp.unlock()
+		if g, err = recoverCrashed(ctx, h, g, cp, progress); err != nil {
+			return Result{}, err
+		}
+		o.checkpoint = cp
+	}
 	if !g.MIGCapable {
 		return Result{}, fmt.Errorf("GPU %d (%s) has no MIG support", index, g.Model)
 	}
@@ -82,6 +94,14 @@ func Apply(ctx context.Context, h Host, index int, want map[string]int, progress
 		return Result{}, describeBusy(err, busy)
 	}
 	slots := plan.Create
+	if cp := o.checkpoint; cp != nil {
+		if err := cp.write(checkpoint{Version: 1, GPU: g.UUID, Before: refsOf(g.MIGInstances), Want: want, Started: time.Now().UTC()}); err != nil {
+			return Result{}, fmt.Errorf("GPU %d: writing the checkpoint: %w", index, err)
+		}
+		// Whatever happens next leaves the GPU consistent (applied or rolled
+		// back); only a crash leaves the checkpoint behind.
+		defer cp.clear()
+	}
 	res := Result{Changed: true}
 	for _, inst := range plan.Destroy {
 		progress("GPU %d: destroying %s (GPU instance %d at %s)", index, inst.Profile, inst.GIID, inst.Placement)
@@ -152,8 +172,10 @@ func hasInstanceAt(list []gpu.MIGInstance, inst gpu.MIGInstance) bool {
 type ApplyOption func(*applyOptions)
 
 type applyOptions struct {
-	held  func(uuid string) string // who holds an instance without processes yet
-	force bool
+	held        func(uuid string) string // who holds an instance without processes yet
+	force       bool
+	checkpoints string // directory of the per-GPU checkpoints, "" for none
+	checkpoint  *checkpoints
 }
 
 // WithHeld names the holders Apply cannot see as processes: an instance
@@ -178,6 +200,23 @@ func (u use) String() string {
 		return fmt.Sprintf("pids %v", u.pids)
 	}
 	return "held by " + u.holder
+}
+
+// recoverCrashed undoes the change a crashed Apply of g recorded, if any, and
+// returns the GPU as it is then.
+func recoverCrashed(ctx context.Context, h Host, g *gpu.GPU, cp *checkpoints, progress Progress) (*gpu.GPU, error) {
+	crashed, err := cp.read()
+	if err != nil || crashed == nil {
+		return g, err
+	}
+	progress("GPU %d: an apply started %s did not finish; restoring the layout it found", g.Index, crashed.Started.Format(time.RFC3339))
+	if err := restore(ctx, h, g.Index, crashed.Before, progress); err != nil {
+		return nil, fmt.Errorf("GPU %d: restoring the layout of an interrupted apply (%s): %w", g.Index, cp.path, err)
+	}
+	if err := cp.clear(); err != nil {
+		return nil, err
+	}
+	return readGPU(ctx, h, g.Index)
 }
 
 // busyInstances says why each MIG instance of g is in use: the processes on

@@ -219,7 +219,7 @@ func (p *Plugin) start(ctx context.Context, cfg *nodeconfig.Config) error {
 			continue
 		}
 		progress := func(format string, args ...any) { p.logger.Info(fmt.Sprintf(format, args...)) }
-		if _, err := mig.Apply(ctx, host, a.GPUIndex, a.MIGDevices, progress); err != nil {
+		if _, err := mig.Apply(ctx, host, a.GPUIndex, a.MIGDevices, progress, mig.WithCheckpoint(mig.CheckpointDir(cfg.StateDir))); err != nil {
 			// Refusing keeps the GPU's current instances in service.
 			p.logger.Error("MIG layout not applied; the GPU keeps its current instances", "gpu", a.GPUIndex, "error", err)
 		}
