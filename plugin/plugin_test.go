@@ -26,6 +26,7 @@ import (
 
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/gpu/sim"
+	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/plugin"
 )
 
@@ -559,5 +560,41 @@ func TestFailedRefreshKeepsDevicesUnhealthy(t *testing.T) {
 	}
 	if len(ids(r.Devices)) != 8 {
 		t.Errorf("after recovery: %v", ids(r.Devices))
+	}
+}
+
+// TestFingerprintFollowsLayoutChanges changes a GPU's MIG layout behind the
+// running plugin's back (as gpumux mig apply does) and checks the next
+// fingerprints offer the new instances, with the old shares still there.
+func TestFingerprintFollowsLayoutChanges(t *testing.T) {
+	stateDir := t.TempDir()
+	_, first, _, ch := startPlugin(t, stateDir) // fingerprint_period = "1s"
+	if g := groupsByName(first)["H200-mig-1g.18gb"]; g != nil {
+		t.Fatalf("1g.18gb offered before the change: %d", len(g.Devices))
+	}
+	h, err := gpu.OpenSimulated("dgxh200", stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if _, err := mig.Apply(context.Background(), h, 5, map[string]int{"1g.18gb": 7}, nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case r := <-ch:
+			byName := groupsByName(r.Devices)
+			g := byName["H200-mig-1g.18gb"]
+			if g == nil {
+				continue
+			}
+			if len(g.Devices) != 7 || byName["H200"] == nil || len(byName["H200"].Devices) != 1 || len(byName["H200-mig-3g.71gb"].Devices) != 2 {
+				t.Fatalf("after the change: %v", names(r.Devices))
+			}
+			return
+		case <-deadline:
+			t.Fatal("the new MIG instances were never offered")
+		}
 	}
 }
