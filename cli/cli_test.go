@@ -13,6 +13,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpumux/gpumux/cli"
+	"github.com/gpumux/gpumux/runtimehook/lease"
 )
 
 func run(t *testing.T, args ...string) (int, string, string) {
@@ -149,5 +150,30 @@ gpu {
 	}
 	if code, _, errOut := run(t, "cdi", "generate", "--config", cfg, "--output", filepath.Join(dir, "x.txt")); code != cli.ExitError || !strings.Contains(errOut, "*.json") {
 		t.Errorf("a non-.json output: exit %d, %q", code, errOut)
+	}
+}
+
+func TestStatusShowsHolders(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := run(t, "status", "--simulate", "dgxh200", "--state-dir", dir, "--output", "json")
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var st cli.Status
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	id := st.Groups[0].Shares[3].ID
+	s, err := lease.Open(lease.PathIn(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(context.Background(), "web-1", func(map[string]string) ([]string, error) { return []string{id}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	code, out, errOut = run(t, "status", "--simulate", "dgxh200", "--state-dir", dir)
+	if code != cli.ExitOK || !strings.Contains(out, "nvidia/gpu/H200  exclusive  8       1") || !strings.Contains(out, id+"  web-1") {
+		t.Errorf("status does not show the holder (exit %d):\n%s%s", code, out, errOut)
 	}
 }

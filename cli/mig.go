@@ -197,16 +197,7 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 // store (containers of gpumux-runtime: a lease of the instance or of an MPS
 // share on it), without creating a store where there is none.
 func heldInstances(ctx context.Context, stateDir string) (func(uuid string) string, error) {
-	path := lease.PathIn(stateDir)
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return func(string) string { return "" }, nil
-	}
-	st, err := lease.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	leases, err := st.Leases(ctx)
+	leases, err := readLeases(ctx, stateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +207,21 @@ func heldInstances(ctx context.Context, stateDir string) (func(uuid string) stri
 		holder[parent] = "container " + container
 	}
 	return func(uuid string) string { return holder[uuid] }, nil
+}
+
+// readLeases returns the node's leases (share ID → container), without
+// creating a lease store where there is none.
+func readLeases(ctx context.Context, stateDir string) (map[string]string, error) {
+	path := lease.PathIn(stateDir)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	st, err := lease.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	return st.Leases(ctx)
 }
 
 func readLayout(file, config string) (*layout.Layout, error) {

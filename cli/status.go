@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sort"
 	"text/tabwriter"
 
 	"github.com/gpumux/gpumux/gpu"
@@ -17,6 +18,9 @@ import (
 type Status struct {
 	Node   *gpu.Node     `json:"node"`
 	Groups []share.Group `json:"groups"`
+	// Held maps the shares containers hold (gpumux-runtime's leases) to the
+	// container holding each.
+	Held map[string]string `json:"held,omitempty"`
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -59,7 +63,11 @@ func status(ctx context.Context, nf *nodeFlags) (*Status, error) {
 		return nil, err
 	}
 	defer v.host.Close()
-	return &Status{Node: v.node, Groups: v.catalog.Groups}, nil
+	held, err := readLeases(ctx, v.cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	return &Status{Node: v.node, Groups: v.catalog.Groups, Held: held}, nil
 }
 
 // nodeView is a node read under its config: what the commands show.
@@ -106,9 +114,26 @@ func printStatus(w io.Writer, st *Status) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tMECHANISM\tSHARES\tMEMORY/SHARE\tCOMPUTE\tSMS\tMEMORY ISOLATION")
+	fmt.Fprintln(tw, "GROUP\tMECHANISM\tSHARES\tHELD\tMEMORY/SHARE\tCOMPUTE\tSMS\tMEMORY ISOLATION")
 	for _, g := range st.Groups {
-		fmt.Fprintf(tw, "nvidia/gpu/%s\t%s\t%d\t%d MiB\t%d%%\t%d\t%s\n", g.Name, g.Mechanism, len(g.Shares), g.Attrs.MemoryMiB, g.Attrs.ComputePercent, g.Attrs.SMCount, g.Attrs.MemoryIsolation)
+		held := 0
+		for _, s := range g.Shares {
+			if st.Held[s.ID] != "" {
+				held++
+			}
+		}
+		fmt.Fprintf(tw, "nvidia/gpu/%s\t%s\t%d\t%d\t%d MiB\t%d%%\t%d\t%s\n", g.Name, g.Mechanism, len(g.Shares), held, g.Attrs.MemoryMiB, g.Attrs.ComputePercent, g.Attrs.SMCount, g.Attrs.MemoryIsolation)
 	}
 	tw.Flush()
+	if len(st.Held) > 0 {
+		fmt.Fprintln(w, "\nHeld by containers (gpumux-runtime leases; Nomad's allocations are in nomad alloc status):")
+		ids := make([]string, 0, len(st.Held))
+		for id := range st.Held {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			fmt.Fprintf(w, "  %s  %s\n", id, st.Held[id])
+		}
+	}
 }
