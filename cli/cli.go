@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -89,14 +90,15 @@ func (n *nodeFlags) load() (*nodeconfig.Config, *gpu.Host, error) {
 	if n.stateDir != "" {
 		cfg.StateDir = n.stateDir
 	}
-	var h *gpu.Host
-	var err error
-	if cfg.Simulate != "" {
-		h, err = gpu.OpenSimulated(cfg.Simulate, cfg.StateDir)
-	} else {
-		h, err = gpu.OpenNVML()
-	}
+	h, err := gpu.Open(cfg.Simulate, cfg.StateDir)
 	return cfg, h, err
+}
+
+// writeJSON writes v as indented JSON, the form --output json gives scripts.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // parseFlags parses a command's flags; it returns an exit code when the

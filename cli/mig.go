@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -177,9 +176,7 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 	}
 	switch {
 	case cmd == "plan" && *output == "json":
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(plans); err != nil {
+		if err := writeJSON(stdout, plans); err != nil {
 			fmt.Fprintf(stderr, "gpumux mig plan: %v\n", err)
 			return ExitError
 		}

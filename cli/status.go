@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -45,9 +44,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return ExitError
 	}
 	if *output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(st); err != nil {
+		if err := writeJSON(stdout, st); err != nil {
 			fmt.Fprintf(stderr, "gpumux status: %v\n", err)
 			return ExitError
 		}

@@ -96,6 +96,15 @@ func OpenSimulated(name, stateDir string, opts ...sim.Option) (*Host, error) {
 	return h, nil
 }
 
+// Open opens the node's GPUs: the simulated node simulate (under stateDir)
+// when it is set, else the real NVML.
+func Open(simulate, stateDir string) (*Host, error) {
+	if simulate != "" {
+		return OpenSimulated(simulate, stateDir)
+	}
+	return OpenNVML()
+}
+
 // Simulated returns the simulated node behind the Host, or nil on real hardware.
 func (h *Host) Simulated() *sim.Node { return h.simulated }
 

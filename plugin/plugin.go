@@ -78,13 +78,8 @@ func New(logger hclog.Logger, opts ...Option) *Plugin {
 	return p
 }
 
-// openHost opens a simulated node when the config names one, else real NVML.
-func openHost(cfg *nodeconfig.Config) (Host, error) {
-	if cfg.Simulate != "" {
-		return gpu.OpenSimulated(cfg.Simulate, cfg.StateDir)
-	}
-	return gpu.OpenNVML()
-}
+// openHost opens the GPUs the config names: a simulated node, or real NVML.
+func openHost(cfg *nodeconfig.Config) (Host, error) { return gpu.Open(cfg.Simulate, cfg.StateDir) }
 
 // PluginInfo describes the plugin to Nomad.
 func (p *Plugin) PluginInfo() (*base.PluginInfoResponse, error) {

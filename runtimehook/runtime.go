@@ -75,12 +75,7 @@ func New(load func() (*nodeconfig.Config, error), opts ...Option) *Runtime {
 	return r
 }
 
-func openHost(cfg *nodeconfig.Config) (Host, error) {
-	if cfg.Simulate != "" {
-		return gpu.OpenSimulated(cfg.Simulate, cfg.StateDir)
-	}
-	return gpu.OpenNVML()
-}
+func openHost(cfg *nodeconfig.Config) (Host, error) { return gpu.Open(cfg.Simulate, cfg.StateDir) }
 
 // Run handles one runc command line and returns the exit code: `create` is
 // prepared and then handed to runc; every other subcommand goes to runc

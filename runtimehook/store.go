@@ -24,25 +24,23 @@ func (l leases) open() (*lease.Store, error) {
 	return s, nil
 }
 
-// acquire first reclaims the leases of containers runc no longer knows (a
-// crashed container or a killed runtime loses nothing), then leases what
-// choose picks, in one transaction. A container whose state runc cannot tell
-// keeps its leases; that is reported to warn, not fatal.
+// acquire leases what choose picks, in one transaction, after reclaiming
+// stale leases (see reclaimThen).
 func (l leases) acquire(ctx context.Context, container string, alive func(string) (bool, error), choose func(map[string]string) ([]string, error), warn io.Writer) ([]string, error) {
-	s, err := l.open()
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
-	if _, err := s.Reclaim(ctx, alive); err != nil {
-		fmt.Fprintf(warn, "gpumux-runtime: some stale leases were kept: %v\n", err)
-	}
-	return s.Acquire(ctx, container, choose)
+	return l.reclaimThen(ctx, alive, warn, func(s *lease.Store) ([]string, error) { return s.Acquire(ctx, container, choose) })
 }
 
-// claim reclaims stale leases like acquire, then leases the shares a
-// reservation token names, consuming it.
+// claim leases the shares a reservation token names, consuming it, after
+// reclaiming stale leases (see reclaimThen).
 func (l leases) claim(ctx context.Context, container, token string, shares []string, alive func(string) (bool, error), warn io.Writer) ([]string, error) {
+	return l.reclaimThen(ctx, alive, warn, func(s *lease.Store) ([]string, error) { return s.Claim(ctx, container, token, shares) })
+}
+
+// reclaimThen opens the store, releases the leases of containers runc no
+// longer knows (a crashed container or a killed runtime loses nothing), then
+// runs do. A container whose state runc cannot tell keeps its leases;
+// that is reported to warn, not fatal.
+func (l leases) reclaimThen(ctx context.Context, alive func(string) (bool, error), warn io.Writer, do func(*lease.Store) ([]string, error)) ([]string, error) {
 	s, err := l.open()
 	if err != nil {
 		return nil, err
@@ -51,7 +49,7 @@ func (l leases) claim(ctx context.Context, container, token string, shares []str
 	if _, err := s.Reclaim(ctx, alive); err != nil {
 		fmt.Fprintf(warn, "gpumux-runtime: some stale leases were kept: %v\n", err)
 	}
-	return s.Claim(ctx, container, token, shares)
+	return do(s)
 }
 
 func (l leases) release(ctx context.Context, container string) ([]string, error) {
