@@ -98,6 +98,7 @@ gpu-bin:
 	$(GO) test -c -tags gpu -ldflags='-s -w' -o .devbin/mps.test ./mps/
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-fake-mps-control ./cmd/gpumux-fake-mps-control
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux ./cmd/gpumux
+	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-runtime ./cmd/gpumux-runtime
 
 clean:
 	rm -rf $(BIN_DIR) .devbin
