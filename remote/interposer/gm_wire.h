@@ -1,0 +1,83 @@
+/*
+ * The interposer's side of the gpumux remote protocol (remote/proto): one
+ * connection per process to gpumux-remoted, frames, and the message
+ * builder and reader the generated stubs (zz_calls.c) use.
+ *
+ * A stub builds a gm_msg (gm_msg_init, gm_put_*, gm_stream_in/out), sends
+ * it with gm_call, reads outputs with gm_get_* when the result is
+ * CUDA_SUCCESS, checks them with gm_reply_done and frees with gm_msg_free.
+ */
+#ifndef GPUMUX_GM_WIRE_H
+#define GPUMUX_GM_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gm_abi.h"
+
+/* Protocol constants; remote/proto/frame.go is the reference. */
+#define GM_PROTO_VERSION 1
+#define GM_MAGIC 0x584d5547u
+#define GM_HEADER_SIZE 20
+#define GM_CHUNK_SIZE (1u << 20)
+#define GM_MAX_PAYLOAD (GM_CHUNK_SIZE + (64u << 10))
+#define GM_FLAG_REPLY 1u
+#define GM_FLAG_DATA 2u
+#define GM_FLAG_ASYNC 4u
+
+/* gm_msg_init flags. */
+#define GM_SYNC 0
+#define GM_ASYNC 1 /* send and return: the result comes with a later reply */
+#define GM_CACHE 2 /* answer repeats of the same request from memory */
+
+typedef struct gm_msg {
+	int op, flags;
+	/* The request payload, then (after gm_call) the reply payload. */
+	unsigned char *buf;
+	size_t len, cap, pos;
+	unsigned char inline_buf[256];
+	int bad; /* an encode or decode error */
+	/* At most one stream per call. */
+	const void *in;
+	void *out;
+	uint64_t stream_len;
+} gm_msg;
+
+void gm_msg_init(gm_msg *m, int op, int flags);
+void gm_msg_free(gm_msg *m);
+void gm_put_u32(gm_msg *m, uint32_t v);
+void gm_put_u64(gm_msg *m, uint64_t v);
+void gm_put_str(gm_msg *m, const char *s);
+void gm_put_bytes(gm_msg *m, const void *p, size_t n);
+/* Host memory streamed to the server after the call frame. */
+void gm_stream_in(gm_msg *m, const void *p, uint64_t n);
+/* Host memory the server streams back before the reply. */
+void gm_stream_out(gm_msg *m, void *p, uint64_t n);
+
+/*
+ * gm_call sends the request and, unless it is async, waits for the reply.
+ * It returns the call's CUresult: the server's, a deferred error of an
+ * earlier async call, or a transport error (CUDA_ERROR_NOT_INITIALIZED
+ * before the connection, CUDA_ERROR_UNKNOWN... see gm_wire.c) within the
+ * configured timeout, never a hang. On CUDA_SUCCESS the reply payload is
+ * positioned after the result for gm_get_*.
+ */
+CUresult gm_call(gm_msg *m);
+
+uint32_t gm_get_u32(gm_msg *m);
+uint64_t gm_get_u64(gm_msg *m);
+float gm_get_f32(gm_msg *m);
+void gm_get_raw(gm_msg *m, void *dst, size_t n);
+/* Copies a string into dst (len bytes), truncated and NUL-terminated. */
+void gm_get_str(gm_msg *m, char *dst, int len);
+/* CUDA_SUCCESS if every get was in bounds and nothing is left over. */
+CUresult gm_reply_done(gm_msg *m);
+
+/* The size of a module image (ELF cubin, fatbin, fatbin wrapper or PTX
+ * text), or 0 if it is none of these. */
+size_t gm_image_size(const void *image);
+
+/* The calling thread's current context handle, sent with every frame. */
+uint64_t gm_current_ctx(void);
+
+#endif

@@ -1,0 +1,65 @@
+package server
+
+import "github.com/gpumux/gpumux/remote/proto"
+
+// Backend runs CUDA driver calls on real objects: the GPU through libcuda
+// (package remote/cudabackend) or the CPU for tests (remote/fakecuda).
+//
+// The server calls a backend only after validating the client's handles
+// and pointers, and only from the client session's own OS-thread-locked
+// worker, so a backend may rely on the thread's current context: the
+// session calls CtxSetCurrent before any call that needs one. Objects are
+// the backend's own raw values (uintptr); the session maps them to
+// per-client proto.Handles. Every method returns CUDA's result code.
+type Backend interface {
+	Init() proto.Result
+	DriverVersion() (int32, proto.Result)
+	DeviceCount() (int32, proto.Result)
+	DeviceName(dev int32) (string, proto.Result)
+	DeviceTotalMem(dev int32) (uint64, proto.Result)
+	DeviceAttribute(attr, dev int32) (int32, proto.Result)
+	DeviceUUID(dev int32) ([16]byte, proto.Result)
+
+	// CtxCreate makes a new context on dev; the server gives each client
+	// its own, also for the client's "primary" context.
+	CtxCreate(dev int32, flags uint32) (uintptr, proto.Result)
+	CtxDestroy(ctx uintptr) proto.Result
+	CtxSetCurrent(ctx uintptr) proto.Result
+	CtxSynchronize() proto.Result
+
+	MemAlloc(n uint64) (proto.DevPtr, proto.Result)
+	MemFree(p proto.DevPtr) proto.Result
+	MemGetInfo() (free, total uint64, r proto.Result)
+	// MemcpyHtoD copies one chunk; src may be reused when it returns.
+	// stream is 0 for a synchronous copy.
+	MemcpyHtoD(dst proto.DevPtr, src []byte, stream uintptr, async bool) proto.Result
+	// MemcpyDtoH copies one chunk into dst.
+	MemcpyDtoH(dst []byte, src proto.DevPtr, stream uintptr) proto.Result
+	MemcpyDtoD(dst, src proto.DevPtr, n uint64, stream uintptr, async bool) proto.Result
+	MemsetD8(dst proto.DevPtr, v uint8, n uint64, stream uintptr, async bool) proto.Result
+	MemsetD32(dst proto.DevPtr, v uint32, n uint64, stream uintptr, async bool) proto.Result
+
+	ModuleLoadData(image []byte) (uintptr, proto.Result)
+	ModuleUnload(mod uintptr) proto.Result
+	ModuleGetFunction(mod uintptr, name string) (uintptr, proto.Result)
+	ModuleGetGlobal(mod uintptr, name string) (proto.DevPtr, uint64, proto.Result)
+	// FuncParamInfo returns the offset and size of a kernel parameter;
+	// ErrInvalidValue past the last one.
+	FuncParamInfo(fn uintptr, index uint64) (offset, size uint64, r proto.Result)
+	FuncGetAttribute(attr int32, fn uintptr) (int32, proto.Result)
+	// LaunchKernel launches fn with its parameters packed at the offsets
+	// FuncParamInfo gives (CU_LAUNCH_PARAM_BUFFER_POINTER's layout).
+	LaunchKernel(fn uintptr, grid, block [3]uint32, sharedMem uint32, stream uintptr, params []byte) proto.Result
+
+	StreamCreate(flags uint32) (uintptr, proto.Result)
+	StreamDestroy(s uintptr) proto.Result
+	StreamSynchronize(s uintptr) proto.Result
+	StreamQuery(s uintptr) proto.Result
+	StreamWaitEvent(s, ev uintptr, flags uint32) proto.Result
+	EventCreate(flags uint32) (uintptr, proto.Result)
+	EventDestroy(ev uintptr) proto.Result
+	EventRecord(ev, s uintptr) proto.Result
+	EventSynchronize(ev uintptr) proto.Result
+	EventQuery(ev uintptr) proto.Result
+	EventElapsedTime(start, end uintptr) (float32, proto.Result)
+}

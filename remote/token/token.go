@@ -1,0 +1,138 @@
+// Package token mints and checks the tokens that admit a client to
+// gpumux-remoted.
+//
+// A pool shares one secret (gpumux-remoted --token-file on GPU servers, the
+// plugin's remote.token_file on client nodes). For each reservation the
+// plugin (or gpumux-runtime) mints a token naming the reservation, the
+// device memory quota and an expiry, signed with HMAC-SHA256; the server
+// checks the signature before any call and caps the memory of every
+// connection that presents the token, together, at the quota. Tokens carry
+// no secret: a leaked token gives its holder its own share until it
+// expires, nothing more.
+package token
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// prefix names the token format.
+const prefix = "gmx1."
+
+// MinSecret is the shortest secret accepted, in bytes.
+const MinSecret = 16
+
+var (
+	// ErrInvalid means the token is malformed or its signature is wrong.
+	ErrInvalid = errors.New("invalid token")
+	// ErrExpired means the token was valid but is past its expiry.
+	ErrExpired = errors.New("token expired")
+)
+
+// Claims is what a token grants.
+type Claims struct {
+	// ID names the reservation; connections with the same ID share Quota.
+	ID string
+	// Quota is the device memory limit in bytes; 0 means no limit.
+	Quota uint64
+	// Device is the server's GPU index the share is on.
+	Device int
+	// Expires is when the token stops being accepted.
+	Expires time.Time
+}
+
+// Mint signs claims with secret.
+func Mint(secret []byte, c Claims) (string, error) {
+	if len(secret) < MinSecret {
+		return "", fmt.Errorf("token secret: %d bytes, want at least %d", len(secret), MinSecret)
+	}
+	if c.ID == "" || len(c.ID) > 255 || strings.ContainsAny(c.ID, ".\x00") {
+		return "", fmt.Errorf("token id %q: want 1 to 255 bytes without '.'", c.ID)
+	}
+	if c.Device < 0 || c.Device > 0xffff {
+		return "", fmt.Errorf("token device %d: want 0 to 65535", c.Device)
+	}
+	body := make([]byte, 0, 32+len(c.ID))
+	body = binary.BigEndian.AppendUint64(body, c.Quota)
+	body = binary.BigEndian.AppendUint16(body, uint16(c.Device))
+	body = binary.BigEndian.AppendUint64(body, uint64(c.Expires.Unix()))
+	body = append(body, c.ID...)
+	enc := base64.RawURLEncoding
+	return prefix + enc.EncodeToString(body) + "." + enc.EncodeToString(sign(secret, body)), nil
+}
+
+// Check verifies a token against secret at time now and returns its claims.
+func Check(secret []byte, tok string, now time.Time) (Claims, error) {
+	rest, ok := strings.CutPrefix(tok, prefix)
+	if !ok {
+		return Claims{}, fmt.Errorf("%w: does not start with %q", ErrInvalid, prefix)
+	}
+	b64, s64, ok := strings.Cut(rest, ".")
+	if !ok {
+		return Claims{}, fmt.Errorf("%w: no signature", ErrInvalid)
+	}
+	enc := base64.RawURLEncoding
+	body, err1 := enc.DecodeString(b64)
+	sig, err2 := enc.DecodeString(s64)
+	if err1 != nil || err2 != nil || len(body) < 19 {
+		return Claims{}, fmt.Errorf("%w: malformed", ErrInvalid)
+	}
+	if !hmac.Equal(sig, sign(secret, body)) {
+		return Claims{}, fmt.Errorf("%w: bad signature", ErrInvalid)
+	}
+	c := Claims{
+		Quota:   binary.BigEndian.Uint64(body[0:]),
+		Device:  int(binary.BigEndian.Uint16(body[8:])),
+		Expires: time.Unix(int64(binary.BigEndian.Uint64(body[10:])), 0),
+		ID:      string(body[18:]),
+	}
+	if !now.Before(c.Expires) {
+		return c, fmt.Errorf("%w: at %s", ErrExpired, c.Expires.UTC().Format(time.RFC3339))
+	}
+	return c, nil
+}
+
+func sign(secret, body []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(prefix))
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// ReadSecret reads a pool secret file: its bytes, surrounding whitespace
+// trimmed. A file readable by others is refused.
+func ReadSecret(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("token secret: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("token secret %s: mode %v lets others read it; chmod 600 it", path, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("token secret: %w", err)
+	}
+	s := []byte(strings.TrimSpace(string(b)))
+	if len(s) < MinSecret {
+		return nil, fmt.Errorf("token secret %s: %d bytes, want at least %d", path, len(s), MinSecret)
+	}
+	return s, nil
+}
+
+// NewSecret returns a random secret, hex-encoded, for a new pool.
+func NewSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%x", b), nil
+}
