@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Remote GPUs on a real GPU machine (docs/validation.md, docs/benchmarks.md).
+#
+# Needs, carried from a build machine (`make gpu-bin`): .devbin/gpumux-remoted,
+# .devbin/gpumux and bin/remote/libcuda.so.1; and here nvcc and a C compiler.
+#
+#   e2e/gpu/remote/run.sh check   # milestone programs: local vs remote output, diffed
+#   e2e/gpu/remote/run.sh bench   # local CUDA, gpumux-remoted over TCP and unix, plain sockets
+#
+# It starts gpumux-remoted (backend cuda) on 127.0.0.1 and a unix socket,
+# with a fresh pool secret, and stops it on exit. It changes no GPU setting.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+root=$PWD
+work=${WORK:-$(mktemp -d)}
+out=${OUT:-$work}
+mode=${1:-check}
+cuda=${CUDA_HOME:-/usr/local/cuda}
+
+build() {
+	local k=e2e/gpu/remote/kernels.cu
+	"$cuda/bin/nvcc" -arch=sm_90 -cubin -o "$work/kernels.cubin" "$k"
+	"$cuda/bin/nvcc" -arch=sm_90 -ptx -o "$work/kernels.ptx" "$k"
+	"$cuda/bin/nvcc" -arch=sm_90 -fatbin -o "$work/kernels.fatbin" "$k"
+	for p in check bench; do
+		cc -O2 -Wall -o "$work/$p" "e2e/gpu/remote/$p.c" -I"$cuda/include" -L"$cuda/lib64/stubs" -lcuda
+	done
+	cc -O2 -Wall -o "$work/sockbench" e2e/gpu/remote/sockbench.c
+}
+
+start_server() {
+	.devbin/gpumux remote secret >"$work/pool.key"
+	chmod 600 "$work/pool.key"
+	port=$((20000 + RANDOM % 20000))
+	.devbin/gpumux-remoted --backend cuda --listen "127.0.0.1:$port" --unix "$work/remoted.sock" \
+		--token-file "$work/pool.key" >"$out/remoted.log" 2>&1 &
+	server=$!
+	trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+	for _ in $(seq 100); do [[ -S $work/remoted.sock ]] && break; sleep 0.1; done
+	token=$(.devbin/gpumux remote token --secret-file "$work/pool.key" --id bench --ttl 1h)
+}
+
+# remote ADDR CMD...: run CMD with the interposer in front of the driver.
+remote() {
+	local addr=$1
+	shift
+	LD_LIBRARY_PATH="$root/bin/remote" GPUMUX_REMOTE_ADDR=$addr GPUMUX_REMOTE_TOKEN=$token "$@"
+}
+
+build
+start_server
+case $mode in
+check)
+	"$work/check" "$work" >"$out/check.local.txt"
+	remote "127.0.0.1:$port" "$work/check" "$work" >"$out/check.tcp.txt"
+	remote "unix:$work/remoted.sock" "$work/check" "$work" >"$out/check.unix.txt"
+	cat "$out/check.local.txt"
+	diff -u "$out/check.local.txt" "$out/check.tcp.txt" && echo "check: TCP output identical to local"
+	diff -u "$out/check.local.txt" "$out/check.unix.txt" && echo "check: unix output identical to local"
+	;;
+bench)
+	"$work/bench" "$work" >"$out/bench.local.txt"
+	remote "127.0.0.1:$port" "$work/bench" "$work" >"$out/bench.tcp.txt"
+	remote "unix:$work/remoted.sock" "$work/bench" "$work" >"$out/bench.unix.txt"
+	"$work/sockbench" tcp >"$out/sock.tcp.txt"
+	"$work/sockbench" unix >"$out/sock.unix.txt"
+	for f in local tcp unix; do echo "== bench $f"; cat "$out/bench.$f.txt"; done
+	for f in tcp unix; do echo "== plain socket $f"; cat "$out/sock.$f.txt"; done
+	;;
+*)
+	echo "usage: $0 check|bench" >&2
+	exit 2
+	;;
+esac
