@@ -79,7 +79,7 @@ func Check(secret []byte, tok string, now time.Time) (Claims, error) {
 	if !ok {
 		return Claims{}, fmt.Errorf("%w: no signature", ErrInvalid)
 	}
-	enc := base64.RawURLEncoding
+	enc := base64.RawURLEncoding.Strict()
 	body, err1 := enc.DecodeString(b64)
 	sig, err2 := enc.DecodeString(s64)
 	if err1 != nil || err2 != nil || len(body) < 19 {
