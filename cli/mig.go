@@ -28,10 +28,14 @@ const (
 )
 
 const migUsage = `Usage:
-  gpumux mig plan -f FILE [-c CONFIG] [flags]     what apply would change; changes nothing
-  gpumux mig apply -f FILE [-c CONFIG] [flags]    make the GPUs carry the layout
-  gpumux mig assert -f FILE [-c CONFIG] [flags]   check that the GPUs carry the layout
-  gpumux mig export [--output FILE] [flags]       write the node's current layout
+  gpumux mig plan -f FILE [-c CONFIG] [--output json] [flags]
+        what apply would change; changes nothing
+  gpumux mig apply -f FILE [-c CONFIG] [--reset] [--force] [--output json] [flags]
+        make the GPUs carry the layout
+  gpumux mig assert -f FILE [-c CONFIG] [--output json] [flags]
+        check that the GPUs carry the layout
+  gpumux mig export [--output FILE] [flags]
+        write the node's current layout
 
 FILE is a MIG layout in gpumux's format (version: gpumux.io/v1) or
 mig-parted's (version: v1, with -c naming the entry of mig-configs).
@@ -44,7 +48,9 @@ Exit codes:
   1  error
   2  bad flags or arguments
   3  assert: a GPU differs from the layout
-  4  apply: a GPU was refused because its MIG instances are in use
+  4  apply: a GPU was refused because its MIG instances (or, to reset it,
+     the GPU) are in use: processes, a gpumux-runtime lease, a live Nomad
+     allocation
 `
 
 func runMIG(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -67,44 +73,66 @@ func runMIG(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 var migHelp = map[string]string{
-	"plan": `Usage: gpumux mig plan -f FILE [-c CONFIG] [flags]
+	"plan": `Usage: gpumux mig plan -f FILE [-c CONFIG] [--output json] [flags]
 
 For every GPU the layout selects, shows its current MIG layout, the wanted
-one and what apply would do: keep, enable MIG and create, replace (destroy
-every current instance, then create the wanted ones at the placements shown),
-disable MIG, or why it cannot (no MIG support, does not fit, instances that
-must be removed before MIG mode can be disabled). Instances in use are marked:
-apply refuses to touch their GPU. Changes nothing.
+one and what apply would do: keep, enable MIG and create, change (destroy
+the instances that cannot stay, create the wanted ones at the placements
+shown, keep the rest), disable MIG, or why it cannot (no MIG support, does
+not fit: which profiles overlap on which memory slots, and which instances
+that stay are in the way; instances that must be removed before MIG mode
+can be disabled). Instances in use are marked: apply refuses to destroy
+them. In use means processes on the instance, a container of gpumux-runtime
+holding it (a lease), or a live Nomad allocation holding it or a share on
+it (asked of the Nomad agent, see --nomad). Changes nothing.
 
 Exit codes: 0 plan shown, 1 error (unreadable or invalid layout, GPUs
-unreadable), 2 bad flags.
+unreadable, Nomad agent unreadable), 2 bad flags.
 
 Flags:
 `,
-	"apply": `Usage: gpumux mig apply -f FILE [-c CONFIG] [--dry-run] [flags]
+	"apply": `Usage: gpumux mig apply -f FILE [-c CONFIG] [--dry-run] [--force] [--reset] [--output json] [flags]
 
 Makes every GPU the layout selects carry the wanted MIG layout, GPU by GPU,
-printing one line per step. A GPU that already matches is kept as it is. To
-change a GPU, its current instances are destroyed and the wanted ones
-created, after placements for all of them were found; if a step fails, the
-previous instances are restored. A GPU whose instances have processes is
-refused and left unchanged; the other GPUs are still applied. MIG mode is
-enabled as needed; it is disabled (mig-enabled: false) only on a GPU without
-instances: remove them first (mig-enabled: true, mig-devices: {}). gpumux
-never resets a GPU: a mode change that needs a reset is reported as an error.
---dry-run shows the plan (as gpumux mig plan) and changes nothing.
+printing one line per step. A GPU that already matches is kept as it is.
+Instances that can stay stay (same UUID); the others are destroyed and the
+wanted ones created, after placements for all of them were found; if a step
+fails, the previous instances are restored. A GPU whose change would
+destroy an instance in use (processes, a gpumux-runtime lease, a live Nomad
+allocation) is refused and left unchanged; the other GPUs are still
+applied. MIG mode is enabled as needed; it is disabled (mig-enabled: false)
+only on a GPU without instances: remove them first (mig-enabled: true,
+mig-devices: {}).
+
+When the driver leaves a MIG mode change pending until a GPU reset, apply
+reports an error that says so, unless --reset: then it resets exactly that
+GPU (never one whose mode change is not pending), but only while it holds
+no MIG instances, runs no process and no container or Nomad allocation holds
+it, and goes on. NVML has no reset call: on real GPUs --reset says to run
+nvidia-smi -r -i N; it resets simulated GPUs.
+
+--output json prints, instead of the steps, one JSON object: per GPU the
+plan, the steps done, whether it was reset, the result (kept, changed,
+busy, failed), its MIG layout afterwards (mode and instances with UUIDs and
+placements), whether it matches the layout, and the error if any; then the
+GPU indexes per result and the exit code. --dry-run shows the plan (as
+gpumux mig plan) and changes nothing.
 
 Exit codes: 0 every selected GPU matches the layout afterwards, 1 error (a
 GPU failed or does not match afterwards; takes precedence over 4), 2 bad
-flags, 4 a GPU was refused because its MIG instances are in use.
+flags, 4 a GPU was refused because its MIG instances (or, for a reset, the
+GPU) are in use.
 
 Flags:
 `,
-	"assert": `Usage: gpumux mig assert -f FILE [-c CONFIG] [flags]
+	"assert": `Usage: gpumux mig assert -f FILE [-c CONFIG] [--output json] [flags]
 
 Checks that every GPU the layout selects carries the wanted MIG layout
 (MIG mode and the number of instances of each profile; placements are not
-compared), and prints the GPUs that differ. Changes nothing.
+compared), and prints the GPUs that differ. --output json prints one JSON
+object: whether all match, and per GPU whether it matches and its
+differences (field mig-enabled or mig-devices.<profile>, what it has, what
+the layout wants). Changes nothing.
 
 Exit codes: 0 every selected GPU matches, 1 error, 2 bad flags, 3 a GPU
 differs.
@@ -119,15 +147,17 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 	nf.register(fs)
 	file := fs.String("f", "", "MIG layout `FILE` (gpumux's format or mig-parted's); required")
 	config := fs.String("c", "", "the `CONFIG` of a mig-parted file to use (its entry of mig-configs); may be left out when the file has only one")
-	var output *string
+	output := fs.String("output", "table", "output `FORMAT`: table or json")
 	var dryRun *bool
-	force := new(bool)
-	switch cmd {
-	case "plan":
-		output = fs.String("output", "table", "output `FORMAT`: table or json")
-	case "apply":
+	force, reset := new(bool), new(bool)
+	nomadAddr := new(string)
+	if cmd != "assert" {
+		nomadAddr = fs.String("nomad", os.Getenv("NOMAD_ADDR"), "`ADDR` of the node's Nomad agent, asked which live allocations hold MIG instances (env NOMAD_ADDR, token NOMAD_TOKEN; default "+defaultNomadAddr+", skipped with a note where no agent listens there); off: do not ask")
+	}
+	if cmd == "apply" {
 		dryRun = fs.Bool("dry-run", false, "show the plan and change nothing")
-		force = fs.Bool("force", false, "destroy MIG instances that containers hold (gpumux-runtime leases) but run nothing on; instances with processes are never destroyed")
+		force = fs.Bool("force", false, "destroy MIG instances that containers or Nomad allocations hold but run nothing on; instances with processes are never destroyed")
+		reset = fs.Bool("reset", false, "reset a GPU whose MIG mode change waits for a reset, and only that GPU, when nothing uses it (simulated GPUs; on real ones it says to run nvidia-smi -r)")
 	}
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), migHelp[cmd])
@@ -140,9 +170,13 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 		fmt.Fprintf(stderr, "gpumux mig %s: -f FILE is required\n", cmd)
 		return ExitUsage
 	}
-	if output != nil && *output != "table" && *output != "json" {
+	if *output != "table" && *output != "json" {
 		fmt.Fprintf(stderr, "gpumux mig %s: --output %q: want table or json\n", cmd, *output)
 		return ExitUsage
+	}
+	nomadExplicit := *nomadAddr != ""
+	if *nomadAddr == NomadOff || cmd == "assert" {
+		*nomadAddr = NomadOff // assert compares layouts; who holds what does not matter
 	}
 	l, err := readLayout(*file, *config)
 	if err != nil {
@@ -155,7 +189,7 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 		return ExitError
 	}
 	defer h.Close()
-	held, err := heldInstances(ctx, cfg.StateDir)
+	held, err := heldInstances(ctx, cfg.StateDir, *nomadAddr, nomadExplicit, &prefixWriter{w: stderr, prefix: "gpumux mig " + cmd + ": "})
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
 		return ExitError
@@ -163,7 +197,7 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 	if h.Simulated() != nil && l.PCIID == nil {
 		l.PCIID = nvmlPCIID(h.Simulated().NVML())
 	}
-	plans, err := migPlan(ctx, h, l, held, *force)
+	plans, _, err := migPlan(ctx, h, l, held, *force)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
 		return ExitError
@@ -175,9 +209,9 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 		fmt.Fprintf(stderr, "gpumux mig %s: note: %s selects no GPU of this node\n", cmd, *file)
 	}
 	switch {
-	case cmd == "plan" && *output == "json":
+	case (cmd == "plan" || cmd == "apply" && *dryRun) && *output == "json":
 		if err := writeJSON(stdout, plans); err != nil {
-			fmt.Fprintf(stderr, "gpumux mig plan: %v\n", err)
+			fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
 			return ExitError
 		}
 		return ExitOK
@@ -185,25 +219,36 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 		printPlan(stdout, plans)
 		return ExitOK
 	case cmd == "assert":
-		return migAssert(plans, stdout)
+		return migAssert(plans, *output == "json", stdout, stderr)
 	}
-	return migApply(ctx, h, l, plans, held, *force, mig.CheckpointDir(cfg.StateDir), stdout, stderr)
+	opts := []mig.ApplyOption{mig.WithHeld(held), mig.WithCheckpoint(mig.CheckpointDir(cfg.StateDir))}
+	if *force {
+		opts = append(opts, mig.WithForce())
+	}
+	if *reset {
+		opts = append(opts, mig.WithReset())
+	}
+	res := migApply(ctx, h, l, plans, held, *force, opts, *output == "json", stdout, stderr)
+	if *output == "json" {
+		if err := writeJSON(stdout, res); err != nil {
+			fmt.Fprintf(stderr, "gpumux mig apply: %v\n", err)
+			return ExitError
+		}
+	}
+	return res.ExitCode
 }
 
-// heldInstances returns who holds each MIG instance in the node's lease
-// store (containers of gpumux-runtime: a lease of the instance or of an MPS
-// share on it), without creating a store where there is none.
-func heldInstances(ctx context.Context, stateDir string) (func(uuid string) string, error) {
-	leases, err := readLeases(ctx, stateDir)
-	if err != nil {
-		return nil, err
+// prefixWriter prefixes what is written to it (one line at a time).
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	if _, err := io.WriteString(p.w, p.prefix+string(b)); err != nil {
+		return 0, err
 	}
-	holder := map[string]string{}
-	for shareID, container := range leases {
-		parent, _, _ := strings.Cut(shareID, "/")
-		holder[parent] = "container " + container
-	}
-	return func(uuid string) string { return holder[uuid] }, nil
+	return len(b), nil
 }
 
 // readLeases returns the node's leases (share ID → container), without
@@ -282,15 +327,15 @@ type PlannedInstance struct {
 func (p *GPUPlan) matches() bool { return p.Action == ActionKeep }
 
 // migPlan resolves the layout on the node and plans each selected GPU, in
-// index order.
-func migPlan(ctx context.Context, h *gpu.Host, l *layout.Layout, held func(string) string, force bool) ([]GPUPlan, error) {
+// index order. It returns the node as it read it too.
+func migPlan(ctx context.Context, h *gpu.Host, l *layout.Layout, held func(string) string, force bool) ([]GPUPlan, *gpu.Node, error) {
 	node, err := h.Inventory(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	wants, err := l.For(node)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	plans := []GPUPlan{}
 	for i := range node.GPUs {
@@ -311,7 +356,7 @@ func migPlan(ctx context.Context, h *gpu.Host, l *layout.Layout, held func(strin
 		plans = append(plans, p)
 	}
 	sort.Slice(plans, func(i, j int) bool { return plans[i].Index < plans[j].Index })
-	return plans, nil
+	return plans, node, nil
 }
 
 func planGPU(ctx context.Context, h *gpu.Host, g *gpu.GPU, p *GPUPlan, held func(string) string, force bool) {
@@ -454,78 +499,240 @@ func printPlan(w io.Writer, plans []GPUPlan) {
 	tw.Flush()
 }
 
-func migAssert(plans []GPUPlan, stdout io.Writer) int {
-	differs := 0
-	for i := range plans {
-		p := &plans[i]
-		if !p.matches() {
-			differs++
-			fmt.Fprintf(stdout, "GPU %d: differs: has %s, wants %s (%s)\n", p.Index, describeMode(p.MIGEnabled, p.Current), describeMode(p.WantMIG, p.Want), p.Rule)
-		}
-	}
-	if differs > 0 {
-		fmt.Fprintf(stdout, "%d of %d selected GPUs differ from the layout\n", differs, len(plans))
-		return ExitDiffers
-	}
-	fmt.Fprintf(stdout, "all %d selected GPUs match the layout\n", len(plans))
-	return ExitOK
+// AssertResult is what mig assert --output json prints.
+type AssertResult struct {
+	Matches bool        `json:"matches"` // every selected GPU matches
+	Differ  int         `json:"differ"`  // how many do not
+	GPUs    []GPUAssert `json:"gpus"`
 }
 
-func migApply(ctx context.Context, h *gpu.Host, l *layout.Layout, plans []GPUPlan, held func(string) string, force bool, checkpointDir string, stdout, stderr io.Writer) int {
-	opts := []mig.ApplyOption{mig.WithHeld(held), mig.WithCheckpoint(checkpointDir)}
-	if force {
-		opts = append(opts, mig.WithForce())
+// GPUAssert is one selected GPU as assert found it.
+type GPUAssert struct {
+	Index       int          `json:"index"`
+	UUID        string       `json:"uuid"`
+	Model       string       `json:"model"`
+	Rule        string       `json:"rule"` // file:line of the rule that selects it
+	Matches     bool         `json:"matches"`
+	Differences []Difference `json:"differences,omitempty"`
+}
+
+// Difference is one way a GPU differs from the layout: its MIG mode
+// (Field "mig-enabled", booleans) or its number of instances of a profile
+// (Field "mig-devices.<profile>", counts).
+type Difference struct {
+	Field string `json:"field"`
+	Has   any    `json:"has"`
+	Wants any    `json:"wants"`
+}
+
+// differences lists how a planned GPU differs from what the layout wants.
+func (p *GPUPlan) differences() []Difference {
+	var d []Difference
+	if p.MIGEnabled != p.WantMIG {
+		d = append(d, Difference{Field: "mig-enabled", Has: p.MIGEnabled, Wants: p.WantMIG})
 	}
-	progress := func(format string, args ...any) { fmt.Fprintf(stdout, format+"\n", args...) }
-	var changed, kept, busy, failed []int
+	profiles := map[string]bool{}
+	for name := range p.Current {
+		profiles[name] = true
+	}
+	for name := range p.Want {
+		profiles[name] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(profiles)) {
+		has, wants := p.Current[name], p.Want[name]
+		if !p.WantMIG {
+			wants = 0 // MIG off carries no instances
+		}
+		if has != wants {
+			d = append(d, Difference{Field: "mig-devices." + name, Has: has, Wants: wants})
+		}
+	}
+	return d
+}
+
+func migAssert(plans []GPUPlan, asJSON bool, stdout, stderr io.Writer) int {
+	res := AssertResult{GPUs: []GPUAssert{}}
 	for i := range plans {
 		p := &plans[i]
+		a := GPUAssert{Index: p.Index, UUID: p.UUID, Model: p.Model, Rule: p.Rule, Matches: p.matches()}
+		if !a.Matches {
+			res.Differ++
+			a.Differences = p.differences()
+			if !asJSON {
+				fmt.Fprintf(stdout, "GPU %d: differs: has %s, wants %s (%s)\n", p.Index, describeMode(p.MIGEnabled, p.Current), describeMode(p.WantMIG, p.Want), p.Rule)
+			}
+		}
+		res.GPUs = append(res.GPUs, a)
+	}
+	res.Matches = res.Differ == 0
+	code := ExitOK
+	if !res.Matches {
+		code = ExitDiffers
+	}
+	switch {
+	case asJSON:
+		if err := writeJSON(stdout, res); err != nil {
+			fmt.Fprintf(stderr, "gpumux mig assert: %v\n", err)
+			return ExitError
+		}
+	case res.Matches:
+		fmt.Fprintf(stdout, "all %d selected GPUs match the layout\n", len(plans))
+	default:
+		fmt.Fprintf(stdout, "%d of %d selected GPUs differ from the layout\n", res.Differ, len(plans))
+	}
+	return code
+}
+
+// Results of mig apply for one GPU.
+const (
+	ResultKept    = "kept"    // it matched already
+	ResultChanged = "changed" // it was changed
+	ResultBusy    = "busy"    // refused: instances (or, for a reset, the GPU) in use; left unchanged
+	ResultFailed  = "failed"  // it could not be changed (rolled back where possible)
+)
+
+// ApplyResult is what mig apply --output json prints.
+type ApplyResult struct {
+	GPUs     []GPUApply `json:"gpus"`
+	Changed  []int      `json:"changed"`
+	Kept     []int      `json:"kept"`
+	Busy     []int      `json:"busy"`
+	Failed   []int      `json:"failed"`
+	Differ   []int      `json:"differ"` // GPUs neither busy nor failed that do not match the layout afterwards
+	ExitCode int        `json:"exit_code"`
+}
+
+// GPUApply is what apply did to one GPU.
+type GPUApply struct {
+	Index   int       `json:"index"`
+	UUID    string    `json:"uuid"`
+	Plan    GPUPlan   `json:"plan"`   // what apply set out to do
+	Steps   []string  `json:"steps"`  // what it did, in order
+	Reset   bool      `json:"reset"`  // the GPU was reset (--reset)
+	Result  string    `json:"result"` // kept, changed, busy or failed
+	Error   string    `json:"error,omitempty"`
+	Layout  GPULayout `json:"layout"`  // the GPU's MIG layout afterwards
+	Matches bool      `json:"matches"` // it carries the wanted layout afterwards
+}
+
+// GPULayout is a GPU's MIG mode and instances.
+type GPULayout struct {
+	MIGEnabled        bool             `json:"mig_enabled"`
+	MIGPendingEnabled bool             `json:"mig_pending_enabled"` // the MIG mode it takes at its next reset: mig_enabled unless a change waits for a reset
+	Instances         []LayoutInstance `json:"instances"`
+}
+
+// LayoutInstance is one MIG instance of a GPU.
+type LayoutInstance struct {
+	UUID      string        `json:"uuid"`
+	Profile   string        `json:"profile"`
+	Placement gpu.Placement `json:"placement"`
+}
+
+func layoutOf(g *gpu.GPU) GPULayout {
+	l := GPULayout{MIGEnabled: g.MIGEnabled, MIGPendingEnabled: g.MIGPending, Instances: []LayoutInstance{}}
+	for _, inst := range g.MIGInstances {
+		l.Instances = append(l.Instances, LayoutInstance{UUID: inst.UUID, Profile: inst.Profile, Placement: inst.Placement})
+	}
+	sort.Slice(l.Instances, func(i, j int) bool { return l.Instances[i].Placement.Start < l.Instances[j].Placement.Start })
+	return l
+}
+
+// migApply applies the plans GPU by GPU. In table form it prints the steps
+// and a summary as it goes; as JSON it only collects them.
+func migApply(ctx context.Context, h *gpu.Host, l *layout.Layout, plans []GPUPlan, held func(string) string, force bool, opts []mig.ApplyOption, asJSON bool, stdout, stderr io.Writer) *ApplyResult {
+	res := &ApplyResult{GPUs: []GPUApply{}, Changed: []int{}, Kept: []int{}, Busy: []int{}, Failed: []int{}, Differ: []int{}}
+	for i := range plans {
+		p := &plans[i]
+		ga := GPUApply{Index: p.Index, UUID: p.UUID, Plan: *p, Steps: []string{}}
+		prefix := fmt.Sprintf("GPU %d: ", p.Index)
+		progress := func(format string, args ...any) {
+			line := fmt.Sprintf(format, args...)
+			ga.Steps = append(ga.Steps, strings.TrimPrefix(line, prefix))
+			if !asJSON {
+				fmt.Fprintln(stdout, line)
+			}
+		}
 		var err error
 		switch p.Action {
 		case ActionKeep:
-			fmt.Fprintf(stdout, "GPU %d: keeping %s\n", p.Index, describeMode(p.MIGEnabled, p.Current))
-			kept = append(kept, p.Index)
-			continue
+			progress("GPU %d: keeping %s", p.Index, describeMode(p.MIGEnabled, p.Current))
 		case ActionRefuse:
 			err = fmt.Errorf("GPU %d: %s", p.Index, p.Reason)
 		case ActionDisable:
-			progress("GPU %d: disabling MIG mode", p.Index)
-			err = h.DisableMIG(ctx, p.Index)
+			var r mig.Result
+			r, err = mig.DisableMIG(ctx, h, p.Index, progress, opts...)
+			ga.Reset = r.Reset
 		default:
-			_, err = mig.Apply(ctx, h, p.Index, p.Want, progress, opts...)
+			var r mig.Result
+			r, err = mig.Apply(ctx, h, p.Index, p.Want, progress, opts...)
+			ga.Reset = r.Reset
 		}
 		switch {
 		case errors.Is(err, mig.ErrBusy):
 			fmt.Fprintf(stderr, "gpumux mig apply: GPU %d refused, left unchanged: %v\n", p.Index, err)
-			busy = append(busy, p.Index)
+			ga.Result = ResultBusy
+			res.Busy = append(res.Busy, p.Index)
 		case err != nil:
 			fmt.Fprintf(stderr, "gpumux mig apply: GPU %d failed: %v\n", p.Index, err)
-			failed = append(failed, p.Index)
+			ga.Result = ResultFailed
+			res.Failed = append(res.Failed, p.Index)
+		case p.Action == ActionKeep:
+			ga.Result = ResultKept
+			res.Kept = append(res.Kept, p.Index)
 		default:
-			changed = append(changed, p.Index)
+			ga.Result = ResultChanged
+			res.Changed = append(res.Changed, p.Index)
 		}
+		if err != nil {
+			ga.Error = err.Error()
+		}
+		res.GPUs = append(res.GPUs, ga)
 	}
-	after, err := migPlan(ctx, h, l, held, force)
+	after, node, err := migPlan(ctx, h, l, held, force)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux mig apply: reading the GPUs back: %v\n", err)
-		return ExitError
+		res.ExitCode = ExitError
+		return res
 	}
-	var differ []int
 	for i := range after {
-		if !after[i].matches() && !slices.Contains(busy, after[i].Index) && !slices.Contains(failed, after[i].Index) {
-			differ = append(differ, after[i].Index)
-			fmt.Fprintf(stderr, "gpumux mig apply: GPU %d does not match the layout afterwards: has %s, wants %s\n", after[i].Index, describeMode(after[i].MIGEnabled, after[i].Current), describeMode(after[i].WantMIG, after[i].Want))
+		a := &after[i]
+		k := slices.IndexFunc(res.GPUs, func(g GPUApply) bool { return g.Index == a.Index })
+		if k < 0 { // the layout cannot select another GPU now; be safe anyway
+			continue
+		}
+		ga := &res.GPUs[k]
+		ga.Matches = a.matches()
+		if g := gpuByIndex(node, a.Index); g != nil {
+			ga.Layout = layoutOf(g)
+		}
+		if !ga.Matches && ga.Result != ResultBusy && ga.Result != ResultFailed {
+			res.Differ = append(res.Differ, a.Index)
+			fmt.Fprintf(stderr, "gpumux mig apply: GPU %d does not match the layout afterwards: has %s, wants %s\n", a.Index, describeMode(a.MIGEnabled, a.Current), describeMode(a.WantMIG, a.Want))
 		}
 	}
-	fmt.Fprintf(stdout, "%d GPUs changed %v, %d kept %v, %d refused as busy %v, %d failed %v\n",
-		len(changed), changed, len(kept), kept, len(busy), busy, len(failed), failed)
-	switch {
-	case len(failed) > 0 || len(differ) > 0:
-		return ExitError
-	case len(busy) > 0:
-		return ExitBusy
+	if !asJSON {
+		fmt.Fprintf(stdout, "%d GPUs changed %v, %d kept %v, %d refused as busy %v, %d failed %v\n",
+			len(res.Changed), res.Changed, len(res.Kept), res.Kept, len(res.Busy), res.Busy, len(res.Failed), res.Failed)
 	}
-	return ExitOK
+	switch {
+	case len(res.Failed) > 0 || len(res.Differ) > 0:
+		res.ExitCode = ExitError
+	case len(res.Busy) > 0:
+		res.ExitCode = ExitBusy
+	default:
+		res.ExitCode = ExitOK
+	}
+	return res
+}
+
+func gpuByIndex(node *gpu.Node, index int) *gpu.GPU {
+	for i := range node.GPUs {
+		if node.GPUs[i].Index == index {
+			return &node.GPUs[i]
+		}
+	}
+	return nil
 }
 
 func runMIGExport(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -376,12 +376,26 @@ func TestMIGErrors(t *testing.T) {
 }
 
 func TestMIGHelp(t *testing.T) {
-	for _, cmd := range []string{"plan", "apply", "assert", "export"} {
-		code, out, errOut := run(t, "mig", cmd, "-h")
-		mustExit(t, cmd+" -h", code, cli.ExitOK, out, errOut)
-		if !strings.Contains(errOut, "Exit codes: 0") || !strings.Contains(errOut, "-simulate") {
-			t.Errorf("mig %s -h:\n%s", cmd, errOut)
+	tests := []struct {
+		cmd  string
+		want []string
+	}{
+		{"plan", []string{"-output FORMAT", "-nomad ADDR", "overlap on which memory slots", "live Nomad allocation"}},
+		{"apply", []string{"-output FORMAT", "-reset", "-force", "-nomad ADDR", "nvidia-smi -r -i N", "resets exactly that", "--output json prints", "4 a GPU was refused"}},
+		{"assert", []string{"-output FORMAT", "--output json prints", "mig-devices.<profile>", "3 a GPU\ndiffers"}},
+		{"export", []string{"-output FILE"}},
+	}
+	for _, tc := range tests {
+		code, out, errOut := run(t, "mig", tc.cmd, "-h")
+		mustExit(t, tc.cmd+" -h", code, cli.ExitOK, out, errOut)
+		for _, w := range append(tc.want, "Exit codes: 0", "-simulate") {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("mig %s -h lacks %q:\n%s", tc.cmd, w, errOut)
+			}
 		}
+	}
+	if _, _, errOut := run(t, "mig", "assert", "-h"); strings.Contains(errOut, "-reset") || strings.Contains(errOut, "-nomad") {
+		t.Errorf("mig assert -h offers flags of apply:\n%s", errOut)
 	}
 	code, out, _ := run(t, "mig", "-h")
 	if code != cli.ExitOK || !strings.Contains(out, "4  apply: a GPU was refused") {

@@ -23,6 +23,9 @@ var (
 	ErrInUse = errors.New("in use")
 	// ErrResetRequired means a MIG mode change waits for a GPU reset.
 	ErrResetRequired = errors.New("GPU reset required")
+	// ErrResetUnsupported means gpumux cannot reset the GPU itself: NVML
+	// has no reset call, so on real GPUs an operator runs nvidia-smi -r.
+	ErrResetUnsupported = errors.New("gpumux cannot reset this GPU")
 )
 
 // Host is the NVML client the rest of gpumux uses. It is safe for concurrent use.

@@ -2,17 +2,19 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
 // EnableMIG turns MIG mode on for GPU index. When the driver needs a GPU reset
-// to finish the change, it returns an error wrapping ErrResetRequired; gpumux
-// never resets a GPU on its own.
+// to finish the change, it returns an error wrapping ErrResetRequired; it
+// never resets the GPU itself (see ResetGPU).
 func (h *Host) EnableMIG(ctx context.Context, index int) error {
 	return h.change(ctx, index, func(dev nvml.Device) error {
-		ret, activation := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+		// go-nvml returns the activation status first, then the result.
+		activation, ret := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
 		if ret != nvml.SUCCESS {
 			return fmt.Errorf("GPU %d: enabling MIG mode: %w", index, nvmlError(ret))
 		}
@@ -30,7 +32,7 @@ func (h *Host) EnableMIG(ctx context.Context, index int) error {
 // DisableMIG turns MIG mode off for GPU index. It destroys nothing: while the
 // GPU holds GPU instances it refuses, and the caller must remove them first.
 // When the driver needs a GPU reset to finish the change, it returns an error
-// wrapping ErrResetRequired; gpumux never resets a GPU on its own.
+// wrapping ErrResetRequired; it never resets the GPU itself (see ResetGPU).
 func (h *Host) DisableMIG(ctx context.Context, index int) error {
 	return h.change(ctx, index, func(dev nvml.Device) error {
 		n := 0
@@ -48,7 +50,7 @@ func (h *Host) DisableMIG(ctx context.Context, index int) error {
 		if n > 0 {
 			return fmt.Errorf("GPU %d: cannot disable MIG mode while it holds %d GPU instance(s); remove them first (e.g. apply a layout with mig-enabled: true and mig-devices: {})", index, n)
 		}
-		ret, activation := dev.SetMigMode(nvml.DEVICE_MIG_DISABLE)
+		activation, ret := dev.SetMigMode(nvml.DEVICE_MIG_DISABLE)
 		if ret != nvml.SUCCESS {
 			return fmt.Errorf("GPU %d: disabling MIG mode: %w", index, nvmlError(ret))
 		}
@@ -61,6 +63,34 @@ func (h *Host) DisableMIG(ctx context.Context, index int) error {
 		}
 		return nil
 	})
+}
+
+// ResetGPU resets GPU index, which makes a pending MIG mode current and
+// destroys every MIG instance on the GPU. Callers reset only a GPU whose MIG
+// mode change waits for a reset, and only while nothing uses it.
+//
+// NVML has no call that resets a GPU (nvml.h declares none, and go-nvml
+// v0.13 wraps none; nvidia-smi -r uses the driver's private interface), so on
+// real GPUs ResetGPU changes nothing and returns an error wrapping
+// ErrResetUnsupported that says to run nvidia-smi -r -i <index>. On a
+// simulated node it resets the simulated GPU (sim.Node.ResetGPU), and
+// refuses with an error wrapping ErrInUse while processes run on it.
+func (h *Host) ResetGPU(ctx context.Context, index int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if h.simulated == nil {
+		return fmt.Errorf("GPU %d: %w: NVML offers no GPU reset; reset it yourself when no process uses it (nvidia-smi -r -i %d), then run the command again", index, ErrResetUnsupported, index)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.simulated.ResetGPU(index); err != nil {
+		if errors.Is(err, nvml.ERROR_IN_USE) {
+			return fmt.Errorf("GPU %d: resetting: %w (%w)", index, ErrInUse, err)
+		}
+		return fmt.Errorf("GPU %d: resetting: %w", index, err)
+	}
+	return h.simulated.EnsureDeviceNodes()
 }
 
 // CreateMIGInstance creates a GPU instance of the named profile at placement

@@ -19,6 +19,8 @@ var ErrBusy = errors.New("MIG instances in use")
 type Host interface {
 	Inventory(ctx context.Context) (*gpu.Node, error)
 	EnableMIG(ctx context.Context, index int) error
+	DisableMIG(ctx context.Context, index int) error
+	ResetGPU(ctx context.Context, index int) error
 	CreateMIGInstance(ctx context.Context, index int, p gpu.MIGProfile, at gpu.Placement) error
 	DestroyMIGInstance(ctx context.Context, index, giID int) error
 	Processes(ctx context.Context, uuid string) ([]uint32, error)
@@ -28,7 +30,8 @@ var _ Host = (*gpu.Host)(nil)
 
 // Result says what Apply did.
 type Result struct {
-	Changed   bool
+	Changed   bool // instances were destroyed or created
+	Reset     bool // the GPU was reset to enable MIG mode (WithReset)
 	Destroyed []gpu.MIGInstance
 	Created   []Slot
 }
@@ -67,20 +70,16 @@ func Apply(ctx context.Context, h Host, index int, want map[string]int, progress
 	if !g.MIGCapable {
 		return Result{}, fmt.Errorf("GPU %d (%s) has no MIG support", index, g.Model)
 	}
+	res := Result{}
 	if !g.MIGEnabled {
 		progress("GPU %d: enabling MIG mode", index)
-		if err := h.EnableMIG(ctx, index); err != nil {
-			if errors.Is(err, gpu.ErrResetRequired) {
-				return Result{}, fmt.Errorf("%w; gpumux does not reset GPUs: reset GPU %d when it is idle (nvidia-smi -r -i %d) and restart", err, index, index)
-			}
+		if g, err = changeMode(ctx, h, index, true, &o, progress); err != nil {
 			return Result{}, err
 		}
-		if g, err = readGPU(ctx, h, index); err != nil {
-			return Result{}, err
-		}
+		res.Reset = o.didReset
 	}
 	if maps.Equal(counts(g.MIGInstances), want) {
-		return Result{}, nil
+		return res, nil
 	}
 	busy, err := busyInstances(ctx, h, g, o.held)
 	if err != nil {
@@ -102,7 +101,7 @@ func Apply(ctx context.Context, h Host, index int, want map[string]int, progress
 		// back); only a crash leaves the checkpoint behind.
 		defer cp.clear()
 	}
-	res := Result{Changed: true}
+	res.Changed = true
 	for _, inst := range plan.Destroy {
 		progress("GPU %d: destroying %s (GPU instance %d at %s)", index, inst.Profile, inst.GIID, inst.Placement)
 		if err := h.DestroyMIGInstance(ctx, index, inst.GIID); err != nil {
@@ -174,8 +173,10 @@ type ApplyOption func(*applyOptions)
 type applyOptions struct {
 	held        func(uuid string) string // who holds an instance without processes yet
 	force       bool
+	reset       bool
 	checkpoints string // directory of the per-GPU checkpoints, "" for none
 	checkpoint  *checkpoints
+	didReset    bool
 }
 
 // WithHeld names the holders Apply cannot see as processes: an instance
@@ -188,6 +189,109 @@ func WithHeld(held func(uuid string) string) ApplyOption {
 // WithForce lets Apply destroy instances that are held (WithHeld). NVML
 // still refuses to destroy an instance with processes on it.
 func WithForce() ApplyOption { return func(o *applyOptions) { o.force = true } }
+
+// WithReset lets Apply and DisableMIG reset a GPU whose MIG mode change the
+// driver left pending (gpu.ErrResetRequired), and only that GPU, then go on.
+// The GPU is reset only while the change is pending, it holds no MIG
+// instances, no process runs on it and no one holds it or a share of it
+// (WithHeld; WithForce lets held ones go); else the change is refused with
+// ErrBusy. On real GPUs gpu.Host cannot reset (NVML has no reset call) and
+// says to run nvidia-smi -r.
+func WithReset() ApplyOption { return func(o *applyOptions) { o.reset = true } }
+
+// DisableMIG turns MIG mode off on GPU index, which must hold no MIG
+// instances. A change the driver leaves pending is an error wrapping
+// gpu.ErrResetRequired, unless WithReset lets it reset the GPU.
+func DisableMIG(ctx context.Context, h Host, index int, progress Progress, opts ...ApplyOption) (Result, error) {
+	if progress == nil {
+		progress = func(string, ...any) {}
+	}
+	var o applyOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	progress("GPU %d: disabling MIG mode", index)
+	if _, err := changeMode(ctx, h, index, false, &o, progress); err != nil {
+		return Result{}, err
+	}
+	return Result{Reset: o.didReset}, nil
+}
+
+// changeMode turns MIG mode on or off on GPU index; when the driver leaves
+// the change pending, it resets the GPU if the options allow it. It returns
+// the GPU as it is afterwards.
+func changeMode(ctx context.Context, h Host, index int, on bool, o *applyOptions, progress Progress) (*gpu.GPU, error) {
+	change := h.DisableMIG
+	if on {
+		change = h.EnableMIG
+	}
+	err := change(ctx, index)
+	if errors.Is(err, gpu.ErrResetRequired) {
+		if !o.reset {
+			return nil, fmt.Errorf("%w; to finish the change, run gpumux mig apply again with --reset (it resets GPU %d only, and only while nothing uses it), or reset the GPU yourself when it is idle (nvidia-smi -r -i %d)", err, index, index)
+		}
+		err = resetForMode(ctx, h, index, on, o, progress)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return readGPU(ctx, h, index)
+}
+
+// resetForMode resets GPU index to make its pending MIG mode (on) current,
+// after checking that the change is pending and that the reset takes
+// nothing in use with it.
+func resetForMode(ctx context.Context, h Host, index int, on bool, o *applyOptions, progress Progress) error {
+	g, err := readGPU(ctx, h, index)
+	if err != nil {
+		return err
+	}
+	if g.MIGPending != on || g.MIGEnabled == on {
+		return fmt.Errorf("GPU %d: MIG mode is %s, pending %s: no change to %s waits for a reset, so it is not reset", index, onOff(g.MIGEnabled), onOff(g.MIGPending), onOff(on))
+	}
+	if n := len(g.MIGInstances); n > 0 {
+		return fmt.Errorf("%w: GPU %d is not reset: it holds %d MIG instance(s) (%s), which a reset destroys", ErrBusy, index, n, describe(counts(g.MIGInstances)))
+	}
+	var why []string
+	pids, err := h.Processes(ctx, g.UUID)
+	if err != nil {
+		return fmt.Errorf("GPU %d: checking for processes before a reset: %w", index, err)
+	}
+	if len(pids) > 0 {
+		why = append(why, fmt.Sprintf("pids %v", pids))
+	}
+	if o.held != nil && !o.force {
+		if holder := o.held(g.UUID); holder != "" {
+			why = append(why, "held by "+holder)
+		}
+	}
+	if len(why) > 0 {
+		return fmt.Errorf("%w: GPU %d is not reset: in use (%s)", ErrBusy, index, strings.Join(why, "; "))
+	}
+	progress("GPU %d: resetting the GPU to turn MIG mode %s (its MIG mode change waits for a reset)", index, onOff(on))
+	if err := h.ResetGPU(ctx, index); err != nil {
+		if errors.Is(err, gpu.ErrInUse) {
+			return fmt.Errorf("%w: %w", ErrBusy, err)
+		}
+		return err
+	}
+	o.didReset = true
+	after, err := readGPU(ctx, h, index)
+	if err != nil {
+		return err
+	}
+	if after.MIGEnabled != on {
+		return fmt.Errorf("GPU %d: after the reset, MIG mode is still %s", index, onOff(after.MIGEnabled))
+	}
+	return nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
 
 // use is why a MIG instance is in use.
 type use struct {

@@ -2,5 +2,12 @@
 // placements for a wanted set of instances (Fit) and applies a layout to a GPU
 // without leaving it half-configured (Apply): it refuses while instances are in
 // use, plans before it destroys anything, and restores the previous instances
-// at their previous placements if any step fails.
+// at their previous placements if any step fails. A layout that cannot fit
+// is refused with why: the profiles that overlap, on which memory slots, and
+// the instances that stay in their way.
+//
+// A MIG mode change the driver leaves pending until a GPU reset is an error
+// (gpu.ErrResetRequired), unless WithReset lets Apply and DisableMIG reset
+// that GPU, and only while nothing uses it. NVML has no reset call, so on
+// real GPUs the reset is refused with the nvidia-smi command to run.
 package mig

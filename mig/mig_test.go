@@ -47,7 +47,7 @@ func TestFit(t *testing.T) {
 		{map[string]int{"3g.71gb": 1, "2g.35gb": 2}, ""},
 		{map[string]int{"3g.71gb": 2, "1g.18gb": 1}, "need 9 memory slots"},
 		{map[string]int{"2g.35gb": 4}, "4× 2g.35gb: at most 3 fit"},
-		{map[string]int{"4g.71gb": 1, "2g.35gb": 2}, "no non-overlapping placements exist for 2× 2g.35gb + 1× 4g.71gb"},
+		{map[string]int{"4g.71gb": 1, "2g.35gb": 2}, "no non-overlapping placements exist for 2× 2g.35gb + 1× 4g.71gb: 1× 4g.71gb (at 0:4) and 2× 2g.35gb (at 0:2, 2:2, 4:2) overlap on memory slots 0-3"},
 		{map[string]int{"9g.1tb": 1}, `profile "9g.1tb" does not exist`},
 	}
 	for _, tc := range tests {
@@ -293,7 +293,7 @@ func TestPlanGivesUpIdleInstancesThatBlock(t *testing.T) {
 	}
 	// Busy, it cannot move: the layout is refused with the reason.
 	busy := func(string) bool { return true }
-	if _, err := mig.PlanGPU(&g, want, busy, false); !errors.Is(err, mig.ErrInfeasible) || !strings.Contains(err.Error(), "around the instances that stay (3:1)") {
+	if _, err := mig.PlanGPU(&g, want, busy, false); !errors.Is(err, mig.ErrInfeasible) || !strings.Contains(err.Error(), "around the instances that stay (1g.18gb at 3:1): 1× 4g.71gb can only be placed at 0:4, which overlaps 1g.18gb at 3:1 (slot 3), an instance that stays") {
 		t.Errorf("with the 1g busy: %v", err)
 	}
 	if _, err := mig.Apply(ctx, h, 5, want, nil); err != nil {

@@ -77,17 +77,15 @@ func planAround(g *gpu.GPU, want map[string]int, keep, drop []gpu.MIGInstance) (
 	for profile, n := range want {
 		need[profile] = n
 	}
-	var occupied []gpu.Placement
 	for _, inst := range keep {
 		need[inst.Profile]--
-		occupied = append(occupied, inst.Placement)
 	}
 	for profile, n := range need {
 		if n <= 0 {
 			delete(need, profile)
 		}
 	}
-	slots, err := FitAround(g.MIGProfiles, need, occupied)
+	slots, err := FitAroundInstances(g.MIGProfiles, need, keep)
 	if err != nil {
 		return nil, err
 	}

@@ -103,3 +103,61 @@ func (n *Node) SetTelemetry(gpuIndex int, t Telemetry) error {
 		return nil
 	})
 }
+
+// RequireResetForModeChange makes MIG mode changes of a GPU wait for a reset,
+// as on GPUs whose driver cannot reset them itself (A100s in many setups,
+// pass-through VMs): SetMigMode then only sets the pending mode and reports
+// activation status ERROR_RESET_REQUIRED, and ResetGPU makes the pending
+// mode current. false restores the default: a change takes effect at once
+// unless processes run on the GPU.
+func (n *Node) RequireResetForModeChange(gpuIndex int, on bool) error {
+	return n.transact(func(st *state) error {
+		g := st.gpu(gpuIndex)
+		if g == nil {
+			return fmt.Errorf("sim: RequireResetForModeChange: no GPU %d on %s (%d GPUs)", gpuIndex, n.name, len(st.GPUs))
+		}
+		g.ResetForModeChange = on
+		return nil
+	})
+}
+
+// ResetGPU resets a GPU as nvidia-smi -r does: its pending MIG mode becomes
+// the current one and every GPU and compute instance on it is destroyed (a
+// MIG configuration does not survive a reset). While processes run on the
+// GPU or on one of its MIG devices it fails with an error wrapping
+// nvml.ERROR_IN_USE and changes nothing. Other GPUs are not touched.
+func (n *Node) ResetGPU(gpuIndex int) error {
+	return n.transact(func(st *state) error {
+		g := st.gpu(gpuIndex)
+		if g == nil {
+			return fmt.Errorf("sim: ResetGPU: no GPU %d on %s (%d GPUs)", gpuIndex, n.name, len(st.GPUs))
+		}
+		if len(g.Processes) > 0 {
+			return fmt.Errorf("sim: ResetGPU: GPU %d: %w: processes %v run on it", gpuIndex, nvml.ERROR_IN_USE, g.Processes)
+		}
+		for _, m := range g.migDevices() {
+			if len(m.ci.Processes) > 0 {
+				return fmt.Errorf("sim: ResetGPU: GPU %d: %w: processes %v run on MIG device %s", gpuIndex, nvml.ERROR_IN_USE, m.ci.Processes, m.ci.UUID)
+			}
+		}
+		g.GIs = nil
+		g.MigCurrent = g.MigPending
+		g.Resets++
+		return nil
+	})
+}
+
+// Resets returns how many times a GPU was reset with ResetGPU, by any
+// process.
+func (n *Node) Resets(gpuIndex int) (int, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.refreshLocked(); err != nil {
+		return 0, err
+	}
+	g := n.st.gpu(gpuIndex)
+	if g == nil {
+		return 0, fmt.Errorf("sim: Resets: no GPU %d on %s (%d GPUs)", gpuIndex, n.name, len(n.st.GPUs))
+	}
+	return g.Resets, nil
+}

@@ -26,8 +26,12 @@
 // without a GPU.
 //
 // Test and demo controls (InjectXid, InjectMigXid, SetProcesses,
-// SetTelemetry, FailCreateAfter) are persisted too, so one process can inject
-// a fault that another process observes through NVML.
+// SetTelemetry, FailCreateAfter, RequireResetForModeChange) are persisted
+// too, so one process can inject a fault that another process observes
+// through NVML. ResetGPU stands in for the GPU reset NVML does not offer
+// (nvidia-smi -r): it makes a pending MIG mode current and destroys the
+// GPU's MIG instances, and refuses with ERROR_IN_USE while processes run;
+// Resets counts the resets of a GPU.
 //
 // Limitations: every nvml method the simulator does not implement returns
 // ERROR_NOT_SUPPORTED (never panics); the handles are built on the func-field

@@ -325,7 +325,10 @@ func (d *gpu) getMigMode() (current, pending int, ret nvml.Return) {
 // setMigMode sets the current and pending mode. Disabling MIG while GPU
 // instances exist fails with ERROR_IN_USE. Changing the mode while processes
 // run on the GPU only sets the pending mode and reports activation status
-// ERROR_IN_USE, as the driver does when it cannot reset a busy GPU.
+// ERROR_IN_USE, as the driver does when it cannot reset a busy GPU; on a GPU
+// marked with RequireResetForModeChange it only sets the pending mode and
+// reports ERROR_RESET_REQUIRED, as the driver does where it cannot reset the
+// GPU itself: the change then waits for ResetGPU.
 func (d *gpu) setMigMode(mode int) (activation, ret nvml.Return) {
 	activation = nvml.SUCCESS
 	ret = d.n.update(func(st *state) nvml.Return {
@@ -339,6 +342,10 @@ func (d *gpu) setMigMode(mode int) (activation, ret nvml.Return) {
 		g.MigPending = mode
 		if mode != g.MigCurrent && len(g.Processes) > 0 {
 			activation = nvml.ERROR_IN_USE
+			return nvml.SUCCESS
+		}
+		if mode != g.MigCurrent && g.ResetForModeChange {
+			activation = nvml.ERROR_RESET_REQUIRED
 			return nvml.SUCCESS
 		}
 		g.MigCurrent = mode

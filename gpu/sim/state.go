@@ -47,6 +47,10 @@ type gpuState struct {
 	GIs        []*giState `json:"gpuInstances,omitempty"` // sorted by ID
 	Processes  []uint32   `json:"processes,omitempty"`    // processes on the whole GPU (MIG disabled)
 	Telemetry  Telemetry  `json:"telemetry"`
+	// ResetForModeChange makes a MIG mode change wait for a reset
+	// (RequireResetForModeChange); Resets counts ResetGPU calls.
+	ResetForModeChange bool `json:"resetForModeChange,omitempty"`
+	Resets             int  `json:"resets,omitempty"`
 }
 
 type giState struct {

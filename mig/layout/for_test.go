@@ -300,7 +300,7 @@ func TestForErrors(t *testing.T) {
 			src:  "version: gpumux.io/v1\ngpus:\n  - match: \"2\"\n    mig-enabled: true\n    mig-devices:\n      4g.71gb: 1\n      2g.35gb: 2\n  - match: \"3\"\n    mig-enabled: true\n    mig-devices: {3g.71gb: 2, 1g.18gb: 1}\n",
 			node: h200,
 			want: []string{
-				`l.yaml:5: gpus[0].mig-devices: {2g.35gb: 2, 4g.71gb: 1}: these do not fit together on GPU 2 (NVIDIA H200): no non-overlapping placements exist for 2× 2g.35gb + 1× 4g.71gb`,
+				`l.yaml:5: gpus[0].mig-devices: {2g.35gb: 2, 4g.71gb: 1}: these do not fit together on GPU 2 (NVIDIA H200): no non-overlapping placements exist for 2× 2g.35gb + 1× 4g.71gb: 1× 4g.71gb (at 0:4) and 2× 2g.35gb (at 0:2, 2:2, 4:2) overlap on memory slots 0-3; together they need 8 memory slots, and their placements cover only slots 0-5`,
 				`l.yaml:10: gpus[1].mig-devices: {1g.18gb: 1, 3g.71gb: 2}: these do not fit together on GPU 3 (NVIDIA H200): 1× 1g.18gb + 2× 3g.71gb need 9 memory slots, the GPU has 8`,
 			},
 		},
