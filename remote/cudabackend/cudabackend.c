@@ -1,0 +1,450 @@
+// The dlsym table and the thin wrappers of package cudabackend; see
+// cudabackend.h and doc.go.
+
+#include "cudabackend.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GM_CUDA_ERROR_OUT_OF_MEMORY 2
+
+int gm_open(const char *path, gm_cuda **out, char *msg, size_t msglen)
+{
+	*out = NULL;
+	msg[0] = 0;
+	dlerror();
+	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (lib == NULL) {
+		const char *e = dlerror();
+		snprintf(msg, msglen, "%s", e != NULL ? e : "dlopen failed");
+		return GM_OPEN_NO_LIBRARY;
+	}
+	gm_cuda *t = calloc(1, sizeof *t);
+	if (t == NULL) {
+		dlclose(lib);
+		snprintf(msg, msglen, "out of memory");
+		return GM_OPEN_NO_MEMORY;
+	}
+	t->lib = lib;
+	/* The POSIX idiom for a function pointer from dlsym. */
+#define GM_REQUIRED(name)                                                      \
+	*(void **)(&t->name) = dlsym(lib, #name);                              \
+	if (t->name == NULL) {                                                 \
+		snprintf(msg, msglen, "%s", #name);                            \
+		goto missing;                                                  \
+	}
+#define GM_OPTIONAL(name) *(void **)(&t->name) = dlsym(lib, #name);
+	GM_CUDA_SYMBOLS(GM_REQUIRED, GM_OPTIONAL)
+#undef GM_REQUIRED
+#undef GM_OPTIONAL
+	*out = t;
+	return GM_OPEN_OK;
+missing:
+	/* Nothing of the library has run yet: it can go again. */
+	dlclose(lib);
+	free(t);
+	return GM_OPEN_NO_SYMBOL;
+}
+
+/* ---- staging ---- */
+
+gm_staging *gm_staging_new(size_t size)
+{
+	gm_staging *st = calloc(1, sizeof *st);
+	if (st != NULL)
+		st->size = size;
+	return st;
+}
+
+/*
+ * slot_take returns the next slot of the ring, its buffer and event
+ * allocated, after waiting for the copy that last used it.
+ */
+static CUresult slot_take(const gm_cuda *t, gm_staging *st, unsigned *slot)
+{
+	unsigned i = st->next;
+	CUresult r;
+	st->next = (i + 1) % GM_STAGING_SLOTS;
+	if (st->busy[i]) {
+		st->busy[i] = 0;
+		if ((r = t->cuEventSynchronize(st->ev[i])) != GM_CUDA_SUCCESS)
+			return r;
+	}
+	if (st->buf[i] == NULL && (r = t->cuMemAllocHost_v2(&st->buf[i], st->size)) != GM_CUDA_SUCCESS) {
+		st->buf[i] = NULL;
+		return r;
+	}
+	if (st->ev[i] == NULL &&
+	    (r = t->cuEventCreate(&st->ev[i], GM_CU_EVENT_DISABLE_TIMING)) != GM_CUDA_SUCCESS) {
+		st->ev[i] = NULL;
+		return r;
+	}
+	*slot = i;
+	return GM_CUDA_SUCCESS;
+}
+
+CUresult gm_htod_staged(const gm_cuda *t, gm_staging *st, CUdeviceptr dst, const void *src, size_t n,
+			uintptr_t s)
+{
+	CUstream stream = (CUstream)s;
+	for (size_t off = 0; off < n;) {
+		size_t k = n - off < st->size ? n - off : st->size;
+		unsigned i;
+		CUresult r = slot_take(t, st, &i);
+		if (r != GM_CUDA_SUCCESS)
+			return r;
+		memcpy(st->buf[i], (const char *)src + off, k);
+		if ((r = t->cuMemcpyHtoDAsync_v2(dst + off, st->buf[i], k, stream)) != GM_CUDA_SUCCESS)
+			return r;
+		if ((r = t->cuEventRecord(st->ev[i], stream)) != GM_CUDA_SUCCESS) {
+			/* The copy is queued but cannot be tracked: wait for it. */
+			t->cuStreamSynchronize(stream);
+			return r;
+		}
+		st->busy[i] = 1;
+		off += k;
+	}
+	return GM_CUDA_SUCCESS;
+}
+
+CUresult gm_dtoh_staged(const gm_cuda *t, gm_staging *st, void *dst, CUdeviceptr src, size_t n, uintptr_t s)
+{
+	CUstream stream = (CUstream)s;
+	unsigned i;
+	CUresult r;
+	if (n == 0)
+		return GM_CUDA_SUCCESS;
+	if ((r = slot_take(t, st, &i)) != GM_CUDA_SUCCESS)
+		return r;
+	for (size_t off = 0; off < n;) {
+		size_t k = n - off < st->size ? n - off : st->size;
+		if ((r = t->cuMemcpyDtoHAsync_v2(st->buf[i], src + off, k, stream)) != GM_CUDA_SUCCESS)
+			return r;
+		if ((r = t->cuStreamSynchronize(stream)) != GM_CUDA_SUCCESS)
+			return r;
+		memcpy((char *)dst + off, st->buf[i], k);
+		off += k;
+	}
+	return GM_CUDA_SUCCESS;
+}
+
+/* ---- device ---- */
+
+CUresult gm_init(const gm_cuda *t, unsigned int flags)
+{
+	return t->cuInit(flags);
+}
+
+CUresult gm_driver_version(const gm_cuda *t, int *v)
+{
+	return t->cuDriverGetVersion(v);
+}
+
+CUresult gm_device_count(const gm_cuda *t, int *n)
+{
+	return t->cuDeviceGetCount(n);
+}
+
+CUresult gm_device_name(const gm_cuda *t, int dev, char *name, int len)
+{
+	CUdevice d;
+	CUresult r = t->cuDeviceGet(&d, dev);
+	return r != GM_CUDA_SUCCESS ? r : t->cuDeviceGetName(name, len, d);
+}
+
+CUresult gm_device_total_mem(const gm_cuda *t, int dev, size_t *bytes)
+{
+	CUdevice d;
+	CUresult r = t->cuDeviceGet(&d, dev);
+	return r != GM_CUDA_SUCCESS ? r : t->cuDeviceTotalMem_v2(bytes, d);
+}
+
+CUresult gm_device_attribute(const gm_cuda *t, int attr, int dev, int *v)
+{
+	CUdevice d;
+	CUresult r = t->cuDeviceGet(&d, dev);
+	return r != GM_CUDA_SUCCESS ? r : t->cuDeviceGetAttribute(v, attr, d);
+}
+
+CUresult gm_device_uuid(const gm_cuda *t, int dev, char *uuid16)
+{
+	CUdevice d;
+	CUuuid u;
+	CUresult r;
+	if (t->cuDeviceGetUuid_v2 == NULL && t->cuDeviceGetUuid == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	if ((r = t->cuDeviceGet(&d, dev)) != GM_CUDA_SUCCESS)
+		return r;
+	r = t->cuDeviceGetUuid_v2 != NULL ? t->cuDeviceGetUuid_v2(&u, d) : t->cuDeviceGetUuid(&u, d);
+	if (r == GM_CUDA_SUCCESS)
+		memcpy(uuid16, u.bytes, 16);
+	return r;
+}
+
+/* ---- contexts ---- */
+
+CUresult gm_ctx_create(const gm_cuda *t, int dev, unsigned int flags, uintptr_t *ctx)
+{
+	CUdevice d;
+	CUcontext c = NULL;
+	CUresult r = t->cuDeviceGet(&d, dev);
+	if (r != GM_CUDA_SUCCESS)
+		return r;
+	r = t->cuCtxCreate_v2(&c, flags, d);
+	*ctx = (uintptr_t)c;
+	return r;
+}
+
+CUresult gm_ctx_destroy(const gm_cuda *t, uintptr_t ctx, gm_staging *st)
+{
+	if (st != NULL) {
+		if (t->cuCtxPushCurrent_v2((CUcontext)ctx) == GM_CUDA_SUCCESS) {
+			for (unsigned i = 0; i < GM_STAGING_SLOTS; i++) {
+				if (st->busy[i])
+					t->cuEventSynchronize(st->ev[i]);
+				if (st->ev[i] != NULL)
+					t->cuEventDestroy_v2(st->ev[i]);
+				if (st->buf[i] != NULL)
+					t->cuMemFreeHost(st->buf[i]);
+			}
+			CUcontext popped;
+			t->cuCtxPopCurrent_v2(&popped);
+		}
+		free(st);
+	}
+	return t->cuCtxDestroy_v2((CUcontext)ctx);
+}
+
+CUresult gm_ctx_set_current(const gm_cuda *t, uintptr_t ctx)
+{
+	return t->cuCtxSetCurrent((CUcontext)ctx);
+}
+
+CUresult gm_ctx_get_current(const gm_cuda *t, uintptr_t *ctx)
+{
+	CUcontext c = NULL;
+	CUresult r = t->cuCtxGetCurrent(&c);
+	*ctx = (uintptr_t)c;
+	return r;
+}
+
+CUresult gm_ctx_synchronize(const gm_cuda *t)
+{
+	return t->cuCtxSynchronize();
+}
+
+/* ---- memory ---- */
+
+CUresult gm_mem_alloc(const gm_cuda *t, size_t n, CUdeviceptr *p)
+{
+	*p = 0;
+	return t->cuMemAlloc_v2(p, n);
+}
+
+CUresult gm_mem_free(const gm_cuda *t, CUdeviceptr p)
+{
+	return t->cuMemFree_v2(p);
+}
+
+CUresult gm_mem_get_info(const gm_cuda *t, size_t *free, size_t *total)
+{
+	return t->cuMemGetInfo_v2(free, total);
+}
+
+CUresult gm_memcpy_htod(const gm_cuda *t, CUdeviceptr dst, const void *src, size_t n)
+{
+	return t->cuMemcpyHtoD_v2(dst, src, n);
+}
+
+CUresult gm_memcpy_dtoh(const gm_cuda *t, void *dst, CUdeviceptr src, size_t n)
+{
+	return t->cuMemcpyDtoH_v2(dst, src, n);
+}
+
+CUresult gm_memcpy_dtod(const gm_cuda *t, CUdeviceptr dst, CUdeviceptr src, size_t n, uintptr_t s, int async)
+{
+	return async ? t->cuMemcpyDtoDAsync_v2(dst, src, n, (CUstream)s) : t->cuMemcpyDtoD_v2(dst, src, n);
+}
+
+CUresult gm_memset_d8(const gm_cuda *t, CUdeviceptr dst, unsigned char v, size_t n, uintptr_t s, int async)
+{
+	return async ? t->cuMemsetD8Async(dst, v, n, (CUstream)s) : t->cuMemsetD8_v2(dst, v, n);
+}
+
+CUresult gm_memset_d32(const gm_cuda *t, CUdeviceptr dst, unsigned int v, size_t n, uintptr_t s, int async)
+{
+	return async ? t->cuMemsetD32Async(dst, v, n, (CUstream)s) : t->cuMemsetD32_v2(dst, v, n);
+}
+
+/* ---- modules and kernels ---- */
+
+CUresult gm_module_load(const gm_cuda *t, const void *image, size_t n, uintptr_t *mod)
+{
+	CUmodule m = NULL;
+	CUresult r;
+	*mod = 0;
+	if (n == 0)
+		return GM_CUDA_ERROR_INVALID_VALUE;
+	if (((const char *)image)[n - 1] == 0) {
+		r = t->cuModuleLoadData(&m, image);
+	} else {
+		/* PTX is read up to its NUL: give it one. */
+		char *c = malloc(n + 1);
+		if (c == NULL)
+			return GM_CUDA_ERROR_OUT_OF_MEMORY;
+		memcpy(c, image, n);
+		c[n] = 0;
+		r = t->cuModuleLoadData(&m, c);
+		free(c);
+	}
+	*mod = (uintptr_t)m;
+	return r;
+}
+
+CUresult gm_module_unload(const gm_cuda *t, uintptr_t mod)
+{
+	return t->cuModuleUnload((CUmodule)mod);
+}
+
+/* cstr gives name[0:len] a NUL: in buf when it fits, else malloc'd. */
+static char *cstr(const char *name, size_t len, char *buf, size_t buflen)
+{
+	char *s = len < buflen ? buf : malloc(len + 1);
+	if (s != NULL) {
+		if (len > 0)
+			memcpy(s, name, len);
+		s[len] = 0;
+	}
+	return s;
+}
+
+CUresult gm_module_get_function(const gm_cuda *t, uintptr_t mod, const char *name, size_t namelen,
+				uintptr_t *fn)
+{
+	char buf[512];
+	char *s = cstr(name, namelen, buf, sizeof buf);
+	CUfunction f = NULL;
+	CUresult r;
+	*fn = 0;
+	if (s == NULL)
+		return GM_CUDA_ERROR_OUT_OF_MEMORY;
+	r = t->cuModuleGetFunction(&f, (CUmodule)mod, s);
+	if (s != buf)
+		free(s);
+	*fn = (uintptr_t)f;
+	return r;
+}
+
+CUresult gm_module_get_global(const gm_cuda *t, uintptr_t mod, const char *name, size_t namelen,
+			      CUdeviceptr *p, size_t *bytes)
+{
+	char buf[512];
+	char *s = cstr(name, namelen, buf, sizeof buf);
+	CUresult r;
+	*p = 0;
+	*bytes = 0;
+	if (s == NULL)
+		return GM_CUDA_ERROR_OUT_OF_MEMORY;
+	r = t->cuModuleGetGlobal_v2(p, bytes, (CUmodule)mod, s);
+	if (s != buf)
+		free(s);
+	return r;
+}
+
+CUresult gm_func_param_info(const gm_cuda *t, uintptr_t fn, size_t index, size_t *offset, size_t *size)
+{
+	*offset = 0;
+	*size = 0;
+	if (t->cuFuncGetParamInfo == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	return t->cuFuncGetParamInfo((CUfunction)fn, index, offset, size);
+}
+
+CUresult gm_func_attribute(const gm_cuda *t, int attr, uintptr_t fn, int *v)
+{
+	return t->cuFuncGetAttribute(v, attr, (CUfunction)fn);
+}
+
+CUresult gm_launch(const gm_cuda *t, uintptr_t fn, unsigned int gx, unsigned int gy, unsigned int gz,
+		   unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem, uintptr_t s,
+		   void *params, size_t nparams)
+{
+	size_t size = nparams;
+	void *extra[] = {
+		GM_CU_LAUNCH_PARAM_BUFFER_POINTER, params, GM_CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+		GM_CU_LAUNCH_PARAM_END,
+	};
+	/* The driver copies the parameters before it returns. */
+	return t->cuLaunchKernel((CUfunction)fn, gx, gy, gz, bx, by, bz, shmem, (CUstream)s, NULL,
+				 nparams > 0 ? extra : NULL);
+}
+
+/* ---- streams and events ---- */
+
+CUresult gm_stream_create(const gm_cuda *t, unsigned int flags, uintptr_t *s)
+{
+	CUstream st = NULL;
+	CUresult r = t->cuStreamCreate(&st, flags);
+	*s = (uintptr_t)st;
+	return r;
+}
+
+CUresult gm_stream_destroy(const gm_cuda *t, uintptr_t s)
+{
+	return t->cuStreamDestroy_v2((CUstream)s);
+}
+
+CUresult gm_stream_synchronize(const gm_cuda *t, uintptr_t s)
+{
+	return t->cuStreamSynchronize((CUstream)s);
+}
+
+CUresult gm_stream_query(const gm_cuda *t, uintptr_t s)
+{
+	return t->cuStreamQuery((CUstream)s);
+}
+
+CUresult gm_stream_wait_event(const gm_cuda *t, uintptr_t s, uintptr_t ev, unsigned int flags)
+{
+	return t->cuStreamWaitEvent((CUstream)s, (CUevent)ev, flags);
+}
+
+CUresult gm_event_create(const gm_cuda *t, unsigned int flags, uintptr_t *ev)
+{
+	CUevent e = NULL;
+	CUresult r = t->cuEventCreate(&e, flags);
+	*ev = (uintptr_t)e;
+	return r;
+}
+
+CUresult gm_event_destroy(const gm_cuda *t, uintptr_t ev)
+{
+	return t->cuEventDestroy_v2((CUevent)ev);
+}
+
+CUresult gm_event_record(const gm_cuda *t, uintptr_t ev, uintptr_t s)
+{
+	return t->cuEventRecord((CUevent)ev, (CUstream)s);
+}
+
+CUresult gm_event_synchronize(const gm_cuda *t, uintptr_t ev)
+{
+	return t->cuEventSynchronize((CUevent)ev);
+}
+
+CUresult gm_event_query(const gm_cuda *t, uintptr_t ev)
+{
+	return t->cuEventQuery((CUevent)ev);
+}
+
+CUresult gm_event_elapsed(const gm_cuda *t, uintptr_t start, uintptr_t end, float *ms)
+{
+	*ms = 0;
+	if (t->cuEventElapsedTime_v2 != NULL)
+		return t->cuEventElapsedTime_v2(ms, (CUevent)start, (CUevent)end);
+	if (t->cuEventElapsedTime != NULL)
+		return t->cuEventElapsedTime(ms, (CUevent)start, (CUevent)end);
+	return GM_CUDA_ERROR_NOT_SUPPORTED;
+}

@@ -1,0 +1,223 @@
+/*
+ * The C half of package cudabackend: a dlsym table over libcuda.so.1 and
+ * thin wrappers that Go calls through cgo.
+ *
+ * No CUDA header is needed: the few types below have CUDA's ABI (cuda.h,
+ * CUDA 12/13). Handles cross the cgo boundary as uintptr_t so that Go never
+ * converts an integer to a pointer; the wrappers cast them back.
+ */
+#ifndef GPUMUX_CUDABACKEND_H
+#define GPUMUX_CUDABACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int CUresult; /* an enum in cuda.h: int-sized */
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef struct CUuuid_st {
+	char bytes[16];
+} CUuuid;
+
+#define GM_CUDA_SUCCESS 0
+#define GM_CUDA_ERROR_INVALID_VALUE 1
+#define GM_CUDA_ERROR_NOT_SUPPORTED 801
+#define GM_CU_EVENT_DISABLE_TIMING 0x2
+#define GM_CU_LAUNCH_PARAM_END ((void *)0x00)
+#define GM_CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
+#define GM_CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
+
+/*
+ * The symbols, each field named as the symbol it holds. X(name) is
+ * required; O(name) optional (NULL when the driver lacks it).
+ */
+#define GM_CUDA_SYMBOLS(X, O)                                                  \
+	X(cuInit)                                                              \
+	X(cuDriverGetVersion)                                                  \
+	X(cuDeviceGet)                                                         \
+	X(cuDeviceGetCount)                                                    \
+	X(cuDeviceGetName)                                                     \
+	X(cuDeviceTotalMem_v2)                                                 \
+	X(cuDeviceGetAttribute)                                                \
+	O(cuDeviceGetUuid)                                                     \
+	O(cuDeviceGetUuid_v2)                                                  \
+	X(cuCtxCreate_v2)                                                      \
+	X(cuCtxDestroy_v2)                                                     \
+	X(cuCtxSetCurrent)                                                     \
+	X(cuCtxGetCurrent)                                                     \
+	X(cuCtxPushCurrent_v2)                                                 \
+	X(cuCtxPopCurrent_v2)                                                  \
+	X(cuCtxSynchronize)                                                    \
+	X(cuMemAlloc_v2)                                                       \
+	X(cuMemFree_v2)                                                        \
+	X(cuMemGetInfo_v2)                                                     \
+	X(cuMemAllocHost_v2)                                                   \
+	X(cuMemFreeHost)                                                       \
+	X(cuMemcpyHtoD_v2)                                                     \
+	X(cuMemcpyHtoDAsync_v2)                                                \
+	X(cuMemcpyDtoH_v2)                                                     \
+	X(cuMemcpyDtoHAsync_v2)                                                \
+	X(cuMemcpyDtoD_v2)                                                     \
+	X(cuMemcpyDtoDAsync_v2)                                                \
+	X(cuMemsetD8_v2)                                                       \
+	X(cuMemsetD32_v2)                                                      \
+	X(cuMemsetD8Async)                                                     \
+	X(cuMemsetD32Async)                                                    \
+	X(cuModuleLoadData)                                                    \
+	X(cuModuleUnload)                                                      \
+	X(cuModuleGetFunction)                                                 \
+	X(cuModuleGetGlobal_v2)                                                \
+	O(cuFuncGetParamInfo)                                                  \
+	X(cuFuncGetAttribute)                                                  \
+	X(cuLaunchKernel)                                                      \
+	X(cuStreamCreate)                                                      \
+	X(cuStreamDestroy_v2)                                                  \
+	X(cuStreamSynchronize)                                                 \
+	X(cuStreamQuery)                                                       \
+	X(cuStreamWaitEvent)                                                   \
+	X(cuEventCreate)                                                       \
+	X(cuEventDestroy_v2)                                                   \
+	X(cuEventRecord)                                                       \
+	X(cuEventSynchronize)                                                  \
+	X(cuEventQuery)                                                        \
+	O(cuEventElapsedTime)                                                  \
+	O(cuEventElapsedTime_v2)
+
+typedef struct gm_cuda {
+	void *lib;
+	CUresult (*cuInit)(unsigned int flags);
+	CUresult (*cuDriverGetVersion)(int *version);
+	CUresult (*cuDeviceGet)(CUdevice *dev, int ordinal);
+	CUresult (*cuDeviceGetCount)(int *count);
+	CUresult (*cuDeviceGetName)(char *name, int len, CUdevice dev);
+	CUresult (*cuDeviceTotalMem_v2)(size_t *bytes, CUdevice dev);
+	CUresult (*cuDeviceGetAttribute)(int *pi, int attrib, CUdevice dev);
+	CUresult (*cuDeviceGetUuid)(CUuuid *uuid, CUdevice dev);
+	CUresult (*cuDeviceGetUuid_v2)(CUuuid *uuid, CUdevice dev);
+	CUresult (*cuCtxCreate_v2)(CUcontext *pctx, unsigned int flags, CUdevice dev);
+	CUresult (*cuCtxDestroy_v2)(CUcontext ctx);
+	CUresult (*cuCtxSetCurrent)(CUcontext ctx);
+	CUresult (*cuCtxGetCurrent)(CUcontext *pctx);
+	CUresult (*cuCtxPushCurrent_v2)(CUcontext ctx);
+	CUresult (*cuCtxPopCurrent_v2)(CUcontext *pctx);
+	CUresult (*cuCtxSynchronize)(void);
+	CUresult (*cuMemAlloc_v2)(CUdeviceptr *dptr, size_t bytes);
+	CUresult (*cuMemFree_v2)(CUdeviceptr dptr);
+	CUresult (*cuMemGetInfo_v2)(size_t *free, size_t *total);
+	CUresult (*cuMemAllocHost_v2)(void **pp, size_t bytes);
+	CUresult (*cuMemFreeHost)(void *p);
+	CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr dst, const void *src, size_t n);
+	CUresult (*cuMemcpyHtoDAsync_v2)(CUdeviceptr dst, const void *src, size_t n, CUstream s);
+	CUresult (*cuMemcpyDtoH_v2)(void *dst, CUdeviceptr src, size_t n);
+	CUresult (*cuMemcpyDtoHAsync_v2)(void *dst, CUdeviceptr src, size_t n, CUstream s);
+	CUresult (*cuMemcpyDtoD_v2)(CUdeviceptr dst, CUdeviceptr src, size_t n);
+	CUresult (*cuMemcpyDtoDAsync_v2)(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
+	CUresult (*cuMemsetD8_v2)(CUdeviceptr dst, unsigned char v, size_t n);
+	CUresult (*cuMemsetD32_v2)(CUdeviceptr dst, unsigned int v, size_t n);
+	CUresult (*cuMemsetD8Async)(CUdeviceptr dst, unsigned char v, size_t n, CUstream s);
+	CUresult (*cuMemsetD32Async)(CUdeviceptr dst, unsigned int v, size_t n, CUstream s);
+	CUresult (*cuModuleLoadData)(CUmodule *mod, const void *image);
+	CUresult (*cuModuleUnload)(CUmodule mod);
+	CUresult (*cuModuleGetFunction)(CUfunction *fn, CUmodule mod, const char *name);
+	CUresult (*cuModuleGetGlobal_v2)(CUdeviceptr *dptr, size_t *bytes, CUmodule mod, const char *name);
+	CUresult (*cuFuncGetParamInfo)(CUfunction fn, size_t index, size_t *offset, size_t *size);
+	CUresult (*cuFuncGetAttribute)(int *pi, int attrib, CUfunction fn);
+	CUresult (*cuLaunchKernel)(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
+				   unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+				   CUstream s, void **params, void **extra);
+	CUresult (*cuStreamCreate)(CUstream *s, unsigned int flags);
+	CUresult (*cuStreamDestroy_v2)(CUstream s);
+	CUresult (*cuStreamSynchronize)(CUstream s);
+	CUresult (*cuStreamQuery)(CUstream s);
+	CUresult (*cuStreamWaitEvent)(CUstream s, CUevent ev, unsigned int flags);
+	CUresult (*cuEventCreate)(CUevent *ev, unsigned int flags);
+	CUresult (*cuEventDestroy_v2)(CUevent ev);
+	CUresult (*cuEventRecord)(CUevent ev, CUstream s);
+	CUresult (*cuEventSynchronize)(CUevent ev);
+	CUresult (*cuEventQuery)(CUevent ev);
+	CUresult (*cuEventElapsedTime)(float *ms, CUevent start, CUevent end);
+	CUresult (*cuEventElapsedTime_v2)(float *ms, CUevent start, CUevent end);
+} gm_cuda;
+
+/* gm_open's results. */
+enum { GM_OPEN_OK = 0, GM_OPEN_NO_LIBRARY = 1, GM_OPEN_NO_SYMBOL = 2, GM_OPEN_NO_MEMORY = 3 };
+
+/*
+ * gm_open loads path and resolves the table into *out (malloc'd). On
+ * failure it writes dlerror's text or the missing symbol's name into msg.
+ */
+int gm_open(const char *path, gm_cuda **out, char *msg, size_t msglen);
+
+/*
+ * Staging: a per-context ring of pinned host buffers for asynchronous
+ * copies. Slot i is busy while ev[i] (recorded after its copy) is pending.
+ */
+#define GM_STAGING_SLOTS 4
+typedef struct gm_staging {
+	size_t size; /* bytes per slot */
+	unsigned next;
+	void *buf[GM_STAGING_SLOTS];
+	CUevent ev[GM_STAGING_SLOTS];
+	int busy[GM_STAGING_SLOTS];
+} gm_staging;
+
+gm_staging *gm_staging_new(size_t size);
+CUresult gm_htod_staged(const gm_cuda *t, gm_staging *st, CUdeviceptr dst, const void *src, size_t n,
+			uintptr_t s);
+CUresult gm_dtoh_staged(const gm_cuda *t, gm_staging *st, void *dst, CUdeviceptr src, size_t n, uintptr_t s);
+
+/* Wrappers: each returns the CUresult. dev arguments are ordinals. */
+CUresult gm_init(const gm_cuda *t, unsigned int flags);
+CUresult gm_driver_version(const gm_cuda *t, int *v);
+CUresult gm_device_count(const gm_cuda *t, int *n);
+CUresult gm_device_name(const gm_cuda *t, int dev, char *name, int len);
+CUresult gm_device_total_mem(const gm_cuda *t, int dev, size_t *bytes);
+CUresult gm_device_attribute(const gm_cuda *t, int attr, int dev, int *v);
+CUresult gm_device_uuid(const gm_cuda *t, int dev, char *uuid16);
+
+CUresult gm_ctx_create(const gm_cuda *t, int dev, unsigned int flags, uintptr_t *ctx);
+/* gm_ctx_destroy frees st's buffers (in ctx) and st, then destroys ctx. */
+CUresult gm_ctx_destroy(const gm_cuda *t, uintptr_t ctx, gm_staging *st);
+CUresult gm_ctx_set_current(const gm_cuda *t, uintptr_t ctx);
+CUresult gm_ctx_get_current(const gm_cuda *t, uintptr_t *ctx);
+CUresult gm_ctx_synchronize(const gm_cuda *t);
+
+CUresult gm_mem_alloc(const gm_cuda *t, size_t n, CUdeviceptr *p);
+CUresult gm_mem_free(const gm_cuda *t, CUdeviceptr p);
+CUresult gm_mem_get_info(const gm_cuda *t, size_t *free, size_t *total);
+CUresult gm_memcpy_htod(const gm_cuda *t, CUdeviceptr dst, const void *src, size_t n);
+CUresult gm_memcpy_dtoh(const gm_cuda *t, void *dst, CUdeviceptr src, size_t n);
+CUresult gm_memcpy_dtod(const gm_cuda *t, CUdeviceptr dst, CUdeviceptr src, size_t n, uintptr_t s, int async);
+CUresult gm_memset_d8(const gm_cuda *t, CUdeviceptr dst, unsigned char v, size_t n, uintptr_t s, int async);
+CUresult gm_memset_d32(const gm_cuda *t, CUdeviceptr dst, unsigned int v, size_t n, uintptr_t s, int async);
+
+CUresult gm_module_load(const gm_cuda *t, const void *image, size_t n, uintptr_t *mod);
+CUresult gm_module_unload(const gm_cuda *t, uintptr_t mod);
+CUresult gm_module_get_function(const gm_cuda *t, uintptr_t mod, const char *name, size_t namelen,
+				uintptr_t *fn);
+CUresult gm_module_get_global(const gm_cuda *t, uintptr_t mod, const char *name, size_t namelen,
+			      CUdeviceptr *p, size_t *bytes);
+CUresult gm_func_param_info(const gm_cuda *t, uintptr_t fn, size_t index, size_t *offset, size_t *size);
+CUresult gm_func_attribute(const gm_cuda *t, int attr, uintptr_t fn, int *v);
+CUresult gm_launch(const gm_cuda *t, uintptr_t fn, unsigned int gx, unsigned int gy, unsigned int gz,
+		   unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem, uintptr_t s,
+		   void *params, size_t nparams);
+
+CUresult gm_stream_create(const gm_cuda *t, unsigned int flags, uintptr_t *s);
+CUresult gm_stream_destroy(const gm_cuda *t, uintptr_t s);
+CUresult gm_stream_synchronize(const gm_cuda *t, uintptr_t s);
+CUresult gm_stream_query(const gm_cuda *t, uintptr_t s);
+CUresult gm_stream_wait_event(const gm_cuda *t, uintptr_t s, uintptr_t ev, unsigned int flags);
+CUresult gm_event_create(const gm_cuda *t, unsigned int flags, uintptr_t *ev);
+CUresult gm_event_destroy(const gm_cuda *t, uintptr_t ev);
+CUresult gm_event_record(const gm_cuda *t, uintptr_t ev, uintptr_t s);
+CUresult gm_event_synchronize(const gm_cuda *t, uintptr_t ev);
+CUresult gm_event_query(const gm_cuda *t, uintptr_t ev);
+CUresult gm_event_elapsed(const gm_cuda *t, uintptr_t start, uintptr_t end, float *ms);
+
+#endif

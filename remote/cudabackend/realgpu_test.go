@@ -1,0 +1,365 @@
+//go:build gpu
+
+// The backend on a real GPU (an H200 in gpumux's runs). Build the test
+// binary here and run it where the GPU is (no Go needed there):
+//
+//	go test -c -tags gpu -o .devbin/cudabackend.test ./remote/cudabackend/
+//	.devbin/cudabackend.test -test.v -test.run GPU
+//
+// GPUMUX_LIBCUDA names another driver library than libcuda.so.1.
+
+package cudabackend
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gpumux/gpumux/remote/proto"
+)
+
+// fillPTX is fill(u32 *p, u32 v, u32 n): p[i] = v for i < n, and each
+// thread that stores adds 1 to the global counter.
+const fillPTX = `.version 8.0
+.target sm_90
+.address_size 64
+
+.visible .global .align 4 .u32 counter;
+
+.visible .entry fill(
+	.param .u64 fill_param_p,
+	.param .u32 fill_param_v,
+	.param .u32 fill_param_n
+)
+{
+	.reg .pred %p<2>;
+	.reg .b32 %r<6>;
+	.reg .b64 %rd<5>;
+
+	ld.param.u64 %rd1, [fill_param_p];
+	ld.param.u32 %r1, [fill_param_v];
+	ld.param.u32 %r2, [fill_param_n];
+	mov.u32 %r3, %ctaid.x;
+	mov.u32 %r4, %ntid.x;
+	mov.u32 %r5, %tid.x;
+	mad.lo.s32 %r3, %r3, %r4, %r5;
+	setp.ge.u32 %p1, %r3, %r2;
+	@%p1 bra DONE;
+	cvta.to.global.u64 %rd2, %rd1;
+	mul.wide.u32 %rd3, %r3, 4;
+	add.s64 %rd4, %rd2, %rd3;
+	st.global.u32 [%rd4], %r1;
+	mov.u32 %r0, 1;
+	red.global.add.u32 [counter], %r0;
+DONE:
+	ret;
+}
+`
+
+func openGPU(t *testing.T) *Backend {
+	t.Helper()
+	b, err := Open(os.Getenv("GPUMUX_LIBCUDA"))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return b
+}
+
+// onGPUThread runs f as a server session runs: on the test's goroutine,
+// locked to its OS thread, with a new context on device 0 set current; it
+// destroys the context after f.
+func onGPUThread(t *testing.T, b *Backend, f func(ctx uintptr)) {
+	t.Helper()
+	withContext(t, b, func(ctx uintptr) {
+		f(ctx)
+		ok(t, "CtxDestroy", b.CtxDestroy(ctx))
+	})
+}
+
+func params(p proto.DevPtr, v, n uint32) []byte {
+	b := make([]byte, 16)
+	binary.LittleEndian.PutUint64(b[0:], uint64(p))
+	binary.LittleEndian.PutUint32(b[8:], v)
+	binary.LittleEndian.PutUint32(b[12:], n)
+	return b
+}
+
+func TestGPUDevice(t *testing.T) {
+	b := openGPU(t)
+	v, r := b.DriverVersion()
+	ok(t, "DriverVersion", r)
+	n, r := b.DeviceCount()
+	ok(t, "DeviceCount", r)
+	if n < 1 {
+		t.Fatalf("DeviceCount = %d", n)
+	}
+	name, r := b.DeviceName(0)
+	ok(t, "DeviceName", r)
+	if name == "" {
+		t.Fatal("DeviceName: empty")
+	}
+	mem, r := b.DeviceTotalMem(0)
+	ok(t, "DeviceTotalMem", r)
+	major, r := b.DeviceAttribute(75, 0)
+	ok(t, "DeviceAttribute(COMPUTE_CAPABILITY_MAJOR)", r)
+	minor, r := b.DeviceAttribute(76, 0)
+	ok(t, "DeviceAttribute(COMPUTE_CAPABILITY_MINOR)", r)
+	sms, r := b.DeviceAttribute(16, 0)
+	ok(t, "DeviceAttribute(MULTIPROCESSOR_COUNT)", r)
+	u, r := b.DeviceUUID(0)
+	ok(t, "DeviceUUID", r)
+	t.Logf("driver %d, %d device(s); 0: %q, %d MiB, sm_%d%d, %d SMs, uuid GPU-%x-%x-%x-%x-%x",
+		v, n, name, mem>>20, major, minor, sms, u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+	if mem < 1<<30 || sms < 1 || major < 1 || u == [16]byte{} {
+		t.Fatal("implausible device properties")
+	}
+	if strings.Contains(name, "H200") || strings.Contains(name, "H100") {
+		eq(t, "compute capability", [2]int32{major, minor}, [2]int32{9, 0})
+		eq(t, "SM count", sms, 132)
+	}
+	_, r = b.DeviceName(n)
+	want(t, "DeviceName(past the last)", r, proto.ErrInvalidDevice)
+}
+
+func TestGPUMemory(t *testing.T) {
+	b := openGPU(t)
+	onGPUThread(t, b, func(ctx uintptr) {
+		free, total, r := b.MemGetInfo()
+		ok(t, "MemGetInfo", r)
+		if free == 0 || free > total {
+			t.Fatalf("MemGetInfo: free %d of %d", free, total)
+		}
+		const size = 5 << 20
+		d1, r := b.MemAlloc(size)
+		ok(t, "MemAlloc", r)
+		d2, r := b.MemAlloc(size)
+		ok(t, "MemAlloc", r)
+		src := pattern(size, 11)
+		dst := make([]byte, size)
+
+		// Synchronous: Go memory straight to the driver.
+		ok(t, "MemcpyHtoD", b.MemcpyHtoD(d1, src, 0, false))
+		ok(t, "MemcpyDtoD", b.MemcpyDtoD(d2, d1, size, 0, false))
+		ok(t, "MemcpyDtoH", b.MemcpyDtoH(dst, d2, 0))
+		if !bytes.Equal(dst, src) {
+			t.Fatal("synchronous round trip differs")
+		}
+
+		// Asynchronous through the staging ring, on a stream.
+		s, r := b.StreamCreate(1) // CU_STREAM_NON_BLOCKING
+		ok(t, "StreamCreate", r)
+		src2 := pattern(size, 77)
+		orig := bytes.Clone(src2)
+		ok(t, "MemcpyHtoD async", b.MemcpyHtoD(d1, src2, s, true))
+		clear(src2)
+		ok(t, "MemcpyDtoD async", b.MemcpyDtoD(d2, d1, size, s, true))
+		clear(dst)
+		ok(t, "MemcpyDtoH on a stream", b.MemcpyDtoH(dst, d2, s))
+		if !bytes.Equal(dst, orig) {
+			t.Fatal("staged round trip differs")
+		}
+
+		// Memsets.
+		ok(t, "MemsetD32", b.MemsetD32(d1, 0xdeadbeef, size/4, 0, false))
+		ok(t, "MemsetD8 async", b.MemsetD8(d1+100, 0x5a, 28, s, true))
+		ok(t, "MemsetD32 async", b.MemsetD32(d1+size-8, 7, 2, s, true))
+		ok(t, "MemcpyDtoH on a stream", b.MemcpyDtoH(dst, d1, s))
+		for i := 0; i < size; i += 4 {
+			w := uint32(0xdeadbeef)
+			switch {
+			case i >= 100 && i < 128:
+				w = 0x5a5a5a5a
+			case i >= size-8:
+				w = 7
+			}
+			if got := binary.LittleEndian.Uint32(dst[i:]); got != w {
+				t.Fatalf("word at %d = %#x, want %#x", i, got, w)
+			}
+		}
+
+		ok(t, "StreamDestroy", b.StreamDestroy(s))
+		ok(t, "MemFree", b.MemFree(d1))
+		ok(t, "MemFree", b.MemFree(d2))
+		if r := b.MemFree(d1); r == proto.Success {
+			t.Fatal("MemFree of a freed pointer succeeded")
+		}
+		r = b.MemFree(0xdead0000)
+		if r == proto.Success {
+			t.Fatal("MemFree of a bad pointer succeeded")
+		}
+		t.Logf("MemFree(bad): %v", r)
+		ok(t, "CtxSynchronize", b.CtxSynchronize())
+	})
+}
+
+func TestGPUKernel(t *testing.T) {
+	b := openGPU(t)
+	onGPUThread(t, b, func(ctx uintptr) {
+		mod, r := b.ModuleLoadData([]byte(fillPTX)) // no NUL: the backend adds it
+		ok(t, "ModuleLoadData", r)
+		fn, r := b.ModuleGetFunction(mod, "fill")
+		ok(t, "ModuleGetFunction", r)
+		_, r = b.ModuleGetFunction(mod, "nope")
+		want(t, "ModuleGetFunction(nope)", r, proto.ErrNotFound)
+		for i, w := range [][2]uint64{{0, 8}, {8, 4}, {12, 4}} {
+			off, size, r := b.FuncParamInfo(fn, uint64(i))
+			ok(t, "FuncParamInfo", r)
+			eq(t, "param (offset, size)", [2]uint64{off, size}, w)
+		}
+		_, _, r = b.FuncParamInfo(fn, 3)
+		want(t, "FuncParamInfo(3)", r, proto.ErrInvalidValue)
+		maxThreads, r := b.FuncGetAttribute(0, fn)
+		ok(t, "FuncGetAttribute(MAX_THREADS_PER_BLOCK)", r)
+		regs, r := b.FuncGetAttribute(4, fn)
+		ok(t, "FuncGetAttribute(NUM_REGS)", r)
+		t.Logf("fill: %d threads/block at most, %d registers", maxThreads, regs)
+		counter, csize, r := b.ModuleGetGlobal(mod, "counter")
+		ok(t, "ModuleGetGlobal", r)
+		eq(t, "counter size", csize, 4)
+
+		const size = 5 << 20
+		const words = size / 4
+		d, r := b.MemAlloc(size)
+		ok(t, "MemAlloc", r)
+		ok(t, "MemsetD32", b.MemsetD32(d, 0, words, 0, false))
+		ok(t, "MemsetD32(counter)", b.MemsetD32(counter, 0, 1, 0, false))
+		s, r := b.StreamCreate(0)
+		ok(t, "StreamCreate", r)
+		start, r := b.EventCreate(0)
+		ok(t, "EventCreate", r)
+		end, r := b.EventCreate(0)
+		ok(t, "EventCreate", r)
+
+		const n = words - 1000 // the last 1000 words stay 0
+		ok(t, "EventRecord", b.EventRecord(start, s))
+		ok(t, "LaunchKernel", b.LaunchKernel(fn, [3]uint32{(n + 255) / 256, 1, 1}, [3]uint32{256, 1, 1}, 0, s, params(d, 0x12345678, n)))
+		ok(t, "EventRecord", b.EventRecord(end, s))
+		ok(t, "EventSynchronize", b.EventSynchronize(end))
+		ok(t, "EventQuery", b.EventQuery(end))
+		ok(t, "StreamQuery", b.StreamQuery(s))
+		ms, r := b.EventElapsedTime(start, end)
+		ok(t, "EventElapsedTime", r)
+		if ms < 0 {
+			t.Fatalf("EventElapsedTime = %v", ms)
+		}
+		t.Logf("fill of %d words: %.3f ms", n, ms)
+
+		dst := make([]byte, size)
+		ok(t, "MemcpyDtoH on a stream", b.MemcpyDtoH(dst, d, s))
+		for i := range words {
+			w := uint32(0x12345678)
+			if i >= n {
+				w = 0
+			}
+			if got := binary.LittleEndian.Uint32(dst[4*i:]); got != w {
+				t.Fatalf("word %d = %#x, want %#x", i, got, w)
+			}
+		}
+		var c [4]byte
+		ok(t, "MemcpyDtoH(counter)", b.MemcpyDtoH(c[:], counter, 0))
+		eq(t, "counter", binary.LittleEndian.Uint32(c[:]), n)
+
+		// A second stream waits on an event of the first.
+		s2, r := b.StreamCreate(1)
+		ok(t, "StreamCreate", r)
+		ok(t, "LaunchKernel", b.LaunchKernel(fn, [3]uint32{(n + 255) / 256, 1, 1}, [3]uint32{256, 1, 1}, 0, s, params(d, 0xabcdef01, n)))
+		ok(t, "EventRecord", b.EventRecord(end, s))
+		ok(t, "StreamWaitEvent", b.StreamWaitEvent(s2, end, 0))
+		ok(t, "MemcpyDtoH on the waiting stream", b.MemcpyDtoH(dst[:16], d, s2))
+		eq(t, "word 0 after the second launch", binary.LittleEndian.Uint32(dst), 0xabcdef01)
+
+		// Bad launches fail without spoiling the context.
+		r = b.LaunchKernel(fn, [3]uint32{1, 1, 1}, [3]uint32{4096, 1, 1}, 0, s, params(d, 1, 1))
+		if r == proto.Success {
+			t.Fatal("a launch of 4096 threads per block succeeded")
+		}
+		t.Logf("launch of 4096 threads/block: %v", r)
+		_, r = b.ModuleLoadData([]byte("this is not PTX"))
+		if r == proto.Success {
+			t.Fatal("ModuleLoadData of garbage succeeded")
+		}
+		t.Logf("ModuleLoadData(garbage): %v", r)
+		ok(t, "CtxSynchronize", b.CtxSynchronize())
+
+		ok(t, "EventDestroy", b.EventDestroy(start))
+		ok(t, "EventDestroy", b.EventDestroy(end))
+		ok(t, "StreamDestroy", b.StreamDestroy(s))
+		ok(t, "StreamDestroy", b.StreamDestroy(s2))
+		ok(t, "MemFree", b.MemFree(d))
+		ok(t, "ModuleUnload", b.ModuleUnload(mod))
+	})
+}
+
+// TestGPUSessions runs sessions at once, each on its own locked thread and
+// context, with staged copies and launches.
+func TestGPUSessions(t *testing.T) {
+	b := openGPU(t)
+	const sessions, rounds, size = 4, 10, 3<<20 + 4
+	var wg sync.WaitGroup
+	for i := range sessions {
+		wg.Go(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			fail := func(what string, r proto.Result) bool {
+				if r != proto.Success {
+					t.Errorf("session %d: %s: %v", i, what, r)
+					return true
+				}
+				return false
+			}
+			ctx, r := b.CtxCreate(0, 0)
+			if fail("CtxCreate", r) || fail("CtxSetCurrent", b.CtxSetCurrent(ctx)) {
+				return
+			}
+			defer func() { fail("CtxDestroy", b.CtxDestroy(ctx)) }()
+			mod, r := b.ModuleLoadData([]byte(fillPTX))
+			if fail("ModuleLoadData", r) {
+				return
+			}
+			defer func() { fail("ModuleUnload", b.ModuleUnload(mod)) }()
+			fn, r := b.ModuleGetFunction(mod, "fill")
+			if fail("ModuleGetFunction", r) {
+				return
+			}
+			d, r := b.MemAlloc(size)
+			if fail("MemAlloc", r) {
+				return
+			}
+			defer func() { fail("MemFree", b.MemFree(d)) }()
+			s, r := b.StreamCreate(1)
+			if fail("StreamCreate", r) {
+				return
+			}
+			defer func() { fail("StreamDestroy", b.StreamDestroy(s)) }()
+			src := pattern(size, byte(i))
+			dst := make([]byte, size)
+			for k := range rounds {
+				v := uint32(i<<16 | k)
+				if fail("MemcpyHtoD async", b.MemcpyHtoD(d, src, s, true)) ||
+					fail("LaunchKernel", b.LaunchKernel(fn, [3]uint32{1, 1, 1}, [3]uint32{64, 1, 1}, 0, s, params(d, v, 64))) ||
+					fail("MemcpyDtoH", b.MemcpyDtoH(dst, d, s)) {
+					return
+				}
+				for j := range 64 {
+					if got := binary.LittleEndian.Uint32(dst[4*j:]); got != v {
+						t.Errorf("session %d round %d: word %d = %#x, want %#x", i, k, j, got, v)
+						return
+					}
+				}
+				if !bytes.Equal(dst[256:], src[256:]) {
+					t.Errorf("session %d round %d: data differs", i, k)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.mu.RLock()
+	left := len(b.ctxs)
+	b.mu.RUnlock()
+	eq(t, "contexts known", left, 0)
+}

@@ -1,0 +1,805 @@
+/*
+ * A fake libcuda.so.1 for package cudabackend's tests: the entry points the
+ * backend resolves, on host memory. Device pointers are malloc'd host
+ * addresses; asynchronous copies and memsets are queued and run only when
+ * something waits (a stream, event or context synchronize, or a synchronous
+ * call), so a backend that reused a staging buffer too early would copy the
+ * wrong bytes. Everything the calls see is recorded in struct fake_state,
+ * which lives in the file named by $FAKECUDA_STATE (mapped shared), where
+ * the Go test reads it (fakeState in fake_test.go mirrors it).
+ *
+ * Variants: -DFAKE_INIT_RESULT=n (cuInit's result), -DFAKE_OMIT_MEMALLOC
+ * (no cuMemAlloc_v2), -DFAKE_OMIT_OPTIONAL (no cuFuncGetParamInfo,
+ * cuEventElapsedTime_v2, cuDeviceGetUuid_v2).
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef FAKE_INIT_RESULT
+#define FAKE_INIT_RESULT 0
+#endif
+
+#define EXPORT __attribute__((visibility("default")))
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+
+#define FAKE_MAGIC 0x616475636b6166ULL /* "fakcuda" */
+
+struct fake_state {
+	uint64_t magic, size;
+	uint64_t init_calls, init_flags;
+	uint64_t device_gets, last_device;
+	uint64_t ctx_creates, ctx_create_flags, ctx_destroys, ctx_pushes, ctx_pops, ctx_syncs, last_ctx;
+	uint64_t allocs, frees, live_allocs;
+	uint64_t host_allocs, host_frees, live_host;
+	uint64_t htod, htod_async, dtoh, dtoh_async, dtod, dtod_async, memsets, memsets_async;
+	uint64_t last_dst, last_src, last_n, last_stream, last_value, last_src_pinned, last_dst_pinned;
+	uint64_t event_creates, event_destroys, event_records, event_syncs, last_event_flags;
+	uint64_t stream_creates, stream_destroys, stream_syncs, stream_waits, last_stream_flags;
+	uint64_t enqueued, ran;
+	uint64_t module_loads, module_unloads, module_image_len;
+	uint64_t launches, launch_fn, launch_grid[3], launch_block[3], launch_shmem, launch_stream;
+	uint64_t launch_kernel_params, launch_extra_keys, launch_size;
+	uint64_t elapsed_version, uuid_version;
+	char last_name[64];
+	unsigned char module_head[64];
+	unsigned char launch_buf[4096];
+};
+
+static struct fake_state fallback_state;
+static struct fake_state *S;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static struct fake_state *state(void)
+{
+	if (S != NULL)
+		return S;
+	const char *path = getenv("FAKECUDA_STATE");
+	struct fake_state *s = &fallback_state;
+	if (path != NULL && *path != 0) {
+		int fd = open(path, O_RDWR | O_CREAT, 0600);
+		if (fd >= 0 && ftruncate(fd, sizeof *s) == 0) {
+			void *m = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+			if (m != MAP_FAILED)
+				s = m;
+		}
+		if (fd >= 0)
+			close(fd);
+	}
+	s->magic = FAKE_MAGIC;
+	s->size = sizeof *s;
+	S = s;
+	return S;
+}
+
+#define LOCK()                                                                 \
+	pthread_mutex_lock(&mu);                                               \
+	struct fake_state *st = state();                                       \
+	(void)st
+#define RET(r)                                                                 \
+	do {                                                                   \
+		CUresult r_ = (r);                                             \
+		pthread_mutex_unlock(&mu);                                     \
+		return r_;                                                     \
+	} while (0)
+
+/* ---- tracked allocations ---- */
+
+struct block {
+	void *p;
+	size_t n;
+};
+#define MAXBLOCKS 256
+static struct block dev_blocks[MAXBLOCKS], host_blocks[MAXBLOCKS];
+
+static int track(struct block *t, void *p, size_t n)
+{
+	for (int i = 0; i < MAXBLOCKS; i++)
+		if (t[i].p == NULL) {
+			t[i].p = p;
+			t[i].n = n;
+			return 1;
+		}
+	return 0;
+}
+
+static int untrack(struct block *t, void *p)
+{
+	for (int i = 0; i < MAXBLOCKS; i++)
+		if (t[i].p == p && p != NULL) {
+			t[i].p = NULL;
+			return 1;
+		}
+	return 0;
+}
+
+static int within(struct block *t, const void *p, size_t n)
+{
+	for (int i = 0; i < MAXBLOCKS; i++)
+		if (t[i].p != NULL && (const char *)p >= (const char *)t[i].p &&
+		    (const char *)p + n <= (const char *)t[i].p + t[i].n)
+			return 1;
+	return 0;
+}
+
+/* ---- the queue of asynchronous work ---- */
+
+enum { OP_COPY, OP_SET8, OP_SET32 };
+struct op {
+	int kind;
+	void *dst;
+	const void *src;
+	size_t n;
+	unsigned v;
+};
+#define MAXOPS 1024
+static struct op ops[MAXOPS];
+
+static void run_op(struct op *o)
+{
+	switch (o->kind) {
+	case OP_COPY:
+		memcpy(o->dst, o->src, o->n);
+		break;
+	case OP_SET8:
+		memset(o->dst, (int)o->v, o->n);
+		break;
+	case OP_SET32:
+		for (size_t i = 0; i < o->n; i++)
+			((uint32_t *)o->dst)[i] = o->v;
+		break;
+	}
+}
+
+static void run_until(struct fake_state *st, uint64_t mark)
+{
+	while (st->ran < mark && st->ran < st->enqueued) {
+		run_op(&ops[st->ran % MAXOPS]);
+		st->ran++;
+	}
+}
+
+static void run_all(struct fake_state *st) { run_until(st, st->enqueued); }
+
+static void enqueue(struct fake_state *st, int kind, void *dst, const void *src, size_t n, unsigned v)
+{
+	if (st->enqueued - st->ran >= MAXOPS)
+		run_until(st, st->ran + 1);
+	ops[st->enqueued % MAXOPS] = (struct op){kind, dst, src, n, v};
+	st->enqueued++;
+}
+
+/* ---- objects ---- */
+
+struct obj {
+	uint64_t magic;
+	uint64_t mark; /* events: the work to finish first */
+	int recorded;
+	unsigned flags;
+};
+#define CTX_MAGIC 0xc7c7ULL
+#define STREAM_MAGIC 0x5757ULL
+#define EVENT_MAGIC 0xe7e7ULL
+#define MOD_MAGIC 0x3d3dULL
+
+static struct obj *new_obj(uint64_t magic, unsigned flags)
+{
+	struct obj *o = calloc(1, sizeof *o);
+	o->magic = magic;
+	o->flags = flags;
+	return o;
+}
+
+static int is(const void *p, uint64_t magic) { return p != NULL && ((const struct obj *)p)->magic == magic; }
+
+static int bad_stream(const void *s) { return s != NULL && !is(s, STREAM_MAGIC); }
+
+static __thread void *ctx_stack[8];
+static __thread int ctx_depth; /* ctx_stack[ctx_depth-1] is current */
+
+static void *current(void) { return ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL; }
+
+static void note_copy(struct fake_state *st, const void *dst, const void *src, size_t n, const void *s)
+{
+	st->last_dst = (uint64_t)(uintptr_t)dst;
+	st->last_src = (uint64_t)(uintptr_t)src;
+	st->last_n = n;
+	st->last_stream = (uint64_t)(uintptr_t)s;
+	st->last_src_pinned = within(host_blocks, src, n);
+	st->last_dst_pinned = within(host_blocks, dst, n);
+}
+
+/* ---- the API ---- */
+
+EXPORT CUresult cuInit(unsigned flags)
+{
+	LOCK();
+	st->init_calls++;
+	st->init_flags = flags;
+	RET(FAKE_INIT_RESULT);
+}
+
+EXPORT CUresult cuDriverGetVersion(int *v)
+{
+	*v = 12080;
+	return 0;
+}
+
+EXPORT CUresult cuDeviceGetCount(int *n)
+{
+	*n = 2;
+	return 0;
+}
+
+/* Device handles are ordinal+100, so a backend passing ordinals through
+ * to the driver is caught. */
+EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal)
+{
+	LOCK();
+	st->device_gets++;
+	if (ordinal < 0 || ordinal > 1)
+		RET(101);
+	*d = ordinal + 100;
+	RET(0);
+}
+
+static int bad_dev(CUdevice d)
+{
+	state()->last_device = (uint64_t)d;
+	return d != 100 && d != 101;
+}
+
+EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d)
+{
+	LOCK();
+	if (bad_dev(d))
+		RET(101);
+	const char *n = d == 100 ? "Fake GPU 0" : "Fake GPU 1";
+	strncpy(name, n, len);
+	RET(0);
+}
+
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
+{
+	LOCK();
+	if (bad_dev(d))
+		RET(101);
+	*bytes = (size_t)80 << 30;
+	RET(0);
+}
+
+EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d)
+{
+	LOCK();
+	if (bad_dev(d))
+		RET(101);
+	switch (attr) {
+	case 75:
+		*v = 9;
+		break;
+	case 76:
+		*v = 0;
+		break;
+	case 16:
+		*v = 132;
+		break;
+	default:
+		RET(1);
+	}
+	RET(0);
+}
+
+static CUresult uuid(char *u, CUdevice d, int version)
+{
+	LOCK();
+	if (bad_dev(d))
+		RET(101);
+	st->uuid_version = version;
+	for (int i = 0; i < 16; i++)
+		u[i] = (char)((version == 2 ? 0xa0 : 0x10) + i);
+	RET(0);
+}
+
+EXPORT CUresult cuDeviceGetUuid(char *u, CUdevice d) { return uuid(u, d, 1); }
+#ifndef FAKE_OMIT_OPTIONAL
+EXPORT CUresult cuDeviceGetUuid_v2(char *u, CUdevice d) { return uuid(u, d, 2); }
+#endif
+
+EXPORT CUresult cuCtxCreate_v2(void **pctx, unsigned flags, CUdevice d)
+{
+	LOCK();
+	if (bad_dev(d))
+		RET(101);
+	st->ctx_creates++;
+	st->ctx_create_flags = flags;
+	void *c = new_obj(CTX_MAGIC, flags);
+	if (ctx_depth == 0)
+		ctx_depth = 1;
+	ctx_stack[ctx_depth - 1] = c;
+	*pctx = c;
+	RET(0);
+}
+
+EXPORT CUresult cuCtxDestroy_v2(void *ctx)
+{
+	LOCK();
+	if (!is(ctx, CTX_MAGIC))
+		RET(201);
+	st->ctx_destroys++;
+	st->last_ctx = (uint64_t)(uintptr_t)ctx;
+	run_all(st);
+	if (current() == ctx)
+		ctx_depth--;
+	((struct obj *)ctx)->magic = 0; /* leaked: a stale handle stays invalid */
+	RET(0);
+}
+
+EXPORT CUresult cuCtxSetCurrent(void *ctx)
+{
+	if (ctx != NULL && !is(ctx, CTX_MAGIC))
+		return 201;
+	if (ctx == NULL) {
+		if (ctx_depth > 0)
+			ctx_depth--;
+		return 0;
+	}
+	if (ctx_depth == 0)
+		ctx_depth = 1;
+	ctx_stack[ctx_depth - 1] = ctx;
+	return 0;
+}
+
+EXPORT CUresult cuCtxGetCurrent(void **ctx)
+{
+	*ctx = current();
+	return 0;
+}
+
+EXPORT CUresult cuCtxPushCurrent_v2(void *ctx)
+{
+	LOCK();
+	if (!is(ctx, CTX_MAGIC) || ctx_depth == 8)
+		RET(201);
+	st->ctx_pushes++;
+	ctx_stack[ctx_depth++] = ctx;
+	RET(0);
+}
+
+EXPORT CUresult cuCtxPopCurrent_v2(void **ctx)
+{
+	LOCK();
+	if (ctx_depth == 0)
+		RET(201);
+	st->ctx_pops++;
+	*ctx = ctx_stack[--ctx_depth];
+	RET(0);
+}
+
+EXPORT CUresult cuCtxSynchronize(void)
+{
+	LOCK();
+	if (current() == NULL)
+		RET(201);
+	st->ctx_syncs++;
+	run_all(st);
+	RET(0);
+}
+
+#ifndef FAKE_OMIT_MEMALLOC
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+{
+	LOCK();
+	if (current() == NULL)
+		RET(201);
+	if (n == 0)
+		RET(1);
+	void *m = calloc(1, n);
+	if (m == NULL || !track(dev_blocks, m, n)) {
+		free(m);
+		RET(2);
+	}
+	st->allocs++;
+	st->live_allocs++;
+	*p = (CUdeviceptr)(uintptr_t)m;
+	RET(0);
+}
+#endif
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
+{
+	LOCK();
+	run_all(st);
+	if (!untrack(dev_blocks, (void *)(uintptr_t)p))
+		RET(1);
+	free((void *)(uintptr_t)p);
+	st->frees++;
+	st->live_allocs--;
+	RET(0);
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free_, size_t *total)
+{
+	if (current() == NULL)
+		return 201;
+	*free_ = (size_t)79 << 30;
+	*total = (size_t)80 << 30;
+	return 0;
+}
+
+EXPORT CUresult cuMemAllocHost_v2(void **p, size_t n)
+{
+	LOCK();
+	if (current() == NULL)
+		RET(201);
+	void *m = malloc(n);
+	if (m == NULL || !track(host_blocks, m, n)) {
+		free(m);
+		RET(2);
+	}
+	memset(m, 0xee, n);
+	st->host_allocs++;
+	st->live_host++;
+	*p = m;
+	RET(0);
+}
+
+EXPORT CUresult cuMemFreeHost(void *p)
+{
+	LOCK();
+	if (!untrack(host_blocks, p))
+		RET(1);
+	free(p);
+	st->host_frees++;
+	st->live_host--;
+	RET(0);
+}
+
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+	LOCK();
+	run_all(st);
+	st->htod++;
+	note_copy(st, (void *)(uintptr_t)dst, src, n, NULL);
+	memcpy((void *)(uintptr_t)dst, src, n);
+	RET(0);
+}
+
+EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *s)
+{
+	LOCK();
+	if (bad_stream(s))
+		RET(400);
+	st->htod_async++;
+	note_copy(st, (void *)(uintptr_t)dst, src, n, s);
+	enqueue(st, OP_COPY, (void *)(uintptr_t)dst, src, n, 0);
+	RET(0);
+}
+
+EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+	LOCK();
+	run_all(st);
+	st->dtoh++;
+	note_copy(st, dst, (void *)(uintptr_t)src, n, NULL);
+	memcpy(dst, (void *)(uintptr_t)src, n);
+	RET(0);
+}
+
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s)
+{
+	LOCK();
+	if (bad_stream(s))
+		RET(400);
+	st->dtoh_async++;
+	note_copy(st, dst, (void *)(uintptr_t)src, n, s);
+	enqueue(st, OP_COPY, dst, (void *)(uintptr_t)src, n, 0);
+	RET(0);
+}
+
+EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	LOCK();
+	run_all(st);
+	st->dtod++;
+	note_copy(st, (void *)(uintptr_t)dst, (void *)(uintptr_t)src, n, NULL);
+	memmove((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n);
+	RET(0);
+}
+
+EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *s)
+{
+	LOCK();
+	if (bad_stream(s))
+		RET(400);
+	st->dtod_async++;
+	note_copy(st, (void *)(uintptr_t)dst, (void *)(uintptr_t)src, n, s);
+	enqueue(st, OP_COPY, (void *)(uintptr_t)dst, (void *)(uintptr_t)src, n, 0);
+	RET(0);
+}
+
+static CUresult memset_(CUdeviceptr dst, unsigned v, size_t n, void *s, int kind, int async)
+{
+	LOCK();
+	if (bad_stream(s))
+		RET(400);
+	if (async)
+		st->memsets_async++;
+	else
+		st->memsets++;
+	note_copy(st, (void *)(uintptr_t)dst, NULL, n, s);
+	st->last_value = v;
+	if (async) {
+		enqueue(st, kind, (void *)(uintptr_t)dst, NULL, n, v);
+	} else {
+		run_all(st);
+		struct op o = {kind, (void *)(uintptr_t)dst, NULL, n, v};
+		run_op(&o);
+	}
+	RET(0);
+}
+
+EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n)
+{
+	return memset_(dst, v, n, NULL, OP_SET8, 0);
+}
+
+EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned v, size_t n)
+{
+	return memset_(dst, v, n, NULL, OP_SET32, 0);
+}
+
+EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *s)
+{
+	return memset_(dst, v, n, s, OP_SET8, 1);
+}
+
+EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, void *s)
+{
+	return memset_(dst, v, n, s, OP_SET32, 1);
+}
+
+EXPORT CUresult cuModuleLoadData(void **mod, const void *image)
+{
+	LOCK();
+	if (image == NULL)
+		RET(1);
+	st->module_loads++;
+	st->module_image_len = strlen(image);
+	memset(st->module_head, 0, sizeof st->module_head);
+	strncpy((char *)st->module_head, image, sizeof st->module_head - 1);
+	if (strncmp(image, "bad", 3) == 0)
+		RET(218);
+	*mod = new_obj(MOD_MAGIC, 0);
+	RET(0);
+}
+
+EXPORT CUresult cuModuleUnload(void *mod)
+{
+	LOCK();
+	if (!is(mod, MOD_MAGIC))
+		RET(400);
+	st->module_unloads++;
+	((struct obj *)mod)->magic = 0;
+	RET(0);
+}
+
+static int fake_fn; /* the one kernel's handle */
+
+EXPORT CUresult cuModuleGetFunction(void **fn, void *mod, const char *name)
+{
+	LOCK();
+	if (!is(mod, MOD_MAGIC))
+		RET(400);
+	strncpy(st->last_name, name, sizeof st->last_name - 1);
+	st->last_name[sizeof st->last_name - 1] = 0;
+	if (strcmp(name, "fill") != 0)
+		RET(500);
+	*fn = &fake_fn;
+	RET(0);
+}
+
+EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *bytes, void *mod, const char *name)
+{
+	static uint32_t counter;
+	LOCK();
+	if (!is(mod, MOD_MAGIC))
+		RET(400);
+	strncpy(st->last_name, name, sizeof st->last_name - 1);
+	st->last_name[sizeof st->last_name - 1] = 0;
+	if (strcmp(name, "counter") != 0)
+		RET(500);
+	*p = (CUdeviceptr)(uintptr_t)&counter;
+	*bytes = sizeof counter;
+	RET(0);
+}
+
+#ifndef FAKE_OMIT_OPTIONAL
+/* fill(u32 *p, u32 v, u32 n) */
+EXPORT CUresult cuFuncGetParamInfo(void *fn, size_t i, size_t *off, size_t *size)
+{
+	static const size_t offs[] = {0, 8, 12}, sizes[] = {8, 4, 4};
+	if (fn != &fake_fn)
+		return 400;
+	if (i >= 3)
+		return 1;
+	*off = offs[i];
+	*size = sizes[i];
+	return 0;
+}
+#endif
+
+EXPORT CUresult cuFuncGetAttribute(int *v, int attr, void *fn)
+{
+	if (fn != &fake_fn)
+		return 400;
+	switch (attr) {
+	case 0:
+		*v = 1024;
+		return 0;
+	case 4:
+		*v = 16;
+		return 0;
+	}
+	return 1;
+}
+
+EXPORT CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+			       unsigned bz, unsigned shmem, void *s, void **params, void **extra)
+{
+	LOCK();
+	if (fn != &fake_fn)
+		RET(400);
+	if (bad_stream(s))
+		RET(400);
+	st->launches++;
+	st->launch_fn = (uint64_t)(uintptr_t)fn;
+	st->launch_grid[0] = gx, st->launch_grid[1] = gy, st->launch_grid[2] = gz;
+	st->launch_block[0] = bx, st->launch_block[1] = by, st->launch_block[2] = bz;
+	st->launch_shmem = shmem;
+	st->launch_stream = (uint64_t)(uintptr_t)s;
+	st->launch_kernel_params = params != NULL;
+	st->launch_extra_keys = 0;
+	st->launch_size = 0;
+	memset(st->launch_buf, 0, sizeof st->launch_buf);
+	if (extra == NULL)
+		RET(0);
+	/* Keys in the order CUDA documents: buffer, size, end. */
+	void *buf = NULL;
+	size_t size = 0;
+	int i = 0;
+	for (; extra[i] != (void *)0 && i < 16; i += 2) {
+		st->launch_extra_keys = st->launch_extra_keys * 10 + (uint64_t)(uintptr_t)extra[i];
+		if (extra[i] == (void *)1)
+			buf = extra[i + 1];
+		else if (extra[i] == (void *)2)
+			size = *(size_t *)extra[i + 1];
+		else
+			RET(1);
+	}
+	if (buf == NULL || size > sizeof st->launch_buf)
+		RET(1);
+	st->launch_size = size;
+	memcpy(st->launch_buf, buf, size);
+	RET(0);
+}
+
+EXPORT CUresult cuStreamCreate(void **s, unsigned flags)
+{
+	LOCK();
+	if (current() == NULL)
+		RET(201);
+	st->stream_creates++;
+	st->last_stream_flags = flags;
+	*s = new_obj(STREAM_MAGIC, flags);
+	RET(0);
+}
+
+EXPORT CUresult cuStreamDestroy_v2(void *s)
+{
+	LOCK();
+	if (!is(s, STREAM_MAGIC))
+		RET(400);
+	st->stream_destroys++;
+	((struct obj *)s)->magic = 0;
+	RET(0);
+}
+
+EXPORT CUresult cuStreamSynchronize(void *s)
+{
+	LOCK();
+	if (bad_stream(s))
+		RET(400);
+	st->stream_syncs++;
+	st->last_stream = (uint64_t)(uintptr_t)s;
+	run_all(st);
+	RET(0);
+}
+
+EXPORT CUresult cuStreamQuery(void *s)
+{
+	LOCK();
+	if (bad_stream(s))
+		RET(400);
+	RET(st->ran < st->enqueued ? 600 : 0);
+}
+
+EXPORT CUresult cuStreamWaitEvent(void *s, void *ev, unsigned flags)
+{
+	LOCK();
+	if (bad_stream(s) || !is(ev, EVENT_MAGIC) || flags != 0)
+		RET(400);
+	st->stream_waits++;
+	RET(0);
+}
+
+EXPORT CUresult cuEventCreate(void **ev, unsigned flags)
+{
+	LOCK();
+	if (current() == NULL)
+		RET(201);
+	st->event_creates++;
+	st->last_event_flags = flags;
+	*ev = new_obj(EVENT_MAGIC, flags);
+	RET(0);
+}
+
+EXPORT CUresult cuEventDestroy_v2(void *ev)
+{
+	LOCK();
+	if (!is(ev, EVENT_MAGIC))
+		RET(400);
+	st->event_destroys++;
+	((struct obj *)ev)->magic = 0;
+	RET(0);
+}
+
+EXPORT CUresult cuEventRecord(void *ev, void *s)
+{
+	LOCK();
+	if (!is(ev, EVENT_MAGIC) || bad_stream(s))
+		RET(400);
+	st->event_records++;
+	((struct obj *)ev)->mark = st->enqueued;
+	((struct obj *)ev)->recorded = 1;
+	RET(0);
+}
+
+EXPORT CUresult cuEventSynchronize(void *ev)
+{
+	LOCK();
+	if (!is(ev, EVENT_MAGIC))
+		RET(400);
+	st->event_syncs++;
+	run_until(st, ((struct obj *)ev)->mark);
+	RET(0);
+}
+
+EXPORT CUresult cuEventQuery(void *ev)
+{
+	LOCK();
+	if (!is(ev, EVENT_MAGIC))
+		RET(400);
+	RET(st->ran < ((struct obj *)ev)->mark ? 600 : 0);
+}
+
+static CUresult elapsed(float *ms, void *a, void *b, int version)
+{
+	LOCK();
+	if (!is(a, EVENT_MAGIC) || !is(b, EVENT_MAGIC))
+		RET(400);
+	st->elapsed_version = version;
+	*ms = version == 2 ? 2.5f : 1.5f;
+	RET(0);
+}
+
+EXPORT CUresult cuEventElapsedTime(float *ms, void *a, void *b) { return elapsed(ms, a, b, 1); }
+#ifndef FAKE_OMIT_OPTIONAL
+EXPORT CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) { return elapsed(ms, a, b, 2); }
+#endif
