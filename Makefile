@@ -38,12 +38,12 @@ E2E_TIMEOUT ?= 40m
 # the /nomad cgroups (v1) and the machine has 2 cores.
 E2E_FLAGS ?= -v
 
-.PHONY: all build nomad deps test test-unit test-e2e bench demo gpu-bin clean fmt vet
+.PHONY: all build interposer nomad deps test test-unit test-e2e bench demo gpu-bin clean fmt vet
 
 all: build
 
-## build: go build every command under cmd/ into bin/, the plugin into bin/plugins/
-build:
+## build: go build every command under cmd/ into bin/, the plugin into bin/plugins/, the interposer
+build: interposer
 	@mkdir -p $(BIN_DIR) $(PLUGIN_DIR)
 	@pkgs="$$($(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./cmd/...)"; \
 	if [[ -z "$$pkgs" ]]; then \
@@ -60,6 +60,27 @@ build:
 	else \
 		echo "build: WARNING: cmd/$(PLUGIN) not present yet; no plugin built"; \
 	fi
+
+# The interposer: the C library installed as libcuda.so.1 in containers
+# that use a remote GPU (remote/interposer). C only, no toolkit needed;
+# only its GM_EXPORT symbols (the CUDA driver API) are exported.
+INTERPOSER_DIR := remote/interposer
+INTERPOSER_OUT ?= $(BIN_DIR)/remote/libcuda.so.1
+INTERPOSER_SRCS := $(sort $(wildcard $(INTERPOSER_DIR)/*.c))
+INTERPOSER_HDRS := $(sort $(wildcard $(INTERPOSER_DIR)/*.h))
+INTERPOSER_CFLAGS ?= -std=gnu11 -fPIC -O2 -g -Wall -Wextra -Werror -fvisibility=hidden
+INTERPOSER_LDFLAGS ?= -shared -Wl,-soname,libcuda.so.1 -Wl,-z,defs -Wl,-z,now -lpthread
+# More flags, e.g. -fsanitize=address,undefined (remote/ctest's GM_CTEST_SANITIZE).
+INTERPOSER_EXTRA_CFLAGS ?=
+
+## interposer: build the interposer into $(INTERPOSER_OUT) with the system C compiler ($(CC))
+interposer: $(INTERPOSER_OUT)
+
+$(INTERPOSER_OUT): $(INTERPOSER_SRCS) $(INTERPOSER_HDRS)
+	@command -v $(CC) >/dev/null 2>&1 || { echo "interposer: no C compiler ($(CC)); run 'make deps' or set CC" >&2; exit 1; }
+	@mkdir -p $(@D)
+	$(CC) $(INTERPOSER_CFLAGS) $(INTERPOSER_EXTRA_CFLAGS) -o $@.tmp $(INTERPOSER_SRCS) $(INTERPOSER_LDFLAGS)
+	@mv -f $@.tmp $@
 
 ## nomad: build the Nomad agent (v$(NOMAD_VERSION)) into $(GPUMUX_CACHE) if needed
 nomad:

@@ -35,6 +35,7 @@ typedef enum cudaError_enum {
 	CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
 	CUDA_ERROR_INVALID_PTX = 218,
 	CUDA_ERROR_INVALID_SOURCE = 300,
+	CUDA_ERROR_FILE_NOT_FOUND = 301,
 	CUDA_ERROR_INVALID_HANDLE = 400,
 	CUDA_ERROR_NOT_FOUND = 500,
 	CUDA_ERROR_NOT_READY = 600,
@@ -80,9 +81,23 @@ typedef enum CUdriverProcAddressQueryResult_enum {
 	CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2
 } CUdriverProcAddressQueryResult;
 
-typedef enum CUjit_option_enum { CU_JIT_MAX_REGISTERS = 0 } CUjit_option;
+typedef enum CUjit_option_enum {
+	CU_JIT_MAX_REGISTERS = 0,
+	CU_JIT_THREADS_PER_BLOCK = 1,
+	CU_JIT_WALL_TIME = 2,
+	CU_JIT_INFO_LOG_BUFFER = 3,
+	CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4,
+	CU_JIT_ERROR_LOG_BUFFER = 5,
+	CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6
+} CUjit_option;
 
 typedef struct CUctxCreateParams_st CUctxCreateParams;
+typedef struct CUexecAffinityParam_st CUexecAffinityParam;
+
+/* cuGetProcAddress flags. */
+#define CU_GET_PROC_ADDRESS_DEFAULT 0
+#define CU_GET_PROC_ADDRESS_LEGACY_STREAM (1ULL << 0)
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (1ULL << 1)
 
 #define CU_LAUNCH_PARAM_END ((void *)0x00)
 #define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)

@@ -57,10 +57,13 @@ void gm_stream_out(gm_msg *m, void *p, uint64_t n);
 /*
  * gm_call sends the request and, unless it is async, waits for the reply.
  * It returns the call's CUresult: the server's, a deferred error of an
- * earlier async call, or a transport error (CUDA_ERROR_NOT_INITIALIZED
- * before the connection, CUDA_ERROR_UNKNOWN... see gm_wire.c) within the
- * configured timeout, never a hang. On CUDA_SUCCESS the reply payload is
- * positioned after the result for gm_get_*.
+ * earlier async call, or the interposer's own (README.md, "Error codes"):
+ * CUDA_ERROR_NO_DEVICE when gpumux-remoted cannot be reached or refuses
+ * the handshake, CUDA_ERROR_UNKNOWN once the connection is lost,
+ * CUDA_ERROR_INVALID_VALUE for an argument the protocol cannot carry,
+ * CUDA_ERROR_OUT_OF_MEMORY when host memory runs out. Every wait is
+ * bounded by GPUMUX_REMOTE_TIMEOUT, never a hang. On CUDA_SUCCESS the
+ * reply payload is positioned after the result for gm_get_*.
  */
 CUresult gm_call(gm_msg *m);
 
@@ -74,8 +77,13 @@ void gm_get_str(gm_msg *m, char *dst, int len);
 CUresult gm_reply_done(gm_msg *m);
 
 /* The size of a module image (ELF cubin, fatbin, fatbin wrapper or PTX
- * text), or 0 if it is none of these. */
+ * text), or 0 if it is none of these. For a fatbin wrapper it is the size
+ * of the fatbin the wrapper points to: stream gm_image_data(image). */
 size_t gm_image_size(const void *image);
+
+/* The bytes to send for a module image: the fatbin a fatbin wrapper points
+ * to, the image itself otherwise. */
+const void *gm_image_data(const void *image);
 
 /* The calling thread's current context handle, sent with every frame. */
 uint64_t gm_current_ctx(void);

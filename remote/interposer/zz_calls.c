@@ -761,7 +761,7 @@ CUresult gm_rpc_cuModuleLoadData(CUmodule *module, const void *image)
 		return CUDA_ERROR_INVALID_IMAGE;
 	gm_msg_init(&q, GM_OP_cuModuleLoadData, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)image_size);
-	gm_stream_in(&q, image, (uint64_t)image_size);
+	gm_stream_in(&q, gm_image_data(image), (uint64_t)image_size);
 	r = gm_call(&q);
 	if (r == CUDA_SUCCESS) {
 		*module = (CUmodule)(uintptr_t)gm_get_u64(&q);

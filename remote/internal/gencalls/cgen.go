@@ -74,7 +74,9 @@ func cPut(p Param) string {
 	case "hostout":
 		return fmt.Sprintf("gm_put_u64(&q, (uint64_t)%s);\n\tgm_stream_out(&q, %s, (uint64_t)%s);", p.Size, p.Name, p.Size)
 	case "image":
-		return fmt.Sprintf("gm_put_u64(&q, (uint64_t)%s_size);\n\tgm_stream_in(&q, %s, (uint64_t)%s_size);", p.Name, p.Name, p.Name)
+		// gm_image_data: a fatbin wrapper's bytes are the fatbin it
+		// points to (gm_image_size measured that one).
+		return fmt.Sprintf("gm_put_u64(&q, (uint64_t)%s_size);\n\tgm_stream_in(&q, gm_image_data(%s), (uint64_t)%s_size);", p.Name, p.Name, p.Name)
 	}
 	panic("gencalls: no C encoding for kind " + p.Kind)
 }

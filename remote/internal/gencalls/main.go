@@ -16,14 +16,20 @@ func main() {
 	goOut := flag.String("go", "", "write the Go code to `FILE`")
 	cOut := flag.String("c", "", "write the C stubs to `FILE`")
 	hOut := flag.String("h", "", "write the C header to `FILE`")
+	unsupported := flag.String("unsupported", "", "read the unsupported entry points from `FILE` (with -stubs)")
+	stubsOut := flag.String("stubs", "", "write the C stubs of the unsupported entry points to `FILE`")
 	flag.Parse()
-	if err := run(*spec, *goOut, *cOut, *hOut); err != nil {
+	if (*unsupported == "") != (*stubsOut == "") {
+		fmt.Fprintln(os.Stderr, "gencalls: -unsupported and -stubs go together")
+		os.Exit(2)
+	}
+	if err := run(*spec, *goOut, *cOut, *hOut, *unsupported, *stubsOut); err != nil {
 		fmt.Fprintln(os.Stderr, "gencalls:", err)
 		os.Exit(1)
 	}
 }
 
-func run(spec, goOut, cOut, hOut string) error {
+func run(spec, goOut, cOut, hOut, unsupported, stubsOut string) error {
 	f, err := os.Open(spec)
 	if err != nil {
 		return err
@@ -49,6 +55,20 @@ func run(spec, goOut, cOut, hOut string) error {
 	}
 	if hOut != "" {
 		if err := writeIfChanged(hOut, []byte(genCHeader(calls))); err != nil {
+			return err
+		}
+	}
+	if unsupported != "" {
+		u, err := os.Open(unsupported)
+		if err != nil {
+			return err
+		}
+		defer u.Close()
+		names, err := parseUnsupported(unsupported, u, calls)
+		if err != nil {
+			return err
+		}
+		if err := writeIfChanged(stubsOut, []byte(genUnsupported(names))); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,51 @@
+/*
+ * Internals shared by the interposer's C files (not part of gm_wire.h,
+ * which is what the generated stubs use). Nothing here is exported: the
+ * library is built with -fvisibility=hidden and only GM_EXPORT symbols are
+ * visible.
+ */
+#ifndef GPUMUX_GM_INTERNAL_H
+#define GPUMUX_GM_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gm_abi.h"
+
+/* Protocol limits; remote/proto/frame.go is the reference. */
+#define GM_MAX_STRING 4096u
+#define GM_MAX_BLOB (32u << 10)
+#define GM_MAX_IMAGE (512u << 20)
+
+/* gm_log writes "gpumux: <message>\n" to stderr in one write. */
+void gm_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* gm_first returns 1 the first time it is called with *once == 0 (and sets
+ * it), 0 after: for messages logged once. */
+int gm_first(unsigned char *once);
+
+/* gm_not_supported logs name once (through *once) and returns
+ * CUDA_ERROR_NOT_SUPPORTED: the body of every unsupported entry point. */
+CUresult gm_not_supported(const char *name, unsigned char *once);
+
+/* gm_error_name is cuGetErrorName's answer, or "an unknown CUresult". */
+const char *gm_error_name(CUresult r);
+
+/* An entry point by name, for cuGetProcAddress. */
+typedef struct gm_proc {
+	const char *name;
+	void *fn;
+} gm_proc;
+
+/* The NOT_SUPPORTED stubs generated from unsupported.list
+ * (zz_unsupported.c). */
+extern const gm_proc gm_unsupported_procs[];
+extern const int gm_unsupported_count;
+
+/* Fork handlers of interposer.c, run from gm_wire.c's pthread_atfork
+ * handlers (prepare before gm_wire's lock, child after its reset). */
+void gm_interposer_atfork_prepare(void);
+void gm_interposer_atfork_parent(void);
+void gm_interposer_atfork_child(void);
+
+#endif
