@@ -28,6 +28,8 @@ Usage:
   gpumux cdi generate       a CDI spec with one device per share, for CDI-native engines
   gpumux mig plan|apply|assert|export
                             MIG layouts from a file: plan, apply and check them, export the node's
+  gpumux remote secret|token
+                            a pool secret for remote GPUs, a token for gpumux-remoted
   gpumux version            print the version
 
 Run 'gpumux <command> -h' for the flags of a command.
@@ -46,6 +48,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runCDI(ctx, args[1:], stdout, stderr)
 	case "mig":
 		return runMIG(ctx, args[1:], stdout, stderr)
+	case "remote":
+		return runRemote(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "gpumux", plugin.Version)
 		return ExitOK
