@@ -143,7 +143,8 @@ func (c *Call) readImage(n uint64) ([]byte, Result, error) {
 	if n > MaxImage {
 		return nil, ErrInvalidImage, in.drain()
 	}
-	img := make([]byte, 0, n)
+	// Grow with the data: n is the client's claim, not yet bytes received.
+	img := make([]byte, 0, min(n, ChunkSize))
 	for {
 		p, err := in.Next()
 		if err == io.EOF {

@@ -1,0 +1,260 @@
+// Command gpumux-remoted is gpumux's remote GPU server: it runs the CUDA
+// driver calls that containers on GPU-less nodes forward to it (package
+// remote/server). main only parses flags and wires packages.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/gpumux/gpumux/remote/fakecuda"
+	"github.com/gpumux/gpumux/remote/server"
+	"github.com/gpumux/gpumux/remote/token"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// backendConfig is what the backends' flags say.
+type backendConfig struct {
+	fakeDevices int
+	fakeMemory  uint64
+}
+
+// backends are the --backend choices; nil means known but not built into
+// this binary yet.
+var backends = map[string]func(backendConfig) (server.Backend, error){
+	"cuda": nil,
+	"fake": func(c backendConfig) (server.Backend, error) {
+		b, err := fakecuda.New(fakecuda.WithDevices(c.fakeDevices), fakecuda.WithMemory(c.fakeMemory))
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return b, nil
+	},
+}
+
+var backendHelp = map[string]string{
+	"cuda": "the server's GPUs through libcuda",
+	"fake": "CPU-simulated GPUs, for tests",
+}
+
+func backendNames() string {
+	var names []string
+	for _, n := range slices.Sorted(func(yield func(string) bool) {
+		for n := range backends {
+			if !yield(n) {
+				return
+			}
+		}
+	}) {
+		what := backendHelp[n]
+		if backends[n] == nil {
+			what += ", not built into this binary yet"
+		}
+		names = append(names, fmt.Sprintf("%s (%s)", n, what))
+	}
+	return strings.Join(names, ", ")
+}
+
+// usageError is a bad command line: exit status 2.
+type usageError struct{ error }
+
+// run is main without the process: exit status 0 after a clean stop, 1
+// on failure, 2 on a bad command line.
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	err := serve(ctx, args, stderr)
+	var ue usageError
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "gpumux-remoted: %v\nRun gpumux-remoted --help for usage.\n", err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "gpumux-remoted: %v\n", err)
+		return 1
+	}
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpumux-remoted", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		listen      = fs.String("listen", "", "serve TCP on `host:port` (e.g. 0.0.0.0:7600)")
+		unixPath    = fs.String("unix", "", "serve on a unix socket at `path` (mode 0660, removed on exit)")
+		tokenFile   = fs.String("token-file", "", "the pool secret that signs client tokens, a `file` readable only by its owner (required unless --insecure-no-auth)")
+		insecure    = fs.Bool("insecure-no-auth", false, "admit every client without a token or quota, and show it every GPU: for tests only")
+		backendName = fs.String("backend", "cuda", "`name` of what runs the calls: "+backendNames())
+		fakeDevices = fs.Int("fake-devices", fakecuda.DefaultDevices, "number of fake GPUs (--backend fake)")
+		fakeMemory  = fs.String("fake-memory", "16GiB", "memory of each fake GPU, `size` in bytes or with K, M, G, T (binary: KiB, MiB, GiB, TiB) (--backend fake)")
+		maxClients  = fs.Int("max-clients", server.DefaultMaxClients, "connections served at once; more are refused at their handshake")
+		handshake   = fs.Duration("handshake-timeout", server.DefaultHandshakeTimeout, "how long a new connection has to send its handshake")
+		logLevel    = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
+	)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: gpumux-remoted (--listen host:port | --unix path) (--token-file file | --insecure-no-auth) [flags]
+
+gpumux-remoted serves a GPU's CUDA driver API to gpumux's interposer
+(libcuda.so.1 in containers on GPU-less nodes). Each client gets its own
+CUDA contexts, may touch only its own memory and objects, and the clients
+presenting one token share its memory quota. SIGINT or SIGTERM stops the
+server: every client is disconnected and everything it held is freed.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	if *listen == "" && *unixPath == "" {
+		return usageError{errors.New("--listen or --unix is required")}
+	}
+	if *tokenFile != "" && *insecure {
+		return usageError{errors.New("--token-file and --insecure-no-auth exclude each other")}
+	}
+	if *tokenFile == "" && !*insecure {
+		return usageError{errors.New("--token-file is required (or --insecure-no-auth, for tests only)")}
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", *logLevel)}
+	}
+	open, known := backends[*backendName]
+	if !known {
+		return usageError{fmt.Errorf("--backend %q: want one of %s", *backendName, backendNames())}
+	}
+	if *backendName != "fake" {
+		for _, f := range []string{"fake-devices", "fake-memory"} {
+			if set[f] {
+				return usageError{fmt.Errorf("--%s applies only to --backend fake, not %q", f, *backendName)}
+			}
+		}
+	}
+	memory, err := parseSize(*fakeMemory)
+	if err != nil {
+		return usageError{fmt.Errorf("--fake-memory %q: %w", *fakeMemory, err)}
+	}
+	if *maxClients < 1 {
+		return usageError{fmt.Errorf("--max-clients %d: want at least 1", *maxClients)}
+	}
+	if *handshake <= 0 {
+		return usageError{fmt.Errorf("--handshake-timeout %v: want more than 0", *handshake)}
+	}
+	if open == nil {
+		return fmt.Errorf("backend %s: not built into this binary yet", *backendName)
+	}
+
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	opts := []server.Option{server.WithLogger(log), server.WithMaxClients(*maxClients), server.WithHandshakeTimeout(*handshake)}
+	if *insecure {
+		fmt.Fprintln(stderr, "gpumux-remoted: WARNING: --insecure-no-auth: ANY client that can reach this server gets the GPUs, without a token or quota. Use it for tests only.")
+		opts = append(opts, server.WithInsecureNoAuth())
+	} else {
+		secret, err := token.ReadSecret(*tokenFile)
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		opts = append(opts, server.WithSecret(secret))
+	}
+	be, err := open(backendConfig{fakeDevices: *fakeDevices, fakeMemory: memory})
+	if err != nil {
+		return fmt.Errorf("backend %s: %w", *backendName, err)
+	}
+
+	var lns []net.Listener
+	closeAll := func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+	if *listen != "" {
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			return fmt.Errorf("--listen %s: %w", *listen, err)
+		}
+		lns = append(lns, ln)
+	}
+	if *unixPath != "" {
+		ln, err := server.ListenUnix(*unixPath, 0o660)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("--unix: %w", err)
+		}
+		lns = append(lns, ln)
+	}
+	return serveAll(ctx, server.New(be, opts...), lns)
+}
+
+// serveAll serves every listener until ctx ends or one fails.
+func serveAll(ctx context.Context, srv *server.Server, lns []net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(lns))
+	var wg sync.WaitGroup
+	for i, ln := range lns {
+		wg.Go(func() {
+			errs[i] = srv.Serve(ctx, ln)
+			cancel()
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseSize reads a byte count: digits with an optional binary suffix.
+func parseSize(s string) (uint64, error) {
+	units := []struct {
+		suffix string
+		shift  uint
+	}{
+		{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10},
+		{"T", 40}, {"G", 30}, {"M", 20}, {"K", 10}, {"B", 0},
+	}
+	num, shift := s, uint(0)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, shift = n, u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseUint(num, 10, 64)
+	if err != nil || num == "" {
+		return 0, errors.New("want a number of bytes, optionally with K, M, G or T (KiB, MiB, GiB, TiB)")
+	}
+	if n > (1<<64-1)>>shift {
+		return 0, errors.New("too large")
+	}
+	return n << shift, nil
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpumux/gpumux/remote/proto"
+	"github.com/gpumux/gpumux/remote/token"
+)
+
+// lockedBuffer is stderr shared with run's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gmxd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func TestBadCommandLines(t *testing.T) {
+	dir := shortDir(t)
+	sock := filepath.Join(dir, "s")
+	open := filepath.Join(dir, "open-secret")
+	if err := os.WriteFile(open, []byte("0123456789abcdef0123"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args []string
+		code int
+		want string // in stderr
+	}{
+		{nil, 2, "--listen or --unix is required"},
+		{[]string{"--unix", sock}, 2, "--token-file is required"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--token-file", open}, 2, "exclude each other"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "tpu"}, 2, `--backend "tpu": want one of cuda`},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--log-level", "loud"}, 2, `--log-level "loud"`},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-memory", "lots"}, 2, `--fake-memory "lots"`},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-memory", "99999999T"}, 2, "too large"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--fake-devices", "2"}, 2, `--fake-devices applies only to --backend fake, not "cuda"`},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--max-clients", "0"}, 2, "--max-clients 0"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--handshake-timeout", "0s"}, 2, "--handshake-timeout 0s"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"--unix", sock, "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"--unix", sock, "--insecure-no-auth"}, 1, "backend cuda: not built into this binary yet"},
+		{[]string{"--unix", sock, "--token-file", open, "--backend", "fake"}, 1, "lets others read it"},
+		{[]string{"--unix", sock, "--token-file", filepath.Join(dir, "missing"), "--backend", "fake"}, 1, "--token-file"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-devices", "0"}, 1, "0 devices"},
+		{[]string{"--unix", filepath.Join(dir, "no", "such", "dir"), "--insecure-no-auth", "--backend", "fake"}, 1, "--unix"},
+		{[]string{"--listen", "256.0.0.1:1", "--insecure-no-auth", "--backend", "fake"}, 1, "--listen 256.0.0.1:1"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var stderr lockedBuffer
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if code := run(ctx, tt.args, &stderr); code != tt.code || !strings.Contains(stderr.String(), tt.want) {
+				t.Errorf("exit %d, stderr:\n%s\nwant exit %d and %q", code, stderr.String(), tt.code, tt.want)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	var stderr lockedBuffer
+	if code := run(context.Background(), []string{"--help"}, &stderr); code != 0 {
+		t.Errorf("--help exits %d", code)
+	}
+	for _, want := range []string{"--listen", "-unix", "-token-file", "-insecure-no-auth", "-backend", "-fake-devices",
+		"-fake-memory", "-max-clients", "-handshake-timeout", "-log-level", "not built into this binary yet"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("--help does not mention %q:\n%s", want, stderr.String())
+		}
+	}
+}
+
+// serveFake runs the daemon with args until the test ends, and returns
+// its stderr and a stop function that waits for the exit code.
+func serveFake(t *testing.T, args ...string) (*lockedBuffer, func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stderr := &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, args, stderr) }()
+	var once sync.Once
+	code := -1
+	stop := func() int {
+		once.Do(func() {
+			cancel()
+			select {
+			case code = <-done:
+			case <-time.After(10 * time.Second):
+				t.Error("the daemon did not stop within 10s")
+			}
+		})
+		return code
+	}
+	t.Cleanup(func() { stop() })
+	return stderr, stop
+}
+
+func dialUntil(t *testing.T, network, addr string, hello proto.Hello) *proto.Client {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cl, err := proto.Dial(context.Background(), network, addr, hello, 5*time.Second)
+		if err == nil {
+			t.Cleanup(func() { cl.Close() })
+			return cl
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dial %s: %v", addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestServesFakeOnUnixSocket(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "gpumux.sock")
+	stderr, stop := serveFake(t, "--unix", sock, "--insecure-no-auth", "--backend", "fake",
+		"--fake-devices", "2", "--fake-memory", "1GiB", "--log-level", "debug")
+	cl := dialUntil(t, "unix", sock, proto.Hello{Identity: "main_test"})
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode().Perm() != 0o660 {
+		t.Errorf("socket: %v %v, want mode 0660", fi.Mode(), err)
+	}
+	n, r, err := cl.DeviceGetCount(0)
+	if err != nil || r != proto.Success || n != 2 {
+		t.Errorf("cuDeviceGetCount: %d %v %v, want 2 devices", n, r, err)
+	}
+	total, r, err := cl.DeviceTotalMemV2(0, 1)
+	if err != nil || r != proto.Success || total != 1<<30 {
+		t.Errorf("cuDeviceTotalMem: %d %v %v, want 1 GiB", total, r, err)
+	}
+	if code := stop(); code != 0 {
+		t.Errorf("exit %d after a signal, want 0; stderr:\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "WARNING: --insecure-no-auth") {
+		t.Error("no loud warning for --insecure-no-auth")
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("the socket is still there after exit: %v", err)
+	}
+	if _, _, err := cl.DeviceGetName(0, 64, 0); err == nil {
+		t.Error("a client call succeeded after the daemon stopped")
+	}
+}
+
+func TestServesTokensOnTCP(t *testing.T) {
+	dir := shortDir(t)
+	secretFile := filepath.Join(dir, "secret")
+	secret := "0123456789abcdef0123456789abcdef"
+	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A free port: listen, note it, close.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	stderr, stop := serveFake(t, "--listen", addr, "--token-file", secretFile, "--backend", "fake")
+	tok, err := token.Mint([]byte(secret), token.Claims{ID: "job", Quota: 1 << 20, Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := dialUntil(t, "tcp", addr, proto.Hello{Token: tok})
+	if cl.Welcome.Quota != 1<<20 {
+		t.Errorf("welcome quota %d", cl.Welcome.Quota)
+	}
+	if _, err := proto.Dial(context.Background(), "tcp", addr, proto.Hello{}, 5*time.Second); err == nil {
+		t.Error("a client without a token was admitted")
+	}
+	if code := stop(); code != 0 {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "WARNING") {
+		t.Errorf("a warning with a token file:\n%s", stderr.String())
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want uint64
+		ok   bool
+	}{
+		{"0", 0, true}, {"1024", 1024, true}, {"512B", 512, true}, {"4K", 4 << 10, true}, {"4KiB", 4 << 10, true},
+		{"16G", 16 << 30, true}, {"16GiB", 16 << 30, true}, {"2TiB", 2 << 40, true}, {"3M", 3 << 20, true},
+		{"", 0, false}, {"G", 0, false}, {"1.5G", 0, false}, {"-1", 0, false}, {"1GB", 0, false}, {"16777216T", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := parseSize(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d ok=%v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}

@@ -1,0 +1,12 @@
+// Package ctest builds the C interposer (remote/interposer, installed as
+// libcuda.so.1 in containers) and its C test programs
+// (remote/interposer/tests) and runs them against gpumux-remoted's server
+// (package remote/server) on the CPU fake backend (remote/fakecuda), over a
+// unix socket and TCP loopback. The tests need a C compiler (cc, or $CC)
+// and make; without them they fail, they do not skip. GM_CTEST_CC picks
+// the compiler for the C code alone.
+package ctest
+
+// The NOT_SUPPORTED stubs of the entry points the interposer does not
+// forward.
+//go:generate go run ../internal/gencalls -spec ../proto/calls.def -unsupported ../interposer/unsupported.list -stubs ../interposer/zz_unsupported.c

@@ -1,0 +1,364 @@
+package ctest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpumux/gpumux/remote/fakecuda"
+	"github.com/gpumux/gpumux/remote/proto"
+	"github.com/gpumux/gpumux/remote/server"
+	"github.com/gpumux/gpumux/remote/token"
+)
+
+var secret = []byte("ctest-secret-0123456789abcdef")
+
+// The C test programs linked against the library (remote/interposer/tests).
+var programs = []string{
+	"basic", "ctx", "mem", "module", "threads", "fork", "unsupported",
+	"quota", "cross", "dead", "unreachable", "protoerr",
+}
+
+// Environment variables of the server subprocess (TestMain).
+const (
+	serveEnv  = "GM_CTEST_SERVE_UNIX"
+	secretEnv = "GM_CTEST_SECRET"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(serveEnv); path != "" {
+		serveForever(path, []byte(os.Getenv(secretEnv)))
+		return
+	}
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// serveForever is the server subprocess: it serves a unix socket until it
+// is killed, after printing SERVING.
+func serveForever(path string, sec []byte) {
+	fake, err := fakecuda.New(fakecuda.WithMemory(1 << 30))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ln, err := server.ListenUnix(path, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv := server.New(fake, server.WithSecret(sec), server.WithLogger(slog.New(slog.DiscardHandler)))
+	fmt.Println("SERVING")
+	if err := srv.Serve(context.Background(), ln); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// repoRoot is the module's root, two levels up from this package.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root: %v", err)
+	}
+	return root
+}
+
+// compiler is the C compiler: $GM_CTEST_CC, else $CC, else cc.
+func compiler() string {
+	for _, v := range []string{"GM_CTEST_CC", "CC"} {
+		if cc := os.Getenv(v); cc != "" {
+			return cc
+		}
+	}
+	return "cc"
+}
+
+// build makes the library with `make interposer` (into a temporary
+// directory, not bin/) and compiles the test programs against it, once
+// per test binary. A missing compiler or make is a failure, not a skip:
+// the interposer is part of the build.
+func build(t *testing.T) string {
+	t.Helper()
+	root := repoRoot(t)
+	buildOnce.Do(func() { buildDir, buildErr = doBuild(root) })
+	if buildErr != nil {
+		t.Fatalf("building the interposer and its C tests: %v", buildErr)
+	}
+	return buildDir
+}
+
+func doBuild(root string) (string, error) {
+	cc := compiler()
+	if _, err := exec.LookPath(cc); err != nil {
+		return "", fmt.Errorf("no C compiler %q (install gcc, `make deps`, or set CC): %w", cc, err)
+	}
+	if _, err := exec.LookPath("make"); err != nil {
+		return "", fmt.Errorf("no make (install make, `make deps`): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "gpumux-ctest-")
+	if err != nil {
+		return "", err
+	}
+	run := func(name string, args ...string) error {
+		cmd := exec.Command(name, args...)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	// GM_CTEST_SANITIZE=1 builds everything with AddressSanitizer and
+	// UndefinedBehaviorSanitizer.
+	var extra []string
+	if os.Getenv("GM_CTEST_SANITIZE") != "" {
+		extra = []string{"-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"}
+	}
+	lib := filepath.Join(dir, "libcuda.so.1")
+	if err := run("make", "--no-print-directory", "-C", root, "interposer", "INTERPOSER_OUT="+lib, "CC="+cc,
+		"INTERPOSER_EXTRA_CFLAGS="+strings.Join(extra, " ")); err != nil {
+		return dir, err
+	}
+	src := filepath.Join(root, "remote", "interposer")
+	cflags := append([]string{"-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-I", src}, extra...)
+	var wg sync.WaitGroup
+	errs := make([]error, len(programs)+1)
+	for i, p := range programs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			args := append(append([]string{}, cflags...), "-o", filepath.Join(dir, p),
+				filepath.Join(src, "tests", p+".c"), "-L", dir, "-l:libcuda.so.1", "-lpthread")
+			errs[i] = run(cc, args...)
+		}()
+	}
+	// unit links the sources themselves: it tests hidden internals.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		srcs, _ := filepath.Glob(filepath.Join(src, "*.c"))
+		args := append(append([]string{}, cflags...), "-fvisibility=hidden", "-o", filepath.Join(dir, "unit"),
+			filepath.Join(src, "tests", "unit.c"))
+		args = append(append(args, srcs...), "-lpthread")
+		errs[len(programs)] = run(cc, args...)
+	}()
+	wg.Wait()
+	return dir, errors.Join(errs...)
+}
+
+// syncBuffer collects a server's log lines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// env is gpumux-remoted on the fake backend, on a unix socket and on TCP
+// loopback, with token authentication.
+type env struct {
+	fake *fakecuda.Backend
+	srv  *server.Server
+	unix string // GPUMUX_REMOTE_ADDR values
+	tcp  string
+	logs *syncBuffer
+}
+
+func startServer(t *testing.T, opts ...server.Option) *env {
+	t.Helper()
+	fake, err := fakecuda.New(fakecuda.WithMemory(1 << 30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	opts = append([]server.Option{
+		server.WithSecret(secret),
+		server.WithLogger(slog.New(slog.NewTextHandler(logs, nil))),
+	}, opts...)
+	e := &env{fake: fake, srv: server.New(fake, opts...), logs: logs}
+	sock := filepath.Join(shortTempDir(t), "remoted.sock")
+	ul, err := server.ListenUnix(sock, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ul.Close()
+		t.Fatal(err)
+	}
+	e.unix, e.tcp = "unix:"+sock, tl.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, ln := range []net.Listener{ul, tl} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := e.srv.Serve(ctx, ln); err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
+	return e
+}
+
+// shortTempDir is a temporary directory with a short path: a unix
+// socket's path is limited to 107 bytes, and t.TempDir's can be longer.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gmct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// mint returns a token for id with a quota (0: none).
+func mint(t *testing.T, id string, quota uint64) string {
+	t.Helper()
+	tok, err := token.Mint(secret, token.Claims{ID: id, Quota: quota, Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// program is one run of a C test program.
+type program struct {
+	name    string
+	args    []string
+	addr    string // GPUMUX_REMOTE_ADDR; "" leaves it unset
+	token   string
+	timeout string // GPUMUX_REMOTE_TIMEOUT
+	env     []string
+}
+
+func (p program) command(ctx context.Context, t *testing.T) *exec.Cmd {
+	dir := build(t)
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, p.name), p.args...)
+	env := []string{"LD_LIBRARY_PATH=" + dir, "PATH=" + os.Getenv("PATH")}
+	if p.addr != "" {
+		env = append(env, "GPUMUX_REMOTE_ADDR="+p.addr)
+	}
+	if p.token != "" {
+		env = append(env, "GPUMUX_REMOTE_TOKEN="+p.token)
+	}
+	to := p.timeout
+	if to == "" {
+		to = "20"
+	}
+	env = append(env, "GPUMUX_REMOTE_TIMEOUT="+to)
+	cmd.Env = append(env, p.env...)
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// run runs the program to its end and fails the test if it failed;
+// it returns stdout and stderr.
+func (p program) run(t *testing.T) (stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := p.command(ctx, t)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if err != nil {
+		t.Errorf("%s %s: %v (timed out: %v)\nstdout:\n%s\nstderr:\n%s", p.name, strings.Join(p.args, " "), err,
+			ctx.Err() != nil, o.String(), e.String())
+	}
+	return o.String(), e.String()
+}
+
+// stubServer accepts connections and, if welcome, admits them
+// (handshake) and then never answers; otherwise it does not even answer
+// the handshake. It holds every connection open until the test ends.
+func stubServer(t *testing.T, welcome bool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				br := bufio.NewReader(c)
+				if welcome {
+					if _, _, err := proto.ReadFrame(br, nil); err != nil {
+						return
+					}
+					w := proto.Welcome{Result: proto.Success}
+					c.Write(proto.AppendFrame(nil, proto.Header{Op: proto.OpHello, Flags: proto.FlagReply}, w.Encode()))
+				}
+				io.Copy(io.Discard, br)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}

@@ -1,0 +1,480 @@
+package ctest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpumux/gpumux/remote/proto"
+	"github.com/gpumux/gpumux/remote/token"
+)
+
+// TestUnit runs the C unit tests of the interposer's internals.
+func TestUnit(t *testing.T) {
+	_, stderr := program{name: "unit"}.run(t)
+	if strings.Count(stderr, "GPUMUX_REMOTE_ADDR is not set") != 1 {
+		t.Errorf("want the missing address logged once, stderr:\n%s", stderr)
+	}
+}
+
+// The interposer's messages the programs cause on purpose.
+var expectedLog = map[string]bool{
+	"ctx: gpumux: cuCtxCreate_v3 with execution affinity parameters is not supported; it returns CUDA_ERROR_NOT_SUPPORTED": true,
+	"ctx: gpumux: cuCtxCreate_v4 with CUctxCreateParams is not supported; it returns CUDA_ERROR_NOT_SUPPORTED":             true,
+}
+
+// TestPrograms runs the functional test programs over both transports.
+func TestPrograms(t *testing.T) {
+	e := startServer(t)
+	for _, tr := range []struct{ name, addr string }{{"unix", e.unix}, {"tcp", e.tcp}} {
+		t.Run(tr.name, func(t *testing.T) {
+			for _, name := range []string{"basic", "ctx", "mem", "module", "threads", "fork"} {
+				t.Run(name, func(t *testing.T) {
+					_, stderr := program{name: name, addr: tr.addr, token: mint(t, "ctest-"+name, 0)}.run(t)
+					for _, line := range strings.Split(stderr, "\n") {
+						if strings.HasPrefix(line, "gpumux: ") && !expectedLog[name+": "+line] {
+							t.Errorf("unexpected interposer message: %s", line)
+						}
+					}
+				})
+			}
+		})
+	}
+	// module's "mixed" kernel: parameters of 1, 8, 2 and 4 bytes packed
+	// at offsets 0, 8, 16 and 20 by the layout cuFuncGetParamInfo gives.
+	want := make([]byte, 24)
+	want[0] = 0xAB
+	binary.LittleEndian.PutUint64(want[8:], 0x1122334455667788)
+	binary.LittleEndian.PutUint16(want[16:], 0xBEEF)
+	binary.LittleEndian.PutUint32(want[20:], 0xCAFEF00D)
+	n := 0
+	for _, l := range e.fake.Launches() {
+		if l.Kernel != "mixed" {
+			continue
+		}
+		n++
+		if !bytes.Equal(l.Params, want) {
+			t.Errorf("mixed got parameters % x, want % x", l.Params, want)
+		}
+	}
+	if n != 2 {
+		t.Errorf("mixed launched %d times, want 2 (once per transport)", n)
+	}
+}
+
+// TestUnsupported: unsupported calls answer NOT_SUPPORTED and log their
+// name once per process; cuGetProcAddress hands out the stubs.
+func TestUnsupported(t *testing.T) {
+	_, stderr := program{name: "unsupported"}.run(t)
+	for _, name := range []string{"cuGraphCreate", "cuMemAlloc", "cuLibraryLoadData", "cuGetExportTable"} {
+		if n := strings.Count(stderr, "gpumux: "+name+" is not supported"); n != 1 {
+			t.Errorf("%s logged %d times, want once; stderr:\n%s", name, n, stderr)
+		}
+	}
+	if strings.Contains(stderr, "cannot use gpumux-remoted") {
+		t.Errorf("local calls tried to connect; stderr:\n%s", stderr)
+	}
+}
+
+// TestQuota: the token's quota caps allocations.
+func TestQuota(t *testing.T) {
+	e := startServer(t)
+	const quota = 64 << 20
+	program{name: "quota", addr: e.unix, token: mint(t, "ctest-quota", quota),
+		env: []string{fmt.Sprintf("GM_TEST_QUOTA=%d", quota)}}.run(t)
+}
+
+// TestCrossClient: a second process given the first's device pointer can
+// neither read, write nor free it.
+func TestCrossClient(t *testing.T) {
+	e := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	owner := program{name: "cross", args: []string{"owner"}, addr: e.tcp, token: mint(t, "ctest-owner", 0)}
+	cmd := owner.command(ctx, t)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	var ptr string
+	var out strings.Builder
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if p, ok := strings.CutPrefix(sc.Text(), "PTR "); ok {
+			ptr = p
+			break
+		}
+	}
+	if ptr == "" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the owner printed no pointer:\n%s\nstderr:\n%s", out.String(), stderr.String())
+	}
+	// Another client with another token, and one with the same token.
+	program{name: "cross", args: []string{"intruder", ptr}, addr: e.unix, token: mint(t, "ctest-intruder", 0)}.run(t)
+	program{name: "cross", args: []string{"intruder", ptr}, addr: e.tcp, token: owner.token}.run(t)
+	stdin.Write([]byte("go\n"))
+	stdin.Close()
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("owner: %v\n%s\nstderr:\n%s", err, out.String(), stderr.String())
+	}
+}
+
+// TestUnreachable: without a usable server cuInit and every forwarded
+// call return CUDA_ERROR_NO_DEVICE, quickly, and the reason is logged
+// once.
+func TestUnreachable(t *testing.T) {
+	e := startServer(t)
+	expired, err := mintExpired()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := shortTempDir(t)
+	for _, tc := range []struct {
+		name, addr, token, why string
+	}{
+		{"no address", "", "", "GPUMUX_REMOTE_ADDR is not set"},
+		{"bad address", "nocolon", "", "want host:port"},
+		{"no socket", "unix:" + filepath.Join(dir, "none.sock"), "", "connect: No such file or directory"},
+		{"tcp refused", closedPort(t), "", "connect: Connection refused"},
+		{"no token", e.unix, "", "refused the connection (CUDA_ERROR_NOT_PERMITTED): no token"},
+		{"bad token", e.tcp, "gmx1.bogus.token", "refused the connection (CUDA_ERROR_NOT_PERMITTED): token"},
+		{"expired token", e.unix, expired, "token expired"},
+		{"silent server", stubServer(t, false), "", "no answer within 1.000 s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr := program{name: "unreachable", args: []string{"nodevice", "3"}, addr: tc.addr,
+				token: tc.token, timeout: "1"}.run(t)
+			if !strings.Contains(stderr, tc.why) || strings.Count(stderr, "gpumux: cannot use gpumux-remoted") != 1 {
+				t.Errorf("stderr does not say %q once:\n%s", tc.why, stderr)
+			}
+		})
+	}
+}
+
+// TestStalledServer: a server that admits the client and then never
+// answers: the call fails after GPUMUX_REMOTE_TIMEOUT, the one waiting
+// behind it too, and the connection is given up.
+func TestStalledServer(t *testing.T) {
+	addr := stubServer(t, true)
+	_, stderr := program{name: "unreachable", args: []string{"stall", "3"}, addr: addr, timeout: "1"}.run(t)
+	want := "gpumux: lost the connection to gpumux-remoted at " + addr + ": no answer within 1.000 s"
+	if strings.Count(stderr, want) != 1 {
+		t.Errorf("stderr does not say %q once:\n%s", want, stderr)
+	}
+}
+
+// TestServerKilled: gpumux-remoted dies (SIGKILL) under a busy client:
+// every call fails promptly with CUDA_ERROR_UNKNOWN, none hangs.
+func TestServerKilled(t *testing.T) {
+	sock := filepath.Join(shortTempDir(t), "remoted.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	srv := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	srv.Env = append(os.Environ(), serveEnv+"="+sock, secretEnv+"="+string(secret))
+	srvOut, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var srvErr bytes.Buffer
+	srv.Stderr = &srvErr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Process.Kill()
+	if line, _ := bufio.NewReader(srvOut).ReadString('\n'); line != "SERVING\n" {
+		srv.Process.Kill()
+		srv.Wait()
+		t.Fatalf("server subprocess: %q\n%s", line, srvErr.String())
+	}
+
+	prog := program{name: "dead", addr: "unix:" + sock, token: mint(t, "ctest-dead", 0), timeout: "10"}
+	cmd := prog.command(ctx, t)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	var out strings.Builder
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if sc.Text() == "READY" {
+			break
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // both threads busy
+	srv.Process.Signal(syscall.SIGKILL)
+	srv.Wait()
+	killed := time.Now()
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+	}
+	err = cmd.Wait()
+	if err != nil {
+		t.Errorf("dead: %v\n%s\nstderr:\n%s", err, out.String(), stderr.String())
+	}
+	if d := time.Since(killed); d > 10*time.Second {
+		t.Errorf("the client took %v to notice", d)
+	}
+	want := "gpumux: lost the connection to gpumux-remoted at unix:" + sock
+	if strings.Count(stderr.String(), want) != 1 {
+		t.Errorf("stderr does not say %q once:\n%s", want, stderr.String())
+	}
+}
+
+// TestExports: the library exports the CUDA driver API and nothing else:
+// every call of calls.def marked export, every name of unsupported.list,
+// and the entry points of interposer.c.
+func TestExports(t *testing.T) {
+	dir := build(t)
+	f, err := elf.Open(filepath.Join(dir, "libcuda.so.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for _, s := range syms {
+		if s.Section == elf.SHN_UNDEF || elf.ST_BIND(s.Info) == elf.STB_LOCAL {
+			continue
+		}
+		if !strings.HasPrefix(s.Name, "cu") || elf.ST_TYPE(s.Info) != elf.STT_FUNC {
+			t.Errorf("exports %s (type %v): only cu* functions may be", s.Name, elf.ST_TYPE(s.Info))
+		}
+		exported[s.Name] = true
+	}
+	root := repoRoot(t)
+	want := []string{
+		"cuCtxGetCurrent", "cuCtxSetCurrent", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuCtxCreate_v2",
+		"cuCtxCreate_v3", "cuCtxCreate_v4", "cuCtxDestroy_v2", "cuLaunchKernel", "cuModuleLoadDataEx",
+		"cuModuleLoadFatBinary", "cuModuleLoad", "cuGetErrorString", "cuGetErrorName", "cuGetProcAddress",
+		"cuGetProcAddress_v2", "cuGetExportTable", "cuCtxCreate", "cuCtxDestroy", "cuLaunchKernel_ptsz",
+	}
+	def, err := os.ReadFile(filepath.Join(root, "remote", "proto", "calls.def"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exportRE := regexp.MustCompile(`(?m)^\d+\s+(cu\w+)\s+(\S*export\S*)\s*:`)
+	for _, m := range exportRE.FindAllStringSubmatch(string(def), -1) {
+		want = append(want, m[1])
+	}
+	list, err := os.ReadFile(filepath.Join(root, "remote", "interposer", "unsupported.list"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nUnsupported := 0
+	for _, line := range strings.Split(string(list), "\n") {
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		if line = strings.TrimSpace(line); line != "" {
+			want = append(want, line)
+			nUnsupported++
+		}
+	}
+	for _, n := range want {
+		if !exported[n] {
+			t.Errorf("%s is not exported", n)
+		}
+	}
+	if nUnsupported < 400 || len(exported) < len(want) {
+		t.Errorf("%d exports, %d unsupported: want at least %d and 400", len(exported), nUnsupported, len(want))
+	}
+	t.Logf("%d exported symbols (%d unsupported stubs)", len(exported), nUnsupported)
+}
+
+// closedPort is a loopback address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func mintExpired() (string, error) {
+	return token.Mint(secret, token.Claims{ID: "ctest-expired", Expires: time.Now().Add(-time.Hour)})
+}
+
+// protoStub admits clients and answers each request frame with answer,
+// which writes raw frames.
+func protoStub(t *testing.T, answer func(w io.Writer, h proto.Header)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		if _, _, err := proto.ReadFrame(br, nil); err != nil {
+			return
+		}
+		w := proto.Welcome{Result: proto.Success}
+		c.Write(proto.AppendFrame(nil, proto.Header{Op: proto.OpHello, Flags: proto.FlagReply}, w.Encode()))
+		for {
+			h, _, err := proto.ReadFrame(br, nil)
+			if err != nil {
+				return
+			}
+			if h.Flags&proto.FlagData == 0 {
+				answer(c, h)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	return ln.Addr().String()
+}
+
+func reply(h proto.Header, r proto.Result, out ...uint32) []byte {
+	p := binary.LittleEndian.AppendUint32(nil, uint32(r))
+	for _, v := range out {
+		p = binary.LittleEndian.AppendUint32(p, v)
+	}
+	return proto.AppendFrame(nil, proto.Header{Op: h.Op, Flags: proto.FlagReply, Seq: h.Seq}, p)
+}
+
+func data(h proto.Header, n int) []byte {
+	return proto.AppendFrame(nil, proto.Header{Op: h.Op, Flags: proto.FlagData, Seq: h.Seq}, make([]byte, n))
+}
+
+// TestProtocolErrors: a server that breaks the protocol loses the
+// connection (CUDA_ERROR_UNKNOWN, logged once with the reason) and never
+// gets a byte written past the caller's buffer.
+func TestProtocolErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer func(w io.Writer, h proto.Header)
+		why    string
+	}{
+		{"seq", func(w io.Writer, h proto.Header) {
+			h.Seq++
+			w.Write(reply(h, proto.Success, 12080))
+		}, "protocol error: got op 2 seq 2 waiting for op 2 (cuDriverGetVersion) seq 1"},
+		{"op", func(w io.Writer, h proto.Header) {
+			h.Op++
+			w.Write(reply(h, proto.Success, 12080))
+		}, "protocol error: got op 3 seq 1 waiting for op 2 (cuDriverGetVersion) seq 1"},
+		{"trailing", func(w io.Writer, h proto.Header) {
+			w.Write(reply(h, proto.Success, 12080, 7))
+		}, "protocol error: a malformed reply to cuDriverGetVersion (12 bytes, trailing bytes)"},
+		{"truncated", func(w io.Writer, h proto.Header) {
+			w.Write(reply(h, proto.Success))
+		}, "protocol error: a malformed reply to cuDriverGetVersion (4 bytes, too short)"},
+		{"tiny", func(w io.Writer, h proto.Header) {
+			w.Write(proto.AppendFrame(nil, proto.Header{Op: h.Op, Flags: proto.FlagReply, Seq: h.Seq}, []byte{0, 0}))
+		}, "protocol error: a reply of 2 bytes to cuDriverGetVersion"},
+		{"flags", func(w io.Writer, h proto.Header) {
+			w.Write(proto.AppendFrame(nil, proto.Header{Op: h.Op, Seq: h.Seq}, []byte{0, 0, 0, 0}))
+		}, "protocol error: flags 0 waiting for the reply to cuDriverGetVersion"},
+		{"huge", func(w io.Writer, h proto.Header) {
+			f := reply(h, proto.Success, 12080)
+			binary.LittleEndian.PutUint32(f, 16+proto.MaxPayload+1)
+			w.Write(f)
+		}, fmt.Sprintf("protocol error: a frame of length %d", 16+proto.MaxPayload+1)},
+		{"overflow", func(w io.Writer, h proto.Header) {
+			w.Write(data(h, 32))
+			w.Write(reply(h, proto.Success))
+		}, "protocol error: cuMemcpyDtoH_v2: 32 bytes of data past the 16 asked for"},
+		{"short", func(w io.Writer, h proto.Header) {
+			w.Write(data(h, 8))
+			w.Write(reply(h, proto.Success))
+		}, "protocol error: cuMemcpyDtoH_v2 succeeded with 8 of 16 bytes"},
+		{"error-partial", func(w io.Writer, h proto.Header) {
+			if h.Op == proto.OpMemcpyDtoHV2 {
+				w.Write(data(h, 8))
+				w.Write(reply(h, proto.ErrInvalidValue))
+				return
+			}
+			w.Write(reply(h, proto.Success, 12080))
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := protoStub(t, tc.answer)
+			_, stderr := program{name: "protoerr", args: []string{tc.name}, addr: addr, timeout: "5"}.run(t)
+			if tc.why == "" {
+				if stderr != "" {
+					t.Errorf("unexpected messages:\n%s", stderr)
+				}
+				return
+			}
+			want := "gpumux: lost the connection to gpumux-remoted at " + addr + ": " + tc.why
+			if strings.Count(stderr, want) != 1 {
+				t.Errorf("stderr does not say %q once:\n%s", want, stderr)
+			}
+		})
+	}
+}
+
+// TestCache: repeats of the calls calls.def marks cache never reach the
+// server; the others always do.
+func TestCache(t *testing.T) {
+	var mu sync.Mutex
+	count := map[proto.Op]int{}
+	addr := protoStub(t, func(w io.Writer, h proto.Header) {
+		mu.Lock()
+		count[h.Op]++
+		mu.Unlock()
+		if h.Op == proto.OpCtxSynchronize {
+			w.Write(reply(h, proto.Success))
+			return
+		}
+		w.Write(reply(h, proto.Success, 12080))
+	})
+	program{name: "protoerr", args: []string{"cache"}, addr: addr}.run(t)
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[proto.Op]int{proto.OpDriverGetVersion: 1, proto.OpDeviceGetAttribute: 2, proto.OpCtxSynchronize: 5}
+	for op, n := range want {
+		if count[op] != n {
+			t.Errorf("%s reached the server %d times, want %d", proto.Calls[op].Name, count[op], n)
+		}
+	}
+}

@@ -1,0 +1,79 @@
+// Package fakecuda is a CPU implementation of the gpumux-remoted backend
+// (server.Backend) for tests and demos only: it never touches a GPU and
+// must not stand in for one in production.
+//
+// # Devices
+//
+// New makes one or more fake devices (WithDevices, WithMemory, WithName):
+// compute capability 9.0, 132 multiprocessors, the limits of an H100/H200
+// class GPU for the other attributes (see attrs.go), and a UUID derived from
+// the device index, so it is stable across runs.
+//
+// # Memory
+//
+// Device memory is Go memory at fake addresses: allocations start at
+// 0x7f0000000000, are 256-byte aligned and are separated by 64 KiB gaps, and
+// no address is ever handed out twice, so an off-by-one overrun or a use
+// after free touches nothing. Backing pages (64 KiB) are made on first
+// write, so a large fake device costs only what is written. Copies and
+// memsets accept any live allocation (one address space per process, as
+// with CUDA's unified addressing); isolating clients is the server's job.
+// Kernels, though, see only the allocations and globals of the context they
+// run in: an access to anything else fails the launch with
+// CUDA_ERROR_ILLEGAL_ADDRESS, as a kernel dereferencing another context's
+// address faults on a GPU. Unlike a GPU, the fault is not sticky: the
+// context keeps working.
+//
+// # Modules
+//
+// ModuleLoadData accepts a text image, optionally followed by NUL bytes
+// (the interposer sends text images with their terminator):
+//
+//	gpumux-fake-module 1
+//	# a comment
+//	kernel fill_u32 8,4,8
+//	kernel vecadd_f32 8,8,8,4
+//	kernel fault
+//	kernel noop
+//	global counter 4
+//
+// The first line names the format and its version. "kernel NAME SIZES"
+// declares a kernel and the byte sizes of its parameters, comma-separated
+// (none: no parameters); each parameter sits at the next offset aligned to
+// the largest of 8, 4, 2 or 1 that divides its size, which is what
+// FuncParamInfo reports and what a launch's packed parameter buffer must
+// match. "global NAME SIZE" declares a zero-initialised module global of
+// SIZE bytes (ModuleGetGlobal). Anything else is CUDA_ERROR_INVALID_IMAGE.
+// ModuleImage builds such an image.
+//
+// # Kernels
+//
+// Launches are recorded (Launches) and run synchronously. Three names run
+// code on the fake memory; declaring one of them with other parameter sizes
+// is CUDA_ERROR_INVALID_IMAGE:
+//
+//	fill_u32(uint32_t *dst, uint32_t value, uint64_t n)        sizes 8,4,8   (offsets 0,8,16; 24 bytes)
+//	    dst[i] = value for every i < n
+//	vecadd_f32(const float *a, const float *b, float *c, uint32_t n)
+//	                                                           sizes 8,8,8,4 (offsets 0,8,16,24; 28 bytes)
+//	    c[i] = a[i] + b[i] for every i < n
+//	fault(...)                                                 any sizes
+//	    fails with CUDA_ERROR_ILLEGAL_ADDRESS
+//
+// The kernels ignore the launch geometry (as a grid-stride loop would).
+// Every other kernel only records its launch.
+//
+// # Contexts, streams and events
+//
+// The current context is tracked per OS thread (gettid), as CUDA does;
+// gpumux-remoted's sessions lock their worker goroutines to threads. Calls
+// that need a context fail with CUDA_ERROR_INVALID_CONTEXT without one, and
+// the fake is strict where CUDA is lenient in ways the server should not
+// rely on: objects are freed or destroyed only with their own context
+// current. Destroying a context frees what is left in it, as CUDA does, and
+// counts it in Stats.ImplicitFrees, so tests can prove the server freed
+// everything itself. Streams and events are synchronous; EventElapsedTime
+// measures the real clock between two EventRecord calls.
+//
+// A Backend is safe for concurrent use by many sessions.
+package fakecuda

@@ -1,0 +1,330 @@
+package fakecuda
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"sync"
+
+	"github.com/gpumux/gpumux/remote/proto"
+)
+
+// DriverVersion is the CUDA version the fake driver reports (12.8).
+const DriverVersion = 12080
+
+// Defaults of New.
+const (
+	DefaultDevices = 1
+	DefaultMemory  = 16 << 30
+	DefaultName    = "gpumux fake GPU"
+)
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	devices int
+	memory  uint64
+	name    string
+}
+
+// WithDevices sets the number of fake devices (at least 1).
+func WithDevices(n int) Option { return func(c *config) { c.devices = n } }
+
+// WithMemory sets each device's memory in bytes.
+func WithMemory(bytes uint64) Option { return func(c *config) { c.memory = bytes } }
+
+// WithName sets the devices' name (cuDeviceGetName).
+func WithName(name string) Option { return func(c *config) { c.name = name } }
+
+// Backend is the fake driver. The zero value is not usable: call New.
+type Backend struct {
+	mu sync.Mutex
+
+	initialized bool
+	devs        []*device
+	// current is each OS thread's current context (absent: none).
+	current map[int]uintptr
+
+	ctxs    map[uintptr]*context
+	mods    map[uintptr]*module
+	funcs   map[uintptr]*function
+	streams map[uintptr]*stream
+	events  map[uintptr]*event
+	nextID  uintptr
+
+	mem      addressSpace
+	launches []Launch
+	implicit int
+}
+
+type device struct {
+	index int32
+	name  string
+	total uint64
+	used  uint64
+	uuid  [16]byte
+}
+
+type context struct {
+	id    uintptr
+	dev   *device
+	flags uint32
+}
+
+// New returns a fake driver with its devices. It is not initialised: call
+// Init first, as with CUDA.
+func New(opts ...Option) (*Backend, error) {
+	cfg := config{devices: DefaultDevices, memory: DefaultMemory, name: DefaultName}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.devices < 1 || cfg.devices > 64 {
+		return nil, fmt.Errorf("fakecuda: %d devices, want 1 to 64", cfg.devices)
+	}
+	if cfg.memory < 1<<20 {
+		return nil, fmt.Errorf("fakecuda: %d bytes of device memory, want at least 1 MiB", cfg.memory)
+	}
+	if cfg.name == "" || len(cfg.name) > 255 {
+		return nil, fmt.Errorf("fakecuda: device name %q: want 1 to 255 bytes", cfg.name)
+	}
+	b := &Backend{
+		current: map[int]uintptr{},
+		ctxs:    map[uintptr]*context{},
+		mods:    map[uintptr]*module{},
+		funcs:   map[uintptr]*function{},
+		streams: map[uintptr]*stream{},
+		events:  map[uintptr]*event{},
+		// Raw object values look nothing like the server's handles
+		// (0x1000...), so a test notices one leaking through.
+		nextID: 0x5eed_0000_0000,
+		mem:    newAddressSpace(),
+	}
+	for i := range cfg.devices {
+		sum := sha256.Sum256(fmt.Appendf(nil, "gpumux-fakecuda/device/%d", i))
+		var u [16]byte
+		copy(u[:], sum[:16])
+		u[6] = u[6]&0x0f | 0x40 // an RFC 4122 version 4 layout
+		u[8] = u[8]&0x3f | 0x80
+		b.devs = append(b.devs, &device{index: int32(i), name: cfg.name, total: cfg.memory, uuid: u})
+	}
+	return b, nil
+}
+
+func (b *Backend) newID() uintptr {
+	b.nextID += 0x10
+	return b.nextID
+}
+
+// dev returns device d; the caller holds mu.
+func (b *Backend) dev(d int32) (*device, proto.Result) {
+	if !b.initialized {
+		return nil, proto.ErrNotInitialized
+	}
+	if d < 0 || int(d) >= len(b.devs) {
+		return nil, proto.ErrInvalidDevice
+	}
+	return b.devs[d], proto.Success
+}
+
+// cur returns the calling thread's current context; the caller holds mu.
+func (b *Backend) cur() (*context, proto.Result) {
+	if !b.initialized {
+		return nil, proto.ErrNotInitialized
+	}
+	c := b.ctxs[b.current[gettid()]]
+	if c == nil {
+		return nil, proto.ErrInvalidContext
+	}
+	return c, proto.Success
+}
+
+// Init initialises the driver.
+func (b *Backend) Init() proto.Result {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.initialized = true
+	return proto.Success
+}
+
+// DriverVersion reports DriverVersion.
+func (b *Backend) DriverVersion() (int32, proto.Result) { return DriverVersion, proto.Success }
+
+// DeviceCount reports the number of fake devices.
+func (b *Backend) DeviceCount() (int32, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.initialized {
+		return 0, proto.ErrNotInitialized
+	}
+	return int32(len(b.devs)), proto.Success
+}
+
+// DeviceName reports a device's name.
+func (b *Backend) DeviceName(d int32) (string, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	dev, r := b.dev(d)
+	if r != proto.Success {
+		return "", r
+	}
+	return dev.name, proto.Success
+}
+
+// DeviceTotalMem reports a device's memory.
+func (b *Backend) DeviceTotalMem(d int32) (uint64, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	dev, r := b.dev(d)
+	if r != proto.Success {
+		return 0, r
+	}
+	return dev.total, proto.Success
+}
+
+// DeviceAttribute reports a CUdevice_attribute (see attrs.go).
+func (b *Backend) DeviceAttribute(attr, d int32) (int32, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	dev, r := b.dev(d)
+	if r != proto.Success {
+		return 0, r
+	}
+	return attribute(attr, dev)
+}
+
+// DeviceUUID reports a device's stable UUID.
+func (b *Backend) DeviceUUID(d int32) ([16]byte, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	dev, r := b.dev(d)
+	if r != proto.Success {
+		return [16]byte{}, r
+	}
+	return dev.uuid, proto.Success
+}
+
+// CtxCreate makes a context on device d. Unlike cuCtxCreate it does not
+// make it current: the server sets contexts explicitly.
+func (b *Backend) CtxCreate(d int32, flags uint32) (uintptr, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	dev, r := b.dev(d)
+	if r != proto.Success {
+		return 0, r
+	}
+	if flags > 0xff {
+		return 0, proto.ErrInvalidValue
+	}
+	c := &context{id: b.newID(), dev: dev, flags: flags}
+	b.ctxs[c.id] = c
+	return c.id, proto.Success
+}
+
+// CtxDestroy destroys a context and what is left in it (counted in
+// Stats.ImplicitFrees). A thread that had it current has none after.
+func (b *Backend) CtxDestroy(ctx uintptr) proto.Result {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.initialized {
+		return proto.ErrNotInitialized
+	}
+	c := b.ctxs[ctx]
+	if c == nil {
+		return proto.ErrInvalidContext
+	}
+	for _, a := range b.mem.owned(c) {
+		if a.module == nil {
+			b.implicit++
+		}
+		b.mem.remove(a)
+		c.dev.used -= a.size
+	}
+	for id, m := range b.mods {
+		if m.ctx == c {
+			b.implicit++
+			b.unloadLocked(id, m)
+		}
+	}
+	for id, s := range b.streams {
+		if s.ctx == c {
+			b.implicit++
+			delete(b.streams, id)
+		}
+	}
+	for id, e := range b.events {
+		if e.ctx == c {
+			b.implicit++
+			delete(b.events, id)
+		}
+	}
+	for tid, cur := range b.current {
+		if cur == ctx {
+			delete(b.current, tid)
+		}
+	}
+	delete(b.ctxs, ctx)
+	return proto.Success
+}
+
+// CtxSetCurrent makes ctx the calling thread's current context (0: none).
+func (b *Backend) CtxSetCurrent(ctx uintptr) proto.Result {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.initialized {
+		return proto.ErrNotInitialized
+	}
+	tid := gettid()
+	if ctx == 0 {
+		delete(b.current, tid)
+		return proto.Success
+	}
+	if b.ctxs[ctx] == nil {
+		return proto.ErrInvalidContext
+	}
+	b.current[tid] = ctx
+	return proto.Success
+}
+
+// CtxSynchronize waits for nothing: everything the fake does is
+// synchronous. It still needs a current context.
+func (b *Backend) CtxSynchronize() proto.Result {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, r := b.cur()
+	return r
+}
+
+// Stats counts the fake's live objects.
+type Stats struct {
+	Contexts, Allocations, Modules, Functions, Streams, Events int
+	// AllocatedBytes is the size of the live MemAlloc allocations (module
+	// globals excluded).
+	AllocatedBytes uint64
+	// ImplicitFrees counts the allocations, modules, streams and events
+	// that CtxDestroy freed because they were still alive.
+	ImplicitFrees int
+	// ThreadsWithContext counts the OS threads with a current context.
+	ThreadsWithContext int
+}
+
+// Stats returns the live object counts.
+func (b *Backend) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := Stats{
+		Contexts:           len(b.ctxs),
+		Modules:            len(b.mods),
+		Functions:          len(b.funcs),
+		Streams:            len(b.streams),
+		Events:             len(b.events),
+		ImplicitFrees:      b.implicit,
+		ThreadsWithContext: len(b.current),
+	}
+	for _, a := range b.mem.allocs {
+		if a.module == nil {
+			s.Allocations++
+			s.AllocatedBytes += a.size
+		}
+	}
+	return s
+}

@@ -1,0 +1,466 @@
+package fakecuda
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/gpumux/gpumux/remote/proto"
+)
+
+// Magic is the first line of a fake module image.
+const Magic = "gpumux-fake-module 1"
+
+// Limits of the fake module format.
+const (
+	maxParamSize  = 4096
+	maxParamBytes = 32764 // CUDA's limit on a kernel's parameters
+	maxGlobalSize = 1 << 30
+	maxName       = 255
+)
+
+// Kernel declares a kernel of a fake module.
+type Kernel struct {
+	Name string
+	// Sizes are its parameters' byte sizes.
+	Sizes []uint64
+}
+
+// Global declares a module global.
+type Global struct {
+	Name string
+	Size uint64
+}
+
+// The kernels with behaviour, and their parameter sizes.
+var (
+	FillU32   = Kernel{Name: "fill_u32", Sizes: []uint64{8, 4, 8}}
+	VecAddF32 = Kernel{Name: "vecadd_f32", Sizes: []uint64{8, 8, 8, 4}}
+	Fault     = Kernel{Name: "fault"}
+)
+
+// ModuleImage returns the image of a module with these kernels and
+// globals, NUL-terminated as the interposer sends it.
+func ModuleImage(kernels []Kernel, globals []Global) []byte {
+	var b strings.Builder
+	b.WriteString(Magic + "\n")
+	for _, k := range kernels {
+		s := make([]string, len(k.Sizes))
+		for i, n := range k.Sizes {
+			s[i] = strconv.FormatUint(n, 10)
+		}
+		fmt.Fprintf(&b, "kernel %s %s\n", k.Name, strings.Join(s, ","))
+	}
+	for _, g := range globals {
+		fmt.Fprintf(&b, "global %s %d\n", g.Name, g.Size)
+	}
+	return append([]byte(b.String()), 0)
+}
+
+type param struct{ offset, size uint64 }
+
+type kernelDef struct {
+	name   string
+	params []param
+}
+
+type moduleDef struct {
+	kernels []kernelDef
+	globals []Global
+}
+
+// align is a parameter's alignment: the largest of 8, 4, 2, 1 dividing
+// its size.
+func align(size uint64) uint64 {
+	for _, a := range []uint64{8, 4, 2} {
+		if size%a == 0 {
+			return a
+		}
+	}
+	return 1
+}
+
+// layout places parameters of these sizes.
+func layout(sizes []uint64) []param {
+	var ps []param
+	off := uint64(0)
+	for _, n := range sizes {
+		a := align(n)
+		off = (off + a - 1) &^ (a - 1)
+		ps = append(ps, param{off, n})
+		off += n
+	}
+	return ps
+}
+
+func packedSize(ps []param) uint64 {
+	if len(ps) == 0 {
+		return 0
+	}
+	last := ps[len(ps)-1]
+	return last.offset + last.size
+}
+
+// parseModule reads a fake module image.
+func parseModule(img []byte) (*moduleDef, error) {
+	img = bytes.TrimRight(img, "\x00")
+	if bytes.IndexByte(img, 0) >= 0 {
+		return nil, fmt.Errorf("a NUL byte inside the image")
+	}
+	lines := strings.Split(string(img), "\n")
+	if strings.TrimRight(lines[0], "\r") != Magic {
+		return nil, fmt.Errorf("the first line is not %q", Magic)
+	}
+	m := &moduleDef{}
+	seen := map[string]bool{}
+	for i, line := range lines[1:] {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		where := fmt.Sprintf("line %d", i+2)
+		if len(f) < 2 || len(f[1]) > maxName {
+			return nil, fmt.Errorf("%s: want \"kernel NAME [SIZES]\" or \"global NAME SIZE\"", where)
+		}
+		name := f[1]
+		if seen[name] {
+			return nil, fmt.Errorf("%s: %s declared twice", where, name)
+		}
+		seen[name] = true
+		switch {
+		case f[0] == "kernel" && len(f) <= 3:
+			var sizes []uint64
+			if len(f) == 3 {
+				for s := range strings.SplitSeq(f[2], ",") {
+					n, err := strconv.ParseUint(s, 10, 64)
+					if err != nil || n == 0 || n > maxParamSize {
+						return nil, fmt.Errorf("%s: parameter size %q: want 1 to %d", where, s, maxParamSize)
+					}
+					sizes = append(sizes, n)
+				}
+			}
+			ps := layout(sizes)
+			if packedSize(ps) > maxParamBytes {
+				return nil, fmt.Errorf("%s: %d bytes of parameters, at most %d", where, packedSize(ps), maxParamBytes)
+			}
+			for _, k := range []Kernel{FillU32, VecAddF32} {
+				if name == k.Name && !equal(sizes, k.Sizes) {
+					return nil, fmt.Errorf("%s: %s takes parameters of sizes %v", where, name, k.Sizes)
+				}
+			}
+			m.kernels = append(m.kernels, kernelDef{name: name, params: ps})
+		case f[0] == "global" && len(f) == 3:
+			n, err := strconv.ParseUint(f[2], 10, 64)
+			if err != nil || n == 0 || n > maxGlobalSize {
+				return nil, fmt.Errorf("%s: global size %q: want 1 to %d", where, f[2], maxGlobalSize)
+			}
+			m.globals = append(m.globals, Global{Name: name, Size: n})
+		default:
+			return nil, fmt.Errorf("%s: want \"kernel NAME [SIZES]\" or \"global NAME SIZE\"", where)
+		}
+	}
+	return m, nil
+}
+
+func equal(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+type module struct {
+	id      uintptr
+	ctx     *context
+	funcs   map[string]uintptr
+	globals map[string]*allocation
+}
+
+type function struct {
+	id  uintptr
+	mod *module
+	def kernelDef
+}
+
+// ModuleLoadData loads a fake module image (see the package doc) into the
+// current context; any other image is CUDA_ERROR_INVALID_IMAGE.
+func (b *Backend) ModuleLoadData(image []byte) (uintptr, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c, r := b.cur()
+	if r != proto.Success {
+		return 0, r
+	}
+	def, err := parseModule(image)
+	if err != nil {
+		return 0, proto.ErrInvalidImage
+	}
+	var need uint64
+	for _, g := range def.globals {
+		need += g.Size
+	}
+	if need > c.dev.total-c.dev.used {
+		return 0, proto.ErrOutOfMemory
+	}
+	m := &module{id: b.newID(), ctx: c, funcs: map[string]uintptr{}, globals: map[string]*allocation{}}
+	for _, g := range def.globals {
+		a, ok := b.mem.add(g.Size, c, m)
+		if !ok {
+			b.unloadLocked(m.id, m)
+			return 0, proto.ErrOutOfMemory
+		}
+		c.dev.used += g.Size
+		m.globals[g.Name] = a
+	}
+	for _, k := range def.kernels {
+		f := &function{id: b.newID(), mod: m, def: k}
+		b.funcs[f.id] = f
+		m.funcs[k.name] = f.id
+	}
+	b.mods[m.id] = m
+	return m.id, proto.Success
+}
+
+// unloadLocked drops a module, its functions and globals.
+func (b *Backend) unloadLocked(id uintptr, m *module) {
+	for _, f := range m.funcs {
+		delete(b.funcs, f)
+	}
+	for _, a := range m.globals {
+		b.mem.remove(a)
+		m.ctx.dev.used -= a.size
+	}
+	delete(b.mods, id)
+}
+
+// module returns a module of the current context; the caller holds mu.
+func (b *Backend) module(id uintptr) (*module, proto.Result) {
+	c, r := b.cur()
+	if r != proto.Success {
+		return nil, r
+	}
+	m := b.mods[id]
+	if m == nil {
+		return nil, proto.ErrInvalidHandle
+	}
+	if m.ctx != c {
+		return nil, proto.ErrInvalidContext
+	}
+	return m, proto.Success
+}
+
+// ModuleUnload unloads a module of the current context.
+func (b *Backend) ModuleUnload(id uintptr) proto.Result {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m, r := b.module(id)
+	if r != proto.Success {
+		return r
+	}
+	b.unloadLocked(id, m)
+	return proto.Success
+}
+
+// ModuleGetFunction finds a kernel.
+func (b *Backend) ModuleGetFunction(id uintptr, name string) (uintptr, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m, r := b.module(id)
+	if r != proto.Success {
+		return 0, r
+	}
+	f, ok := m.funcs[name]
+	if !ok {
+		return 0, proto.ErrNotFound
+	}
+	return f, proto.Success
+}
+
+// ModuleGetGlobal finds a global.
+func (b *Backend) ModuleGetGlobal(id uintptr, name string) (proto.DevPtr, uint64, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m, r := b.module(id)
+	if r != proto.Success {
+		return 0, 0, r
+	}
+	a, ok := m.globals[name]
+	if !ok {
+		return 0, 0, proto.ErrNotFound
+	}
+	return proto.DevPtr(a.base), a.size, proto.Success
+}
+
+// function returns a function of the current context; the caller holds mu.
+func (b *Backend) function(id uintptr) (*function, *context, proto.Result) {
+	c, r := b.cur()
+	if r != proto.Success {
+		return nil, nil, r
+	}
+	f := b.funcs[id]
+	if f == nil {
+		return nil, nil, proto.ErrInvalidHandle
+	}
+	if f.mod.ctx != c {
+		return nil, nil, proto.ErrInvalidContext
+	}
+	return f, c, proto.Success
+}
+
+// FuncParamInfo reports a kernel parameter's offset and size.
+func (b *Backend) FuncParamInfo(fn uintptr, index uint64) (offset, size uint64, r proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f, _, r := b.function(fn)
+	if r != proto.Success {
+		return 0, 0, r
+	}
+	if index >= uint64(len(f.def.params)) {
+		return 0, 0, proto.ErrInvalidValue
+	}
+	p := f.def.params[index]
+	return p.offset, p.size, proto.Success
+}
+
+// FuncGetAttribute reports a CUfunction_attribute.
+func (b *Backend) FuncGetAttribute(attr int32, fn uintptr) (int32, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, _, r := b.function(fn); r != proto.Success {
+		return 0, r
+	}
+	v, ok := map[int32]int32{
+		0: 1024,  // MAX_THREADS_PER_BLOCK
+		1: 0,     // SHARED_SIZE_BYTES
+		2: 0,     // CONST_SIZE_BYTES
+		3: 0,     // LOCAL_SIZE_BYTES
+		4: 32,    // NUM_REGS
+		5: 90,    // PTX_VERSION
+		6: 90,    // BINARY_VERSION
+		7: 0,     // CACHE_MODE_CA
+		8: 49152, // MAX_DYNAMIC_SHARED_SIZE_BYTES
+		9: -1,    // PREFERRED_SHARED_MEMORY_CARVEOUT
+	}[attr]
+	if !ok {
+		return 0, proto.ErrInvalidValue
+	}
+	return v, proto.Success
+}
+
+// Launch records one kernel launch.
+type Launch struct {
+	Kernel      string
+	Ctx         uintptr
+	Grid, Block [3]uint32
+	SharedMem   uint32
+	Stream      uintptr
+	Params      []byte
+	Result      proto.Result
+}
+
+// Launches returns the launches so far, oldest first.
+func (b *Backend) Launches() []Launch {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]Launch(nil), b.launches...)
+}
+
+// maxLaunches bounds the launch record; older launches are dropped.
+const maxLaunches = 4096
+
+// LaunchKernel runs (or records) a kernel of the current context.
+func (b *Backend) LaunchKernel(fn uintptr, grid, block [3]uint32, sharedMem uint32, stream uintptr, params []byte) proto.Result {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f, c, r := b.function(fn)
+	if r != proto.Success {
+		return r
+	}
+	if r := b.checkStream(c, stream); r != proto.Success {
+		return r
+	}
+	for i := range 3 {
+		if grid[i] == 0 || block[i] == 0 {
+			return proto.ErrInvalidValue
+		}
+	}
+	if uint64(block[0])*uint64(block[1])*uint64(block[2]) > 1024 || block[2] > 64 {
+		return proto.ErrInvalidValue
+	}
+	if uint64(len(params)) != packedSize(f.def.params) {
+		return proto.ErrInvalidValue
+	}
+	r = b.run(c, f.def, params)
+	if len(b.launches) == maxLaunches {
+		b.launches = append(b.launches[:0], b.launches[1:]...)
+	}
+	b.launches = append(b.launches, Launch{
+		Kernel: f.def.name, Ctx: c.id, Grid: grid, Block: block, SharedMem: sharedMem,
+		Stream: stream, Params: append([]byte(nil), params...), Result: r,
+	})
+	return r
+}
+
+// run executes the kernels with behaviour; the caller holds mu.
+func (b *Backend) run(c *context, k kernelDef, params []byte) proto.Result {
+	arg := func(i int) uint64 {
+		p := k.params[i]
+		v := make([]byte, 8)
+		copy(v, params[p.offset:p.offset+p.size])
+		return binary.LittleEndian.Uint64(v)
+	}
+	// span returns the bytes [p, p+n) of one of c's allocations.
+	span := func(p, n uint64) (*allocation, uint64, bool) {
+		a, off, ok := b.mem.find(p, n)
+		if !ok || a.ctx != c {
+			return nil, 0, false
+		}
+		return a, off, true
+	}
+	switch k.name {
+	case Fault.Name:
+		return proto.ErrIllegalAddress
+	case FillU32.Name:
+		dst, v, n := arg(0), uint32(arg(1)), arg(2)
+		if n > math.MaxUint64/4 {
+			return proto.ErrIllegalAddress
+		}
+		a, off, ok := span(dst, 4*n)
+		if !ok || dst%4 != 0 {
+			return proto.ErrIllegalAddress
+		}
+		a.fill(off, 4*n, [4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)})
+	case VecAddF32.Name:
+		n := arg(3) & 0xffffffff
+		pa, pb, pc := arg(0), arg(1), arg(2)
+		aa, aoff, ok1 := span(pa, 4*n)
+		ba, boff, ok2 := span(pb, 4*n)
+		ca, coff, ok3 := span(pc, 4*n)
+		if !ok1 || !ok2 || !ok3 || (pa|pb|pc)%4 != 0 {
+			return proto.ErrIllegalAddress
+		}
+		const chunk = 16 << 10
+		x, y := make([]byte, 4*chunk), make([]byte, 4*chunk)
+		for i := uint64(0); i < n; i += chunk {
+			m := min(n-i, chunk)
+			aa.read(aoff+4*i, x[:4*m])
+			ba.read(boff+4*i, y[:4*m])
+			for j := range m {
+				s := math.Float32frombits(binary.LittleEndian.Uint32(x[4*j:])) +
+					math.Float32frombits(binary.LittleEndian.Uint32(y[4*j:]))
+				binary.LittleEndian.PutUint32(x[4*j:], math.Float32bits(s))
+			}
+			ca.write(coff+4*i, x[:4*m])
+		}
+	}
+	return proto.Success
+}

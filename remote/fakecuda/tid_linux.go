@@ -1,0 +1,5 @@
+package fakecuda
+
+import "syscall"
+
+func gettid() int { return syscall.Gettid() }

@@ -1,0 +1,797 @@
+package server
+
+import (
+	"io"
+
+	"github.com/gpumux/gpumux/remote/proto"
+)
+
+// The session runs the forwarded calls.
+var _ proto.Handler = (*session)(nil)
+
+const ok = proto.Success
+
+// Init: the server initialised the backend before admitting anyone.
+func (s *session) Init(c *proto.Call, flags uint32) proto.Result {
+	if flags != 0 {
+		return proto.ErrInvalidValue
+	}
+	return ok
+}
+
+func (s *session) DriverGetVersion(c *proto.Call) (int32, proto.Result) {
+	return s.be.DriverVersion()
+}
+
+func (s *session) DeviceGetCount(c *proto.Call) (int32, proto.Result) {
+	return int32(len(s.devs)), ok
+}
+
+func (s *session) DeviceGet(c *proto.Call, ordinal int32) (int32, proto.Result) {
+	if _, r := s.device(ordinal); r != ok {
+		return 0, r
+	}
+	return ordinal, ok
+}
+
+// DeviceGetName truncates the name to length-1 bytes, as CUDA does.
+func (s *session) DeviceGetName(c *proto.Call, length int32, dev int32) (string, proto.Result) {
+	real, r := s.device(dev)
+	if r != ok {
+		return "", r
+	}
+	if length <= 0 {
+		return "", proto.ErrInvalidValue
+	}
+	name, r := s.be.DeviceName(real)
+	if r != ok {
+		return "", r
+	}
+	if n := min(int(length)-1, proto.MaxString); len(name) > n {
+		name = name[:n]
+	}
+	return name, ok
+}
+
+// DeviceTotalMemV2 reports the quota when it is smaller than the device.
+func (s *session) DeviceTotalMemV2(c *proto.Call, dev int32) (uint64, proto.Result) {
+	real, r := s.device(dev)
+	if r != ok {
+		return 0, r
+	}
+	total, r := s.be.DeviceTotalMem(real)
+	if r != ok {
+		return 0, r
+	}
+	if limit, _ := s.quota.left(); limit > 0 {
+		total = min(total, limit)
+	}
+	return total, ok
+}
+
+func (s *session) DeviceGetAttribute(c *proto.Call, attrib int32, dev int32) (int32, proto.Result) {
+	real, r := s.device(dev)
+	if r != ok {
+		return 0, r
+	}
+	return s.be.DeviceAttribute(attrib, real)
+}
+
+func (s *session) DeviceGetUuid(c *proto.Call, dev int32) ([16]byte, proto.Result) {
+	real, r := s.device(dev)
+	if r != ok {
+		return [16]byte{}, r
+	}
+	return s.be.DeviceUUID(real)
+}
+
+func (s *session) DeviceGetUuidV2(c *proto.Call, dev int32) ([16]byte, proto.Result) {
+	return s.DeviceGetUuid(c, dev)
+}
+
+func (s *session) primaryOf(dev int32) (*primaryState, proto.Result) {
+	if _, r := s.device(dev); r != ok {
+		return nil, r
+	}
+	p := s.primary[dev]
+	if p == nil {
+		p = &primaryState{}
+		s.primary[dev] = p
+	}
+	return p, ok
+}
+
+// DevicePrimaryCtxRetain gives the client its own "primary" context of
+// dev, made on first use and counted.
+func (s *session) DevicePrimaryCtxRetain(c *proto.Call, dev int32) (proto.Handle, proto.Result) {
+	p, r := s.primaryOf(dev)
+	if r != ok {
+		return 0, r
+	}
+	if p.ctx == nil {
+		ctx, r := s.createCtx(dev, p.flags, true)
+		if r != ok {
+			return 0, r
+		}
+		p.ctx, p.refs = ctx, 0
+	}
+	p.refs++
+	return p.ctx.h, ok
+}
+
+// DevicePrimaryCtxReleaseV2 drops a reference; the last one destroys the
+// context and everything in it.
+func (s *session) DevicePrimaryCtxReleaseV2(c *proto.Call, dev int32) proto.Result {
+	p, r := s.primaryOf(dev)
+	if r != ok {
+		return r
+	}
+	if p.ctx == nil || p.refs == 0 {
+		return proto.ErrInvalidContext
+	}
+	p.refs--
+	if p.refs == 0 {
+		s.destroyCtx(p.ctx)
+	}
+	return ok
+}
+
+func (s *session) DevicePrimaryCtxGetState(c *proto.Call, dev int32) (uint32, int32, proto.Result) {
+	p, r := s.primaryOf(dev)
+	if r != ok {
+		return 0, 0, r
+	}
+	active := int32(0)
+	if p.ctx != nil {
+		active = 1
+	}
+	return p.flags, active, ok
+}
+
+// DevicePrimaryCtxSetFlagsV2 sets the flags the client's primary context
+// of dev is made with next.
+func (s *session) DevicePrimaryCtxSetFlagsV2(c *proto.Call, dev int32, flags uint32) proto.Result {
+	p, r := s.primaryOf(dev)
+	if r != ok {
+		return r
+	}
+	if flags > 0xff {
+		return proto.ErrInvalidValue
+	}
+	p.flags = flags
+	return ok
+}
+
+// DevicePrimaryCtxResetV2 destroys the client's primary context of dev
+// and everything in it at once, and forgets its flags.
+func (s *session) DevicePrimaryCtxResetV2(c *proto.Call, dev int32) proto.Result {
+	p, r := s.primaryOf(dev)
+	if r != ok {
+		return r
+	}
+	if p.ctx != nil {
+		s.destroyCtx(p.ctx)
+	}
+	p.ctx, p.refs, p.flags = nil, 0, 0
+	return ok
+}
+
+func (s *session) CtxCreateV2(c *proto.Call, flags uint32, dev int32) (proto.Handle, proto.Result) {
+	ctx, r := s.createCtx(dev, flags, false)
+	if r != ok {
+		return 0, r
+	}
+	return ctx.h, ok
+}
+
+// CtxDestroyV2 destroys a context the client created (not a primary one)
+// and everything in it.
+func (s *session) CtxDestroyV2(c *proto.Call, h proto.Handle) proto.Result {
+	ctx := s.ctxs[h]
+	if ctx == nil || ctx.primary {
+		return proto.ErrInvalidContext
+	}
+	s.destroyCtx(ctx)
+	return ok
+}
+
+func (s *session) CtxSynchronize(c *proto.Call) proto.Result {
+	if _, r := s.current(c); r != ok {
+		return r
+	}
+	return s.be.CtxSynchronize()
+}
+
+func (s *session) CtxGetDevice(c *proto.Call) (int32, proto.Result) {
+	ctx := s.ctxs[c.Ctx]
+	if ctx == nil {
+		return 0, proto.ErrInvalidContext
+	}
+	return ctx.dev, ok
+}
+
+// MemAllocV2 allocates within the client's quota.
+func (s *session) MemAllocV2(c *proto.Call, n uint64) (proto.DevPtr, proto.Result) {
+	ctx, r := s.current(c)
+	if r != ok {
+		return 0, r
+	}
+	if n == 0 {
+		return 0, proto.ErrInvalidValue
+	}
+	if !s.quota.reserve(n) {
+		return 0, proto.ErrOutOfMemory
+	}
+	p, r := s.be.MemAlloc(n)
+	if r != ok {
+		s.quota.release(n)
+		return 0, r
+	}
+	if !s.addAlloc(&allocation{base: p, size: n, ctx: ctx}) {
+		s.log.Error("the backend returned an address the client already holds", "addr", p, "size", n)
+		s.be.MemFree(p)
+		s.quota.release(n)
+		return 0, proto.ErrUnknown
+	}
+	s.inUse += n
+	s.stats.peakMemory = max(s.stats.peakMemory, s.inUse)
+	return p, ok
+}
+
+// MemFreeV2 frees one of the client's allocations (its base address).
+func (s *session) MemFreeV2(c *proto.Call, p proto.DevPtr) proto.Result {
+	if _, r := s.current(c); r != ok {
+		return r
+	}
+	a := s.find(p, 0)
+	if a == nil || a.base != p || a.mod != nil {
+		return proto.ErrInvalidValue
+	}
+	if r := s.use(a.ctx); r != ok {
+		return r
+	}
+	if r := s.be.MemFree(p); r != ok {
+		return r
+	}
+	s.removeAlloc(a)
+	s.inUse -= a.size
+	s.quota.release(a.size)
+	return ok
+}
+
+// MemGetInfoV2 reports the device's memory, capped by the quota.
+func (s *session) MemGetInfoV2(c *proto.Call) (uint64, uint64, proto.Result) {
+	if _, r := s.current(c); r != ok {
+		return 0, 0, r
+	}
+	free, total, r := s.be.MemGetInfo()
+	if r != ok {
+		return 0, 0, r
+	}
+	if limit, left := s.quota.left(); limit > 0 {
+		free, total = min(free, left), limit
+	}
+	return free, total, ok
+}
+
+// span checks that [p, p+n) lies within one of the client's allocations.
+func (s *session) span(p proto.DevPtr, n uint64) proto.Result {
+	if s.find(p, n) == nil {
+		return proto.ErrInvalidValue
+	}
+	return ok
+}
+
+// stream resolves a stream argument for work in the current context ctx:
+// a default stream, or a stream of ctx.
+func (s *session) stream(ctx *ctxState, h proto.Handle) (uintptr, proto.Result) {
+	if h <= 2 {
+		return uintptr(h), ok
+	}
+	st := s.streams[h]
+	if st == nil || st.ctx != ctx {
+		return 0, proto.ErrInvalidHandle
+	}
+	return st.raw, ok
+}
+
+// copyIn streams host data to dst chunk by chunk.
+func (s *session) copyIn(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n uint64, hs proto.Handle, async bool) proto.Result {
+	ctx, r := s.current(c)
+	if r != ok {
+		return r
+	}
+	st, r := s.stream(ctx, hs)
+	if r != ok {
+		return r
+	}
+	if n == 0 {
+		return ok
+	}
+	if r := s.span(dst, n); r != ok {
+		return r
+	}
+	for off := uint64(0); ; {
+		p, err := in.Next()
+		if err == io.EOF {
+			return ok
+		}
+		if err != nil {
+			return proto.ErrUnknown // Dispatch reports the broken stream
+		}
+		s.stats.bytesIn += uint64(len(p))
+		if r := s.be.MemcpyHtoD(dst+proto.DevPtr(off), p, st, async); r != ok {
+			return r // Dispatch drains the rest
+		}
+		off += uint64(len(p))
+	}
+}
+
+// copyOut streams device memory at src back chunk by chunk.
+func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n uint64, hs proto.Handle) proto.Result {
+	ctx, r := s.current(c)
+	if r != ok {
+		return r
+	}
+	st, r := s.stream(ctx, hs)
+	if r != ok {
+		return r
+	}
+	if n == 0 {
+		return ok
+	}
+	if r := s.span(src, n); r != ok {
+		return r
+	}
+	buf := s.chunk()
+	for off := uint64(0); off < n; {
+		k := min(n-off, uint64(len(buf)))
+		if r := s.be.MemcpyDtoH(buf[:k], src+proto.DevPtr(off), st); r != ok {
+			return r
+		}
+		if _, err := out.Write(buf[:k]); err != nil {
+			return proto.ErrUnknown // Dispatch reports the transport error
+		}
+		s.stats.bytesOut += k
+		off += k
+	}
+	return ok
+}
+
+// chunk returns the session's copy buffer.
+func (s *session) chunk() []byte {
+	if s.buf == nil {
+		s.buf = make([]byte, proto.ChunkSize)
+	}
+	return s.buf
+}
+
+func (s *session) copyDD(c *proto.Call, dst, src proto.DevPtr, n uint64, hs proto.Handle, async bool) proto.Result {
+	ctx, r := s.current(c)
+	if r != ok {
+		return r
+	}
+	st, r := s.stream(ctx, hs)
+	if r != ok {
+		return r
+	}
+	if n == 0 {
+		return ok
+	}
+	if r := s.span(dst, n); r != ok {
+		return r
+	}
+	if r := s.span(src, n); r != ok {
+		return r
+	}
+	return s.be.MemcpyDtoD(dst, src, n, st, async)
+}
+
+func (s *session) MemcpyHtoDV2(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n uint64) proto.Result {
+	return s.copyIn(c, dst, in, n, 0, false)
+}
+
+func (s *session) MemcpyDtoHV2(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n uint64) proto.Result {
+	return s.copyOut(c, out, src, n, 0)
+}
+
+func (s *session) MemcpyDtoDV2(c *proto.Call, dst, src proto.DevPtr, n uint64) proto.Result {
+	return s.copyDD(c, dst, src, n, 0, false)
+}
+
+func (s *session) MemcpyHtoDAsyncV2(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n uint64, hs proto.Handle) proto.Result {
+	return s.copyIn(c, dst, in, n, hs, true)
+}
+
+func (s *session) MemcpyDtoHAsyncV2(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n uint64, hs proto.Handle) proto.Result {
+	return s.copyOut(c, out, src, n, hs)
+}
+
+func (s *session) MemcpyDtoDAsyncV2(c *proto.Call, dst, src proto.DevPtr, n uint64, hs proto.Handle) proto.Result {
+	return s.copyDD(c, dst, src, n, hs, true)
+}
+
+// memset checks and runs cuMemsetD8/D32 (width 1 or 4 bytes).
+func (s *session) memset(c *proto.Call, dst proto.DevPtr, v uint32, n uint64, width uint64, hs proto.Handle, async bool) proto.Result {
+	ctx, r := s.current(c)
+	if r != ok {
+		return r
+	}
+	st, r := s.stream(ctx, hs)
+	if r != ok {
+		return r
+	}
+	if width == 1 && v > 0xff {
+		return proto.ErrInvalidValue
+	}
+	if n == 0 {
+		return ok
+	}
+	if n > ^uint64(0)/width || uint64(dst)%width != 0 {
+		return proto.ErrInvalidValue
+	}
+	if r := s.span(dst, n*width); r != ok {
+		return r
+	}
+	if width == 1 {
+		return s.be.MemsetD8(dst, uint8(v), n, st, async)
+	}
+	return s.be.MemsetD32(dst, v, n, st, async)
+}
+
+func (s *session) MemsetD8V2(c *proto.Call, dst proto.DevPtr, uc uint32, n uint64) proto.Result {
+	return s.memset(c, dst, uc, n, 1, 0, false)
+}
+
+func (s *session) MemsetD32V2(c *proto.Call, dst proto.DevPtr, ui uint32, n uint64) proto.Result {
+	return s.memset(c, dst, ui, n, 4, 0, false)
+}
+
+func (s *session) MemsetD8Async(c *proto.Call, dst proto.DevPtr, uc uint32, n uint64, hs proto.Handle) proto.Result {
+	return s.memset(c, dst, uc, n, 1, hs, true)
+}
+
+func (s *session) MemsetD32Async(c *proto.Call, dst proto.DevPtr, ui uint32, n uint64, hs proto.Handle) proto.Result {
+	return s.memset(c, dst, ui, n, 4, hs, true)
+}
+
+// MemGetAddressRangeV2 answers from the client's own allocations.
+func (s *session) MemGetAddressRangeV2(c *proto.Call, p proto.DevPtr) (proto.DevPtr, uint64, proto.Result) {
+	if _, r := s.current(c); r != ok {
+		return 0, 0, r
+	}
+	a := s.find(p, 0)
+	if a == nil {
+		return 0, 0, proto.ErrInvalidValue
+	}
+	return a.base, a.size, ok
+}
+
+func (s *session) ModuleLoadData(c *proto.Call, image []byte) (proto.Handle, proto.Result) {
+	ctx, r := s.current(c)
+	if r != ok {
+		return 0, r
+	}
+	raw, r := s.be.ModuleLoadData(image)
+	if r != ok {
+		return 0, r
+	}
+	m := &moduleState{h: s.handle(), raw: raw, ctx: ctx,
+		funcs: map[string]proto.Handle{}, globals: map[string]*allocation{}}
+	s.mods[m.h] = m
+	return m.h, ok
+}
+
+func (s *session) ModuleUnload(c *proto.Call, h proto.Handle) proto.Result {
+	m := s.mods[h]
+	if m == nil {
+		return proto.ErrInvalidHandle
+	}
+	if r := s.use(m.ctx); r != ok {
+		return r
+	}
+	if r := s.be.ModuleUnload(m.raw); r != ok {
+		return r
+	}
+	s.forgetModule(m)
+	return ok
+}
+
+// ModuleGetFunction returns one handle per kernel name.
+func (s *session) ModuleGetFunction(c *proto.Call, h proto.Handle, name string) (proto.Handle, proto.Result) {
+	m := s.mods[h]
+	if m == nil {
+		return 0, proto.ErrInvalidHandle
+	}
+	if name == "" {
+		return 0, proto.ErrInvalidValue
+	}
+	if fh, found := m.funcs[name]; found {
+		return fh, ok
+	}
+	if r := s.use(m.ctx); r != ok {
+		return 0, r
+	}
+	raw, r := s.be.ModuleGetFunction(m.raw, name)
+	if r != ok {
+		return 0, r
+	}
+	f := &funcState{h: s.handle(), raw: raw, mod: m}
+	s.funcs[f.h] = f
+	m.funcs[name] = f.h
+	return f.h, ok
+}
+
+// ModuleGetGlobalV2 makes the global one of the client's allocations.
+func (s *session) ModuleGetGlobalV2(c *proto.Call, h proto.Handle, name string) (proto.DevPtr, uint64, proto.Result) {
+	m := s.mods[h]
+	if m == nil {
+		return 0, 0, proto.ErrInvalidHandle
+	}
+	if name == "" {
+		return 0, 0, proto.ErrInvalidValue
+	}
+	if a, found := m.globals[name]; found {
+		return a.base, a.size, ok
+	}
+	if r := s.use(m.ctx); r != ok {
+		return 0, 0, r
+	}
+	p, n, r := s.be.ModuleGetGlobal(m.raw, name)
+	if r != ok {
+		return 0, 0, r
+	}
+	a := &allocation{base: p, size: n, ctx: m.ctx, mod: m}
+	if !s.addAlloc(a) {
+		s.log.Error("the backend returned a global overlapping the client's memory", "addr", p, "size", n)
+		return 0, 0, proto.ErrUnknown
+	}
+	m.globals[name] = a
+	return p, n, ok
+}
+
+// params returns a function's parameter layout, asking the backend once.
+func (s *session) params(f *funcState) ([]param, proto.Result) {
+	if f.params != nil {
+		return f.params, ok
+	}
+	if r := s.use(f.mod.ctx); r != ok {
+		return nil, r
+	}
+	ps := []param{}
+	for i := range uint64(maxParams) {
+		off, size, r := s.be.FuncParamInfo(f.raw, i)
+		if r == proto.ErrInvalidValue {
+			break
+		}
+		if r != ok {
+			return nil, r
+		}
+		ps = append(ps, param{off, size})
+	}
+	f.params = ps
+	return ps, ok
+}
+
+func (s *session) FuncGetParamInfo(c *proto.Call, h proto.Handle, index uint64) (uint64, uint64, proto.Result) {
+	f := s.funcs[h]
+	if f == nil {
+		return 0, 0, proto.ErrInvalidHandle
+	}
+	ps, r := s.params(f)
+	if r != ok {
+		return 0, 0, r
+	}
+	if index >= uint64(len(ps)) {
+		return 0, 0, proto.ErrInvalidValue
+	}
+	return ps[index].offset, ps[index].size, ok
+}
+
+func (s *session) FuncGetAttribute(c *proto.Call, attrib int32, h proto.Handle) (int32, proto.Result) {
+	f := s.funcs[h]
+	if f == nil {
+		return 0, proto.ErrInvalidHandle
+	}
+	if r := s.use(f.mod.ctx); r != ok {
+		return 0, r
+	}
+	return s.be.FuncGetAttribute(attrib, f.raw)
+}
+
+// LaunchKernel launches a function of the current context on one of its
+// streams, with a parameter buffer of exactly the kernel's packed size.
+func (s *session) LaunchKernel(c *proto.Call, h proto.Handle, gx, gy, gz, bx, by, bz, shared uint32, hs proto.Handle, params []byte) proto.Result {
+	ctx, r := s.current(c)
+	if r != ok {
+		return r
+	}
+	f := s.funcs[h]
+	if f == nil || f.mod.ctx != ctx {
+		return proto.ErrInvalidHandle
+	}
+	st, r := s.stream(ctx, hs)
+	if r != ok {
+		return r
+	}
+	if gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 {
+		return proto.ErrInvalidValue
+	}
+	ps, r := s.params(f)
+	if r != ok {
+		return r
+	}
+	if r := s.use(ctx); r != ok {
+		return r
+	}
+	size := uint64(0)
+	if len(ps) > 0 {
+		last := ps[len(ps)-1]
+		size = last.offset + last.size
+	}
+	if uint64(len(params)) != size {
+		return proto.ErrInvalidValue
+	}
+	return s.be.LaunchKernel(f.raw, [3]uint32{gx, gy, gz}, [3]uint32{bx, by, bz}, shared, st, params)
+}
+
+func (s *session) StreamCreate(c *proto.Call, flags uint32) (proto.Handle, proto.Result) {
+	ctx, r := s.current(c)
+	if r != ok {
+		return 0, r
+	}
+	raw, r := s.be.StreamCreate(flags)
+	if r != ok {
+		return 0, r
+	}
+	st := &streamState{h: s.handle(), raw: raw, ctx: ctx}
+	s.streams[st.h] = st
+	return st.h, ok
+}
+
+func (s *session) StreamDestroyV2(c *proto.Call, h proto.Handle) proto.Result {
+	st := s.streams[h]
+	if st == nil {
+		return proto.ErrInvalidHandle
+	}
+	if r := s.use(st.ctx); r != ok {
+		return r
+	}
+	if r := s.be.StreamDestroy(st.raw); r != ok {
+		return r
+	}
+	delete(s.streams, h)
+	return ok
+}
+
+// ownStream resolves a stream for a call about the stream itself: a
+// default stream of the current context, or a stream in its own context.
+func (s *session) ownStream(c *proto.Call, h proto.Handle) (uintptr, proto.Result) {
+	if h <= 2 {
+		_, r := s.current(c)
+		return uintptr(h), r
+	}
+	st := s.streams[h]
+	if st == nil {
+		return 0, proto.ErrInvalidHandle
+	}
+	return st.raw, s.use(st.ctx)
+}
+
+func (s *session) StreamSynchronize(c *proto.Call, h proto.Handle) proto.Result {
+	raw, r := s.ownStream(c, h)
+	if r != ok {
+		return r
+	}
+	return s.be.StreamSynchronize(raw)
+}
+
+func (s *session) StreamQuery(c *proto.Call, h proto.Handle) proto.Result {
+	raw, r := s.ownStream(c, h)
+	if r != ok {
+		return r
+	}
+	return s.be.StreamQuery(raw)
+}
+
+// StreamWaitEvent: the event may be in another of the client's contexts.
+func (s *session) StreamWaitEvent(c *proto.Call, hs, he proto.Handle, flags uint32) proto.Result {
+	e := s.events[he]
+	if e == nil {
+		return proto.ErrInvalidHandle
+	}
+	raw, r := s.ownStream(c, hs)
+	if r != ok {
+		return r
+	}
+	return s.be.StreamWaitEvent(raw, e.raw, flags)
+}
+
+func (s *session) EventCreate(c *proto.Call, flags uint32) (proto.Handle, proto.Result) {
+	ctx, r := s.current(c)
+	if r != ok {
+		return 0, r
+	}
+	raw, r := s.be.EventCreate(flags)
+	if r != ok {
+		return 0, r
+	}
+	e := &eventState{h: s.handle(), raw: raw, ctx: ctx}
+	s.events[e.h] = e
+	return e.h, ok
+}
+
+// event resolves an event and makes its context current.
+func (s *session) event(h proto.Handle) (*eventState, proto.Result) {
+	e := s.events[h]
+	if e == nil {
+		return nil, proto.ErrInvalidHandle
+	}
+	return e, s.use(e.ctx)
+}
+
+func (s *session) EventDestroyV2(c *proto.Call, h proto.Handle) proto.Result {
+	e, r := s.event(h)
+	if r != ok {
+		return r
+	}
+	if r := s.be.EventDestroy(e.raw); r != ok {
+		return r
+	}
+	delete(s.events, h)
+	return ok
+}
+
+// EventRecord records an event on a stream of its own context (a default
+// stream: the current context, which must be the event's).
+func (s *session) EventRecord(c *proto.Call, he, hs proto.Handle) proto.Result {
+	e := s.events[he]
+	if e == nil {
+		return proto.ErrInvalidHandle
+	}
+	ctx := e.ctx
+	if hs <= 2 {
+		cur, r := s.current(c)
+		if r != ok {
+			return r
+		}
+		if cur != ctx {
+			return proto.ErrInvalidHandle
+		}
+	}
+	st, r := s.stream(ctx, hs)
+	if r != ok {
+		return r
+	}
+	if r := s.use(ctx); r != ok {
+		return r
+	}
+	return s.be.EventRecord(e.raw, st)
+}
+
+func (s *session) EventSynchronize(c *proto.Call, h proto.Handle) proto.Result {
+	e, r := s.event(h)
+	if r != ok {
+		return r
+	}
+	return s.be.EventSynchronize(e.raw)
+}
+
+func (s *session) EventQuery(c *proto.Call, h proto.Handle) proto.Result {
+	e, r := s.event(h)
+	if r != ok {
+		return r
+	}
+	return s.be.EventQuery(e.raw)
+}
+
+func (s *session) EventElapsedTime(c *proto.Call, hStart, hEnd proto.Handle) (float32, proto.Result) {
+	start, end := s.events[hStart], s.events[hEnd]
+	if start == nil || end == nil {
+		return 0, proto.ErrInvalidHandle
+	}
+	if r := s.use(start.ctx); r != ok {
+		return 0, r
+	}
+	return s.be.EventElapsedTime(start.raw, end.raw)
+}

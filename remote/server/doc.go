@@ -1,0 +1,69 @@
+// Package server is gpumux-remoted's core: it serves the remote protocol
+// (package proto) to clients (the C interposer, proto.Client) and runs
+// their CUDA driver calls on a Backend (the GPU through libcuda, or
+// fakecuda in tests).
+//
+// # Connections
+//
+// Serve accepts connections on a TCP or unix listener. The first frame of
+// a connection must be the handshake (proto.Hello) within the handshake
+// timeout: the server checks the protocol version and the client's token
+// (package token) before anything else and answers proto.Welcome, closing
+// the connection on refusal (CUDA_ERROR_NOT_PERMITTED and a message). Each
+// admitted connection is one session: a reader goroutine reads frames,
+// bounded in size and count, and a worker goroutine locked to its OS
+// thread runs the calls in order through proto.Dispatch, so the backend
+// sees one thread per client and the thread's current context is the
+// session's. A malformed frame, a broken data stream or a transport error
+// closes that connection only.
+//
+// # Isolation
+//
+// A client names server objects (contexts, modules, functions, streams,
+// events) by handles the session allocates: they start at 0x1000, are never
+// reused within a session and are checked against the kind the call
+// expects, so another client's handle or a stale one is
+// CUDA_ERROR_INVALID_HANDLE (CUDA_ERROR_INVALID_CONTEXT for contexts).
+// Stream handles 0, 1 (CU_STREAM_LEGACY) and 2 (CU_STREAM_PER_THREAD) are
+// the current context's default streams.
+//
+// Every device pointer a call takes (copies, memsets, cuMemFree,
+// cuMemGetAddressRange) must lie entirely within one allocation of the
+// client: its cuMemAlloc results and the module globals it looked up; any
+// other range is CUDA_ERROR_INVALID_VALUE, so a client can neither read nor
+// write another client's memory through the API. The server cannot inspect
+// kernel arguments, which are opaque bytes; kernels run in the client's own
+// CUDA context, though, never one shared with another client (even
+// cuDevicePrimaryCtxRetain makes the client a context of its own), so a
+// kernel that dereferences another client's address faults in its own
+// context.
+//
+// With a token secret (WithSecret), a client sees exactly one device,
+// ordinal 0: the GPU its token names (token.Claims.Device). Without one
+// (WithInsecureNoAuth, for tests only) a client sees every device.
+//
+// # Quota
+//
+// The connections presenting tokens with the same ID share the token's
+// memory quota across the server: cuMemAlloc past it is
+// CUDA_ERROR_OUT_OF_MEMORY; cuMemGetInfo reports free as the smaller of
+// the device's free memory and what is left of the quota, and total as the
+// quota, and cuDeviceTotalMem reports the smaller of the quota and the
+// device's memory. The quota counts requested bytes, not the backend's
+// rounding, and not module globals.
+//
+// # Asynchronous calls and kernels
+//
+// An async call (launches, memsets, async copies) gets no reply: its first
+// failure is kept in the session and returned by the next call that waits
+// (proto.Call.Deferred). Before a launch the server asks the backend for
+// the kernel's parameter layout (once per function) and refuses a packed
+// parameter buffer of another length with CUDA_ERROR_INVALID_VALUE.
+//
+// # Cleanup
+//
+// When a client goes away (EOF, an error, or Serve's context ending), its
+// session synchronizes each of its contexts, frees its memory, unloads its
+// modules, destroys its streams, events and contexts, gives its memory back
+// to the quota and logs a one-line summary.
+package server

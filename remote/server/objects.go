@@ -1,0 +1,154 @@
+package server
+
+import (
+	"slices"
+	"sort"
+
+	"github.com/gpumux/gpumux/remote/proto"
+)
+
+// firstHandle is the first handle a session gives out; lower values are
+// the default streams and never name an object.
+const firstHandle proto.Handle = 0x1000
+
+// maxParams bounds the parameters the server asks a backend about.
+const maxParams = proto.MaxBlob
+
+type ctxState struct {
+	h       proto.Handle
+	raw     uintptr
+	dev     int32 // the client's device ordinal
+	primary bool
+}
+
+// primaryState is a client's primary context of one device.
+type primaryState struct {
+	ctx   *ctxState // nil: inactive
+	refs  int
+	flags uint32
+}
+
+type moduleState struct {
+	h       proto.Handle
+	raw     uintptr
+	ctx     *ctxState
+	funcs   map[string]proto.Handle
+	globals map[string]*allocation
+}
+
+type funcState struct {
+	h      proto.Handle
+	raw    uintptr
+	mod    *moduleState
+	params []param // nil until asked
+}
+
+type param struct{ offset, size uint64 }
+
+type streamState struct {
+	h   proto.Handle
+	raw uintptr
+	ctx *ctxState
+}
+
+type eventState struct {
+	h   proto.Handle
+	raw uintptr
+	ctx *ctxState
+}
+
+type allocation struct {
+	base proto.DevPtr
+	size uint64
+	ctx  *ctxState
+	mod  *moduleState // set for a module global
+}
+
+// objects are one client's server objects, by handle, and its memory.
+type objects struct {
+	next    proto.Handle
+	ctxs    map[proto.Handle]*ctxState
+	primary map[int32]*primaryState
+	mods    map[proto.Handle]*moduleState
+	funcs   map[proto.Handle]*funcState
+	streams map[proto.Handle]*streamState
+	events  map[proto.Handle]*eventState
+	// allocs is sorted by base and never overlaps.
+	allocs []*allocation
+	// inUse is the size of the MemAlloc allocations (globals excluded).
+	inUse uint64
+	// cur is the backend context current on the worker thread, if curOK.
+	cur   uintptr
+	curOK bool
+}
+
+func (o *objects) init() {
+	o.next = firstHandle
+	o.ctxs = map[proto.Handle]*ctxState{}
+	o.primary = map[int32]*primaryState{}
+	o.mods = map[proto.Handle]*moduleState{}
+	o.funcs = map[proto.Handle]*funcState{}
+	o.streams = map[proto.Handle]*streamState{}
+	o.events = map[proto.Handle]*eventState{}
+}
+
+// handle returns a new handle; handles are never reused in a session.
+func (o *objects) handle() proto.Handle {
+	h := o.next
+	o.next++
+	return h
+}
+
+// find returns the allocation holding all of [p, p+n); n == 0 asks for p
+// to lie inside one.
+func (o *objects) find(p proto.DevPtr, n uint64) *allocation {
+	i := sort.Search(len(o.allocs), func(i int) bool { return o.allocs[i].base > p }) - 1
+	if i < 0 {
+		return nil
+	}
+	a := o.allocs[i]
+	off := uint64(p - a.base)
+	if off >= a.size || n > a.size-off {
+		return nil
+	}
+	return a
+}
+
+// addAlloc records an allocation; false if it overlaps one already known
+// (a backend handing out an address twice).
+func (o *objects) addAlloc(a *allocation) bool {
+	end := uint64(a.base) + a.size
+	if end < uint64(a.base) {
+		return false
+	}
+	i := sort.Search(len(o.allocs), func(i int) bool { return o.allocs[i].base >= a.base })
+	if i > 0 {
+		prev := o.allocs[i-1]
+		if uint64(prev.base)+prev.size > uint64(a.base) {
+			return false
+		}
+	}
+	if i < len(o.allocs) && uint64(o.allocs[i].base) < max(end, uint64(a.base)+1) {
+		return false
+	}
+	o.allocs = slices.Insert(o.allocs, i, a)
+	return true
+}
+
+func (o *objects) removeAlloc(a *allocation) {
+	i := sort.Search(len(o.allocs), func(i int) bool { return o.allocs[i].base >= a.base })
+	if i < len(o.allocs) && o.allocs[i] == a {
+		o.allocs = slices.Delete(o.allocs, i, i+1)
+	}
+}
+
+// sortedHandles returns a map's handles in order (for deterministic
+// cleanup).
+func sortedHandles[V any](m map[proto.Handle]V) []proto.Handle {
+	hs := make([]proto.Handle, 0, len(m))
+	for h := range m {
+		hs = append(hs, h)
+	}
+	slices.Sort(hs)
+	return hs
+}

@@ -1,0 +1,271 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpumux/gpumux/remote/proto"
+	"github.com/gpumux/gpumux/remote/token"
+)
+
+// Server serves the remote protocol on a Backend. Create it with New; one
+// Server may Serve several listeners at once (a TCP port and a unix
+// socket), which share its client limit and quotas.
+type Server struct {
+	backend          Backend
+	secret           []byte
+	insecure         bool
+	log              *slog.Logger
+	maxClients       int
+	handshakeTimeout time.Duration
+	now              func() time.Time
+
+	initOnce sync.Once
+	initErr  error
+	nDevices int32 // the backend's, counted once at start
+
+	mu     sync.Mutex
+	conns  int
+	quotas map[string]*quota
+	nextID uint64
+}
+
+// New returns a server for backend.
+func New(backend Backend, opts ...Option) *Server {
+	s := &Server{
+		backend:          backend,
+		log:              slog.Default(),
+		maxClients:       DefaultMaxClients,
+		handshakeTimeout: DefaultHandshakeTimeout,
+		now:              time.Now,
+		quotas:           map[string]*quota{},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// ErrConfig means the server's options are unusable.
+var ErrConfig = errors.New("server configuration")
+
+// ready checks the configuration and initialises the backend, once.
+func (s *Server) ready() error {
+	s.initOnce.Do(func() {
+		switch {
+		case s.backend == nil:
+			s.initErr = fmt.Errorf("%w: no backend", ErrConfig)
+		case !s.insecure && len(s.secret) == 0:
+			s.initErr = fmt.Errorf("%w: no token secret (WithSecret) and not WithInsecureNoAuth", ErrConfig)
+		case !s.insecure && len(s.secret) < token.MinSecret:
+			s.initErr = fmt.Errorf("%w: token secret of %d bytes, want at least %d", ErrConfig, len(s.secret), token.MinSecret)
+		case s.maxClients < 1:
+			s.initErr = fmt.Errorf("%w: max clients %d, want at least 1", ErrConfig, s.maxClients)
+		case s.handshakeTimeout <= 0:
+			s.initErr = fmt.Errorf("%w: handshake timeout %v, want more than 0", ErrConfig, s.handshakeTimeout)
+		default:
+			if r := s.backend.Init(); r != proto.Success {
+				s.initErr = fmt.Errorf("backend: cuInit: %v", r)
+				return
+			}
+			n, r := s.backend.DeviceCount()
+			if r != proto.Success {
+				s.initErr = fmt.Errorf("backend: cuDeviceGetCount: %v", r)
+				return
+			}
+			s.nDevices = n
+		}
+	})
+	return s.initErr
+}
+
+// Serve accepts connections on ln and serves them until ctx is done, then
+// closes ln and every connection it accepted, waits for their sessions to
+// clean up and returns nil. It returns an error at once if the server's
+// options are unusable or the backend does not initialise, and if
+// accepting fails for good (ln closed by someone else).
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if err := s.ready(); err != nil {
+		ln.Close()
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	s.log.Info("serving", "addr", ln.Addr().String())
+	backoff := time.Duration(0)
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("accept on %s: %w", ln.Addr(), err)
+			}
+			// EMFILE and the like: wait and retry, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed; retrying", "addr", ln.Addr().String(), "err", err, "in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return nil
+			}
+			continue
+		}
+		backoff = 0
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.serveConn(ctx, conn)
+		}()
+	}
+}
+
+// serveConn runs one connection: handshake, then a session.
+func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+
+	s.mu.Lock()
+	s.conns++
+	full := s.conns > s.maxClients
+	s.nextID++
+	id := s.nextID
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.conns--
+		s.mu.Unlock()
+	}()
+
+	br := bufio.NewReaderSize(conn, 64<<10)
+	hello, claims, err := s.handshake(conn, br, full)
+	peer := conn.RemoteAddr().String()
+	if peer == "" || peer == "@" {
+		peer = "unix"
+	}
+	if err != nil {
+		s.log.Warn("handshake refused", "conn", id, "peer", peer, "identity", clean(hello.Identity), "err", err)
+		return
+	}
+	q := s.joinQuota(claims)
+	defer s.leaveQuota(q)
+	sess := newSession(s, q, s.devices(claims), s.log.With(
+		"conn", id, "peer", peer, "identity", clean(hello.Identity), "token", claims.ID))
+	sess.serve(conn, br)
+}
+
+// errRefused means a connection's handshake was refused.
+var errRefused = errors.New("handshake refused")
+
+// handshake reads the client's Hello, checks it and answers Welcome.
+func (s *Server) handshake(conn net.Conn, br *bufio.Reader, full bool) (proto.Hello, token.Claims, error) {
+	conn.SetDeadline(time.Now().Add(s.handshakeTimeout))
+	defer conn.SetDeadline(time.Time{})
+	h, p, err := proto.ReadFrame(br, make([]byte, 0, 512))
+	if err != nil {
+		return proto.Hello{}, token.Claims{}, fmt.Errorf("reading the handshake: %w", err)
+	}
+	refuse := func(hello proto.Hello, format string, args ...any) (proto.Hello, token.Claims, error) {
+		msg := fmt.Sprintf(format, args...)
+		w := proto.Welcome{Result: proto.ErrNotPermitted, Message: msg}
+		conn.Write(proto.AppendFrame(nil, proto.Header{Op: proto.OpHello, Flags: proto.FlagReply}, w.Encode()))
+		return hello, token.Claims{}, fmt.Errorf("%w: %s", errRefused, msg)
+	}
+	if h.Op != proto.OpHello || h.Flags != 0 {
+		return refuse(proto.Hello{}, "the first frame must be the handshake, got op %d flags %#x", h.Op, h.Flags)
+	}
+	hello, err := proto.DecodeHello(p)
+	if err != nil {
+		return refuse(proto.Hello{}, "%v", err)
+	}
+	if hello.Version != proto.Version {
+		return refuse(hello, "protocol version %d, this server speaks %d", hello.Version, proto.Version)
+	}
+	var claims token.Claims
+	if !s.insecure {
+		if hello.Token == "" {
+			return refuse(hello, "no token")
+		}
+		if claims, err = token.Check(s.secret, hello.Token, s.now()); err != nil {
+			return refuse(hello, "token: %v", err)
+		}
+		if claims.Device >= int(s.nDevices) {
+			return refuse(hello, "the token names GPU %d, this server has %d", claims.Device, s.nDevices)
+		}
+	}
+	if full {
+		return refuse(hello, "the server serves its limit of %d clients", s.maxClients)
+	}
+	w := proto.Welcome{Result: proto.Success, Quota: claims.Quota}
+	if _, err := conn.Write(proto.AppendFrame(nil, proto.Header{Op: proto.OpHello, Flags: proto.FlagReply}, w.Encode())); err != nil {
+		return hello, claims, fmt.Errorf("answering the handshake: %w", err)
+	}
+	return hello, claims, nil
+}
+
+// devices returns the backend devices a client sees, by client ordinal.
+func (s *Server) devices(c token.Claims) []int32 {
+	if !s.insecure {
+		return []int32{int32(c.Device)}
+	}
+	devs := make([]int32, s.nDevices)
+	for i := range devs {
+		devs[i] = int32(i)
+	}
+	return devs
+}
+
+// clean makes a client-chosen string safe for one log line.
+func clean(s string) string {
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+// ListenUnix listens on a unix socket at path with file mode perm. A
+// stale socket (nothing accepting) is replaced; a live one or another file
+// is an error. Closing the listener removes the socket.
+func ListenUnix(path string, perm os.FileMode) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("unix socket %s: exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("unix socket %s: in use by a running server", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("unix socket %s: removing the stale socket: %w", path, err)
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, perm); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("unix socket %s: %w", path, err)
+	}
+	return ln, nil
+}

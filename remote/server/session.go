@@ -1,0 +1,234 @@
+package server
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/gpumux/gpumux/remote/proto"
+)
+
+// queueFrames bounds the frames read ahead of the worker (at most
+// proto.MaxPayload bytes each).
+const queueFrames = 8
+
+// smallFrame is the largest payload copied out of the reader's buffer;
+// larger ones keep their pooled buffer.
+const smallFrame = 4 << 10
+
+var bufPool = sync.Pool{New: func() any {
+	b := make([]byte, proto.MaxPayload)
+	return &b
+}}
+
+// frame is one frame read from the client.
+type frame struct {
+	h   proto.Header
+	p   []byte
+	buf *[]byte // the pooled buffer p lies in, or nil
+}
+
+func (f *frame) release() {
+	if f.buf != nil {
+		bufPool.Put(f.buf)
+		f.buf = nil
+	}
+	f.p = nil
+}
+
+// readFrames reads frames from r into in until an error (kept in *errp,
+// then in is closed) or done.
+func readFrames(r io.Reader, in chan<- frame, errp *error, done <-chan struct{}) {
+	defer close(in)
+	buf := bufPool.Get().(*[]byte)
+	defer func() { bufPool.Put(buf) }()
+	for {
+		h, p, err := proto.ReadFrame(r, *buf)
+		if err != nil {
+			*errp = err
+			return
+		}
+		f := frame{h: h}
+		if len(p) <= smallFrame {
+			f.p = append([]byte(nil), p...)
+		} else {
+			f.p, f.buf = p, buf
+			buf = bufPool.Get().(*[]byte)
+		}
+		select {
+		case in <- f:
+		case <-done:
+			f.release()
+			return
+		}
+	}
+}
+
+// wire is the worker's proto.Transport: data frames come from the reader's
+// queue, replies and data go out through a buffered writer flushed with
+// each reply.
+type wire struct {
+	in      <-chan frame
+	readErr *error
+	bw      *bufio.Writer
+	scratch []byte
+	// op and seq name the call being run.
+	op   proto.Op
+	seq  uint32
+	held frame // the data frame ReadData returned last
+	err  error // the first transport error; sticky
+}
+
+var _ proto.Transport = (*wire)(nil)
+
+// ReadData returns the next frame's payload, which must be a data frame
+// of the current call.
+func (w *wire) ReadData() ([]byte, error) {
+	if w.err != nil {
+		return nil, w.err
+	}
+	w.held.release()
+	f, ok := <-w.in
+	if !ok {
+		err := *w.readErr
+		if err == nil || errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		w.err = fmt.Errorf("reading host data: %w", err)
+		return nil, w.err
+	}
+	if f.h.Flags != proto.FlagData || f.h.Seq != w.seq || f.h.Op != w.op {
+		f.release()
+		w.err = fmt.Errorf("%w: frame op %d flags %#x seq %d where data of seq %d was expected",
+			proto.ErrMalformed, f.h.Op, f.h.Flags, f.h.Seq, w.seq)
+		return nil, w.err
+	}
+	w.held = f
+	return f.p, nil
+}
+
+// WriteData sends a data frame of the current call.
+func (w *wire) WriteData(seq uint32, p []byte) error {
+	return w.write(proto.Header{Op: w.op, Flags: proto.FlagData, Seq: seq}, p, false)
+}
+
+// WriteReply sends a reply and flushes.
+func (w *wire) WriteReply(op proto.Op, seq uint32, payload []byte) error {
+	return w.write(proto.Header{Op: op, Flags: proto.FlagReply, Seq: seq}, payload, true)
+}
+
+func (w *wire) write(h proto.Header, p []byte, flush bool) error {
+	if w.err != nil {
+		return w.err
+	}
+	w.scratch = proto.AppendFrame(w.scratch[:0], h, p)
+	_, err := w.bw.Write(w.scratch)
+	if err == nil && flush {
+		err = w.bw.Flush()
+	}
+	if err != nil {
+		w.err = fmt.Errorf("writing to the client: %w", err)
+	}
+	return w.err
+}
+
+// session is one client connection's state, used only by its worker.
+type session struct {
+	be    Backend
+	log   *slog.Logger
+	quota *quota
+	// devs maps the client's device ordinals to the backend's.
+	devs []int32
+
+	wire     wire
+	deferred proto.Result
+
+	objects
+	stats sessionStats
+	buf   []byte // the copy buffer (chunk)
+}
+
+type sessionStats struct {
+	calls      uint64
+	bytesIn    uint64
+	bytesOut   uint64
+	peakMemory uint64
+}
+
+func newSession(srv *Server, q *quota, devs []int32, log *slog.Logger) *session {
+	s := &session{be: srv.backend, log: log, quota: q, devs: devs}
+	s.objects.init()
+	return s
+}
+
+// serve runs the session over conn until the client goes or conn is
+// closed, then cleans up. It locks the calling goroutine to its OS thread
+// for good: the thread, and whatever the backend keeps per thread, ends
+// with the session.
+func (s *session) serve(conn net.Conn, br *bufio.Reader) {
+	runtime.LockOSThread()
+	start := time.Now()
+	in := make(chan frame, queueFrames)
+	done := make(chan struct{})
+	var readErr error
+	s.wire = wire{in: in, readErr: &readErr, bw: bufio.NewWriterSize(conn, 64<<10)}
+	go readFrames(br, in, &readErr, done)
+	s.log.Info("client connected", "quota", s.quota.limit)
+
+	err := s.run(in, &readErr)
+	conn.Close()
+	close(done)
+	freed := s.cleanup()
+
+	reason := "disconnected"
+	if err != nil {
+		reason = err.Error()
+		s.log.Warn("closing the connection", "err", err)
+	}
+	s.log.Info("client gone", "reason", reason, "duration", time.Since(start).Round(time.Millisecond),
+		"calls", s.stats.calls, "bytes_in", s.stats.bytesIn, "bytes_out", s.stats.bytesOut,
+		"peak_memory", s.stats.peakMemory, "freed_allocations", freed.allocs, "freed_bytes", freed.bytes,
+		"unloaded_modules", freed.modules, "destroyed_streams", freed.streams,
+		"destroyed_events", freed.events, "destroyed_contexts", freed.contexts)
+}
+
+// run executes the calls in order until the queue ends (the reader's
+// error, nil at EOF) or a call breaks the protocol.
+func (s *session) run(in <-chan frame, readErr *error) error {
+	for f := range in {
+		if err := s.call(f); err != nil {
+			return err
+		}
+	}
+	if err := *readErr; err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// call runs one call frame.
+func (s *session) call(f frame) error {
+	defer f.release()
+	if f.h.Flags&^proto.FlagAsync != 0 {
+		return fmt.Errorf("%w: op %d seq %d: flags %#x where a call was expected", proto.ErrMalformed, f.h.Op, f.h.Seq, f.h.Flags)
+	}
+	info, ok := proto.Calls[f.h.Op]
+	if !ok {
+		return fmt.Errorf("%w: op %d", proto.ErrUnknownOp, f.h.Op)
+	}
+	if async := f.h.Flags&proto.FlagAsync != 0; async != info.Async {
+		return fmt.Errorf("%w: %s sent with async=%v", proto.ErrMalformed, info.Name, async)
+	}
+	s.stats.calls++
+	s.wire.op, s.wire.seq = f.h.Op, f.h.Seq
+	c := &proto.Call{Op: f.h.Op, Seq: f.h.Seq, Ctx: f.h.Ctx, T: &s.wire, Deferred: &s.deferred}
+	err := proto.Dispatch(s, c, f.p)
+	s.wire.held.release()
+	return err
+}
