@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"slices"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/gpumux/gpumux/remote/cudabackend"
 	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/server"
 	"github.com/gpumux/gpumux/remote/token"
@@ -33,14 +35,20 @@ func main() {
 
 // backendConfig is what the backends' flags say.
 type backendConfig struct {
+	cudaLib     string
 	fakeDevices int
 	fakeMemory  uint64
 }
 
-// backends are the --backend choices; nil means known but not built into
-// this binary yet.
+// backends are the --backend choices.
 var backends = map[string]func(backendConfig) (server.Backend, error){
-	"cuda": nil,
+	"cuda": func(c backendConfig) (server.Backend, error) {
+		b, err := cudabackend.Open(c.cudaLib)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	},
 	"fake": func(c backendConfig) (server.Backend, error) {
 		b, err := fakecuda.New(fakecuda.WithDevices(c.fakeDevices), fakecuda.WithMemory(c.fakeMemory))
 		if err != nil {
@@ -64,11 +72,7 @@ func backendNames() string {
 			}
 		}
 	}) {
-		what := backendHelp[n]
-		if backends[n] == nil {
-			what += ", not built into this binary yet"
-		}
-		names = append(names, fmt.Sprintf("%s (%s)", n, what))
+		names = append(names, fmt.Sprintf("%s (%s)", n, backendHelp[n]))
 	}
 	return strings.Join(names, ", ")
 }
@@ -107,14 +111,17 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		maxClients  = fs.Int("max-clients", server.DefaultMaxClients, "connections served at once; more are refused at their handshake")
 		handshake   = fs.Duration("handshake-timeout", server.DefaultHandshakeTimeout, "how long a new connection has to send its handshake")
 		logLevel    = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
+		cudaLib     = fs.String("cuda-lib", cudabackend.DefaultLibrary, "the driver `library` the cuda backend loads")
+		tenantProcs = fs.Bool("tenant-processes", true, "run each tenant (token ID) in a worker process of its own; contexts of one process share one GPU address space, so only separate processes keep tenants' kernels apart")
+		worker      = fs.Bool("tenant-worker", false, "internal: serve the connections handed over descriptor 3 (started by gpumux-remoted itself)")
 	)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: gpumux-remoted (--listen host:port | --unix path) (--token-file file | --insecure-no-auth) [flags]
 
 gpumux-remoted serves a GPU's CUDA driver API to gpumux's interposer
-(libcuda.so.1 in containers on GPU-less nodes). Each client gets its own
-CUDA contexts, may touch only its own memory and objects, and the clients
-presenting one token share its memory quota. SIGINT or SIGTERM stops the
+(libcuda.so.1 in containers on GPU-less nodes). Each tenant (token ID) runs
+in a worker process of its own; a client may touch only its own memory and
+objects, and the clients presenting one token share its memory quota. SIGINT or SIGTERM stops the
 server: every client is disconnected and everything it held is freed.
 
 Flags:
@@ -133,7 +140,7 @@ Flags:
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
-	if *listen == "" && *unixPath == "" {
+	if *listen == "" && *unixPath == "" && !*worker {
 		return usageError{errors.New("--listen or --unix is required")}
 	}
 	if *tokenFile != "" && *insecure {
@@ -167,14 +174,13 @@ Flags:
 	if *handshake <= 0 {
 		return usageError{fmt.Errorf("--handshake-timeout %v: want more than 0", *handshake)}
 	}
-	if open == nil {
-		return fmt.Errorf("backend %s: not built into this binary yet", *backendName)
-	}
 
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	opts := []server.Option{server.WithLogger(log), server.WithMaxClients(*maxClients), server.WithHandshakeTimeout(*handshake)}
 	if *insecure {
-		fmt.Fprintln(stderr, "gpumux-remoted: WARNING: --insecure-no-auth: ANY client that can reach this server gets the GPUs, without a token or quota. Use it for tests only.")
+		if !*worker {
+			fmt.Fprintln(stderr, "gpumux-remoted: WARNING: --insecure-no-auth: ANY client that can reach this server gets the GPUs, without a token or quota. Use it for tests only.")
+		}
 		opts = append(opts, server.WithInsecureNoAuth())
 	} else {
 		secret, err := token.ReadSecret(*tokenFile)
@@ -183,9 +189,31 @@ Flags:
 		}
 		opts = append(opts, server.WithSecret(secret))
 	}
-	be, err := open(backendConfig{fakeDevices: *fakeDevices, fakeMemory: memory})
+	be, err := open(backendConfig{cudaLib: *cudaLib, fakeDevices: *fakeDevices, fakeMemory: memory})
 	if err != nil {
 		return fmt.Errorf("backend %s: %w", *backendName, err)
+	}
+	if *worker {
+		f := os.NewFile(server.TenantFD, "tenant-ctrl")
+		c, err := net.FileConn(f)
+		f.Close()
+		ctrl, ok := c.(*net.UnixConn)
+		if err != nil || !ok {
+			return fmt.Errorf("--tenant-worker: descriptor %d is not the front's control socket (%v)", server.TenantFD, err)
+		}
+		return server.New(be, opts...).ServeTenant(ctx, ctrl)
+	}
+	if *tenantProcs {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--tenant-processes: %w", err)
+		}
+		workerArgs := append(slices.Clone(args), "--tenant-worker")
+		opts = append(opts, server.WithTenantProcesses(func() *exec.Cmd {
+			cmd := exec.Command(exe, workerArgs...)
+			cmd.Stderr = stderr
+			return cmd
+		}))
 	}
 
 	var lns []net.Listener

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +44,16 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
+// TestMain lets the test binary be gpumux-remoted's tenant worker: the
+// daemon started by run re-executes its own executable, which here is this
+// binary, with --tenant-worker.
+func TestMain(m *testing.M) {
+	if slices.Contains(os.Args[1:], "--tenant-worker") {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
 func TestBadCommandLines(t *testing.T) {
 	dir := shortDir(t)
 	sock := filepath.Join(dir, "s")
@@ -67,7 +78,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--unix", sock, "--insecure-no-auth", "--handshake-timeout", "0s"}, 2, "--handshake-timeout 0s"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"--unix", sock, "--bogus"}, 2, "flag provided but not defined: -bogus"},
-		{[]string{"--unix", sock, "--insecure-no-auth"}, 1, "backend cuda: not built into this binary yet"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--cuda-lib", "/nonexistent/libcuda.so.1"}, 1, "backend cuda: cudabackend: no CUDA driver"},
 		{[]string{"--unix", sock, "--token-file", open, "--backend", "fake"}, 1, "lets others read it"},
 		{[]string{"--unix", sock, "--token-file", filepath.Join(dir, "missing"), "--backend", "fake"}, 1, "--token-file"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-devices", "0"}, 1, "0 devices"},
@@ -92,7 +103,7 @@ func TestHelp(t *testing.T) {
 		t.Errorf("--help exits %d", code)
 	}
 	for _, want := range []string{"--listen", "-unix", "-token-file", "-insecure-no-auth", "-backend", "-fake-devices",
-		"-fake-memory", "-max-clients", "-handshake-timeout", "-log-level", "not built into this binary yet"} {
+		"-fake-memory", "-max-clients", "-handshake-timeout", "-log-level", "-cuda-lib", "-tenant-processes", "worker process of its own"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("--help does not mention %q:\n%s", want, stderr.String())
 		}

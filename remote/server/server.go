@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -32,10 +33,14 @@ type Server struct {
 	initErr  error
 	nDevices int32 // the backend's, counted once at start
 
-	mu     sync.Mutex
-	conns  int
-	quotas map[string]*quota
-	nextID uint64
+	mu      sync.Mutex
+	conns   int
+	quotas  map[string]*quota
+	nextID  uint64
+	tenants map[string]*tenant
+
+	tenantCmd func() *exec.Cmd // WithTenantProcesses
+	tenantMu  sync.Mutex       // serialises worker starts
 }
 
 // New returns a server for backend.
@@ -47,6 +52,7 @@ func New(backend Backend, opts ...Option) *Server {
 		handshakeTimeout: DefaultHandshakeTimeout,
 		now:              time.Now,
 		quotas:           map[string]*quota{},
+		tenants:          map[string]*tenant{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -104,6 +110,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	if s.tenantCmd != nil {
+		defer s.waitTenants(10 * time.Second)
+	}
 	s.log.Info("serving", "addr", ln.Addr().String())
 	backoff := time.Duration(0)
 	for {
@@ -162,10 +171,25 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		s.log.Warn("handshake refused", "conn", id, "peer", peer, "identity", clean(hello.Identity), "err", err)
 		return
 	}
+	if s.tenantCmd != nil {
+		if err := s.handOff(ctx, conn, br, hello, claims, id, peer); err != nil {
+			s.log.Error("handing the connection to its tenant's worker", "conn", id, "peer", peer, "token", claims.ID, "err", err)
+		}
+		return
+	}
+	if err := s.welcome(conn, claims); err != nil {
+		s.log.Warn("handshake failed", "conn", id, "peer", peer, "err", err)
+		return
+	}
+	s.runSession(conn, br, claims, id, peer, hello.Identity)
+}
+
+// runSession serves one admitted connection in this process.
+func (s *Server) runSession(conn net.Conn, br *bufio.Reader, claims token.Claims, id uint64, peer, identity string) {
 	q := s.joinQuota(claims)
 	defer s.leaveQuota(q)
 	sess := newSession(s, q, s.devices(claims), s.log.With(
-		"conn", id, "peer", peer, "identity", clean(hello.Identity), "token", claims.ID))
+		"conn", id, "peer", peer, "identity", clean(identity), "token", claims.ID))
 	sess.serve(conn, br)
 }
 
@@ -182,8 +206,7 @@ func (s *Server) handshake(conn net.Conn, br *bufio.Reader, full bool) (proto.He
 	}
 	refuse := func(hello proto.Hello, format string, args ...any) (proto.Hello, token.Claims, error) {
 		msg := fmt.Sprintf(format, args...)
-		w := proto.Welcome{Result: proto.ErrNotPermitted, Message: msg}
-		conn.Write(proto.AppendFrame(nil, proto.Header{Op: proto.OpHello, Flags: proto.FlagReply}, w.Encode()))
+		s.refuse(conn, msg)
 		return hello, token.Claims{}, fmt.Errorf("%w: %s", errRefused, msg)
 	}
 	if h.Op != proto.OpHello || h.Flags != 0 {
@@ -211,11 +234,25 @@ func (s *Server) handshake(conn net.Conn, br *bufio.Reader, full bool) (proto.He
 	if full {
 		return refuse(hello, "the server serves its limit of %d clients", s.maxClients)
 	}
-	w := proto.Welcome{Result: proto.Success, Quota: claims.Quota}
-	if _, err := conn.Write(proto.AppendFrame(nil, proto.Header{Op: proto.OpHello, Flags: proto.FlagReply}, w.Encode())); err != nil {
-		return hello, claims, fmt.Errorf("answering the handshake: %w", err)
-	}
 	return hello, claims, nil
+}
+
+// refuse answers a handshake with a refusal naming why.
+func (s *Server) refuse(conn net.Conn, msg string) {
+	w := proto.Welcome{Result: proto.ErrNotPermitted, Message: msg}
+	conn.SetWriteDeadline(time.Now().Add(s.handshakeTimeout))
+	conn.Write(proto.AppendFrame(nil, proto.Header{Op: proto.OpHello, Flags: proto.FlagReply}, w.Encode()))
+}
+
+// welcome admits a client.
+func (s *Server) welcome(conn net.Conn, claims token.Claims) error {
+	w := proto.Welcome{Result: proto.Success, Quota: claims.Quota}
+	conn.SetWriteDeadline(time.Now().Add(s.handshakeTimeout))
+	defer conn.SetWriteDeadline(time.Time{})
+	if _, err := conn.Write(proto.AppendFrame(nil, proto.Header{Op: proto.OpHello, Flags: proto.FlagReply}, w.Encode())); err != nil {
+		return fmt.Errorf("answering the handshake: %w", err)
+	}
+	return nil
 }
 
 // devices returns the backend devices a client sees, by client ordinal.

@@ -1,0 +1,321 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gpumux/gpumux/remote/proto"
+	"github.com/gpumux/gpumux/remote/token"
+)
+
+// Tenant processes. Contexts of one process share one GPU address space
+// (measured on an H200, docs/validation.md), so a kernel of one client
+// could reach another client's memory through a pointer the server never
+// sees. With WithTenantProcesses the server is only a front: it checks each
+// handshake, then hands the connection's file descriptor to the worker
+// process of the client's tenant (its token ID), started on first use and
+// told to exit when its last connection has ended. The worker serves the
+// connection as usual (ServeTenant). Workers never share a process, so the
+// driver keeps tenants apart, a worker's crash ends only its tenant's
+// connections, and a worker's exit frees whatever its clients held.
+//
+// The front and a worker talk over a SOCK_SEQPACKET socket pair, the
+// worker's file descriptor 3: the worker sends {"ready":true} once its
+// backend is up and {"idle":N} when its connections have all ended after N
+// handoffs; the front sends one handoff message per connection with the
+// descriptor attached (SCM_RIGHTS), and closes the pair to make it exit.
+
+// TenantFD is the worker's control socket descriptor.
+const TenantFD = 3
+
+// tenantStartTimeout bounds a worker's start (backend initialisation).
+const tenantStartTimeout = time.Minute
+
+// WithTenantProcesses runs every tenant in a process of its own, started
+// with newCmd (typically this program with a flag that makes it call
+// ServeTenant). The server adds the control socket as descriptor 3.
+func WithTenantProcesses(newCmd func() *exec.Cmd) Option {
+	return func(s *Server) { s.tenantCmd = newCmd }
+}
+
+// handoff is the front's message with one connection.
+type handoff struct {
+	Conn     uint64       `json:"conn"`
+	Peer     string       `json:"peer"`
+	Identity string       `json:"identity"`
+	Claims   token.Claims `json:"claims"`
+	// Buffered is what the front read past the handshake.
+	Buffered []byte `json:"buffered,omitempty"`
+}
+
+// workerMsg is a worker's message to the front.
+type workerMsg struct {
+	Ready bool   `json:"ready,omitempty"`
+	Idle  uint64 `json:"idle,omitempty"`
+}
+
+// tenant is the front's view of one worker process.
+type tenant struct {
+	id     string
+	cmd    *exec.Cmd
+	ctrl   *net.UnixConn
+	handed uint64 // guarded by Server.mu
+	done   chan struct{}
+}
+
+// Tenants reports the live workers' process IDs by tenant, for tests and
+// metrics.
+func (s *Server) Tenants() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.tenants))
+	for id, t := range s.tenants {
+		out[id] = t.cmd.Process.Pid
+	}
+	return out
+}
+
+// handOff gives a checked connection to its tenant's worker, starting the
+// worker first if needed, and answers the handshake.
+func (s *Server) handOff(ctx context.Context, conn net.Conn, br *bufio.Reader, hello proto.Hello, claims token.Claims, id uint64, peer string) error {
+	key := claims.ID
+	if key == "" { // insecure mode: every connection is a tenant
+		key = fmt.Sprintf("conn-%d", id)
+	}
+	t, err := s.tenant(ctx, key)
+	if err != nil {
+		s.refuse(conn, fmt.Sprintf("starting the tenant's worker: %v", err))
+		return err
+	}
+	fc, ok := conn.(interface{ File() (*os.File, error) })
+	if !ok {
+		return fmt.Errorf("cannot pass a %T to a worker", conn)
+	}
+	f, err := fc.File()
+	if err != nil {
+		return fmt.Errorf("passing the connection: %w", err)
+	}
+	defer f.Close()
+	if err := s.welcome(conn, claims); err != nil {
+		return err
+	}
+	buffered, _ := br.Peek(br.Buffered())
+	msg, err := json.Marshal(handoff{Conn: id, Peer: peer, Identity: hello.Identity, Claims: claims, Buffered: buffered})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	t.handed++
+	s.mu.Unlock()
+	if _, _, err := t.ctrl.WriteMsgUnix(msg, syscall.UnixRights(int(f.Fd())), nil); err != nil {
+		return fmt.Errorf("handing the connection to worker %d: %w", t.cmd.Process.Pid, err)
+	}
+	return nil
+}
+
+// tenant returns the worker of tenant key, starting it if there is none.
+func (s *Server) tenant(ctx context.Context, key string) (*tenant, error) {
+	s.tenantMu.Lock() // one start at a time; handoffs to running workers do not wait
+	defer s.tenantMu.Unlock()
+	s.mu.Lock()
+	t := s.tenants[key]
+	s.mu.Unlock()
+	if t != nil {
+		return t, nil
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "tenant-ctrl"), os.NewFile(uintptr(fds[1]), "tenant-ctrl-child")
+	defer theirs.Close()
+	c, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		theirs.Close()
+		return nil, err
+	}
+	ctrl := c.(*net.UnixConn)
+	cmd := s.tenantCmd()
+	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		ctrl.Close()
+		return nil, fmt.Errorf("%s: %w", cmd.Path, err)
+	}
+	t = &tenant{id: key, cmd: cmd, ctrl: ctrl, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(t.done) }()
+
+	ctrl.SetReadDeadline(time.Now().Add(tenantStartTimeout))
+	var m workerMsg
+	buf := make([]byte, 512)
+	n, err := ctrl.Read(buf)
+	if err == nil {
+		err = json.Unmarshal(buf[:n], &m)
+	}
+	if err != nil || !m.Ready {
+		cmd.Process.Kill()
+		<-t.done
+		ctrl.Close()
+		if err == nil {
+			err = errors.New("no ready message")
+		}
+		return nil, fmt.Errorf("worker %d did not start (%v): %w", cmd.Process.Pid, cmd.ProcessState, err)
+	}
+	ctrl.SetReadDeadline(time.Time{})
+	s.mu.Lock()
+	s.tenants[key] = t
+	s.mu.Unlock()
+	s.log.Info("tenant worker started", "tenant", key, "pid", cmd.Process.Pid)
+	go s.watchTenant(ctx, t)
+	return t, nil
+}
+
+// watchTenant follows a worker until it exits: an idle worker that got
+// every handoff is told to go; a worker that dies is reported.
+func (s *Server) watchTenant(ctx context.Context, t *tenant) {
+	stop := context.AfterFunc(ctx, func() { t.ctrl.Close() })
+	defer stop()
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, err := t.ctrl.Read(buf)
+			if err != nil {
+				return
+			}
+			var m workerMsg
+			if json.Unmarshal(buf[:n], &m) != nil || m.Idle == 0 {
+				continue
+			}
+			s.mu.Lock()
+			if s.tenants[t.id] == t && t.handed == m.Idle {
+				delete(s.tenants, t.id) // the next connection starts a new worker
+				t.ctrl.Close()
+			}
+			s.mu.Unlock()
+		}
+	}()
+	<-t.done
+	t.ctrl.Close()
+	s.mu.Lock()
+	crashed := s.tenants[t.id] == t
+	if crashed {
+		delete(s.tenants, t.id)
+	}
+	s.mu.Unlock()
+	if crashed && ctx.Err() == nil {
+		s.log.Error("tenant worker died; its connections are closed, the next one starts a new worker",
+			"tenant", t.id, "pid", t.cmd.Process.Pid, "status", t.cmd.ProcessState.String())
+		return
+	}
+	s.log.Info("tenant worker exited", "tenant", t.id, "pid", t.cmd.Process.Pid, "status", t.cmd.ProcessState.String())
+}
+
+// waitTenants waits for every worker to exit after the front stops,
+// killing those that take longer than grace.
+func (s *Server) waitTenants(grace time.Duration) {
+	s.mu.Lock()
+	ts := make([]*tenant, 0, len(s.tenants))
+	for _, t := range s.tenants {
+		ts = append(ts, t)
+		t.ctrl.Close()
+	}
+	s.mu.Unlock()
+	for _, t := range ts {
+		select {
+		case <-t.done:
+		case <-time.After(grace):
+			t.cmd.Process.Kill()
+			<-t.done
+		}
+	}
+}
+
+// ServeTenant is a worker's main loop: it serves the connections the
+// front hands over ctrl until the front closes it or ctx ends, then closes
+// its connections, waits for their cleanup and returns.
+func (s *Server) ServeTenant(ctx context.Context, ctrl *net.UnixConn) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	context.AfterFunc(ctx, func() { ctrl.Close() })
+	if err := s.tell(ctrl, workerMsg{Ready: true}); err != nil {
+		return err
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		active   int
+		received uint64
+	)
+	defer wg.Wait()
+	buf, oob := make([]byte, 128<<10), make([]byte, syscall.CmsgSpace(4))
+	for {
+		n, oobn, _, _, err := ctrl.ReadMsgUnix(buf, oob)
+		if err != nil || n == 0 {
+			cancel() // the front is gone or wants us gone: close our connections
+			return nil
+		}
+		conn, h, err := receive(buf[:n], oob[:oobn])
+		if err != nil {
+			s.log.Error("bad handoff from the front", "err", err)
+			continue
+		}
+		mu.Lock()
+		active++
+		received++
+		mu.Unlock()
+		wg.Go(func() {
+			stop := context.AfterFunc(ctx, func() { conn.Close() })
+			defer stop()
+			br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(h.Buffered), conn), 64<<10)
+			s.runSession(conn, br, h.Claims, h.Conn, h.Peer, h.Identity)
+			mu.Lock()
+			active--
+			idle, total := active == 0, received
+			mu.Unlock()
+			if idle {
+				s.tell(ctrl, workerMsg{Idle: total})
+			}
+		})
+	}
+}
+
+func (s *Server) tell(ctrl *net.UnixConn, m workerMsg) error {
+	b, _ := json.Marshal(m)
+	_, err := ctrl.Write(b)
+	return err
+}
+
+// receive turns a handoff message into the connection it carries.
+func receive(msg, oob []byte) (net.Conn, handoff, error) {
+	var h handoff
+	cmsgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil || len(cmsgs) != 1 {
+		return nil, h, fmt.Errorf("no descriptor in the handoff (%v)", err)
+	}
+	fds, err := syscall.ParseUnixRights(&cmsgs[0])
+	if err != nil || len(fds) != 1 {
+		return nil, h, fmt.Errorf("want one descriptor in the handoff (%v)", err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "client")
+	defer f.Close()
+	if err := json.Unmarshal(msg, &h); err != nil {
+		return nil, h, fmt.Errorf("handoff: %w", err)
+	}
+	conn, err := net.FileConn(f)
+	return conn, h, err
+}
