@@ -49,6 +49,7 @@ var Spec = hclspec.NewObject(map[string]*hclspec.Spec{
 		"shares":      hclspec.NewAttr("shares", "number", false),
 		"share_sizes": hclspec.NewAttr("share_sizes", "list(string)", false),
 	})),
+	"remote": remoteSpec,
 })
 
 // Config is the decoded plugin config.
@@ -58,7 +59,9 @@ type Config struct {
 	FingerprintPeriod string          `codec:"fingerprint_period"`
 	MPSControlBinary  string          `codec:"mps_control_binary"`
 	GPUs              []share.GPURule `codec:"gpu"`
-	period            time.Duration   // parsed FingerprintPeriod
+	// Remote, when set, offers GPUs of gpumux-remoted servers (remote.go).
+	Remote *Remote       `codec:"remote"`
+	period time.Duration // parsed FingerprintPeriod
 }
 
 // normalize fills defaults and parses derived fields; Validate reports errors.
@@ -77,6 +80,9 @@ func (c *Config) normalize() {
 		if d, err := time.ParseDuration(c.FingerprintPeriod); err == nil {
 			c.period = d
 		}
+	}
+	if c.Remote != nil {
+		c.Remote.normalize()
 	}
 }
 
@@ -100,6 +106,11 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Layout().Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Remote != nil {
+		if err := c.Remote.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if n := len(mpsPipeDir(c.StateDir)); c.usesMPS() && n > maxMPSPipeDir {
 		errs = append(errs, fmt.Errorf("state_dir = %q: too long for MPS: its pipe directory %s would be %d bytes, and nvidia-cuda-mps-control -d fails without a message past %d; use a state_dir of at most %d bytes",

@@ -19,7 +19,10 @@ const (
 	AttrParentUUID      = "parent_uuid"
 	AttrComputeCap      = "cuda_compute_capability"
 	AttrDriverVersion   = "driver_version"
+	AttrCUDAVersion     = "cuda_version"
 	AttrModel           = "model"
+	// AttrRemoteAddr is a remote group's server, when all its shares are on one.
+	AttrRemoteAddr = "remote_addr"
 )
 
 // deviceGroups turns a catalog into Nomad device groups, with each share's
@@ -35,12 +38,11 @@ func deviceGroups(c *share.Catalog, healthy func(share.Share) (bool, string)) []
 		}
 		for _, s := range g.Shares {
 			ok, why := healthy(s)
-			dg.Devices = append(dg.Devices, &device.Device{
-				ID:         s.ID,
-				Healthy:    ok,
-				HealthDesc: why,
-				HwLocality: &device.DeviceLocality{PciBusID: s.GPU.PCIBusID},
-			})
+			d := &device.Device{ID: s.ID, Healthy: ok, HealthDesc: why}
+			if s.GPU.PCIBusID != "" { // remote GPUs have none on this node
+				d.HwLocality = &device.DeviceLocality{PciBusID: s.GPU.PCIBusID}
+			}
+			dg.Devices = append(dg.Devices, d)
 		}
 		groups = append(groups, dg)
 	}
@@ -57,8 +59,16 @@ func attributes(g share.Group) map[string]*structs.Attribute {
 		AttrMemoryIsolation: structs.NewStringAttribute(string(a.MemoryIsolation)),
 		AttrFaultIsolation:  structs.NewBoolAttribute(a.FaultIsolation),
 		AttrComputeCap:      structs.NewStringAttribute(a.CUDAComputeCapability),
-		AttrDriverVersion:   structs.NewStringAttribute(a.DriverVersion),
 		AttrModel:           structs.NewStringAttribute(g.Model),
+	}
+	if a.DriverVersion != "" { // unknown for remote GPUs: the protocol forwards CUDA, not NVML
+		attrs[AttrDriverVersion] = structs.NewStringAttribute(a.DriverVersion)
+	}
+	if a.CUDAVersion != "" {
+		attrs[AttrCUDAVersion] = structs.NewStringAttribute(a.CUDAVersion)
+	}
+	if a.RemoteAddr != "" {
+		attrs[AttrRemoteAddr] = structs.NewStringAttribute(a.RemoteAddr)
 	}
 	if a.MIGProfile != "" {
 		attrs[AttrMIGProfile] = structs.NewStringAttribute(a.MIGProfile)

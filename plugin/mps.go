@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,13 +44,31 @@ func (p *Plugin) reconcileMPS(ctx context.Context, c *share.Catalog) error {
 }
 
 // nodePaths tells the share model where the node keeps device nodes and MPS
-// pipe directories.
+// pipe directories, and, for remote shares, the interposer and how to mint
+// tokens (share.RemoteAccess).
 type nodePaths struct {
 	Host
-	mps MPS
+	mps    MPS
+	remote *remoteGPUs
 }
 
 func (n nodePaths) MPSPipeDir(uuid string) string { return n.mps.PipeDir(uuid) }
+
+func (n nodePaths) InterposerDir() string {
+	if n.remote == nil {
+		return ""
+	}
+	return n.remote.InterposerDir()
+}
+
+func (n nodePaths) RemoteToken(g share.RemoteGPU, quotaMiB uint64) (string, error) {
+	if n.remote == nil {
+		return "", errors.New("this node's config has no remote block")
+	}
+	return n.remote.RemoteToken(g, quotaMiB)
+}
+
+var _ share.RemoteAccess = nodePaths{}
 
 // resolveBinary finds a program given by name: on PATH, else next to the
 // plugin's executable or one directory up (a plugin in bin/plugins/ finds

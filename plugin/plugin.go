@@ -57,6 +57,7 @@ type Plugin struct {
 	cfg     *nodeconfig.Config
 	host    Host
 	mps     MPS
+	remote  *remoteGPUs // nil without a remote block
 	catalog *share.Catalog
 	health  *healthTracker
 }
@@ -189,13 +190,26 @@ func allUnhealthy(groups []*device.DeviceGroup, why string) []*device.DeviceGrou
 }
 
 // start opens the GPUs once and applies the MIG layouts the config declares.
+// A node without an NVIDIA driver whose config has a remote block offers
+// remote GPUs only.
 func (p *Plugin) start(ctx context.Context, cfg *nodeconfig.Config) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.host != nil {
 		return nil
 	}
+	var remote *remoteGPUs
+	if cfg.Remote != nil {
+		remote = newRemoteGPUs(cfg.Remote, p.logger.Named("remote"))
+		if err := remote.load(); err != nil {
+			return err
+		}
+	}
 	host, err := p.open(cfg)
+	if err != nil && remote != nil && isNoDriver(err) {
+		p.logger.Info("no local GPUs; offering remote GPUs only", "reason", err)
+		host, err = noGPUs{}, nil
+	}
 	if err != nil {
 		return err
 	}
@@ -221,6 +235,7 @@ func (p *Plugin) start(ctx context.Context, cfg *nodeconfig.Config) error {
 	}
 	p.host = host
 	p.mps = p.newMPS(cfg)
+	p.remote = remote
 	return nil
 }
 
@@ -239,6 +254,19 @@ func (p *Plugin) refresh(ctx context.Context, cfg *nodeconfig.Config) ([]*device
 	if err != nil {
 		return nil, err
 	}
+	if p.remote != nil {
+		gpus, err := p.remote.scan(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var skipped []share.RemoteGPU
+		if catalog, skipped, err = catalog.WithRemote(gpus, cfg.Remote.Shares); err != nil {
+			return nil, err
+		}
+		for _, g := range skipped {
+			p.remote.logOnce(hclog.Warn, "remote GPU not offered", fmt.Errorf("server %s serves GPU %s, which this node offers already", g.Addr, g.UUID))
+		}
+	}
 	if err := p.reconcileMPS(ctx, catalog); err != nil {
 		// The affected shares report the daemon's state as their health.
 		p.logger.Error("MPS daemons not fully reconciled", "error", err)
@@ -255,8 +283,11 @@ func (p *Plugin) healthy(s share.Share) (bool, string) {
 	if ok, why := p.health.healthy(s); !ok {
 		return false, why
 	}
-	if s.Mechanism == share.MPS {
+	switch s.Mechanism {
+	case share.MPS:
 		return p.mps.Health(s.Parent())
+	case share.Remote:
+		return p.remote.health(s.GPU.UUID)
 	}
 	return true, ""
 }
@@ -265,7 +296,7 @@ func (p *Plugin) healthy(s share.Share) (bool, string) {
 // unknown, stale or unhealthy are named in the error.
 func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 	p.mu.Lock()
-	catalog, host, mpsd := p.catalog, p.host, p.mps
+	catalog, host, mpsd, remote := p.catalog, p.host, p.mps, p.remote
 	p.mu.Unlock()
 	if catalog == nil {
 		return nil, errors.New("no devices fingerprinted yet")
@@ -283,7 +314,7 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 	if len(sick) > 0 {
 		return nil, fmt.Errorf("unhealthy shares: %v", sick)
 	}
-	edits, err := share.EditsFor(shares, nodePaths{host, mpsd})
+	edits, err := share.EditsFor(shares, nodePaths{host, mpsd, remote})
 	if err != nil {
 		return nil, err
 	}

@@ -8,4 +8,9 @@
 // the shares are still usable; a poststop hook releases them; leases of
 // containers runc no longer knows are reclaimed. Every other subcommand is
 // runc's, untouched, and a container that asks for nothing is not touched.
+//
+// With a remote block in the node config, remote shares (other hosts' GPUs,
+// found by remote/pool) are leased the same way; the pool is looked at only
+// for a container that asks for remote, or an auto one that no local share
+// fits (remote.go).
 package runtimehook

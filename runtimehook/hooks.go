@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,11 +61,18 @@ func (r *Runtime) Hook(ctx context.Context, name string, stdin io.Reader) error 
 // GPU without limits.
 func (r *Runtime) checkUsable(ctx context.Context, container string) error {
 	ids, err := r.store().held(ctx, container)
-	if err != nil || len(ids) == 0 {
+	if err != nil {
 		return err
 	}
+	// Remote shares were seen on their server when they were leased, a
+	// moment ago; a server gone since makes the program's first CUDA call
+	// fail with the reason.
+	ids = slices.DeleteFunc(ids, share.IsRemoteID)
+	if len(ids) == 0 {
+		return nil
+	}
 	sort.Strings(ids)
-	host, err := r.open(r.cfg)
+	host, err := r.openHost()
 	if err != nil {
 		return err
 	}

@@ -84,7 +84,7 @@ const memoryRule = "a whole number with a binary unit: Mi, Gi or Ti, optionally 
 //
 // Keys, as annotation / environment variable:
 //
-//	gpumux.io/mechanism  GPUMUX_MECHANISM  auto|exclusive|mig|mps|timeslice|remote (remote: refused until implemented)
+//	gpumux.io/mechanism  GPUMUX_MECHANISM  auto|exclusive|mig|mps|timeslice|remote
 //	gpumux.io/memory     GPUMUX_MEMORY     minimum memory per share, e.g. 16Gi (see below)
 //	gpumux.io/compute    GPUMUX_COMPUTE    minimum compute percent per share, 1 to 100 (25 or 25%)
 //	gpumux.io/isolation  GPUMUX_ISOLATION  strict|standard|none, steers auto only
@@ -252,9 +252,6 @@ func parseValue(k requestKey, raw string, maxCount int, maxMiB uint64) (any, err
 		if err != nil {
 			return nil, fmt.Errorf("unknown mechanism (valid: %s)", k.valid)
 		}
-		if !m.Implemented() {
-			return nil, fmt.Errorf("mechanism %q is not available in this version of gpumux (valid now: auto, exclusive, mig, mps, timeslice)", m)
-		}
 		return m, nil
 	case AnnotationIsolation:
 		l, err := share.ParseLevel(s)
@@ -347,8 +344,9 @@ func ParseMemory(s string) (uint64, error) {
 }
 
 // shareIDPattern is the shape of a share ID: a GPU or MIG UUID, optionally
-// followed by /<mechanism>/<n> for the replicas and MPS shares of a device.
-var shareIDPattern = regexp.MustCompile(`^(GPU|MIG)-[A-Za-z0-9-]{1,64}(/(timeslice|mps)/[0-9]{1,3})?$`)
+// followed by /<mechanism>/<n> for the replicas, MPS shares and remote shares
+// of a device.
+var shareIDPattern = regexp.MustCompile(`^(GPU|MIG)-[A-Za-z0-9-]{1,64}(/(timeslice|mps|remote)/[0-9]{1,3})?$`)
 
 // parseShares validates GPUMUX_SHARES: comma-separated share IDs, none empty,
 // no duplicates, at most MaxReservedShares.
@@ -368,7 +366,7 @@ func parseShares(v string) ([]string, error) {
 		case id == "":
 			return nil, fmt.Errorf("share ID %d of %d is empty", i+1, len(parts))
 		case !shareIDPattern.MatchString(id):
-			return nil, fmt.Errorf("share ID %q is malformed (want GPU-<uuid> or MIG-<uuid>, optionally followed by /timeslice/<n> or /mps/<n>)", clip(id))
+			return nil, fmt.Errorf("share ID %q is malformed (want GPU-<uuid> or MIG-<uuid>, optionally followed by /timeslice/<n>, /mps/<n> or /remote/<n>)", clip(id))
 		case seen[id]:
 			return nil, fmt.Errorf("share ID %q is named twice", id)
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -124,7 +125,7 @@ func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err
 	if err := r.loadConfig(); err != nil {
 		return false, err
 	}
-	host, err := r.open(r.cfg)
+	host, err := r.openHost()
 	if err != nil {
 		return false, err
 	}
@@ -132,6 +133,14 @@ func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err
 	catalog, err := r.catalog(ctx, host)
 	if err != nil {
 		return false, err
+	}
+	// The pool is scanned (over the network) only for requests that may
+	// need it: remote ones now, auto ones if nothing local fits.
+	var remote *remoteAccess
+	if needsRemote(req, reserved) {
+		if catalog, remote, err = r.withRemote(ctx, catalog); err != nil {
+			return false, fmt.Errorf("mechanism %q: %w", share.Remote, err)
+		}
 	}
 	st := r.store()
 	alive := func(id string) (bool, error) { return runcAlive(ctx, r.runc, inv.Root, id) }
@@ -146,18 +155,34 @@ func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err
 		if ids, err = st.claim(ctx, inv.ID, token, reserved, alive, r.stderr); err != nil {
 			return false, fmt.Errorf("%w: %w", ErrNotReserved, err)
 		}
-	} else if ids, err = st.acquire(ctx, inv.ID, alive, func(leasedBy map[string]string) ([]string, error) {
-		shares, err := share.Choose(catalog, func(s share.Share) bool { return leasedBy[s.ID] == "" }, req)
+	} else {
+		choose := func(catalog *share.Catalog) func(map[string]string) ([]string, error) {
+			return func(leasedBy map[string]string) ([]string, error) {
+				shares, err := share.Choose(catalog, func(s share.Share) bool { return leasedBy[s.ID] == "" }, req)
+				if err != nil {
+					return nil, err
+				}
+				out := make([]string, len(shares))
+				for i, s := range shares {
+					out[i] = s.ID
+				}
+				return out, nil
+			}
+		}
+		ids, err = st.acquire(ctx, inv.ID, alive, choose(catalog), r.stderr)
+		if errors.Is(err, share.ErrNoFit) && remote == nil && r.mayFallBack(req) {
+			// Nothing local fits: look at the pool (outside the lease
+			// store's lock) and choose again, remote shares included.
+			withRemote, access, rerr := r.withRemote(ctx, catalog)
+			if rerr != nil {
+				return false, fmt.Errorf("%w; remote GPUs: %w", err, rerr)
+			}
+			catalog, remote = withRemote, access
+			ids, err = st.acquire(ctx, inv.ID, alive, choose(catalog), r.stderr)
+		}
 		if err != nil {
-			return nil, err
+			return false, err
 		}
-		out := make([]string, len(shares))
-		for i, s := range shares {
-			out[i] = s.ID
-		}
-		return out, nil
-	}, r.stderr); err != nil {
-		return false, err
 	}
 	defer func() {
 		if err != nil {
@@ -168,10 +193,12 @@ func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err
 	if err != nil {
 		return true, err
 	}
-	edits, err := share.EditsFor(shares, paths{host, mps.NewManager(r.cfg.StateDir)})
+	edits, err := share.EditsFor(shares, paths{host, mps.NewManager(r.cfg.StateDir), remote})
 	if err != nil {
 		return true, err
 	}
+	prependLibraryPath(edits, env)
+	dropEnv(&spec, edits.Env)
 	if err := (&cdi.ContainerEdits{ContainerEdits: CDIEdits(edits)}).Apply(&spec); err != nil {
 		return true, fmt.Errorf("applying the container edits of %v: %w", ids, err)
 	}
@@ -298,13 +325,46 @@ func (inv Invocation) flag(name string) string {
 }
 
 // paths tells the share model where this node keeps device nodes and MPS
-// pipe directories.
+// pipe directories, and, for remote shares, the interposer and how to mint
+// tokens (share.RemoteAccess).
 type paths struct {
 	Host
-	mps *mps.Manager
+	mps    *mps.Manager
+	remote *remoteAccess // nil when the pool was not scanned
 }
 
 func (p paths) MPSPipeDir(uuid string) string { return p.mps.PipeDir(uuid) }
+
+func (p paths) InterposerDir() string {
+	if p.remote == nil {
+		return ""
+	}
+	return p.remote.InterposerDir()
+}
+
+func (p paths) RemoteToken(g share.RemoteGPU, quotaMiB uint64) (string, error) {
+	if p.remote == nil {
+		return "", errNoRemoteBlock
+	}
+	return p.remote.RemoteToken(g, quotaMiB)
+}
+
+var _ share.RemoteAccess = paths{}
+
+// dropEnv removes the variables in set from the spec's process env.
+// CDI's env edits append a variable the spec already has rather than
+// replace it, and a program's getenv finds the first: the image's
+// NVIDIA_VISIBLE_DEVICES=all or LD_LIBRARY_PATH would win over the share's.
+func dropEnv(spec *specs.Spec, set map[string]string) {
+	if spec.Process == nil {
+		return
+	}
+	spec.Process.Env = slices.DeleteFunc(spec.Process.Env, func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		_, drop := set[k]
+		return drop
+	})
+}
 
 // envValue returns the value of key in "K=V" entries, the last one winning.
 func envValue(env []string, key string) string {

@@ -310,3 +310,23 @@ func TestCreateRuntimeHookRefusesUnusableShares(t *testing.T) {
 		t.Errorf("a destroyed MIG instance: %v", err)
 	}
 }
+
+// TestShareEnvReplacesTheImages: a variable the share sets that the image
+// sets too (CUDA images say NVIDIA_VISIBLE_DEVICES=all) is there once, with
+// the share's value: a program's getenv finds the first of two.
+func TestShareEnvReplacesTheImages(t *testing.T) {
+	f := newFixture(t, "", 0)
+	f.writeSpec(t, map[string]string{"gpumux.io/mechanism": "exclusive"}, "NVIDIA_VISIBLE_DEVICES=all")
+	if code := f.create("c1"); code != 0 {
+		t.Fatal(f.stderr.String())
+	}
+	var got []string
+	for _, kv := range f.readSpec(t).Process.Env {
+		if strings.HasPrefix(kv, "NVIDIA_VISIBLE_DEVICES=") {
+			got = append(got, kv)
+		}
+	}
+	if len(got) != 1 || !strings.HasPrefix(got[0], "NVIDIA_VISIBLE_DEVICES=GPU-") {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES entries %v, want the share's only", got)
+	}
+}

@@ -11,13 +11,17 @@ import (
 // Share is one schedulable unit of GPU: what a workload is granted.
 type Share struct {
 	// ID is stable across restarts: the GPU UUID (exclusive), the MIG UUID
-	// (mig), or "<parent UUID>/<mechanism>/<n>" for replicas of a parent.
+	// (mig), or "<parent UUID>/<mechanism>/<n>" for replicas, MPS shares and
+	// remote shares of a parent.
 	ID        string
 	Mechanism Mechanism
 	GPU       GPURef
 	MIG       *gpu.MIGInstance // set for mig shares
-	Replica   int              // 0-based, for time-slice replicas
+	Replica   int              // 0-based, for time-slice replicas and remote shares
 	Replicas  int
+	// Remote is set for remote shares: the server's GPU (GPU then holds its
+	// UUID, model and server-side index, and no device minor).
+	Remote *RemoteGPU
 
 	MemoryMiB      uint64
 	ComputePercent int // of the whole GPU's SMs
@@ -60,6 +64,12 @@ type Attributes struct {
 	ParentUUID            string // when every share of the group has the same parent GPU
 	CUDAComputeCapability string
 	DriverVersion         string
+	// CUDAVersion is the CUDA driver API version programs see, e.g. "13.0"
+	// (a remote group's: its server's).
+	CUDAVersion string
+	// RemoteAddr is a remote group's server, when every share of the group
+	// is on one.
+	RemoteAddr string
 }
 
 // Catalog is every share a node offers under a layout.
@@ -99,6 +109,7 @@ func Build(node *gpu.Node, assignments []Assignment) (*Catalog, error) {
 			SMCount:               g.SMCount,
 			CUDAComputeCapability: g.ComputeCapability,
 			DriverVersion:         node.DriverVersion,
+			CUDAVersion:           node.CUDAVersion,
 		}
 		mech := a.Mechanism
 		if mech == Exclusive && g.MIGEnabled {
@@ -169,19 +180,25 @@ func Build(node *gpu.Node, assignments []Assignment) (*Catalog, error) {
 			return nil, fmt.Errorf("GPU %d: mechanism %q is not available in this version of gpumux", g.Index, a.Mechanism)
 		}
 	}
-	c := &Catalog{byID: map[string]*Share{}}
+	c := &Catalog{}
 	for _, key := range order {
 		g := byKey[key]
 		g.Attrs.ParentUUID = commonParent(g.Shares)
 		c.Groups = append(c.Groups, *g)
 	}
+	c.index()
+	return c, nil
+}
+
+// index builds the lookup by share ID.
+func (c *Catalog) index() {
+	c.byID = map[string]*Share{}
 	for gi := range c.Groups {
 		for si := range c.Groups[gi].Shares {
 			s := &c.Groups[gi].Shares[si]
 			c.byID[s.ID] = s
 		}
 	}
-	return c, nil
 }
 
 // MPSSMCount is how many SMs an MPS client limited to pct percent of the

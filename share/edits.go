@@ -57,10 +57,17 @@ type Paths interface {
 // among them), the share IDs in GPUMUX_SHARES, and the device nodes: the
 // control and UVM nodes, each parent GPU's /dev/nvidia<minor>, and for MIG
 // instances their two nvidia-caps nodes. MPS shares add their daemon's pipe
-// directory and their limits (see mpsEdits).
+// directory and their limits (see mpsEdits). Remote shares get no device
+// node and no NVIDIA_VISIBLE_DEVICES, but the interposer and a token for
+// their server (see remoteEdits); paths must then be a RemoteAccess too.
 func EditsFor(shares []Share, paths Paths) (Edits, error) {
 	if len(shares) == 0 {
 		return Edits{}, fmt.Errorf("no shares")
+	}
+	for _, s := range shares {
+		if s.Mechanism == Remote {
+			return remoteEdits(shares, paths)
+		}
 	}
 	var (
 		visible, ids []string

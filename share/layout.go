@@ -86,8 +86,8 @@ func (l *Layout) Validate() error {
 			errs = append(errs, l.fieldErr(i, "mechanism", "%v", err))
 			continue
 		}
-		if !r.Mechanism.Implemented() {
-			errs = append(errs, l.fieldErr(i, "mechanism", "%q is not available in this version of gpumux (available: exclusive, mig, mps, timeslice)", r.Mechanism))
+		if r.Mechanism == Remote {
+			errs = append(errs, l.fieldErr(i, "mechanism", "%q is not available in a gpu block (available: exclusive, mig, mps, timeslice): remote GPUs are other hosts' and come from the remote { } block", r.Mechanism))
 		}
 		switch {
 		case r.Mechanism == TimeSlice && (r.Replicas < 2 || r.Replicas > MaxReplicas):

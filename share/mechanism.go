@@ -2,6 +2,7 @@ package share
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -20,9 +21,11 @@ const (
 // Mechanisms lists every mechanism in the order of the isolation they give.
 var Mechanisms = []Mechanism{Exclusive, MIG, MPS, TimeSlice, Remote}
 
-// Implemented reports whether this build can configure the mechanism.
+// Implemented reports whether this build can configure the mechanism: every
+// one of Mechanisms. (Remote GPUs come from the node config's remote block,
+// never from a gpu block: see Layout.Validate.)
 func (m Mechanism) Implemented() bool {
-	return m != Remote
+	return slices.Contains(Mechanisms, m)
 }
 
 // ParseMechanism validates a mechanism name.
@@ -64,7 +67,7 @@ func (m Mechanism) Properties() Properties {
 	switch m {
 	case Exclusive, MIG:
 		return Properties{MemoryIsolation: Hard, FaultIsolation: true}
-	case MPS, Remote: // one MPS server, or one remote server, fails for all its clients
+	case MPS, Remote: // one MPS server, or one gpumux-remoted, fails for all its clients
 		return Properties{MemoryIsolation: Hard, FaultIsolation: false}
 	default:
 		return Properties{MemoryIsolation: None, FaultIsolation: false}

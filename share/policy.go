@@ -3,6 +3,7 @@ package share
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -49,28 +50,44 @@ type Request struct {
 // request (as opposed to a malformed one).
 var ErrNoFit = errors.New("no share fits")
 
-// autoPreference is the auto policy: per isolation level, the mechanisms
-// tried in order. Each level accepts the mechanisms that isolate at least as
-// much as it asks, and prefers the one that shares the hardware most, so that
-// strong isolation is left for those who ask for it.
-//
-// Extension point: when remote is implemented (Mechanism.Implemented), it
-// joins the levels its isolation satisfies (standard and none), after the
-// local mechanisms, so that a node uses its own GPUs first; the loop in
-// Choose needs no change.
+// autoPreference is the auto policy for the node's own GPUs: per isolation
+// level, the mechanisms tried in order. Each level accepts the mechanisms
+// that isolate at least as much as it asks, and prefers the one that shares
+// the hardware most, so that strong isolation is left for those who ask for
+// it.
 var autoPreference = map[Level][]Mechanism{
 	LevelStrict:   {MIG, Exclusive},
 	LevelStandard: {MPS, MIG, Exclusive},
 	LevelNone:     {TimeSlice, MPS, MIG, Exclusive},
 }
 
-// AutoMechanisms returns the mechanisms auto tries for a level, in order
-// ("" is strict), or nil for an unknown level.
+// autoFallback is what auto tries when none of the node's own mechanisms
+// can serve a request: a remote share, at the levels its isolation
+// satisfies (a hard memory quota, a shared server: as MPS). A node uses its
+// own GPUs first; remote GPUs are slower to reach and shared with other
+// nodes.
+var autoFallback = map[Level][]Mechanism{
+	LevelStandard: {Remote},
+	LevelNone:     {Remote},
+}
+
+// AutoMechanisms returns the node-local mechanisms auto tries for a level,
+// in order ("" is strict), or nil for an unknown level.
 func AutoMechanisms(l Level) []Mechanism {
 	if l == "" {
 		l = LevelStrict
 	}
 	return append([]Mechanism(nil), autoPreference[l]...)
+}
+
+// AutoFallback returns the mechanisms auto tries for a level after
+// AutoMechanisms' when the catalog offers them: remote for standard and
+// none, nothing for strict.
+func AutoFallback(l Level) []Mechanism {
+	if l == "" {
+		l = LevelStrict
+	}
+	return append([]Mechanism(nil), autoFallback[l]...)
 }
 
 // Choose picks req.Count shares of the catalog that are free (free(s) is
@@ -81,10 +98,14 @@ func AutoMechanisms(l Level) []Mechanism {
 // The policy, deterministic for a given catalog and free set:
 //
 //	request                    mechanisms tried, in order; the first that has Count fitting free shares wins
-//	mechanism = X              X only (exclusive, mig, mps or timeslice)
-//	auto, isolation = none     timeslice, mps, mig, exclusive
-//	auto, isolation = standard mps, mig, exclusive
+//	mechanism = X              X only (exclusive, mig, mps, timeslice or remote)
+//	auto, isolation = none     timeslice, mps, mig, exclusive, then remote
+//	auto, isolation = standard mps, mig, exclusive, then remote
 //	auto, isolation = strict   mig, exclusive (also when isolation is "")
+//
+// Remote is tried by auto only when the catalog offers remote shares at all
+// (the node config has a remote block, see AutoFallback), and only after
+// every local mechanism failed.
 //
 // Within a mechanism the smallest fitting shares win: least memory, then
 // least compute percent, then fewest SMs, then share ID. One request never
@@ -92,7 +113,8 @@ func AutoMechanisms(l Level) []Mechanism {
 //
 //   - mps shares all come from one device (a process talks to one MPS server;
 //     see mpsEdits), the device whose smallest Count fitting shares are the
-//     smallest in total (memory, then compute, then IDs);
+//     smallest in total (memory, then compute, then IDs); so do remote shares
+//     (the interposer talks to one GPU of one server; see remoteEdits);
 //   - time-slice replicas come from distinct GPUs (two replicas of one GPU
 //     would show the container one GPU);
 //   - MIG instances and whole GPUs are the Count smallest that fit, on any GPUs.
@@ -124,6 +146,11 @@ func Choose(c *Catalog, free func(Share) bool, req Request) ([]Share, error) {
 			return nil, fmt.Errorf("invalid request: %w", err)
 		}
 		mechs = autoPreference[level]
+		for _, m := range autoFallback[level] {
+			if c.offers(m) {
+				mechs = append(slices.Clone(mechs), m)
+			}
+		}
 	} else {
 		if _, err := ParseMechanism(string(req.Mechanism)); err != nil {
 			return nil, fmt.Errorf("invalid request: %w", err)
@@ -165,6 +192,19 @@ func Choose(c *Catalog, free func(Share) bool, req Request) ([]Share, error) {
 	return nil, noFit(req, count, auto, level, mechs, frees, groupOf)
 }
 
+// offers reports whether the catalog has shares of mechanism m, free or not.
+func (c *Catalog) offers(m Mechanism) bool {
+	if c == nil {
+		return false
+	}
+	for _, g := range c.Groups {
+		if g.Mechanism == m && len(g.Shares) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func fits(s Share, req Request) bool {
 	return s.MemoryMiB >= req.MemoryMiB && s.ComputePercent >= req.ComputePercent
 }
@@ -190,7 +230,7 @@ func pick(m Mechanism, fit []Share, count int) []Share {
 		return nil
 	}
 	switch m {
-	case MPS:
+	case MPS, Remote:
 		byParent := map[string][]Share{}
 		var parents []string
 		for _, s := range fit {
@@ -267,6 +307,8 @@ func noun(m Mechanism) (one, many string) {
 		return "mps share", "mps shares"
 	case TimeSlice:
 		return "timeslice replica", "timeslice replicas"
+	case Remote:
+		return "remote share", "remote shares"
 	default:
 		return string(m) + " share", string(m) + " shares"
 	}
@@ -297,7 +339,7 @@ func noFit(req Request, count int, auto bool, level Level, mechs []Mechanism, fr
 		} else {
 			what = fmt.Sprintf("%d free %s", count, many)
 			switch req.Mechanism {
-			case MPS:
+			case MPS, Remote:
 				what += " on one device"
 			case TimeSlice:
 				what += " on distinct GPUs"

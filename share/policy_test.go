@@ -173,7 +173,8 @@ func TestChoose(t *testing.T) {
 			err: "no free exclusive GPU with ≥ 150000 MiB; free: 2× H200, 1× Tesla-T4", noFit: true},
 
 		// malformed requests: not ErrNoFit.
-		{name: "remote", req: share.Request{Mechanism: share.Remote}, err: `invalid request: mechanism "remote" is not available in this version of gpumux`},
+		{name: "remote on a node without remote GPUs", req: share.Request{Mechanism: share.Remote}, busy: allMIG,
+			err: "no free remote share; free: no remote shares (other free shares: 2× H200, 8× H200-timeslice-4x, 6× H200-mps-25pct, 1× H200-mps-50pct, 1× Tesla-T4)", noFit: true},
 		{name: "unknown mechanism", req: share.Request{Mechanism: "vgpu"}, err: `invalid request: unknown mechanism "vgpu" (valid: exclusive, mig, mps, timeslice, remote)`},
 		{name: "isolation with a mechanism", req: share.Request{Mechanism: share.MIG, Isolation: share.LevelStrict},
 			err: `invalid request: isolation "strict" steers mechanism auto only; mechanism "mig" was asked for`},

@@ -111,6 +111,11 @@ func WithNomadBin(path string) Option { return func(c *config) { c.bin = path } 
 // PluginName.
 func WithPluginDir(dir string) Option { return func(c *config) { c.pluginDir = dir } }
 
+// HTTPAddrPlaceholder, in WithPluginConfig's body or WithAgentConfig's
+// text, is replaced by the agent's HTTP address (HTTPAddr), which is chosen
+// when the agent starts: for a plugin that talks to its own agent.
+const HTTPAddrPlaceholder = "@NOMAD_HTTP_ADDR@"
+
 // WithPluginConfig adds
 //
 //	plugin "nomad-device-gpumux" { config { <body> } }
@@ -310,7 +315,7 @@ func (a *Agent) renderConfig(ports []int) string {
 	for _, x := range a.cfg.extraConfig {
 		fmt.Fprintf(&b, "\n%s\n", x)
 	}
-	return b.String()
+	return strings.ReplaceAll(b.String(), HTTPAddrPlaceholder, fmt.Sprintf("http://127.0.0.1:%d", ports[0]))
 }
 
 // waitReady waits for the node to be ready, with the requested drivers

@@ -1,0 +1,331 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/gpumux/gpumux/e2e/nomadagent"
+)
+
+// mustReplace replaces old by new in s once, and fails the test when s
+// does not contain old: the example files the tests rewrite must keep the
+// lines the tests rely on.
+func mustReplace(t *testing.T, what, s, old, new string) string {
+	t.Helper()
+	if !strings.Contains(s, old) {
+		t.Fatalf("%s no longer contains %q, which the test rewrites", what, old)
+	}
+	return strings.Replace(s, old, new, 1)
+}
+
+// remoteClientConfig is examples/gpumux-remote-client.hcl with its state,
+// secret and interposer in the test's places, this agent's HTTP address and
+// a short fingerprint period.
+func remoteClientConfig(t *testing.T, keyFile string) string {
+	t.Helper()
+	const name = "examples/gpumux-remote-client.hcl"
+	src, err := os.ReadFile("../" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := string(src)
+	cfg = mustReplace(t, name, cfg, `state_dir          = "/var/lib/gpumux"`, `state_dir          = "`+t.TempDir()+`"`)
+	cfg = mustReplace(t, name, cfg, `fingerprint_period = "1m"`, `fingerprint_period = "2s"`)
+	cfg = mustReplace(t, name, cfg, `nomad_addr      = "http://127.0.0.1:4646"`, `nomad_addr      = "`+nomadagent.HTTPAddrPlaceholder+`"`)
+	cfg = mustReplace(t, name, cfg, `token_file     = "/etc/gpumux/remote.key"`, `token_file     = "`+keyFile+`"`)
+	cfg = mustReplace(t, name, cfg, `interposer_dir = "/usr/lib/gpumux/remote"`, `interposer_dir = "`+filepath.Join(repoRoot(t), "bin", "remote")+`"`)
+	return cfg
+}
+
+// remoteServerJob is examples/jobs/remote-server.nomad.hcl running the
+// built gpumux-remoted with two fake 16 GiB GPUs: with raw_exec as root
+// (exec's chroot would not hold bin/), and without the GPU reservation (this
+// node has none to give).
+func remoteServerJob(t *testing.T) string {
+	t.Helper()
+	const name = "examples/jobs/remote-server.nomad.hcl"
+	job := readJob(t, "remote-server")
+	job = mustReplace(t, name, job, "driver = \"exec\"\n      user   = \"nobody\"", `driver = "raw_exec"`)
+	job = mustReplace(t, name, job, `command = "/usr/local/bin/gpumux-remoted"`, `command = "`+filepath.Join(repoRoot(t), "bin", "gpumux-remoted")+`"`)
+	job = mustReplace(t, name, job, `"--backend", "cuda",`, `"--backend", "fake", "--fake-devices", "2", "--fake-memory", "16GiB",`)
+	start := strings.Index(job, "        # The GPU to serve")
+	end := strings.Index(job, "\n      }\n    }\n  }\n}")
+	if start < 0 || end < start {
+		t.Fatalf("%s: no GPU reservation where the test removes it", name)
+	}
+	return job[:start] + job[end+1:]
+}
+
+// remoteJob is examples/jobs/remote.nomad.hcl that also runs remote-probe,
+// fetched as an artifact from url.
+func remoteJob(t *testing.T, url string) string {
+	t.Helper()
+	const name = "examples/jobs/remote.nomad.hcl"
+	job := readJob(t, "remote")
+	job = mustReplace(t, name, job, `ls -l /run/gpumux/remote"]`, `ls -l /run/gpumux/remote; local/remote-probe"]`)
+	return mustReplace(t, name, job, "      resources {", fmt.Sprintf("      artifact {\n        source      = %q\n        destination = \"local/\"\n      }\n      resources {", url))
+}
+
+// serveRemoteProbe builds e2e/remoteprobe with the system C compiler and
+// serves it as a .tar.gz (go-getter keeps its mode) for a task's artifact.
+func serveRemoteProbe(t *testing.T) string {
+	t.Helper()
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	bin := filepath.Join(t.TempDir(), "remote-probe")
+	if out, err := exec.Command(cc, "-std=gnu11", "-O2", "-Wall", "-Werror", "-o", bin, "remoteprobe/remote-probe.c", "-ldl").CombinedOutput(); err != nil {
+		t.Fatalf("building remote-probe: %v\n%s", err, out)
+	}
+	exe, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	tw.WriteHeader(&tar.Header{Name: "remote-probe", Mode: 0o755, Size: int64(len(exe)), Typeflag: tar.TypeReg, ModTime: time.Now()})
+	tw.Write(exe)
+	tw.Close()
+	gz.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/gzip")
+		w.Write(buf.Bytes())
+	})}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL + "/remote-probe.tar.gz"
+}
+
+// remoteGroup returns the node's device group of remote shares, or nil.
+func remoteGroup(devs []*api.NodeDeviceResource) *api.NodeDeviceResource {
+	for _, d := range devs {
+		if a := d.Attributes["mechanism"]; a != nil && a.StringVal != nil && *a.StringVal == "remote" {
+			return d
+		}
+	}
+	return nil
+}
+
+func attr(d *api.NodeDeviceResource, name string) string {
+	a := d.Attributes[name]
+	switch {
+	case a == nil:
+		return "<missing>"
+	case a.StringVal != nil:
+		return *a.StringVal
+	case a.IntVal != nil && a.Unit != "":
+		return fmt.Sprintf("%d %s", *a.IntVal, a.Unit)
+	case a.IntVal != nil:
+		return strconv.FormatInt(*a.IntVal, 10)
+	case a.BoolVal != nil:
+		return strconv.FormatBool(*a.BoolVal)
+	}
+	return a.String()
+}
+
+// TestRemoteShares runs gpumux-remoted (fake GPUs) as a Nomad job that
+// registers the gpumux-remote service; the plugin on the same node, which
+// has no GPU of its own, discovers it through Nomad, offers its GPUs as
+// remote shares, and a task that asks for one gets the interposer, the
+// server's address and a token, and uses the GPU through the interposer
+// (remote-probe). When the server job stops, the shares turn unhealthy.
+func TestRemoteShares(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	root := repoRoot(t)
+	for _, f := range []string{"bin/gpumux-remoted", "bin/remote/libcuda.so.1", "bin/plugins/nomad-device-gpumux"} {
+		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+			t.Fatalf("%v (run make build)", err)
+		}
+	}
+	b := make([]byte, 32)
+	rand.Read(b)
+	secret := hex.EncodeToString(b)
+	keyFile := filepath.Join(t.TempDir(), "remote.key")
+	if err := os.WriteFile(keyFile, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	probeURL := serveRemoteProbe(t)
+
+	a := nomadagent.Start(ctx, t,
+		nomadagent.WithPluginDir(nomadagent.DefaultPluginDir()),
+		nomadagent.WithAgentConfig(remoteClientConfig(t, keyFile)),
+		nomadagent.WithAgentConfig(`plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}`),
+		nomadagent.WithDrivers("exec", "raw_exec"))
+
+	// The pool secret, where the server job's template reads it.
+	if _, _, err := a.Client.Variables().Create(&api.Variable{Path: "nomad/jobs/gpumux-remote", Items: api.VariableItems{"secret": secret}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if devs, err := a.NodeDevices(ctx); err != nil || remoteGroup(devs) != nil {
+		t.Fatalf("remote shares before any server runs: %v %v", devs, err)
+	}
+
+	// The example as it is, for a GPU node, is a valid job.
+	if _, err := a.ParseJob(ctx, readJob(t, "remote-server")); err != nil {
+		t.Fatalf("examples/jobs/remote-server.nomad.hcl: %v", err)
+	}
+	serverID, err := a.RunJob(ctx, remoteServerJob(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverAllocs, err := a.WaitAllocs(ctx, serverID, "running")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addr string
+	for addr == "" {
+		regs, _, err := a.Client.Services().Get("gpumux-remote", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(regs) == 1 {
+			addr = net.JoinHostPort(regs[0].Address, strconv.Itoa(regs[0].Port))
+		} else if ctx.Err() != nil {
+			t.Fatalf("service gpumux-remote: %d registrations", len(regs))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("gpumux-remoted serves at %s", addr)
+
+	// Two fake GPUs, four shares each.
+	devs, err := a.WaitNodeDevices(ctx, "nvidia", "gpu", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := remoteGroup(devs)
+	if g == nil || g.Name != "gpumux-fake-GPU-remote-4x" || len(g.Instances) != 8 {
+		t.Fatalf("remote group %+v", g)
+	}
+	for k, want := range map[string]string{
+		"mechanism": "remote", "memory": "4096 MiB", "compute_percent": "25", "sm_count": "132", "memory_isolation": "hard",
+		"fault_isolation": "false", "cuda_compute_capability": "9.0", "cuda_version": "12.8", "remote_addr": addr, "model": "gpumux fake GPU",
+	} {
+		if got := attr(g, k); got != want {
+			t.Errorf("attribute %s = %s, want %s", k, got, want)
+		}
+	}
+	shares := map[string]bool{}
+	for _, d := range g.Instances {
+		shares[d.ID] = true
+		if !d.Healthy || !strings.Contains(d.ID, "/remote/") {
+			t.Errorf("instance %+v", d)
+		}
+	}
+
+	// A task asking for a remote share.
+	jobID, err := a.RunJob(ctx, remoteJob(t, probeURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs, err := a.WaitAllocs(ctx, jobID, "complete")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.AllocDevices(ctx, allocs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := got["probe"]
+	if len(ids) != 1 || !shares[ids[0]] {
+		t.Fatalf("allocated %v, want one of the remote shares", ids)
+	}
+	out, err := a.TaskLogs(ctx, allocs[0].ID, "probe", "stdout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the task printed:\n%s", out)
+	for _, want := range []string{
+		"GPUMUX_REMOTE_ADDR=" + addr + "\n",
+		"GPUMUX_SHARES=" + ids[0] + "\n",
+		"LD_LIBRARY_PATH=/run/gpumux/remote\n",
+		"GPUMUX_REMOTE_TOKEN=gmx1.",
+		"libcuda.so.1\n",
+		// remote-probe, through the interposer mounted from the reservation:
+		"LIB /run/gpumux/remote/libcuda.so.1\n",
+		"DEVICES 1\n",
+		"NAME gpumux fake GPU\n",
+		"MEMORY 4294967296\n", // the share's quota: 16 GiB / 4
+		"ALLOC 3221225472 CUDA_SUCCESS\n",
+		"ALLOC 2147483648 CUDA_ERROR_OUT_OF_MEMORY\n", // past the quota
+		"DEVNODE /dev/nvidiactl 0\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the task's output lacks %q", want)
+		}
+	}
+	if errOut, _ := a.TaskLogs(ctx, allocs[0].ID, "probe", "stderr"); strings.TrimSpace(errOut) != "" {
+		t.Logf("the task's stderr:\n%s", errOut)
+	}
+	// The server saw the task's token: a Nomad reservation's.
+	serverLog, err := a.TaskLogs(ctx, serverAllocs[0].ID, "remoted", "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(serverLog, `msg="client connected"`) || !strings.Contains(serverLog, "token=nomad-") || !strings.Contains(serverLog, "quota=4294967296") {
+		t.Errorf("the server did not log the task's connection:\n%s", serverLog)
+	}
+	if err := a.StopJob(ctx, jobID, true); err != nil {
+		t.Fatal(err)
+	}
+
+	// The server goes away: its shares stay, unhealthy, with the reason.
+	if err := a.StopJob(ctx, serverID, true); err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	for {
+		devs, err := a.NodeDevices(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := remoteGroup(devs)
+		sick := 0
+		if g != nil {
+			for _, d := range g.Instances {
+				if !d.Healthy && strings.Contains(d.HealthDescription, "remote server "+addr) {
+					sick++
+				}
+			}
+			state = fmt.Sprintf("%d of %d remote shares unhealthy: %+v", sick, len(g.Instances), g.Instances[0])
+		}
+		if g != nil && sick == len(g.Instances) && len(g.Instances) == 8 {
+			t.Logf("after the server stopped: %s", state)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the shares of a stopped server stayed healthy: %s", state)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,102 @@
+/* remote-probe runs in the task of the remote e2e test (e2e/remote_e2e_test.go):
+ * it loads libcuda.so.1 the way a CUDA program does (the dynamic linker,
+ * LD_LIBRARY_PATH first), which on a node without GPUs is gpumux's
+ * interposer mounted from the reservation, and uses the remote share through
+ * it. One fact per line:
+ *
+ *	LIB <path>                 the libcuda.so.1 that was loaded
+ *	DEVICES <n>                cuDeviceGetCount
+ *	NAME <name>                cuDeviceGetName of device 0
+ *	MEMORY <bytes>             cuDeviceTotalMem_v2 (the share's quota)
+ *	ALLOC <bytes> <result>     cuMemAlloc_v2 of three quarters of it, then
+ *	                           of half of it (past the quota)
+ *	DEVNODE <path> <0|1>       whether /dev/nvidiactl exists in the task
+ *
+ * It exits 0 when every call it expects to succeed did. Built by the test
+ * with the system C compiler: cc -o remote-probe remote-probe.c -ldl
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef unsigned long long CUdeviceptr;
+
+static void *lib;
+
+static void *sym(const char *name)
+{
+	void *p = dlsym(lib, name);
+	if (!p) {
+		printf("ERR no %s in libcuda.so.1: %s\n", name, dlerror());
+		fflush(stdout);
+		_exit(1);
+	}
+	return p;
+}
+
+static const char *errname(CUresult r)
+{
+	CUresult (*getErrorName)(CUresult, const char **) = sym("cuGetErrorName");
+	const char *s = "?";
+	if (getErrorName(r, &s) != 0 || !s)
+		s = "?";
+	return s;
+}
+
+#define CALL(name, ...)                                                              \
+	do {                                                                         \
+		CUresult r_ = ((CUresult(*)())sym(#name))(__VA_ARGS__);              \
+		if (r_ != 0) {                                                       \
+			printf("ERR %s: %s (%d)\n", #name, errname(r_), r_);         \
+			return 1;                                                    \
+		}                                                                    \
+	} while (0)
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	lib = dlopen("libcuda.so.1", RTLD_NOW);
+	if (!lib) {
+		printf("ERR dlopen libcuda.so.1: %s\n", dlerror());
+		return 1;
+	}
+	struct link_map *lm = NULL;
+	if (dlinfo(lib, RTLD_DI_LINKMAP, &lm) == 0 && lm)
+		printf("LIB %s\n", lm->l_name);
+
+	int n = 0;
+	CUdevice dev = -1;
+	char name[256] = "";
+	size_t total = 0;
+	CUcontext ctx = NULL;
+	CALL(cuInit, 0u);
+	CALL(cuDeviceGetCount, &n);
+	printf("DEVICES %d\n", n);
+	CALL(cuDeviceGet, &dev, 0);
+	CALL(cuDeviceGetName, name, (int)sizeof name, dev);
+	printf("NAME %s\n", name);
+	CALL(cuDeviceTotalMem_v2, &total, dev);
+	printf("MEMORY %zu\n", total);
+	CALL(cuCtxCreate_v2, &ctx, 0u, dev);
+
+	CUresult (*memAlloc)(CUdeviceptr *, size_t) = sym("cuMemAlloc_v2");
+	CUdeviceptr a = 0, b = 0;
+	size_t first = total / 4 * 3, second = total / 2;
+	CUresult r = memAlloc(&a, first);
+	printf("ALLOC %zu %s\n", first, errname(r));
+	if (r != 0)
+		return 1;
+	r = memAlloc(&b, second);
+	printf("ALLOC %zu %s\n", second, errname(r));
+
+	printf("DEVNODE /dev/nvidiactl %d\n", access("/dev/nvidiactl", F_OK) == 0);
+	CALL(cuMemFree_v2, a);
+	CALL(cuCtxDestroy_v2, ctx);
+	return 0;
+}

@@ -1,0 +1,466 @@
+// Package pool finds the GPUs of gpumux-remoted servers for a client node:
+// servers named in the node config, and servers that Nomad's native service
+// discovery knows (a Nomad job running gpumux-remoted with a service of
+// provider "nomad", named gpumux-remote by default). Each server is probed
+// over the remote protocol with a short-lived token signed with the pool's
+// secret, which reads what a client would see of each GPU: name, memory,
+// compute capability, SM count, UUID.
+//
+// A server that cannot be reached or probed is reported and left out; it
+// never fails the others. The Nomad plugin scans the pool at every
+// fingerprint and offers the GPUs as remote shares (share.Catalog.WithRemote);
+// gpumux-runtime scans it when a container needs a remote share.
+//
+// Grant mints the token of one reservation: what a task presents to the
+// server (GPUMUX_REMOTE_TOKEN) to use its share.
+package pool
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/remote/proto"
+	"github.com/gpumux/gpumux/remote/token"
+	"github.com/gpumux/gpumux/share"
+)
+
+// DefaultTimeout bounds the Nomad query and the probe of each server.
+const DefaultTimeout = 5 * time.Second
+
+// ProbeTTL is the lifetime of a probe's token: long enough for one probe,
+// too short to be worth stealing. A probe token has no memory quota (the
+// server then reports each GPU's whole memory) and allocates nothing.
+const ProbeTTL = time.Minute
+
+// maxDevices bounds the GPUs probed on one server.
+const maxDevices = 256
+
+// maxParallel bounds the servers probed at once.
+const maxParallel = 8
+
+// CUdevice_attribute numbers (cuda.h) the probe reads.
+const (
+	attrMultiprocessorCount = 16
+	attrComputeCapMajor     = 75
+	attrComputeCapMinor     = 76
+)
+
+// GPU is one GPU of a server.
+type GPU struct {
+	// Addr is the server as clients dial it: "host:port" or "unix:/path".
+	Addr string
+	// Index is the GPU's device ordinal on the server (token.Claims.Device).
+	Index     int
+	UUID      string // GPU-…, as NVML and nvidia-smi write it
+	Name      string // cuDeviceGetName, e.g. "NVIDIA H200"
+	MemoryMiB uint64
+	SMs       int
+	CC        string // compute capability, e.g. "9.0"
+	// CUDA is the server's CUDA driver API version, e.g. "13.0".
+	CUDA string
+}
+
+// Share returns the GPU as the share model takes it.
+func (g GPU) Share() share.RemoteGPU {
+	return share.RemoteGPU{Addr: g.Addr, Index: g.Index, UUID: g.UUID, Model: g.Name, MemoryMiB: g.MemoryMiB,
+		SMCount: g.SMs, ComputeCapability: g.CC, CUDAVersion: g.CUDA}
+}
+
+// Config says where the pool's servers are and how to talk to them.
+type Config struct {
+	// Servers are static addresses: "host:port" or "unix:/path".
+	Servers []string
+	// Discover asks Nomad for the services named Service in Namespace.
+	Discover  bool
+	Service   string
+	Namespace string
+	// NomadAddr is the Nomad agent's HTTP API, e.g. http://127.0.0.1:4646.
+	NomadAddr string
+	// NomadToken is a Nomad ACL token ("": none).
+	NomadToken string
+	// Secret is the pool's token secret.
+	Secret []byte
+	// Timeout bounds the Nomad query and each server's probe (0: DefaultTimeout).
+	Timeout time.Duration
+	// HTTP is the client for the Nomad API (nil: a plain one).
+	HTTP *http.Client
+	// Identity names this client to servers, for their logs (default
+	// "<hostname>/<pid>/gpumux-pool").
+	Identity string
+}
+
+// FromNodeConfig reads the files a node config's remote block names (the
+// pool secret, the Nomad ACL token) into a Config.
+func FromNodeConfig(r *nodeconfig.Remote) (Config, error) {
+	secret, err := token.ReadSecret(r.TokenFile)
+	if err != nil {
+		return Config{}, fmt.Errorf("remote block: token_file: %w", err)
+	}
+	cfg := Config{
+		Servers: r.Servers, Discover: r.Discover, Service: r.Service, Namespace: r.NomadNamespace,
+		NomadAddr: r.NomadAddr, Secret: secret,
+	}
+	if r.Discover && r.NomadTokenFile != "" {
+		b, err := os.ReadFile(r.NomadTokenFile)
+		if err != nil {
+			return Config{}, fmt.Errorf("remote block: nomad_token_file: %w", err)
+		}
+		cfg.NomadToken = strings.TrimSpace(string(b))
+	}
+	return cfg, nil
+}
+
+// Pool finds servers and probes them.
+type Pool struct {
+	cfg Config
+}
+
+// New returns a pool. The secret must be a usable one (token.MinSecret).
+func New(cfg Config) (*Pool, error) {
+	if len(cfg.Secret) < token.MinSecret {
+		return nil, fmt.Errorf("pool secret of %d bytes, want at least %d", len(cfg.Secret), token.MinSecret)
+	}
+	for _, s := range cfg.Servers {
+		if err := nodeconfig.CheckServerAddr(s); err != nil {
+			return nil, fmt.Errorf("server %q: %w", s, err)
+		}
+	}
+	if cfg.Discover {
+		if cfg.Service == "" || cfg.NomadAddr == "" {
+			return nil, errors.New("discovery needs a service name and a Nomad address")
+		}
+		if cfg.Namespace == "" {
+			cfg.Namespace = nodeconfig.DefaultNomadNamespace
+		}
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.HTTP == nil {
+		cfg.HTTP = &http.Client{}
+	}
+	if cfg.Identity == "" {
+		host, _ := os.Hostname()
+		exe, _ := os.Executable()
+		cfg.Identity = fmt.Sprintf("%s/%d/%s", host, os.Getpid(), cmp.Or(filepath.Base(exe), "gpumux-pool"))
+	}
+	cfg.Secret = slices.Clone(cfg.Secret)
+	return &Pool{cfg: cfg}, nil
+}
+
+// Scan is what one look at the pool found.
+type Scan struct {
+	// Servers are the addresses looked at, static ones first, then the
+	// discovered ones, sorted.
+	Servers []string
+	// GPUs are the GPUs of the servers that answered, sorted by server and
+	// index. A GPU seen through two servers is listed once (the first).
+	GPUs []GPU
+	// Down says why each server that was looked at could not be probed.
+	Down map[string]error
+	// Problems are everything else worth a log line: discovery failures,
+	// GPUs seen twice.
+	Problems []error
+}
+
+// Scan discovers the servers and probes them, concurrently, each within
+// the pool's timeout. Failures are in the result, never fatal: a Scan with
+// no GPUs and problems is what an unreachable pool looks like.
+func (p *Pool) Scan(ctx context.Context) Scan {
+	var sc Scan
+	sc.Down = map[string]error{}
+	seen := map[string]bool{}
+	for _, s := range p.cfg.Servers {
+		if !seen[s] {
+			seen[s] = true
+			sc.Servers = append(sc.Servers, s)
+		}
+	}
+	if p.cfg.Discover {
+		found, err := p.Discover(ctx)
+		if err != nil {
+			sc.Problems = append(sc.Problems, err)
+		}
+		slices.Sort(found)
+		for _, s := range found {
+			if !seen[s] {
+				seen[s] = true
+				sc.Servers = append(sc.Servers, s)
+			}
+		}
+	}
+
+	results := make([][]GPU, len(sc.Servers))
+	errs := make([]error, len(sc.Servers))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxParallel)
+	for i, addr := range sc.Servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			results[i], errs[i] = Probe(ctx, addr, p.cfg.Secret, p.cfg.Timeout, p.cfg.Identity)
+		}()
+	}
+	wg.Wait()
+
+	byUUID := map[string]GPU{}
+	for i, addr := range sc.Servers {
+		if errs[i] != nil {
+			sc.Down[addr] = errs[i]
+			continue
+		}
+		for _, g := range results[i] {
+			if first, dup := byUUID[g.UUID]; dup {
+				sc.Problems = append(sc.Problems, fmt.Errorf("GPU %s is served by %s (GPU %d) and by %s (GPU %d): offered through %s only",
+					g.UUID, first.Addr, first.Index, g.Addr, g.Index, first.Addr))
+				continue
+			}
+			byUUID[g.UUID] = g
+			sc.GPUs = append(sc.GPUs, g)
+		}
+	}
+	return sc
+}
+
+// service is the part of Nomad's ServiceRegistration the pool reads.
+type service struct {
+	Address string
+	Port    int
+	AllocID string
+	NodeID  string
+}
+
+// Discover asks the Nomad agent for the service's instances and returns
+// their addresses ("host:port").
+func (p *Pool) Discover(ctx context.Context) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	u := strings.TrimSuffix(p.cfg.NomadAddr, "/") + "/v1/service/" + url.PathEscape(p.cfg.Service) + "?namespace=" + url.QueryEscape(p.cfg.Namespace)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("discovering service %q: %w", p.cfg.Service, err)
+	}
+	if p.cfg.NomadToken != "" {
+		req.Header.Set("X-Nomad-Token", p.cfg.NomadToken)
+	}
+	resp, err := p.cfg.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("discovering service %q through Nomad at %s: %w", p.cfg.Service, p.cfg.NomadAddr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, fmt.Errorf("discovering service %q through Nomad at %s: reading the answer: %w", p.cfg.Service, p.cfg.NomadAddr, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		msg := strings.TrimSpace(string(body))
+		if len(msg) > 200 {
+			msg = msg[:200] + "…"
+		}
+		hint := ""
+		if resp.StatusCode == http.StatusForbidden {
+			hint = " (with ACLs on, give the remote block a nomad_token_file whose token may read services in namespace " + strconv.Quote(p.cfg.Namespace) + ")"
+		}
+		return nil, fmt.Errorf("discovering service %q through Nomad at %s: %s: %s%s", p.cfg.Service, p.cfg.NomadAddr, resp.Status, msg, hint)
+	}
+	var regs []service
+	if err := json.Unmarshal(body, &regs); err != nil {
+		return nil, fmt.Errorf("discovering service %q through Nomad at %s: decoding the answer: %w", p.cfg.Service, p.cfg.NomadAddr, err)
+	}
+	var out []string
+	var bad []string
+	for _, r := range regs {
+		if r.Address == "" || r.Port < 1 || r.Port > 65535 {
+			bad = append(bad, fmt.Sprintf("allocation %s: address %q port %d", r.AllocID, r.Address, r.Port))
+			continue
+		}
+		out = append(out, net.JoinHostPort(r.Address, strconv.Itoa(r.Port)))
+	}
+	if len(bad) > 0 {
+		return out, fmt.Errorf("service %q: instances without a usable address left out (give the service a port): %s", p.cfg.Service, strings.Join(bad, "; "))
+	}
+	return out, nil
+}
+
+// network splits an address into what net.Dial takes.
+func network(addr string) (string, string) {
+	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
+		return "unix", p
+	}
+	return "tcp", addr
+}
+
+// Probe reads the GPUs of the server at addr. The server shows a client
+// only the GPU its token names, so each GPU takes a connection of its own,
+// with a token for GPU 0, 1, … until the server refuses one. A server that
+// shows more than one GPU to one token does not honour tokens, so it cannot
+// give a share of one GPU: it is refused.
+func Probe(ctx context.Context, addr string, secret []byte, timeout time.Duration, identity string) ([]GPU, error) {
+	id, err := randomID("probe")
+	if err != nil {
+		return nil, err
+	}
+	var out []GPU
+	for dev := 0; dev < maxDevices; dev++ {
+		g, err := probeOne(ctx, addr, secret, timeout, identity, id, dev)
+		if err != nil {
+			if dev > 0 && errors.Is(err, proto.ErrRefused) && ctx.Err() == nil {
+				break // past the server's last GPU
+			}
+			if dev > 0 {
+				return nil, fmt.Errorf("server %s: GPU %d: %w", addr, dev, err)
+			}
+			return nil, fmt.Errorf("server %s: %w", addr, err)
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// probeOne reads GPU dev of the server at addr over a connection of its own.
+func probeOne(ctx context.Context, addr string, secret []byte, timeout time.Duration, identity, id string, dev int) (GPU, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tok, err := token.Mint(secret, token.Claims{ID: id, Quota: 0, Device: dev, Expires: time.Now().Add(ProbeTTL)})
+	if err != nil {
+		return GPU{}, err
+	}
+	// proto.Dial bounds each wait by timeout only; closing the connection
+	// when ctx ends bounds the handshake and the calls by ctx as well.
+	netw, a := network(addr)
+	var dialer net.Dialer
+	conn, err := dialer.DialContext(ctx, netw, a)
+	if err != nil {
+		return GPU{}, err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	cl, err := proto.NewClient(conn, proto.Hello{Token: tok, Identity: identity}, timeout)
+	if err != nil {
+		if ctx.Err() != nil {
+			return GPU{}, fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return GPU{}, err
+	}
+
+	var firstErr error
+	call := func(what string, r proto.Result, err error) bool {
+		if firstErr != nil {
+			return false
+		}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			firstErr = fmt.Errorf("%s: %w", what, ctx.Err())
+		case err != nil:
+			firstErr = fmt.Errorf("%s: %w", what, err)
+		case r != proto.Success:
+			firstErr = fmt.Errorf("%s: %v", what, r)
+		}
+		return firstErr == nil
+	}
+	g := GPU{Addr: addr, Index: dev}
+	r, err := cl.Init(0, 0)
+	call("cuInit", r, err)
+	version, r, err := cl.DriverGetVersion(0)
+	call("cuDriverGetVersion", r, err)
+	count, r, err := cl.DeviceGetCount(0)
+	if call("cuDeviceGetCount", r, err) && count != 1 {
+		return GPU{}, fmt.Errorf("a token for GPU %d shows %d GPUs: the server does not honour tokens (is it running without a token secret?), so it cannot serve shares", dev, count)
+	}
+	d, r, err := cl.DeviceGet(0, 0)
+	call("cuDeviceGet", r, err)
+	name, r, err := cl.DeviceGetName(0, 256, d)
+	call("cuDeviceGetName", r, err)
+	mem, r, err := cl.DeviceTotalMemV2(0, d)
+	call("cuDeviceTotalMem", r, err)
+	sms, r, err := cl.DeviceGetAttribute(0, attrMultiprocessorCount, d)
+	call("cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)", r, err)
+	major, r, err := cl.DeviceGetAttribute(0, attrComputeCapMajor, d)
+	call("cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)", r, err)
+	minor, r, err := cl.DeviceGetAttribute(0, attrComputeCapMinor, d)
+	call("cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)", r, err)
+	uuid, r, err := cl.DeviceGetUuidV2(0, d)
+	call("cuDeviceGetUuid_v2", r, err)
+	if firstErr != nil {
+		return GPU{}, firstErr
+	}
+	g.Name = strings.TrimRight(name, "\x00")
+	g.MemoryMiB = mem >> 20
+	g.SMs = int(sms)
+	g.CC = fmt.Sprintf("%d.%d", major, minor)
+	g.CUDA = fmt.Sprintf("%d.%d", version/1000, version%1000/10)
+	g.UUID = FormatUUID(uuid)
+	if g.Name == "" || g.MemoryMiB == 0 {
+		return GPU{}, fmt.Errorf("GPU %d reports name %q and %d bytes of memory", dev, g.Name, mem)
+	}
+	return g, nil
+}
+
+// FormatUUID writes a CUDA device UUID as NVML does: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+func FormatUUID(u [16]byte) string {
+	h := hex.EncodeToString(u[:])
+	return "GPU-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// randomID returns "<prefix>-<32 hex digits>": a token ID no one else has.
+func randomID(prefix string) (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return prefix + "-" + hex.EncodeToString(b), nil
+}
+
+// Grant mints the token of one reservation of quotaMiB of device memory on
+// GPU g, valid for ttl: a new random ID (so that the server counts the
+// reservation's connections, and only them, against its quota) prefixed
+// with who granted it ("nomad", "runtime"), the quota in bytes and the GPU's
+// index on its server.
+func Grant(secret []byte, by string, g share.RemoteGPU, quotaMiB uint64, ttl time.Duration) (string, error) {
+	if quotaMiB == 0 {
+		return "", errors.New("a reservation's token needs a memory quota (0 would mean none)")
+	}
+	id, err := randomID(by)
+	if err != nil {
+		return "", err
+	}
+	return token.Mint(secret, token.Claims{ID: id, Quota: quotaMiB << 20, Device: g.Index, Expires: time.Now().Add(ttl)})
+}
+
+// InterposerLib is the interposer's file name in a node's interposer_dir:
+// the libcuda.so.1 that forwards a program's CUDA calls to its server.
+const InterposerLib = "libcuda.so.1"
+
+// CheckInterposer says why the interposer in dir cannot be given to a
+// container, or returns nil.
+func CheckInterposer(dir string) error {
+	lib := filepath.Join(dir, InterposerLib)
+	fi, err := os.Stat(lib)
+	switch {
+	case err != nil:
+		return fmt.Errorf("interposer %s: %w (install gpumux's libcuda.so.1 there, or set the remote block's interposer_dir)", lib, err)
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("interposer %s is not a regular file", lib)
+	}
+	return nil
+}
