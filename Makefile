@@ -111,8 +111,8 @@ bench:
 demo: deps nomad build
 	scripts/demo.sh
 
-## gpu-bin: GPU-tagged test binaries and the CLI in .devbin/, to run on a GPU machine (docs/validation.md)
-gpu-bin:
+## gpu-bin: GPU-tagged test binaries, the CLI and gpumux-remoted in .devbin/ (and the interposer in bin/remote), to run on a GPU machine (docs/validation.md)
+gpu-bin: interposer
 	@mkdir -p .devbin
 	$(GO) test -c -tags gpu -ldflags='-s -w' -o .devbin/gpu.test ./gpu/
 	$(GO) test -c -tags gpu -ldflags='-s -w' -o .devbin/plugin.test ./plugin/
@@ -120,6 +120,8 @@ gpu-bin:
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-fake-mps-control ./cmd/gpumux-fake-mps-control
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux ./cmd/gpumux
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-runtime ./cmd/gpumux-runtime
+	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-remoted ./cmd/gpumux-remoted
+	$(GO) test -c -tags gpu -ldflags='-s -w' -o .devbin/cudabackend.test ./remote/cudabackend/
 
 clean:
 	rm -rf $(BIN_DIR) .devbin

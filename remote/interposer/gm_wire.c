@@ -493,6 +493,10 @@ static void gm_tune_tcp(int fd)
 {
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	/* Room for a few chunks in flight each way. */
+	int bufsz = 4 * GM_CHUNK_SIZE;
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bufsz, sizeof bufsz);
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufsz, sizeof bufsz);
 	/* A peer that vanishes without a FIN (host down, partition) is found
 	 * by keepalive probes even while a call waits for a long kernel. */
 	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);

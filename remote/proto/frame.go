@@ -120,13 +120,18 @@ func ReadFrame(r io.Reader, buf []byte) (Header, []byte, error) {
 
 // AppendFrame appends a frame with header h and payload p to dst.
 func AppendFrame(dst []byte, h Header, p []byte) []byte {
-	if len(p) > MaxPayload {
+	return append(AppendHeader(dst, h, len(p)), p...)
+}
+
+// AppendHeader appends the header of a frame whose payload of n bytes the
+// caller writes after it.
+func AppendHeader(dst []byte, h Header, n int) []byte {
+	if n > MaxPayload {
 		panic("proto: payload over MaxPayload")
 	}
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(HeaderSize-4+len(p)))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(HeaderSize-4+n))
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(h.Op))
 	dst = binary.LittleEndian.AppendUint16(dst, h.Flags)
 	dst = binary.LittleEndian.AppendUint32(dst, h.Seq)
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(h.Ctx))
-	return append(dst, p...)
+	return binary.LittleEndian.AppendUint64(dst, uint64(h.Ctx))
 }

@@ -311,20 +311,27 @@ func (s *session) copyIn(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n ui
 	if r := s.span(dst, n); r != ok {
 		return r
 	}
+	// Every chunk is queued on the stream (staged by the backend), so the
+	// GPU copies one chunk while the next arrives; a synchronous copy
+	// waits for its stream once, at the end.
 	for off := uint64(0); ; {
 		p, err := in.Next()
 		if err == io.EOF {
-			return ok
+			break
 		}
 		if err != nil {
 			return proto.ErrUnknown // Dispatch reports the broken stream
 		}
 		s.stats.bytesIn += uint64(len(p))
-		if r := s.be.MemcpyHtoD(dst+proto.DevPtr(off), p, st, async); r != ok {
+		if r := s.be.MemcpyHtoD(dst+proto.DevPtr(off), p, st, true); r != ok {
 			return r // Dispatch drains the rest
 		}
 		off += uint64(len(p))
 	}
+	if async {
+		return ok
+	}
+	return s.be.StreamSynchronize(st)
 }
 
 // copyOut streams device memory at src back chunk by chunk.
@@ -343,27 +350,46 @@ func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n
 	if r := s.span(src, n); r != ok {
 		return r
 	}
-	buf := s.chunk()
+	// Two buffers: the GPU fills one while the other goes to the client.
+	free := make(chan []byte, 2)
+	free <- s.chunk(0)
+	free <- s.chunk(1)
+	full := make(chan []byte, 1)
+	sent := make(chan error, 1)
+	go func() {
+		var err error
+		for b := range full {
+			if err == nil {
+				_, err = out.Write(b)
+			}
+			free <- b[:cap(b)]
+		}
+		sent <- err
+	}()
+	r = ok
 	for off := uint64(0); off < n; {
+		buf := <-free
 		k := min(n-off, uint64(len(buf)))
-		if r := s.be.MemcpyDtoH(buf[:k], src+proto.DevPtr(off), st); r != ok {
-			return r
+		if r = s.be.MemcpyDtoH(buf[:k], src+proto.DevPtr(off), st); r != ok {
+			break
 		}
-		if _, err := out.Write(buf[:k]); err != nil {
-			return proto.ErrUnknown // Dispatch reports the transport error
-		}
+		full <- buf[:k]
 		s.stats.bytesOut += k
 		off += k
 	}
-	return ok
+	close(full)
+	if err := <-sent; err != nil {
+		return proto.ErrUnknown // Dispatch reports the transport error
+	}
+	return r
 }
 
-// chunk returns the session's copy buffer.
-func (s *session) chunk() []byte {
-	if s.buf == nil {
-		s.buf = make([]byte, proto.ChunkSize)
+// chunk returns the session's copy buffer i (0 or 1).
+func (s *session) chunk(i int) []byte {
+	if s.bufs[i] == nil {
+		s.bufs[i] = make([]byte, proto.ChunkSize)
 	}
-	return s.buf
+	return s.bufs[i]
 }
 
 func (s *session) copyDD(c *proto.Call, dst, src proto.DevPtr, n uint64, hs proto.Handle, async bool) proto.Result {

@@ -77,6 +77,7 @@ type wire struct {
 	in      <-chan frame
 	readErr *error
 	bw      *bufio.Writer
+	conn    net.Conn // for large data frames, written around bw
 	scratch []byte
 	// op and seq name the call being run.
 	op   proto.Op
@@ -127,8 +128,19 @@ func (w *wire) write(h proto.Header, p []byte, flush bool) error {
 	if w.err != nil {
 		return w.err
 	}
-	w.scratch = proto.AppendFrame(w.scratch[:0], h, p)
-	_, err := w.bw.Write(w.scratch)
+	var err error
+	if len(p) > smallFrame && w.conn != nil {
+		// A chunk of host data: header and payload in one writev, without
+		// copying the payload.
+		w.scratch = proto.AppendHeader(w.scratch[:0], h, len(p))
+		if err = w.bw.Flush(); err == nil {
+			bufs := net.Buffers{w.scratch, p}
+			_, err = bufs.WriteTo(w.conn)
+		}
+	} else {
+		w.scratch = proto.AppendFrame(w.scratch[:0], h, p)
+		_, err = w.bw.Write(w.scratch)
+	}
 	if err == nil && flush {
 		err = w.bw.Flush()
 	}
@@ -151,7 +163,7 @@ type session struct {
 
 	objects
 	stats sessionStats
-	buf   []byte // the copy buffer (chunk)
+	bufs  [2][]byte // the copy buffers (chunk)
 }
 
 type sessionStats struct {
@@ -177,7 +189,12 @@ func (s *session) serve(conn net.Conn, br *bufio.Reader) {
 	in := make(chan frame, queueFrames)
 	done := make(chan struct{})
 	var readErr error
-	s.wire = wire{in: in, readErr: &readErr, bw: bufio.NewWriterSize(conn, 64<<10)}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		// Room for a few chunks in flight each way.
+		tc.SetWriteBuffer(4 * proto.ChunkSize)
+		tc.SetReadBuffer(4 * proto.ChunkSize)
+	}
+	s.wire = wire{in: in, readErr: &readErr, bw: bufio.NewWriterSize(conn, 64<<10), conn: conn}
 	go readFrames(br, in, &readErr, done)
 	s.log.Info("client connected", "quota", s.quota.limit)
 

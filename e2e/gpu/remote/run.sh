@@ -6,6 +6,8 @@
 #
 #   e2e/gpu/remote/run.sh check   # milestone programs: local vs remote output, diffed
 #   e2e/gpu/remote/run.sh bench   # local CUDA, gpumux-remoted over TCP and unix, plain sockets
+#   e2e/gpu/remote/run.sh steal   # a tenant's kernel on another tenant's address, with and
+#                                 # without --tenant-processes
 #
 # It starts gpumux-remoted (backend cuda) on 127.0.0.1 and a unix socket,
 # with a fresh pool secret, and stops it on exit. It changes no GPU setting.
@@ -22,22 +24,41 @@ build() {
 	"$cuda/bin/nvcc" -arch=sm_90 -cubin -o "$work/kernels.cubin" "$k"
 	"$cuda/bin/nvcc" -arch=sm_90 -ptx -o "$work/kernels.ptx" "$k"
 	"$cuda/bin/nvcc" -arch=sm_90 -fatbin -o "$work/kernels.fatbin" "$k"
-	for p in check bench; do
+	for p in check bench steal; do
 		cc -O2 -Wall -o "$work/$p" "e2e/gpu/remote/$p.c" -I"$cuda/include" -L"$cuda/lib64/stubs" -lcuda
 	done
 	cc -O2 -Wall -o "$work/sockbench" e2e/gpu/remote/sockbench.c
 }
 
 start_server() {
-	.devbin/gpumux remote secret >"$work/pool.key"
+	[[ -s $work/pool.key ]] || .devbin/gpumux remote secret >"$work/pool.key"
 	chmod 600 "$work/pool.key"
 	port=$((20000 + RANDOM % 20000))
 	.devbin/gpumux-remoted --backend cuda --listen "127.0.0.1:$port" --unix "$work/remoted.sock" \
-		--token-file "$work/pool.key" >"$out/remoted.log" 2>&1 &
+		--token-file "$work/pool.key" "$@" >>"$out/remoted.log" 2>&1 &
 	server=$!
 	trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 	for _ in $(seq 100); do [[ -S $work/remoted.sock ]] && break; sleep 0.1; done
 	token=$(.devbin/gpumux remote token --secret-file "$work/pool.key" --id bench --ttl 1h)
+}
+
+stop_server() {
+	kill "$server"
+	wait "$server" 2>/dev/null || true
+	rm -f "$work/remoted.sock"
+}
+
+# steal_once: a victim tenant and a thief tenant on one server.
+steal_once() {
+	local victim thief
+	victim=$(.devbin/gpumux remote token --secret-file "$work/pool.key" --id victim --ttl 1h)
+	thief=$(.devbin/gpumux remote token --secret-file "$work/pool.key" --id thief --ttl 1h)
+	coproc V { LD_LIBRARY_PATH="$root/bin/remote" GPUMUX_REMOTE_ADDR="127.0.0.1:$port" GPUMUX_REMOTE_TOKEN=$victim "$work/steal" victim "$work"; }
+	read -r addr <&"${V[0]}"
+	LD_LIBRARY_PATH="$root/bin/remote" GPUMUX_REMOTE_ADDR="127.0.0.1:$port" GPUMUX_REMOTE_TOKEN=$thief "$work/steal" thief "$work" "$addr"
+	echo go >&"${V[1]}"
+	cat <&"${V[0]}"
+	wait || true
 }
 
 # remote ADDR CMD...: run CMD with the interposer in front of the driver.
@@ -48,6 +69,16 @@ remote() {
 }
 
 build
+if [[ $mode == steal ]]; then
+	echo "== one worker process per tenant (the default)"
+	start_server
+	steal_once
+	stop_server
+	echo "== --tenant-processes=false: every tenant in one process"
+	start_server --tenant-processes=false
+	steal_once
+	exit 0
+fi
 start_server
 case $mode in
 check)
