@@ -751,13 +751,33 @@ CUresult gm_not_supported(const char *name, unsigned char *once)
 	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+/* cuGetExportTable hands out the driver's private function tables, which
+ * the CUDA runtime (libcudart, static or shared) needs; none is forwarded
+ * yet. Each table asked for is logged once by its UUID, to say precisely
+ * what a program wanted. */
 GM_EXPORT CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
 {
-	static unsigned char once;
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static CUuuid seen[32];
+	static int nseen;
 	if (ppExportTable != NULL)
 		*ppExportTable = NULL;
-	(void)pExportTableId;
-	return gm_not_supported("cuGetExportTable", &once);
+	if (pExportTableId == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	int fresh = 1;
+	for (int i = 0; i < nseen && fresh; i++)
+		fresh = memcmp(seen[i].bytes, pExportTableId->bytes, 16) != 0;
+	if (fresh && nseen < 32)
+		seen[nseen++] = *pExportTableId;
+	pthread_mutex_unlock(&mu);
+	if (fresh) {
+		const unsigned char *u = (const unsigned char *)pExportTableId->bytes;
+		gm_log("cuGetExportTable(%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x) is not "
+		       "supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED",
+		       u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+	}
+	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 /* ---- older names and per-thread-stream variants ---- */

@@ -6,6 +6,7 @@
 #
 #   e2e/gpu/remote/run.sh check   # milestone programs: local vs remote output, diffed
 #   e2e/gpu/remote/run.sh bench   # local CUDA, gpumux-remoted over TCP and unix, plain sockets
+#   e2e/gpu/remote/run.sh rt      # a CUDA runtime program (nvcc, static cudart): what happens
 #   e2e/gpu/remote/run.sh steal   # a tenant's kernel on another tenant's address, with and
 #                                 # without --tenant-processes
 #
@@ -28,6 +29,7 @@ build() {
 		cc -O2 -Wall -o "$work/$p" "e2e/gpu/remote/$p.c" -I"$cuda/include" -L"$cuda/lib64/stubs" -lcuda
 	done
 	cc -O2 -Wall -o "$work/sockbench" e2e/gpu/remote/sockbench.c
+	"$cuda/bin/nvcc" -arch=sm_90 -o "$work/vectoradd" e2e/gpu/remote/vectoradd.cu
 }
 
 start_server() {
@@ -81,6 +83,10 @@ if [[ $mode == steal ]]; then
 fi
 start_server
 case $mode in
+rt)
+	"$work/vectoradd"
+	remote "127.0.0.1:$port" "$work/vectoradd" || echo "vectoradd through gpumux-remoted: exit $?"
+	;;
 check)
 	"$work/check" "$work" >"$out/check.local.txt"
 	remote "127.0.0.1:$port" "$work/check" "$work" >"$out/check.tcp.txt"
