@@ -33,8 +33,10 @@ func TestUnit(t *testing.T) {
 
 // The interposer's messages the programs cause on purpose.
 var expectedLog = map[string]bool{
-	"ctx: gpumux: cuCtxCreate_v3 with execution affinity parameters is not supported; it returns CUDA_ERROR_NOT_SUPPORTED": true,
-	"ctx: gpumux: cuCtxCreate_v4 with CUctxCreateParams is not supported; it returns CUDA_ERROR_NOT_SUPPORTED":             true,
+	"dark: gpumux: cuGetExportTable(5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a) is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED": true,
+	"dark: gpumux: private table cudart slot 3 (cuGetExportTable) is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED":         true,
+	"ctx: gpumux: cuCtxCreate_v3 with execution affinity parameters is not supported; it returns CUDA_ERROR_NOT_SUPPORTED":                               true,
+	"ctx: gpumux: cuCtxCreate_v4 with CUctxCreateParams is not supported; it returns CUDA_ERROR_NOT_SUPPORTED":                                           true,
 }
 
 // TestPrograms runs the functional test programs over both transports.
@@ -42,7 +44,7 @@ func TestPrograms(t *testing.T) {
 	e := startServer(t)
 	for _, tr := range []struct{ name, addr string }{{"unix", e.unix}, {"tcp", e.tcp}} {
 		t.Run(tr.name, func(t *testing.T) {
-			for _, name := range []string{"basic", "ctx", "mem", "module", "threads", "fork"} {
+			for _, name := range []string{"basic", "ctx", "mem", "module", "dark", "threads", "fork"} {
 				t.Run(name, func(t *testing.T) {
 					_, stderr := program{name: name, addr: tr.addr, token: mint(t, "ctest-"+name, 0)}.run(t)
 					for _, line := range strings.Split(stderr, "\n") {
@@ -83,7 +85,7 @@ func TestUnsupported(t *testing.T) {
 	for _, line := range []string{
 		"gpumux: cuGraphCreate is not supported",
 		"gpumux: cuMemAlloc is not supported",
-		"gpumux: cuLibraryLoadData is not supported",
+		"gpumux: cuLibraryLoadFromFile is not supported",
 		// Export tables are logged once per table, by UUID.
 		"gpumux: cuGetExportTable(00000000-0000-0000-0000-000000000000) is not supported",
 	} {

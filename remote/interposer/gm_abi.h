@@ -56,6 +56,8 @@ typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
 typedef struct CUuuid_st {
 	char bytes[16];
 } CUuuid;
@@ -64,6 +66,9 @@ typedef struct CUuuid_st {
 typedef enum CUdevice_attribute_enum {
 	CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
 	CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+	CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
+	CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID = 34,
+	CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,
 	CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
 	CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
 	CU_DEVICE_ATTRIBUTE_MAX = 150
@@ -90,6 +95,16 @@ typedef enum CUjit_option_enum {
 	CU_JIT_ERROR_LOG_BUFFER = 5,
 	CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6
 } CUjit_option;
+
+typedef enum CUlibraryOption_enum {
+	CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE = 0,
+	CU_LIBRARY_BINARY_IS_PRESERVED = 1
+} CUlibraryOption;
+
+typedef enum CUmoduleLoadingMode_enum {
+	CU_MODULE_EAGER_LOADING = 0x1,
+	CU_MODULE_LAZY_LOADING = 0x2
+} CUmoduleLoadingMode;
 
 typedef struct CUctxCreateParams_st CUctxCreateParams;
 typedef struct CUexecAffinityParam_st CUexecAffinityParam;

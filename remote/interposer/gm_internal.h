@@ -42,6 +42,27 @@ typedef struct gm_proc {
 extern const gm_proc gm_unsupported_procs[];
 extern const int gm_unsupported_count;
 
+/* The entry points of gm_dark.c that cuGetProcAddress hands out. */
+#ifndef GM_USE_CUDA_H
+CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
+CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues,
+			   unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues,
+			   unsigned int numLibraryOptions);
+CUresult cuLibraryUnload(CUlibrary library);
+CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
+CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name);
+CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
+CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
+CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
+CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
+CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
+#endif
+
+/* gm_hmac_md2 is HMAC-MD2 (RFC 2104 over RFC 1319's MD2, 16-byte block)
+ * of a then b under a 16-byte key (gm_dark.c). */
+void gm_hmac_md2(const unsigned char key[16], const void *a, size_t na, const void *b, size_t nb,
+		 unsigned char out[16]);
+
 /* Fork handlers of interposer.c, run from gm_wire.c's pthread_atfork
  * handlers (prepare before gm_wire's lock, child after its reset). */
 void gm_interposer_atfork_prepare(void);

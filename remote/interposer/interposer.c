@@ -751,35 +751,6 @@ CUresult gm_not_supported(const char *name, unsigned char *once)
 	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-/* cuGetExportTable hands out the driver's private function tables, which
- * the CUDA runtime (libcudart, static or shared) needs; none is forwarded
- * yet. Each table asked for is logged once by its UUID, to say precisely
- * what a program wanted. */
-GM_EXPORT CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
-{
-	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-	static CUuuid seen[32];
-	static int nseen;
-	if (ppExportTable != NULL)
-		*ppExportTable = NULL;
-	if (pExportTableId == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&mu);
-	int fresh = 1;
-	for (int i = 0; i < nseen && fresh; i++)
-		fresh = memcmp(seen[i].bytes, pExportTableId->bytes, 16) != 0;
-	if (fresh && nseen < 32)
-		seen[nseen++] = *pExportTableId;
-	pthread_mutex_unlock(&mu);
-	if (fresh) {
-		const unsigned char *u = (const unsigned char *)pExportTableId->bytes;
-		gm_log("cuGetExportTable(%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x) is not "
-		       "supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED",
-		       u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-	}
-	return CUDA_ERROR_NOT_SUPPORTED;
-}
-
 /* ---- older names and per-thread-stream variants ---- */
 
 /* The version-1 names whose signature is the current one's (the others,
@@ -950,6 +921,15 @@ static const gm_proc gm_manual_procs[] = {
 	GM_PROC(cuGetProcAddress)
 	GM_PROC(cuGetProcAddress_v2)
 	GM_PROC(cuGetExportTable)
+	GM_PROC(cuLibraryLoadData)
+	GM_PROC(cuLibraryUnload)
+	GM_PROC(cuLibraryGetModule)
+	GM_PROC(cuLibraryGetKernel)
+	GM_PROC(cuLibraryGetGlobal)
+	GM_PROC(cuKernelGetFunction)
+	GM_PROC(cuKernelGetAttribute)
+	GM_PROC(cuKernelGetParamInfo)
+	GM_PROC(cuModuleGetLoadingMode)
 	GM_PROC(cuCtxCreate)
 	GM_PROC(cuCtxDestroy)
 	GM_PROC(cuCtxPushCurrent)
@@ -1017,6 +997,15 @@ static const struct {
 	{"cuGetProcAddress", 11030},
 	{"cuGetProcAddress_v2", 12000},
 	{"cuGetExportTable", 3000},
+	{"cuLibraryLoadData", 12000},
+	{"cuLibraryUnload", 12000},
+	{"cuLibraryGetModule", 12000},
+	{"cuLibraryGetKernel", 12000},
+	{"cuLibraryGetGlobal", 12000},
+	{"cuKernelGetFunction", 12000},
+	{"cuKernelGetAttribute", 12000},
+	{"cuKernelGetParamInfo", 12040},
+	{"cuModuleGetLoadingMode", 11070},
 };
 
 static int gm_proc_version(const char *name)

@@ -7,6 +7,7 @@
 #   e2e/gpu/remote/run.sh check   # milestone programs: local vs remote output, diffed
 #   e2e/gpu/remote/run.sh bench   # local CUDA, gpumux-remoted over TCP and unix, plain sockets
 #   e2e/gpu/remote/run.sh rt      # a CUDA runtime program (nvcc, static cudart): what happens
+#   e2e/gpu/remote/run.sh trace   # what the static cudart asks of the real driver (darktrace.c)
 #   e2e/gpu/remote/run.sh steal   # a tenant's kernel on another tenant's address, with and
 #                                 # without --tenant-processes
 #
@@ -30,6 +31,7 @@ build() {
 	done
 	cc -O2 -Wall -o "$work/sockbench" e2e/gpu/remote/sockbench.c
 	"$cuda/bin/nvcc" -arch=sm_90 -o "$work/vectoradd" e2e/gpu/remote/vectoradd.cu
+	"$cuda/bin/nvcc" -arch=sm_90 -o "$work/matrixmul" e2e/gpu/remote/matrixmul.cu
 }
 
 start_server() {
@@ -70,6 +72,15 @@ remote() {
 	LD_LIBRARY_PATH="$root/bin/remote" GPUMUX_REMOTE_ADDR=$addr GPUMUX_REMOTE_TOKEN=$token "$@"
 }
 
+if [[ $mode == trace ]]; then
+	mkdir -p "$work/trace"
+	cc -O2 -Wall -Wextra -shared -fPIC -o "$work/trace/libcuda.so.1" e2e/gpu/remote/darktrace.c -ldl -lpthread
+	"$cuda/bin/nvcc" -arch=sm_90 -o "$work/vectoradd" e2e/gpu/remote/vectoradd.cu
+	real=$(ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/ {print $NF; exit}')
+	LD_LIBRARY_PATH="$work/trace" DARKTRACE_REAL=$real "$work/vectoradd" 2>"$out/trace.txt" || echo "vectoradd under darktrace: exit $?"
+	grep -v cuGetProcAddress "$out/trace.txt" | head -150
+	exit 0
+fi
 build
 if [[ $mode == steal ]]; then
 	echo "== one worker process per tenant (the default)"
@@ -84,8 +95,12 @@ fi
 start_server
 case $mode in
 rt)
-	"$work/vectoradd"
-	remote "127.0.0.1:$port" "$work/vectoradd" || echo "vectoradd through gpumux-remoted: exit $?"
+	for p in vectoradd matrixmul; do
+		"$work/$p" >"$out/$p.local.txt" || echo "$p locally: exit $?"
+		remote "127.0.0.1:$port" "$work/$p" >"$out/$p.tcp.txt" 2>"$out/$p.tcp.err" || echo "$p through gpumux-remoted: exit $?"
+		cat "$out/$p.local.txt" "$out/$p.tcp.err"
+		diff -u "$out/$p.local.txt" "$out/$p.tcp.txt" && echo "$p: output through gpumux-remoted identical to local"
+	done
 	;;
 check)
 	"$work/check" "$work" >"$out/check.local.txt"
@@ -105,7 +120,7 @@ bench)
 	for f in tcp unix; do echo "== plain socket $f"; cat "$out/sock.$f.txt"; done
 	;;
 *)
-	echo "usage: $0 check|bench" >&2
+	echo "usage: $0 check|bench|rt|trace|steal" >&2
 	exit 2
 	;;
 esac

@@ -11,9 +11,9 @@ CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEn
 CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N);
 CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
-CUresult cuLibraryLoadData(void *library, const void *code, void *jitOptions, void **jitOptionsValues,
-			   unsigned int numJitOptions, void *libraryOptions, void **libraryOptionValues,
-			   unsigned int numLibraryOptions);
+CUresult cuLibraryLoadFromFile(void *library, const char *fileName, void *jitOptions, void **jitOptionsValues,
+			       unsigned int numJitOptions, void *libraryOptions, void **libraryOptionValues,
+			       unsigned int numLibraryOptions);
 
 typedef CUresult (*graph_create_fn)(void *, unsigned int);
 
@@ -44,7 +44,7 @@ int main(void)
 	EXPECT(cuGraphCreate((void *)&t_failures, 0), CUDA_ERROR_NOT_SUPPORTED);
 	unsigned int p32;
 	EXPECT(cuMemAlloc(&p32, 16), CUDA_ERROR_NOT_SUPPORTED);
-	EXPECT(cuLibraryLoadData(NULL, NULL, NULL, NULL, 0, NULL, NULL, 0), CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT(cuLibraryLoadFromFile(NULL, NULL, NULL, NULL, 0, NULL, NULL, 0), CUDA_ERROR_NOT_SUPPORTED);
 	const void *table = (const void *)1;
 	CUuuid id;
 	memset(&id, 0, sizeof id);

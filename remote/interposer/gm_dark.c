@@ -1,0 +1,633 @@
+/*
+ * What the CUDA runtime (libcudart, static or shared, CUDA 12/13) needs of
+ * a driver besides the documented API:
+ *
+ *  - cuGetExportTable's private tables. Their layout and the calls a
+ *    runtime makes into them were observed on the H200 with
+ *    e2e/gpu/remote/darktrace.c (a libcuda.so.1 that forwards to the real
+ *    driver and logs every table slot called); public reimplementations
+ *    (ZLUDA and others) name them. Each table starts with its size in bytes
+ *    (except context-local storage); a slot gpumux does not implement is a
+ *    stub that logs its table and slot once and returns
+ *    CUDA_ERROR_NOT_SUPPORTED.
+ *  - cuLibrary... and cuKernel... (CUDA 12's context-independent loading, which the
+ *    runtime uses for every fatbin it registers): a library is the image,
+ *    kept here, and the module it becomes, loaded through the forwarded
+ *    cuModuleLoadData in the context current at the first kernel or global
+ *    looked up in it. A CUkernel is the forwarded CUfunction (cuLaunchKernel
+ *    takes either).
+ *
+ * None of this adds wire calls: everything that needs the GPU goes through
+ * the forwarded module, function and device calls, which the server
+ * validates.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gm_internal.h"
+#include "gm_wire.h"
+#include "zz_calls.h"
+
+#ifndef GM_USE_CUDA_H
+GM_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx);
+#endif
+
+/* ---- table stubs ---- */
+
+#define GM_STUB(tab, slot)                                                                            \
+	static CUresult gm_stub_##tab##_##slot(void)                                                  \
+	{                                                                                             \
+		static unsigned char once;                                                            \
+		return gm_not_supported("private table " #tab " slot " #slot " (cuGetExportTable)", &once); \
+	}
+
+/* ---- CUDART_INTERFACE {6bd5fb6c-5bf4-e74a-8987-d93912fd9df9}: 13 slots ---- */
+
+static CUresult gm_load_wrapper(CUmodule *mod, const void *fatbin)
+{
+	if (mod == NULL || fatbin == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return gm_rpc_cuModuleLoadData(mod, fatbin);
+}
+
+/* slot 1: (CUmodule *, fatbin wrapper) */
+static CUresult gm_cudart_module1(CUmodule *mod, const void *fatbin)
+{
+	return gm_load_wrapper(mod, fatbin);
+}
+
+/* slot 6: (CUmodule *, fatbin wrapper, host-var tables, flags); the extra
+ * tables (host variables) are not supported. */
+static CUresult gm_cudart_module6(CUmodule *mod, const void *fatbin, void *a3, void *a4, unsigned a5)
+{
+	(void)a5;
+	if (a3 != NULL || a4 != NULL)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return gm_load_wrapper(mod, fatbin);
+}
+
+/* slot 8: (fatbin header, CUmodule *, ...). */
+static CUresult gm_cudart_module8(const void *fatbin, CUmodule *mod, void *a3, void *a4, unsigned a5)
+{
+	if (a3 != NULL || a4 != NULL || a5 != 0)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return gm_load_wrapper(mod, fatbin);
+}
+
+/* slot 2: the device's primary context, retained once per process (the
+ * runtime asks before it retains the context itself). */
+#define GM_DARK_DEVS 64
+static pthread_mutex_t gm_dark_mu = PTHREAD_MUTEX_INITIALIZER;
+static CUcontext gm_primary[GM_DARK_DEVS];
+
+static CUresult gm_cudart_primary(CUcontext *pctx, CUdevice dev)
+{
+	if (pctx == NULL || dev < 0 || dev >= GM_DARK_DEVS)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&gm_dark_mu);
+	CUresult r = CUDA_SUCCESS;
+	if (gm_primary[dev] == NULL)
+		r = gm_rpc_cuDevicePrimaryCtxRetain(&gm_primary[dev], dev);
+	*pctx = gm_primary[dev];
+	pthread_mutex_unlock(&gm_dark_mu);
+	return r;
+}
+
+/* slot 7: takes one argument, returns nothing the runtime uses. */
+static CUresult gm_cudart_slot7(uintptr_t a)
+{
+	(void)a;
+	return CUDA_SUCCESS;
+}
+
+GM_STUB(cudart, 3)
+GM_STUB(cudart, 4)
+GM_STUB(cudart, 5)
+GM_STUB(cudart, 9)
+GM_STUB(cudart, 11)
+GM_STUB(cudart, 12)
+
+static const void *gm_tab_cudart[13] = {
+	(const void *)(uintptr_t)sizeof gm_tab_cudart,
+	(const void *)gm_cudart_module1,
+	(const void *)gm_cudart_primary,
+	(const void *)gm_stub_cudart_3,
+	(const void *)gm_stub_cudart_4,
+	(const void *)gm_stub_cudart_5,
+	(const void *)gm_cudart_module6,
+	(const void *)gm_cudart_slot7,
+	(const void *)gm_cudart_module8,
+	(const void *)gm_stub_cudart_9,
+	NULL,
+	(const void *)gm_stub_cudart_11,
+	(const void *)gm_stub_cudart_12,
+};
+
+/* ---- TOOLS_RUNTIME_CALLBACK_HOOKS {a094798c-2e74-2e74-93f2-0800200c0a66}: 7 ---- */
+
+/* Slots 2 and 6 hand the runtime a buffer and its size, where tools would
+ * register callbacks; zeros mean none. */
+static uint64_t gm_hooks_buf2[1024];
+static unsigned char gm_hooks_buf6[16];
+
+static void *gm_hooks2(void **p, size_t *n)
+{
+	if (p != NULL)
+		*p = gm_hooks_buf2;
+	if (n != NULL)
+		*n = sizeof gm_hooks_buf2 / sizeof gm_hooks_buf2[0];
+	return gm_hooks_buf2;
+}
+
+static void *gm_hooks6(void **p, size_t *n)
+{
+	if (p != NULL)
+		*p = gm_hooks_buf6;
+	if (n != NULL)
+		*n = 14;
+	return gm_hooks_buf6;
+}
+
+GM_STUB(hooks, 1)
+GM_STUB(hooks, 3)
+GM_STUB(hooks, 4)
+GM_STUB(hooks, 5)
+
+static const void *gm_tab_hooks[7] = {
+	(const void *)(uintptr_t)sizeof gm_tab_hooks,
+	(const void *)gm_stub_hooks_1,
+	(const void *)gm_hooks2,
+	(const void *)gm_stub_hooks_3,
+	(const void *)gm_stub_hooks_4,
+	(const void *)gm_stub_hooks_5,
+	(const void *)gm_hooks6,
+};
+
+/* ---- TOOLS_TLS {42d85a81-23f6-cb47-8298-f6e78a3aecdc}: 3, not called ---- */
+
+GM_STUB(tls, 1)
+GM_STUB(tls, 2)
+
+static const void *gm_tab_tls[3] = {
+	(const void *)(uintptr_t)sizeof gm_tab_tls,
+	(const void *)gm_stub_tls_1,
+	(const void *)gm_stub_tls_2,
+};
+
+/* ---- CONTEXT_LOCAL_STORAGE {c693336e-1121-df11-a8c3-68f355d89593}: 4 ----
+ * The runtime keeps its per-context state here: put(ctx, key, value, dtor),
+ * remove(ctx, key), get(&value, ctx, key); ctx NULL is the calling thread's
+ * current context. get reports CUDA_ERROR_INVALID_CONTEXT without one and
+ * CUDA_ERROR_INVALID_HANDLE for a key not stored (as the driver does). */
+
+#define GM_CLS_MAX 256
+typedef void (*gm_cls_dtor)(CUcontext, void *, void *);
+static struct {
+	CUcontext ctx;
+	void *key, *value;
+	gm_cls_dtor dtor;
+} gm_cls[GM_CLS_MAX];
+static int gm_ncls;
+
+static CUresult gm_cls_ctx(CUcontext *ctx)
+{
+	if (*ctx != NULL)
+		return CUDA_SUCCESS;
+	CUresult r = cuCtxGetCurrent(ctx);
+	if (r == CUDA_SUCCESS && *ctx == NULL)
+		r = CUDA_ERROR_INVALID_CONTEXT;
+	return r;
+}
+
+static int gm_cls_find(CUcontext ctx, void *key)
+{
+	for (int i = 0; i < gm_ncls; i++)
+		if (gm_cls[i].ctx == ctx && gm_cls[i].key == key)
+			return i;
+	return -1;
+}
+
+static CUresult gm_cls_put(CUcontext ctx, void *key, void *value, gm_cls_dtor dtor)
+{
+	CUresult r = gm_cls_ctx(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	pthread_mutex_lock(&gm_dark_mu);
+	int i = gm_cls_find(ctx, key);
+	if (i < 0 && gm_ncls < GM_CLS_MAX)
+		i = gm_ncls++;
+	if (i >= 0) {
+		gm_cls[i].ctx = ctx;
+		gm_cls[i].key = key;
+		gm_cls[i].value = value;
+		gm_cls[i].dtor = dtor;
+	}
+	pthread_mutex_unlock(&gm_dark_mu);
+	return i >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult gm_cls_remove(CUcontext ctx, void *key)
+{
+	CUresult r = gm_cls_ctx(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	pthread_mutex_lock(&gm_dark_mu);
+	int i = gm_cls_find(ctx, key);
+	if (i >= 0)
+		gm_cls[i] = gm_cls[--gm_ncls];
+	pthread_mutex_unlock(&gm_dark_mu);
+	return i >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult gm_cls_get(void **value, CUcontext ctx, void *key)
+{
+	if (value == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gm_cls_ctx(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	pthread_mutex_lock(&gm_dark_mu);
+	int i = gm_cls_find(ctx, key);
+	if (i >= 0)
+		*value = gm_cls[i].value;
+	pthread_mutex_unlock(&gm_dark_mu);
+	return i >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static const void *gm_tab_cls[4] = {
+	(const void *)gm_cls_put,
+	(const void *)gm_cls_remove,
+	(const void *)gm_cls_get,
+	NULL,
+};
+
+/* ---- CONTEXT_CHECKS {263e8860-7cd2-6143-92f6-bbd5006dfa7e}: 15 ----
+ * slot 2 (ctx, unsigned *out, ...) is asked before the runtime adopts a
+ * context: 0 means an ordinary context. slot 3 is called once at start. */
+
+static CUresult gm_checks2(CUcontext ctx, unsigned *out, void *a3, void *a4, uintptr_t a5, uintptr_t a6)
+{
+	(void)ctx, (void)a3, (void)a4, (void)a5, (void)a6;
+	if (out != NULL)
+		*out = 0;
+	return CUDA_SUCCESS;
+}
+
+static CUresult gm_checks3(void)
+{
+	return CUDA_SUCCESS;
+}
+
+GM_STUB(checks, 1)
+GM_STUB(checks, 4)
+GM_STUB(checks, 5)
+GM_STUB(checks, 6)
+GM_STUB(checks, 7)
+GM_STUB(checks, 8)
+GM_STUB(checks, 9)
+GM_STUB(checks, 10)
+GM_STUB(checks, 11)
+GM_STUB(checks, 12)
+GM_STUB(checks, 13)
+GM_STUB(checks, 14)
+
+static const void *gm_tab_checks[15] = {
+	(const void *)(uintptr_t)sizeof gm_tab_checks,
+	(const void *)gm_stub_checks_1,
+	(const void *)gm_checks2,
+	(const void *)gm_checks3,
+	(const void *)gm_stub_checks_4,
+	(const void *)gm_stub_checks_5,
+	(const void *)gm_stub_checks_6,
+	(const void *)gm_stub_checks_7,
+	(const void *)gm_stub_checks_8,
+	(const void *)gm_stub_checks_9,
+	(const void *)gm_stub_checks_10,
+	(const void *)gm_stub_checks_11,
+	(const void *)gm_stub_checks_12,
+	(const void *)gm_stub_checks_13,
+	(const void *)gm_stub_checks_14,
+};
+
+/* ---- INTEGRITY {d4082055-bde6-704b-8d34-ba123c66e1f2}: 3 ----
+ * slot 1 (runtime version, unix seconds, out[16]) answers an HMAC-MD2 (RFC
+ * 1319 MD2, RFC 2104 HMAC over its 16-byte block) keyed with a constant the
+ * runtime shares, over: the driver version, the runtime version, the pid,
+ * the thread, the addresses of the CUDART_INTERFACE and INTEGRITY tables
+ * and of slot 1 itself, the seconds; then per device its UUID and PCI
+ * domain, bus and device. The runtime computes the same and refuses a
+ * driver that answers otherwise (cudaErrorSoftwareValidityNotEstablished). */
+
+static const unsigned char gm_md2_s[256] = {
+	41,  46,  67,  201, 162, 216, 124, 1,	61,  54,  84,  161, 236, 240, 6,   19,	98,  167, 5,   243, 192, 199,
+	115, 140, 152, 147, 43,	 217, 188, 76,	130, 202, 30,  155, 87,	 60,  253, 212, 224, 22,  103, 66,  111, 24,
+	138, 23,  229, 18,  190, 78,  196, 214, 218, 158, 222, 73,  160, 251, 245, 142, 187, 47,  238, 122, 169, 104,
+	121, 145, 21,  178, 7,	 63,  148, 194, 16,  137, 11,  34,  95,	 33,  128, 127, 93,  154, 90,  144, 50,	39,
+	53,  62,  204, 231, 191, 247, 151, 3,	255, 25,  48,  179, 72,	 165, 181, 209, 215, 94,  146, 42,  172, 86,
+	170, 198, 79,  184, 56,	 210, 150, 164, 125, 182, 118, 252, 107, 226, 156, 116, 4,   241, 69,  157, 112, 89,
+	100, 113, 135, 32,  134, 91,  207, 101, 230, 45,  168, 2,   27,	 96,  37,  173, 174, 176, 185, 246, 28,	70,
+	97,  105, 52,  64,  126, 15,  85,  71,	163, 35,  221, 81,  175, 58,  195, 92,	249, 206, 186, 197, 234, 38,
+	44,  83,  13,  110, 133, 40,  132, 9,	211, 223, 205, 244, 65,	 129, 77,  82,	106, 220, 55,  200, 108, 193,
+	171, 250, 36,  225, 123, 8,   12,  189, 177, 74,  120, 136, 149, 139, 227, 99,	232, 109, 233, 203, 213, 254,
+	59,  0,	  29,  57,  242, 239, 183, 14,	102, 88,  208, 228, 166, 119, 114, 248, 235, 117, 75,  10,  49,	68,
+	80,  180, 143, 237, 31,	 26,  219, 153, 141, 51,  159, 17,  131, 20};
+
+typedef struct {
+	unsigned char x[48], c[16], l;
+	unsigned n;
+} gm_md2;
+
+static void gm_md2_byte(gm_md2 *m, unsigned char b)
+{
+	m->x[16 + m->n] = b;
+	m->x[32 + m->n] = (unsigned char)(b ^ m->x[m->n]);
+	m->c[m->n] ^= gm_md2_s[b ^ m->l];
+	m->l = m->c[m->n];
+	if (++m->n < 16)
+		return;
+	m->n = 0;
+	unsigned t = 0;
+	for (unsigned r = 0; r < 18; r++) {
+		for (unsigned k = 0; k < 48; k++)
+			t = m->x[k] ^= gm_md2_s[t];
+		t = (t + r) & 0xff;
+	}
+}
+
+static void gm_md2_bytes(gm_md2 *m, const void *p, size_t n, unsigned char mask)
+{
+	for (size_t i = 0; i < n; i++)
+		gm_md2_byte(m, ((const unsigned char *)p)[i] ^ mask);
+}
+
+static void gm_md2_final(gm_md2 *m, unsigned char out[16])
+{
+	unsigned pad = 16 - m->n;
+	for (unsigned i = 0; i < pad; i++)
+		gm_md2_byte(m, (unsigned char)pad);
+	unsigned char c[16];
+	memcpy(c, m->c, 16);
+	gm_md2_bytes(m, c, 16, 0);
+	memcpy(out, m->x, 16);
+}
+
+void gm_hmac_md2(const unsigned char key[16], const void *a, size_t na, const void *b, size_t nb,
+		 unsigned char out[16])
+{
+	gm_md2 m;
+	unsigned char in[16];
+	memset(&m, 0, sizeof m);
+	gm_md2_bytes(&m, key, 16, 0x36);
+	gm_md2_bytes(&m, a, na, 0);
+	gm_md2_bytes(&m, b, nb, 0);
+	gm_md2_final(&m, in);
+	memset(&m, 0, sizeof m);
+	gm_md2_bytes(&m, key, 16, 0x5c);
+	gm_md2_bytes(&m, in, 16, 0);
+	gm_md2_final(&m, out);
+}
+
+static const unsigned char gm_integrity_key[16] = {0x14, 0x6a, 0xdd, 0xae, 0x53, 0xa9, 0xa7, 0x52,
+						   0xaa, 0x08, 0x41, 0x36, 0x0b, 0xf5, 0x5a, 0x9f};
+
+static const void *gm_tab_integrity[3];
+
+static CUresult gm_integrity(unsigned version, uint64_t secs, unsigned char *out)
+{
+	if (out == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct {
+		uint32_t driver, runtime, pid, tid;
+		const void *cudart, *integrity, *fn;
+		uint64_t secs;
+	} h;
+	struct {
+		CUuuid uuid;
+		int32_t domain, bus, device;
+	} d[GM_DARK_DEVS];
+	memset(&h, 0, sizeof h);
+	memset(d, 0, sizeof d);
+	int drv = 0, n = 0;
+	CUresult r = gm_rpc_cuDriverGetVersion(&drv);
+	if (r == CUDA_SUCCESS)
+		r = gm_rpc_cuDeviceGetCount(&n);
+	if (n > GM_DARK_DEVS)
+		n = GM_DARK_DEVS;
+	for (int i = 0; i < n && r == CUDA_SUCCESS; i++) {
+		r = gm_rpc_cuDeviceGetUuid(&d[i].uuid, i);
+		if (r == CUDA_SUCCESS)
+			r = gm_rpc_cuDeviceGetAttribute(&d[i].domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, i);
+		if (r == CUDA_SUCCESS)
+			r = gm_rpc_cuDeviceGetAttribute(&d[i].bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, i);
+		if (r == CUDA_SUCCESS)
+			r = gm_rpc_cuDeviceGetAttribute(&d[i].device, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, i);
+	}
+	if (r != CUDA_SUCCESS)
+		return r;
+	h.driver = (uint32_t)drv;
+	h.runtime = version;
+	h.pid = (uint32_t)getpid();
+	h.tid = (uint32_t)(uintptr_t)pthread_self();
+	h.cudart = gm_tab_cudart;
+	h.integrity = gm_tab_integrity;
+	h.fn = gm_tab_integrity[1];
+	h.secs = secs;
+	gm_hmac_md2(gm_integrity_key, &h, sizeof h, d, sizeof d[0] * (size_t)n, out);
+	return CUDA_SUCCESS;
+}
+
+static CUresult gm_integrity2(int enable)
+{
+	(void)enable;
+	return CUDA_SUCCESS;
+}
+
+static const void *gm_tab_integrity[3] = {
+	(const void *)(uintptr_t)sizeof gm_tab_integrity,
+	(const void *)gm_integrity,
+	(const void *)gm_integrity2,
+};
+
+/* ---- cuGetExportTable ---- */
+
+static const struct {
+	unsigned char id[16];
+	const void *const *table;
+} gm_tables[] = {
+	{{0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9}, gm_tab_cudart},
+	{{0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a, 0x66}, gm_tab_hooks},
+	{{0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc}, gm_tab_tls},
+	{{0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93}, gm_tab_cls},
+	{{0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e}, gm_tab_checks},
+	{{0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2},
+	 gm_tab_integrity},
+};
+
+GM_EXPORT CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static CUuuid seen[32];
+	static int nseen;
+	if (ppExportTable == NULL || pExportTableId == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*ppExportTable = NULL;
+	for (size_t i = 0; i < sizeof gm_tables / sizeof gm_tables[0]; i++)
+		if (memcmp(gm_tables[i].id, pExportTableId->bytes, 16) == 0) {
+			*ppExportTable = (const void *)gm_tables[i].table;
+			return CUDA_SUCCESS;
+		}
+	pthread_mutex_lock(&mu);
+	int fresh = 1;
+	for (int i = 0; i < nseen && fresh; i++)
+		fresh = memcmp(seen[i].bytes, pExportTableId->bytes, 16) != 0;
+	if (fresh && nseen < 32)
+		seen[nseen++] = *pExportTableId;
+	pthread_mutex_unlock(&mu);
+	if (fresh) {
+		const unsigned char *u = (const unsigned char *)pExportTableId->bytes;
+		gm_log("cuGetExportTable(%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x) is not "
+		       "supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED",
+		       u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+	}
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* ---- libraries and kernels ---- */
+
+struct CUlib_st {
+	unsigned magic;
+	void *image; /* a copy of the image (the fatbin a wrapper points to) */
+	CUmodule mod;
+	pthread_mutex_t mu;
+};
+
+#define GM_LIB_MAGIC 0x6d6c6962u
+
+static struct CUlib_st *gm_lib(CUlibrary l)
+{
+	return l != NULL && l->magic == GM_LIB_MAGIC ? l : NULL;
+}
+
+/* gm_lib_module loads the library's module in the current context on first
+ * use. */
+static CUresult gm_lib_module(struct CUlib_st *l, CUmodule *mod)
+{
+	pthread_mutex_lock(&l->mu);
+	CUresult r = CUDA_SUCCESS;
+	if (l->mod == NULL)
+		r = gm_rpc_cuModuleLoadData(&l->mod, l->image);
+	*mod = l->mod;
+	pthread_mutex_unlock(&l->mu);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
+					     void **jitOptionsValues, unsigned int numJitOptions,
+					     CUlibraryOption *libraryOptions, void **libraryOptionValues,
+					     unsigned int numLibraryOptions)
+{
+	(void)jitOptions, (void)jitOptionsValues, (void)numJitOptions;
+	(void)libraryOptions, (void)libraryOptionValues, (void)numLibraryOptions;
+	if (library == NULL || code == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*library = NULL;
+	size_t n = gm_image_size(code);
+	if (n == 0)
+		return CUDA_ERROR_INVALID_IMAGE;
+	struct CUlib_st *l = calloc(1, sizeof *l);
+	void *img = malloc(n);
+	if (l == NULL || img == NULL) {
+		free(l);
+		free(img);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	memcpy(img, gm_image_data(code), n);
+	l->magic = GM_LIB_MAGIC;
+	l->image = img;
+	pthread_mutex_init(&l->mu, NULL);
+	*library = l;
+	return CUDA_SUCCESS;
+}
+
+GM_EXPORT CUresult CUDAAPI cuLibraryUnload(CUlibrary library)
+{
+	struct CUlib_st *l = gm_lib(library);
+	if (l == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult r = l->mod != NULL ? gm_rpc_cuModuleUnload(l->mod) : CUDA_SUCCESS;
+	l->magic = 0;
+	pthread_mutex_destroy(&l->mu);
+	free(l->image);
+	free(l);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
+{
+	struct CUlib_st *l = gm_lib(library);
+	if (pMod == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (l == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return gm_lib_module(l, pMod);
+}
+
+GM_EXPORT CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
+{
+	struct CUlib_st *l = gm_lib(library);
+	CUmodule mod;
+	if (pKernel == NULL || name == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (l == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult r = gm_lib_module(l, &mod);
+	if (r != CUDA_SUCCESS)
+		return r;
+	return gm_rpc_cuModuleGetFunction((CUfunction *)pKernel, mod, name);
+}
+
+GM_EXPORT CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+	struct CUlib_st *l = gm_lib(library);
+	CUmodule mod;
+	if (l == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult r = gm_lib_module(l, &mod);
+	if (r != CUDA_SUCCESS)
+		return r;
+	return gm_rpc_cuModuleGetGlobal_v2(dptr, bytes, mod, name);
+}
+
+GM_EXPORT CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+{
+	if (pFunc == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (kernel == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*pFunc = (CUfunction)kernel;
+	return CUDA_SUCCESS;
+}
+
+GM_EXPORT CUresult CUDAAPI cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
+{
+	(void)dev;
+	return gm_rpc_cuFuncGetAttribute(pi, attrib, (CUfunction)kernel);
+}
+
+GM_EXPORT CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset,
+						size_t *paramSize)
+{
+	return gm_rpc_cuFuncGetParamInfo((CUfunction)kernel, paramIndex, paramOffset, paramSize);
+}
+
+/* Every library is loaded whole when first used in a context. */
+GM_EXPORT CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
+{
+	if (mode == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*mode = CU_MODULE_EAGER_LOADING;
+	return CUDA_SUCCESS;
+}
