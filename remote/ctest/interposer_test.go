@@ -200,28 +200,13 @@ func TestStalledServer(t *testing.T) {
 }
 
 // TestServerKilled: gpumux-remoted dies (SIGKILL) under a busy client:
-// every call fails promptly with CUDA_ERROR_UNKNOWN, none hangs.
+// every call fails promptly with CUDA_ERROR_UNKNOWN, none hangs; restarted,
+// it serves new clients.
 func TestServerKilled(t *testing.T) {
 	sock := filepath.Join(shortTempDir(t), "remoted.sock")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	srv := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	srv.Env = append(os.Environ(), serveEnv+"="+sock, secretEnv+"="+string(secret))
-	srvOut, err := srv.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var srvErr bytes.Buffer
-	srv.Stderr = &srvErr
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Process.Kill()
-	if line, _ := bufio.NewReader(srvOut).ReadString('\n'); line != "SERVING\n" {
-		srv.Process.Kill()
-		srv.Wait()
-		t.Fatalf("server subprocess: %q\n%s", line, srvErr.String())
-	}
+	srv := serveSubprocess(ctx, t, sock)
 
 	prog := program{name: "dead", addr: "unix:" + sock, token: mint(t, "ctest-dead", 0), timeout: "10"}
 	cmd := prog.command(ctx, t)
@@ -260,6 +245,32 @@ func TestServerKilled(t *testing.T) {
 	if strings.Count(stderr.String(), want) != 1 {
 		t.Errorf("stderr does not say %q once:\n%s", want, stderr.String())
 	}
+
+	// Restarted on the same socket, the server serves new clients.
+	serveSubprocess(ctx, t, sock)
+	program{name: "mem", addr: "unix:" + sock, token: mint(t, "ctest-after-restart", 0)}.run(t)
+}
+
+// serveSubprocess runs gpumux-remoted's server (fake backend) in a child
+// process on a unix socket, killed at the end of the test.
+func serveSubprocess(ctx context.Context, t *testing.T, sock string) *exec.Cmd {
+	t.Helper()
+	srv := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	srv.Env = append(os.Environ(), serveEnv+"="+sock, secretEnv+"="+string(secret))
+	srvOut, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var srvErr bytes.Buffer
+	srv.Stderr = &srvErr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	if line, _ := bufio.NewReader(srvOut).ReadString('\n'); line != "SERVING\n" {
+		t.Fatalf("server subprocess: %q\n%s", line, srvErr.String())
+	}
+	return srv
 }
 
 // TestExports: the library exports the CUDA driver API and nothing else:
