@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,7 +105,7 @@ gpus:
       2g.35gb: 2
       1g.18gb: 2
 `), 0o644)
-	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot(t), "bin", "gpumux"), "mig", "apply", "-f", layout, "--simulate", "dgxh200", "--state-dir", stateDir)
+	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot(t), "bin", "gpumux"), "mig", "apply", "-f", layout, "--simulate", "dgxh200", "--state-dir", stateDir, "--nomad", a.HTTPAddr)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("gpumux mig apply: %v\n%s", err, out)
@@ -139,6 +140,29 @@ gpus:
 	}
 	if al, err := a.Allocs(ctx, holder); err != nil || len(al) != 1 || al[0].ClientStatus != "running" {
 		t.Fatalf("the job holding %s: %v (%v)", held, al, err)
+	}
+
+	// A layout without room for the held 2g.35gb: the other GPU changes,
+	// the held one's is refused because the Nomad allocation holding its
+	// instance makes it busy (exit 4), and keeps its layout.
+	greedy := filepath.Join(t.TempDir(), "greedy.yaml")
+	os.WriteFile(greedy, []byte(`version: gpumux.io/v1
+gpus:
+  - match: "6,7"
+    mig-enabled: true
+    mig-devices:
+      1g.18gb: 7
+`), 0o644)
+	cmd = exec.CommandContext(ctx, filepath.Join(repoRoot(t), "bin", "gpumux"), "mig", "apply", "-f", greedy, "--simulate", "dgxh200", "--state-dir", stateDir, "--nomad", a.HTTPAddr)
+	out, err = cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 4 || !strings.Contains(string(out), "Nomad allocation") {
+		t.Fatalf("apply over a Nomad-held instance: %v, want exit 4 naming the allocation:\n%s", err, out)
+	}
+	status, err := exec.CommandContext(ctx, filepath.Join(repoRoot(t), "bin", "gpumux"), "status", "--output", "json",
+		"--simulate", "dgxh200", "--state-dir", stateDir).CombinedOutput()
+	if err != nil || !strings.Contains(string(status), held) || !strings.Contains(string(out), "1 refused as busy") {
+		t.Fatalf("after the refused apply the held instance %s must still exist (%v):\n%s\n%s", held, err, out, status)
 	}
 
 	small, err := a.RunJob(ctx, smallMIGJob)
