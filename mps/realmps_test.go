@@ -11,10 +11,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpumux/gpumux/internal/syncbuf"
 )
 
 // These tests drive the real nvidia-cuda-mps-control on the first GPU (or
@@ -172,7 +173,7 @@ func TestRealMPSDaemonLifecycle(t *testing.T) {
 		// Drain: a daemon with a client is not quit, then is once it leaves.
 		cmd := exec.Command(client, "100", "6")
 		cmd.Env = m.env(uuid)
-		var out syncBuffer
+		var out syncbuf.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -219,22 +220,4 @@ func runClient(m *Manager, uuid, client string, args ...string) (string, error) 
 	cmd.Env = m.env(uuid)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
-}
-
-// syncBuffer is a bytes.Buffer safe for a writing process and a reading test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

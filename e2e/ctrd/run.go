@@ -1,7 +1,6 @@
 package ctrd
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/containerd/containerd/oci"
 
 	"github.com/gpumux/gpumux/e2e/internal/hostcheck"
+	"github.com/gpumux/gpumux/internal/syncbuf"
 )
 
 // ProbePath is where the probe program sits in the rootfs.
@@ -169,8 +169,8 @@ type container struct {
 	// exited is closed once the process exited; exit is then its status.
 	exited chan struct{}
 	exit   containerd.ExitStatus
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *syncbuf.Buffer
+	stderr *syncbuf.Buffer
 	// taskDeleted: a Delete got as far as deleting the task.
 	taskDeleted bool
 	exitCode    int
@@ -244,7 +244,7 @@ func (d *Daemon) Create(ctx context.Context, id string, opts RunOpts) error {
 	if err != nil {
 		return fmt.Errorf("create container %s: %w", id, err)
 	}
-	ct := &container{c: c, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	ct := &container{c: c, stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}}
 	if err := os.MkdirAll(d.FIFODir, 0o700); err != nil {
 		return errors.Join(fmt.Errorf("fifo dir: %w", err), d.deleteContainer(ctx, c))
 	}
@@ -380,22 +380,4 @@ func (d *Daemon) Pid(id string) (uint32, error) {
 		return 0, err
 	}
 	return ct.task.Pid(), nil
-}
-
-// syncBuffer is a bytes.Buffer safe for the cio copy goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

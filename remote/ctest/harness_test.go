@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumux/gpumux/internal/syncbuf"
 	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/server"
@@ -172,24 +173,6 @@ func doBuild(root string) (string, error) {
 	return dir, errors.Join(errs...)
 }
 
-// syncBuffer collects a server's log lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // env is gpumux-remoted on the fake backend, on a unix socket and on TCP
 // loopback, with token authentication.
 type env struct {
@@ -197,7 +180,7 @@ type env struct {
 	srv  *server.Server
 	unix string // GPUMUX_REMOTE_ADDR values
 	tcp  string
-	logs *syncBuffer
+	logs *syncbuf.Buffer
 }
 
 func startServer(t *testing.T, opts ...server.Option) *env {
@@ -206,7 +189,7 @@ func startServer(t *testing.T, opts ...server.Option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	opts = append([]server.Option{
 		server.WithSecret(secret),
 		server.WithLogger(slog.New(slog.NewTextHandler(logs, nil))),
