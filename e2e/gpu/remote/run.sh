@@ -58,11 +58,12 @@ steal_once() {
 	victim=$(.devbin/gpumux remote token --secret-file "$work/pool.key" --id victim --ttl 1h)
 	thief=$(.devbin/gpumux remote token --secret-file "$work/pool.key" --id thief --ttl 1h)
 	coproc V { LD_LIBRARY_PATH="$root/bin/remote" GPUMUX_REMOTE_ADDR="127.0.0.1:$port" GPUMUX_REMOTE_TOKEN=$victim "$work/steal" victim "$work"; }
+	local vpid=$V_PID
 	read -r addr <&"${V[0]}"
 	LD_LIBRARY_PATH="$root/bin/remote" GPUMUX_REMOTE_ADDR="127.0.0.1:$port" GPUMUX_REMOTE_TOKEN=$thief "$work/steal" thief "$work" "$addr"
 	echo go >&"${V[1]}"
 	cat <&"${V[0]}"
-	wait || true
+	wait "$vpid" || true
 }
 
 # remote ADDR CMD...: run CMD with the interposer in front of the driver.
