@@ -67,6 +67,7 @@ func (s *Server) leaveQuota(q *quota) {
 	q.refs--
 	if q.refs == 0 && q.id != "" {
 		delete(s.quotas, q.id)
+		s.releaseLocked(q.id)
 	}
 }
 

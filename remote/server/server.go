@@ -38,6 +38,9 @@ type Server struct {
 	quotas  map[string]*quota
 	nextID  uint64
 	tenants map[string]*tenant
+	// admitted and devMemory: see admission.go.
+	admitted  map[string]admitted
+	devMemory []uint64
 
 	tenantCmd func() *exec.Cmd // WithTenantProcesses
 	tenantMu  sync.Mutex       // serialises worker starts
@@ -53,6 +56,7 @@ func New(backend Backend, opts ...Option) *Server {
 		now:              time.Now,
 		quotas:           map[string]*quota{},
 		tenants:          map[string]*tenant{},
+		admitted:         map[string]admitted{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -88,6 +92,13 @@ func (s *Server) ready() error {
 				return
 			}
 			s.nDevices = n
+			s.devMemory = make([]uint64, n)
+			for i := range s.devMemory {
+				if s.devMemory[i], r = s.backend.DeviceTotalMem(int32(i)); r != proto.Success {
+					s.initErr = fmt.Errorf("backend: cuDeviceTotalMem(%d): %v", i, r)
+					return
+				}
+			}
 		}
 	})
 	return s.initErr
@@ -177,17 +188,17 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		}
 		return
 	}
+	q := s.joinQuota(claims)
+	defer s.leaveQuota(q)
 	if err := s.welcome(conn, claims); err != nil {
 		s.log.Warn("handshake failed", "conn", id, "peer", peer, "err", err)
 		return
 	}
-	s.runSession(conn, br, claims, id, peer, hello.Identity)
+	s.runSession(conn, br, q, claims, id, peer, hello.Identity)
 }
 
 // runSession serves one admitted connection in this process.
-func (s *Server) runSession(conn net.Conn, br *bufio.Reader, claims token.Claims, id uint64, peer, identity string) {
-	q := s.joinQuota(claims)
-	defer s.leaveQuota(q)
+func (s *Server) runSession(conn net.Conn, br *bufio.Reader, q *quota, claims token.Claims, id uint64, peer, identity string) {
 	sess := newSession(s, q, s.devices(claims), s.log.With(
 		"conn", id, "peer", peer, "identity", clean(identity), "token", claims.ID))
 	sess.serve(conn, br)
@@ -233,6 +244,9 @@ func (s *Server) handshake(conn net.Conn, br *bufio.Reader, full bool) (proto.He
 	}
 	if full {
 		return refuse(hello, "the server serves its limit of %d clients", s.maxClients)
+	}
+	if err := s.admit(claims); err != nil {
+		return refuse(hello, "%v", err)
 	}
 	return hello, claims, nil
 }

@@ -95,9 +95,13 @@ func (s *Server) handOff(ctx context.Context, conn net.Conn, br *bufio.Reader, h
 	}
 	t, err := s.tenant(ctx, key)
 	if err != nil {
+		s.release(claims.ID)
 		s.refuse(conn, fmt.Sprintf("starting the tenant's worker: %v", err))
 		return err
 	}
+	// Admitted at the handshake; again in case the worker it found went
+	// idle and was forgotten since (then this one is new).
+	s.admit(claims)
 	fc, ok := conn.(interface{ File() (*os.File, error) })
 	if !ok {
 		return fmt.Errorf("cannot pass a %T to a worker", conn)
@@ -201,6 +205,7 @@ func (s *Server) watchTenant(ctx context.Context, t *tenant) {
 			s.mu.Lock()
 			if s.tenants[t.id] == t && t.handed == m.Idle {
 				delete(s.tenants, t.id) // the next connection starts a new worker
+				s.releaseLocked(t.id)
 				t.ctrl.Close()
 			}
 			s.mu.Unlock()
@@ -212,6 +217,7 @@ func (s *Server) watchTenant(ctx context.Context, t *tenant) {
 	crashed := s.tenants[t.id] == t
 	if crashed {
 		delete(s.tenants, t.id)
+		s.releaseLocked(t.id)
 	}
 	s.mu.Unlock()
 	if crashed && ctx.Err() == nil {
@@ -282,7 +288,9 @@ func (s *Server) ServeTenant(ctx context.Context, ctrl *net.UnixConn) error {
 			stop := context.AfterFunc(ctx, func() { conn.Close() })
 			defer stop()
 			br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(h.Buffered), conn), 64<<10)
-			s.runSession(conn, br, h.Claims, h.Conn, h.Peer, h.Identity)
+			q := s.joinQuota(h.Claims)
+			s.runSession(conn, br, q, h.Claims, h.Conn, h.Peer, h.Identity)
+			s.leaveQuota(q)
 			mu.Lock()
 			active--
 			idle, total := active == 0, received

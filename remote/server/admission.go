@@ -1,0 +1,75 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/gpumux/gpumux/remote/token"
+)
+
+// Admission. Every client node that finds a server offers shares of its
+// GPUs, so tasks on several nodes could together hold quotas past a GPU's
+// memory. The server is the one place that sees them all: it admits a
+// token ID only while the quotas of the IDs it serves on that GPU, plus
+// the new one, fit in the GPU's memory; the handshake of one that does not
+// fit is refused with the figures. An ID stays admitted while it has a
+// connection (or, with tenant processes, a worker). Tokens without a quota
+// (hand-made ones, insecure mode) are not counted.
+
+// admitted is one token ID's claim on a GPU.
+type admitted struct {
+	dev   int
+	quota uint64
+}
+
+// admit records c's quota on its GPU, or says why it does not fit. An ID
+// already admitted is admitted again at no cost.
+func (s *Server) admit(c token.Claims) error {
+	if c.Quota == 0 || c.ID == "" {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.admitted[c.ID]; ok {
+		return nil
+	}
+	var held uint64
+	for _, a := range s.admitted {
+		if a.dev == c.Device {
+			held += a.quota
+		}
+	}
+	total := s.devMemory[c.Device]
+	if held+c.Quota > total {
+		return fmt.Errorf("GPU %d cannot take a quota of %d MiB: the tenants it serves hold quotas of %d MiB of its %d MiB",
+			c.Device, c.Quota>>20, held>>20, total>>20)
+	}
+	s.admitted[c.ID] = admitted{dev: c.Device, quota: c.Quota}
+	return nil
+}
+
+// releaseLocked forgets id's admission once nothing serves it: no
+// connection's quota and no worker. s.mu is held.
+func (s *Server) releaseLocked(id string) {
+	if s.quotas[id] == nil && s.tenants[id] == nil {
+		delete(s.admitted, id)
+	}
+}
+
+// release is releaseLocked for callers without s.mu.
+func (s *Server) release(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.releaseLocked(id)
+}
+
+// Admitted reports the admitted quotas in bytes by token ID, for tests and
+// metrics.
+func (s *Server) Admitted() map[string]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]uint64, len(s.admitted))
+	for id, a := range s.admitted {
+		out[id] = a.quota
+	}
+	return out
+}
