@@ -18,7 +18,6 @@ import (
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/mig/layout"
-	"github.com/gpumux/gpumux/runtimehook/lease"
 )
 
 // Exit codes of gpumux mig.
@@ -249,21 +248,6 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 		return 0, err
 	}
 	return len(b), nil
-}
-
-// readLeases returns the node's leases (share ID → container), without
-// creating a lease store where there is none.
-func readLeases(ctx context.Context, stateDir string) (map[string]string, error) {
-	path := lease.PathIn(stateDir)
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	st, err := lease.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	return st.Leases(ctx)
 }
 
 func readLayout(file, config string) (*layout.Layout, error) {

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpumux/gpumux/runtimehook/lease"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -107,13 +108,13 @@ func shortID(id string) string {
 // the node's Nomad client (of the instance or of a share on it). Notes for
 // the user go to warn.
 func heldInstances(ctx context.Context, stateDir, nomadAddr string, nomadExplicit bool, warn io.Writer) (func(uuid string) string, error) {
-	leases, err := readLeases(ctx, stateDir)
+	leases, err := lease.ReadIn(ctx, stateDir)
 	if err != nil {
 		return nil, err
 	}
 	holder := map[string][]string{}
 	add := func(shareID, who string) {
-		parent, _, _ := strings.Cut(shareID, "/")
+		parent := lease.Parent(shareID)
 		for _, w := range holder[parent] {
 			if w == who {
 				return

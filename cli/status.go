@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/runtimehook/lease"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -60,7 +61,7 @@ func status(ctx context.Context, nf *nodeFlags) (*Status, error) {
 		return nil, err
 	}
 	defer v.host.Close()
-	held, err := readLeases(ctx, v.cfg.StateDir)
+	held, err := lease.ReadIn(ctx, v.cfg.StateDir)
 	if err != nil {
 		return nil, err
 	}

@@ -223,12 +223,28 @@ func (p *Plugin) start(ctx context.Context, cfg *nodeconfig.Config) error {
 		host.Close()
 		return err
 	}
+	// Instances that gpumux-runtime containers hold stay, like those with
+	// processes (Nomad's own allocations cannot be asked for while the
+	// agent is starting the plugin).
+	leases, err := lease.ReadIn(ctx, cfg.StateDir)
+	if err != nil {
+		host.Close()
+		return fmt.Errorf("reading the lease store: %w", err)
+	}
+	held := func(uuid string) string {
+		for id, container := range leases {
+			if lease.Parent(id) == uuid {
+				return "container " + container
+			}
+		}
+		return ""
+	}
 	for _, a := range assignments {
 		if len(a.MIGDevices) == 0 { // mig GPUs, and mps on MIG instances
 			continue
 		}
 		progress := func(format string, args ...any) { p.logger.Info(fmt.Sprintf(format, args...)) }
-		if _, err := mig.Apply(ctx, host, a.GPUIndex, a.MIGDevices, progress, mig.WithCheckpoint(mig.CheckpointDir(cfg.StateDir))); err != nil {
+		if _, err := mig.Apply(ctx, host, a.GPUIndex, a.MIGDevices, progress, mig.WithHeld(held), mig.WithCheckpoint(mig.CheckpointDir(cfg.StateDir))); err != nil {
 			// Refusing keeps the GPU's current instances in service.
 			p.logger.Error("MIG layout not applied; the GPU keeps its current instances", "gpu", a.GPUIndex, "error", err)
 		}
