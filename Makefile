@@ -122,6 +122,9 @@ gpu-bin: interposer
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-runtime ./cmd/gpumux-runtime
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-remoted ./cmd/gpumux-remoted
 	$(GO) test -c -tags gpu -ldflags='-s -w' -o .devbin/cudabackend.test ./remote/cudabackend/
+	$(GO) build -ldflags='-s -w' -o .devbin/nomad-device-gpumux ./cmd/nomad-device-gpumux
+	@if [[ -x "$(NOMAD_BIN)" ]]; then xz -T0 -c "$(NOMAD_BIN)" >.devbin/nomad.xz; \
+	else echo "gpu-bin: no $(NOMAD_BIN) (make nomad): e2e/gpu/remote/nomad.sh needs .devbin/nomad.xz"; fi
 
 clean:
 	rm -rf $(BIN_DIR) .devbin
