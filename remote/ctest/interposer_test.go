@@ -44,7 +44,7 @@ func TestPrograms(t *testing.T) {
 	e := startServer(t)
 	for _, tr := range []struct{ name, addr string }{{"unix", e.unix}, {"tcp", e.tcp}} {
 		t.Run(tr.name, func(t *testing.T) {
-			for _, name := range []string{"basic", "ctx", "mem", "module", "dark", "threads", "fork"} {
+			for _, name := range []string{"basic", "ctx", "mem", "module", "dark", "threads", "fork", "torchcalls"} {
 				t.Run(name, func(t *testing.T) {
 					_, stderr := program{name: name, addr: tr.addr, token: mint(t, "ctest-"+name, 0)}.run(t)
 					for _, line := range strings.Split(stderr, "\n") {

@@ -72,6 +72,22 @@ package cudabackend
 #cgo nocallback gm_event_query
 #cgo nocallback gm_event_elapsed
 #cgo noescape gm_event_elapsed
+#cgo nocallback gm_stream_priority_range
+#cgo noescape gm_stream_priority_range
+#cgo nocallback gm_stream_create_prio
+#cgo noescape gm_stream_create_prio
+#cgo nocallback gm_stream_priority
+#cgo noescape gm_stream_priority
+#cgo nocallback gm_stream_flags
+#cgo noescape gm_stream_flags
+#cgo nocallback gm_stream_is_capturing
+#cgo noescape gm_stream_is_capturing
+#cgo nocallback gm_event_record_flags
+#cgo nocallback gm_func_set_attribute
+#cgo nocallback gm_occupancy
+#cgo noescape gm_occupancy
+#cgo nocallback gm_occupancy_smem
+#cgo noescape gm_occupancy_smem
 
 #include <stdlib.h>
 #include "cudabackend.h"
@@ -495,4 +511,63 @@ func (b *Backend) EventElapsedTime(start, end uintptr) (float32, proto.Result) {
 	var ms C.float
 	r := C.gm_event_elapsed(b.t, C.uintptr_t(start), C.uintptr_t(end), &ms)
 	return float32(ms), res(r)
+}
+
+// CtxStreamPriorityRange implements server.Backend.
+func (b *Backend) CtxStreamPriorityRange() (least, greatest int32, r proto.Result) {
+	var l, g C.int
+	cr := C.gm_stream_priority_range(b.t, &l, &g)
+	return int32(l), int32(g), res(cr)
+}
+
+// StreamCreateWithPriority implements server.Backend.
+func (b *Backend) StreamCreateWithPriority(flags uint32, priority int32) (uintptr, proto.Result) {
+	var s C.uintptr_t
+	r := C.gm_stream_create_prio(b.t, C.uint(flags), C.int(priority), &s)
+	return uintptr(s), res(r)
+}
+
+// StreamPriority implements server.Backend.
+func (b *Backend) StreamPriority(s uintptr) (int32, proto.Result) {
+	var p C.int
+	r := C.gm_stream_priority(b.t, C.uintptr_t(s), &p)
+	return int32(p), res(r)
+}
+
+// StreamFlags implements server.Backend.
+func (b *Backend) StreamFlags(s uintptr) (uint32, proto.Result) {
+	var f C.uint
+	r := C.gm_stream_flags(b.t, C.uintptr_t(s), &f)
+	return uint32(f), res(r)
+}
+
+// StreamIsCapturing implements server.Backend.
+func (b *Backend) StreamIsCapturing(s uintptr) (int32, proto.Result) {
+	var st C.int
+	r := C.gm_stream_is_capturing(b.t, C.uintptr_t(s), &st)
+	return int32(st), res(r)
+}
+
+// EventRecordWithFlags implements server.Backend.
+func (b *Backend) EventRecordWithFlags(ev, s uintptr, flags uint32) proto.Result {
+	return res(C.gm_event_record_flags(b.t, C.uintptr_t(ev), C.uintptr_t(s), C.uint(flags)))
+}
+
+// FuncSetAttribute implements server.Backend.
+func (b *Backend) FuncSetAttribute(fn uintptr, attr, value int32) proto.Result {
+	return res(C.gm_func_set_attribute(b.t, C.uintptr_t(fn), C.int(attr), C.int(value)))
+}
+
+// OccupancyMaxActiveBlocks implements server.Backend.
+func (b *Backend) OccupancyMaxActiveBlocks(fn uintptr, blockSize int32, dynamicSMem uint64, flags uint32) (int32, proto.Result) {
+	var n C.int
+	r := C.gm_occupancy(b.t, C.uintptr_t(fn), C.int(blockSize), C.size_t(dynamicSMem), C.uint(flags), &n)
+	return int32(n), res(r)
+}
+
+// OccupancyAvailableDynamicSMem implements server.Backend.
+func (b *Backend) OccupancyAvailableDynamicSMem(fn uintptr, numBlocks, blockSize int32) (uint64, proto.Result) {
+	var n C.size_t
+	r := C.gm_occupancy_smem(b.t, C.uintptr_t(fn), C.int(numBlocks), C.int(blockSize), &n)
+	return uint64(n), res(r)
 }

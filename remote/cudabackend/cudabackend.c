@@ -448,3 +448,62 @@ CUresult gm_event_elapsed(const gm_cuda *t, uintptr_t start, uintptr_t end, floa
 		return t->cuEventElapsedTime(ms, (CUevent)start, (CUevent)end);
 	return GM_CUDA_ERROR_NOT_SUPPORTED;
 }
+
+#define GM_OPTIONAL(sym, call)                            \
+	do {                                              \
+		if (!t->sym)                              \
+			return GM_CUDA_ERROR_NOT_SUPPORTED; \
+		return t->call;                           \
+	} while (0)
+
+CUresult gm_stream_priority_range(const gm_cuda *t, int *least, int *greatest)
+{
+	GM_OPTIONAL(cuCtxGetStreamPriorityRange, cuCtxGetStreamPriorityRange(least, greatest));
+}
+
+CUresult gm_stream_create_prio(const gm_cuda *t, unsigned int flags, int priority, uintptr_t *s)
+{
+	CUstream st = NULL;
+	if (!t->cuStreamCreateWithPriority)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = t->cuStreamCreateWithPriority(&st, flags, priority);
+	*s = (uintptr_t)st;
+	return r;
+}
+
+CUresult gm_stream_priority(const gm_cuda *t, uintptr_t s, int *priority)
+{
+	GM_OPTIONAL(cuStreamGetPriority, cuStreamGetPriority((CUstream)s, priority));
+}
+
+CUresult gm_stream_flags(const gm_cuda *t, uintptr_t s, unsigned int *flags)
+{
+	GM_OPTIONAL(cuStreamGetFlags, cuStreamGetFlags((CUstream)s, flags));
+}
+
+CUresult gm_stream_is_capturing(const gm_cuda *t, uintptr_t s, int *status)
+{
+	GM_OPTIONAL(cuStreamIsCapturing, cuStreamIsCapturing((CUstream)s, status));
+}
+
+CUresult gm_event_record_flags(const gm_cuda *t, uintptr_t ev, uintptr_t s, unsigned int flags)
+{
+	GM_OPTIONAL(cuEventRecordWithFlags, cuEventRecordWithFlags((CUevent)ev, (CUstream)s, flags));
+}
+
+CUresult gm_func_set_attribute(const gm_cuda *t, uintptr_t fn, int attr, int value)
+{
+	GM_OPTIONAL(cuFuncSetAttribute, cuFuncSetAttribute((CUfunction)fn, attr, value));
+}
+
+CUresult gm_occupancy(const gm_cuda *t, uintptr_t fn, int block, size_t smem, unsigned int flags, int *n)
+{
+	GM_OPTIONAL(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
+		    cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n, (CUfunction)fn, block, smem, flags));
+}
+
+CUresult gm_occupancy_smem(const gm_cuda *t, uintptr_t fn, int blocks, int block, size_t *smem)
+{
+	GM_OPTIONAL(cuOccupancyAvailableDynamicSMemPerBlock,
+		    cuOccupancyAvailableDynamicSMemPerBlock(smem, (CUfunction)fn, blocks, block));
+}

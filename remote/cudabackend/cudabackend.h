@@ -86,7 +86,16 @@ typedef struct CUuuid_st {
 	X(cuEventSynchronize)                                                  \
 	X(cuEventQuery)                                                        \
 	O(cuEventElapsedTime)                                                  \
-	O(cuEventElapsedTime_v2)
+	O(cuEventElapsedTime_v2)                                               \
+	O(cuCtxGetStreamPriorityRange)                                         \
+	O(cuStreamCreateWithPriority)                                          \
+	O(cuStreamGetPriority)                                                 \
+	O(cuStreamGetFlags)                                                    \
+	O(cuStreamIsCapturing)                                                 \
+	O(cuEventRecordWithFlags)                                              \
+	O(cuFuncSetAttribute)                                                  \
+	O(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)                \
+	O(cuOccupancyAvailableDynamicSMemPerBlock)
 
 typedef struct gm_cuda {
 	void *lib;
@@ -142,6 +151,16 @@ typedef struct gm_cuda {
 	CUresult (*cuEventQuery)(CUevent ev);
 	CUresult (*cuEventElapsedTime)(float *ms, CUevent start, CUevent end);
 	CUresult (*cuEventElapsedTime_v2)(float *ms, CUevent start, CUevent end);
+	CUresult (*cuCtxGetStreamPriorityRange)(int *least, int *greatest);
+	CUresult (*cuStreamCreateWithPriority)(CUstream *s, unsigned int flags, int priority);
+	CUresult (*cuStreamGetPriority)(CUstream s, int *priority);
+	CUresult (*cuStreamGetFlags)(CUstream s, unsigned int *flags);
+	CUresult (*cuStreamIsCapturing)(CUstream s, int *status); /* CUstreamCaptureStatus: int-sized */
+	CUresult (*cuEventRecordWithFlags)(CUevent ev, CUstream s, unsigned int flags);
+	CUresult (*cuFuncSetAttribute)(CUfunction fn, int attr, int value);
+	CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)(int *n, CUfunction fn, int blockSize,
+									 size_t smem, unsigned int flags);
+	CUresult (*cuOccupancyAvailableDynamicSMemPerBlock)(size_t *smem, CUfunction fn, int numBlocks, int blockSize);
 } gm_cuda;
 
 /* gm_open's results. */
@@ -219,5 +238,16 @@ CUresult gm_event_record(const gm_cuda *t, uintptr_t ev, uintptr_t s);
 CUresult gm_event_synchronize(const gm_cuda *t, uintptr_t ev);
 CUresult gm_event_query(const gm_cuda *t, uintptr_t ev);
 CUresult gm_event_elapsed(const gm_cuda *t, uintptr_t start, uintptr_t end, float *ms);
+
+/* Optional symbols: CUDA_ERROR_NOT_SUPPORTED where the driver lacks them. */
+CUresult gm_stream_priority_range(const gm_cuda *t, int *least, int *greatest);
+CUresult gm_stream_create_prio(const gm_cuda *t, unsigned int flags, int priority, uintptr_t *s);
+CUresult gm_stream_priority(const gm_cuda *t, uintptr_t s, int *priority);
+CUresult gm_stream_flags(const gm_cuda *t, uintptr_t s, unsigned int *flags);
+CUresult gm_stream_is_capturing(const gm_cuda *t, uintptr_t s, int *status);
+CUresult gm_event_record_flags(const gm_cuda *t, uintptr_t ev, uintptr_t s, unsigned int flags);
+CUresult gm_func_set_attribute(const gm_cuda *t, uintptr_t fn, int attr, int value);
+CUresult gm_occupancy(const gm_cuda *t, uintptr_t fn, int block, size_t smem, unsigned int flags, int *n);
+CUresult gm_occupancy_smem(const gm_cuda *t, uintptr_t fn, int blocks, int block, size_t *smem);
 
 #endif

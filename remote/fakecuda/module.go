@@ -189,6 +189,74 @@ type function struct {
 	id  uintptr
 	mod *module
 	def kernelDef
+	// set holds the attributes set with FuncSetAttribute.
+	set map[int32]int32
+}
+
+// The settable function attributes and their bounds.
+const (
+	attrMaxDynamicShared  = 8      // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+	attrCarveout          = 9      // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+	maxDynamicSharedLimit = 232448 // an H200's shared memory per block, opt-in
+)
+
+// FuncSetAttribute sets CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+// (0 to an H200's 227 KiB) or PREFERRED_SHARED_MEMORY_CARVEOUT (-1 to 100);
+// other attributes are CUDA_ERROR_INVALID_VALUE.
+func (b *Backend) FuncSetAttribute(fn uintptr, attr, value int32) proto.Result {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f, _, r := b.function(fn)
+	if r != proto.Success {
+		return r
+	}
+	switch {
+	case attr == attrMaxDynamicShared && value >= 0 && value <= maxDynamicSharedLimit:
+	case attr == attrCarveout && value >= -1 && value <= 100:
+	default:
+		return proto.ErrInvalidValue
+	}
+	if f.set == nil {
+		f.set = map[int32]int32{}
+	}
+	f.set[attr] = value
+	return proto.Success
+}
+
+// OccupancyMaxActiveBlocks is 2048 threads per multiprocessor over the
+// block size (at most 32 blocks), 0 when the block or the dynamic shared
+// memory cannot fit.
+func (b *Backend) OccupancyMaxActiveBlocks(fn uintptr, blockSize int32, dynamicSMem uint64, flags uint32) (int32, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, _, r := b.function(fn); r != proto.Success {
+		return 0, r
+	}
+	if blockSize <= 0 || flags > 1 {
+		return 0, proto.ErrInvalidValue
+	}
+	if blockSize > 1024 || dynamicSMem > maxDynamicSharedLimit {
+		return 0, proto.Success
+	}
+	return min(2048/blockSize, 32), proto.Success
+}
+
+// OccupancyAvailableDynamicSMem is an H200's 228 KiB of shared memory per
+// multiprocessor (1 KiB reserved per block) shared by numBlocks blocks, at
+// most the opt-in limit per block; 0 when the blocks cannot fit.
+func (b *Backend) OccupancyAvailableDynamicSMem(fn uintptr, numBlocks, blockSize int32) (uint64, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, _, r := b.function(fn); r != proto.Success {
+		return 0, r
+	}
+	if numBlocks <= 0 || blockSize <= 0 {
+		return 0, proto.ErrInvalidValue
+	}
+	if blockSize > 1024 || numBlocks*blockSize > 2048 {
+		return 0, proto.Success
+	}
+	return min(uint64(233472/numBlocks-1024), maxDynamicSharedLimit), proto.Success
 }
 
 // ModuleLoadData loads a fake module image (see the package doc) into the
@@ -335,8 +403,12 @@ func (b *Backend) FuncParamInfo(fn uintptr, index uint64) (offset, size uint64, 
 func (b *Backend) FuncGetAttribute(attr int32, fn uintptr) (int32, proto.Result) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, _, r := b.function(fn); r != proto.Success {
+	f, _, r := b.function(fn)
+	if r != proto.Success {
 		return 0, r
+	}
+	if v, set := f.set[attr]; set {
+		return v, proto.Success
 	}
 	v, ok := map[int32]int32{
 		0: 1024,  // MAX_THREADS_PER_BLOCK

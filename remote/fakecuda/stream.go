@@ -16,9 +16,17 @@ const (
 const eventDisableTiming = 0x2
 
 type stream struct {
-	ctx   *context
-	flags uint32
+	ctx      *context
+	flags    uint32
+	priority int32
 }
+
+// The stream priority range the fake reports, an H200's: 0 is the lowest
+// priority (and the default), -5 the highest.
+const (
+	LeastStreamPriority    = 0
+	GreatestStreamPriority = -5
+)
 
 type event struct {
 	ctx      *context
@@ -54,6 +62,73 @@ func (b *Backend) StreamCreate(flags uint32) (uintptr, proto.Result) {
 	id := b.newID()
 	b.streams[id] = &stream{ctx: c, flags: flags}
 	return id, proto.Success
+}
+
+// StreamCreateWithPriority is StreamCreate with a priority, clamped to the
+// range as CUDA does.
+func (b *Backend) StreamCreateWithPriority(flags uint32, priority int32) (uintptr, proto.Result) {
+	id, r := b.StreamCreate(flags)
+	if r != proto.Success {
+		return 0, r
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.streams[id].priority = min(max(priority, GreatestStreamPriority), LeastStreamPriority)
+	return id, proto.Success
+}
+
+// CtxStreamPriorityRange needs a current context, as CUDA's does.
+func (b *Backend) CtxStreamPriorityRange() (least, greatest int32, r proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, r := b.cur(); r != proto.Success {
+		return 0, 0, r
+	}
+	return LeastStreamPriority, GreatestStreamPriority, proto.Success
+}
+
+// streamOf returns a stream of the current context, nil for a default
+// stream; the caller holds mu.
+func (b *Backend) streamOf(s uintptr) (*stream, proto.Result) {
+	c, r := b.cur()
+	if r != proto.Success {
+		return nil, r
+	}
+	if r := b.checkStream(c, s); r != proto.Success {
+		return nil, r
+	}
+	return b.streams[s], proto.Success
+}
+
+// StreamPriority reports a stream's priority (0 for a default stream).
+func (b *Backend) StreamPriority(s uintptr) (int32, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st, r := b.streamOf(s)
+	if st == nil {
+		return 0, r
+	}
+	return st.priority, r
+}
+
+// StreamFlags reports a stream's flags (0 for a default stream).
+func (b *Backend) StreamFlags(s uintptr) (uint32, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st, r := b.streamOf(s)
+	if st == nil {
+		return 0, r
+	}
+	return st.flags, r
+}
+
+// StreamIsCapturing reports CU_STREAM_CAPTURE_STATUS_NONE: the fake has no
+// graphs.
+func (b *Backend) StreamIsCapturing(s uintptr) (int32, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, r := b.streamOf(s)
+	return 0, r
 }
 
 // ownStream checks a created stream of the current context.
@@ -174,6 +249,14 @@ func (b *Backend) EventRecord(ev, s uintptr) proto.Result {
 	}
 	e.recorded = time.Now()
 	return proto.Success
+}
+
+// EventRecordWithFlags is EventRecord; flags 0 or CU_EVENT_RECORD_EXTERNAL.
+func (b *Backend) EventRecordWithFlags(ev, s uintptr, flags uint32) proto.Result {
+	if flags > 1 {
+		return proto.ErrInvalidValue
+	}
+	return b.EventRecord(ev, s)
 }
 
 // EventSynchronize returns at once.

@@ -106,6 +106,21 @@ typedef enum CUmoduleLoadingMode_enum {
 	CU_MODULE_LAZY_LOADING = 0x2
 } CUmoduleLoadingMode;
 
+typedef enum CUstreamCaptureStatus_enum {
+	CU_STREAM_CAPTURE_STATUS_NONE = 0,
+	CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+	CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
+} CUstreamCaptureStatus;
+
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphEdgeData_st CUgraphEdgeData;
+
+/* cuMemHostAlloc flags. */
+#define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define CU_MEMHOSTALLOC_DEVICEMAP 0x02
+#define CU_MEMHOSTALLOC_WRITECOMBINED 0x04
+
 typedef struct CUctxCreateParams_st CUctxCreateParams;
 typedef struct CUexecAffinityParam_st CUexecAffinityParam;
 

@@ -486,7 +486,7 @@ GM_EXPORT CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CU
 	if (fresh && nseen < 32)
 		seen[nseen++] = *pExportTableId;
 	pthread_mutex_unlock(&mu);
-	if (fresh) {
+	if (fresh || gm_debug()) {
 		const unsigned char *u = (const unsigned char *)pExportTableId->bytes;
 		gm_log("cuGetExportTable(%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x) is not "
 		       "supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED",

@@ -24,6 +24,9 @@ void gm_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * it), 0 after: for messages logged once. */
 int gm_first(unsigned char *once);
 
+/* gm_debug: GPUMUX_REMOTE_DEBUG asks for a log line per failing call. */
+int gm_debug(void);
+
 /* gm_not_supported logs name once (through *once) and returns
  * CUDA_ERROR_NOT_SUPPORTED: the body of every unsupported entry point. */
 CUresult gm_not_supported(const char *name, unsigned char *once);
@@ -57,6 +60,35 @@ CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel ker
 CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
 CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
 #endif
+
+/* The entry points of gm_more.c that cuGetProcAddress hands out. */
+#define GM_MORE_PROCS(X)                                     \
+	X(cuStreamIsCapturing)                               \
+	X(cuStreamIsCapturing_ptsz)                          \
+	X(cuStreamGetCaptureInfo)                            \
+	X(cuStreamGetCaptureInfo_v2)                         \
+	X(cuStreamGetCaptureInfo_v3)                         \
+	X(cuStreamGetCaptureInfo_ptsz)                       \
+	X(cuStreamGetCaptureInfo_v2_ptsz)                    \
+	X(cuStreamGetCaptureInfo_v3_ptsz)                    \
+	X(cuStreamGetPriority_ptsz)                          \
+	X(cuStreamGetFlags_ptsz)                             \
+	X(cuEventRecordWithFlags_ptsz)                       \
+	X(cuOccupancyMaxActiveBlocksPerMultiprocessor)       \
+	X(cuKernelSetAttribute)                              \
+	X(cuMemHostAlloc)                                    \
+	X(cuMemAllocHost_v2)                                 \
+	X(cuMemFreeHost)                                     \
+	X(cuMemHostGetFlags)                                 \
+	X(cuMemcpy)                                          \
+	X(cuMemcpyAsync)                                     \
+	X(cuMemcpy_ptds)                                     \
+	X(cuMemcpyAsync_ptsz)
+
+/* Fork handlers of gm_more.c (its host allocation table's lock). */
+void gm_more_atfork_prepare(void);
+void gm_more_atfork_parent(void);
+void gm_more_atfork_child(void);
 
 /* gm_hmac_md2 is HMAC-MD2 (RFC 2104 over RFC 1319's MD2, 16-byte block)
  * of a then b under a 16-byte key (gm_dark.c). */

@@ -97,6 +97,18 @@ void gm_log(const char *fmt, ...)
 	}
 }
 
+/* gm_debug: GPUMUX_REMOTE_DEBUG is set (non-empty): log every failing
+ * call (read once). */
+int gm_debug(void)
+{
+	static int v = -1;
+	if (v < 0) {
+		const char *s = getenv("GPUMUX_REMOTE_DEBUG");
+		v = s != NULL && *s != 0;
+	}
+	return v;
+}
+
 int gm_first(unsigned char *once)
 {
 	return __atomic_exchange_n(once, 1, __ATOMIC_RELAXED) == 0;
@@ -915,6 +927,8 @@ CUresult gm_call(gm_msg *m)
 			gm_cache_put_locked(m->op, key, klen, m);
 	}
 	pthread_mutex_unlock(&gm_mu);
+	if (r != CUDA_SUCCESS && gm_debug())
+		gm_log("debug: %s returned %d", gm_op_name(m->op), (int)r);
 	return r;
 }
 

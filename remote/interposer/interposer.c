@@ -26,6 +26,7 @@
  * only their addresses are used here. */
 #define GM_DECLARE(n) CUresult CUDAAPI n();
 GM_GENERATED_EXPORTS(GM_DECLARE)
+GM_MORE_PROCS(GM_DECLARE)
 #undef GM_DECLARE
 #endif
 
@@ -955,6 +956,7 @@ static const gm_proc gm_manual_procs[] = {
 	GM_PROC(cuStreamSynchronize_ptsz)
 	GM_PROC(cuEventRecord_ptsz)
 	GM_PROC(cuLaunchKernel_ptsz)
+	GM_MORE_PROCS(GM_PROC)
 };
 
 /* The CUDA version that introduced each name where the suffix rule
@@ -1006,6 +1008,24 @@ static const struct {
 	{"cuKernelGetAttribute", 12000},
 	{"cuKernelGetParamInfo", 12040},
 	{"cuModuleGetLoadingMode", 11070},
+	{"cuCtxGetStreamPriorityRange", 5050},
+	{"cuStreamCreateWithPriority", 5050},
+	{"cuStreamGetPriority", 5050},
+	{"cuStreamGetFlags", 5050},
+	{"cuStreamIsCapturing", 10000},
+	{"cuStreamGetCaptureInfo", 10010},
+	{"cuStreamGetCaptureInfo_v2", 11030},
+	{"cuStreamGetCaptureInfo_v3", 12030},
+	{"cuEventRecordWithFlags", 11010},
+	{"cuFuncSetAttribute", 9000},
+	{"cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050},
+	{"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000},
+	{"cuOccupancyAvailableDynamicSMemPerBlock", 10020},
+	{"cuKernelSetAttribute", 12000},
+	{"cuMemHostAlloc", 2020},
+	{"cuMemHostGetFlags", 2030},
+	{"cuMemcpy", 4000},
+	{"cuMemcpyAsync", 4000},
 };
 
 static int gm_proc_version(const char *name)
@@ -1092,6 +1112,9 @@ GM_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, i
 		gm_lookup_in(&lk, gm_unsupported_procs, gm_unsupported_count, symbol, sl, cudaVersion);
 	}
 	if (lk.best == NULL) {
+		if (gm_debug())
+			gm_log("debug: cuGetProcAddress(%s, %d, %llu): %s", symbol, cudaVersion, (unsigned long long)flags,
+			       lk.found ? "version not sufficient" : "not found");
 		if (symbolStatus != NULL)
 			*symbolStatus = lk.found ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
 						 : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
@@ -1123,11 +1146,13 @@ GM_EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int 
 
 void gm_interposer_atfork_prepare(void)
 {
+	gm_more_atfork_prepare();
 	gm_layout_fork_locked = pthread_mutex_trylock(&gm_layout_mu) == 0;
 }
 
 void gm_interposer_atfork_parent(void)
 {
+	gm_more_atfork_parent();
 	if (gm_layout_fork_locked)
 		pthread_mutex_unlock(&gm_layout_mu);
 	gm_layout_fork_locked = 0;
@@ -1137,6 +1162,7 @@ void gm_interposer_atfork_parent(void)
  * contexts, functions) mean nothing on the child's connection. */
 void gm_interposer_atfork_child(void)
 {
+	gm_more_atfork_child();
 	for (int i = 0; i < GM_LAYOUT_BUCKETS; i++) {
 		struct gm_layout *l = gm_layouts[i];
 		while (gm_layout_fork_locked && l != NULL) {

@@ -45,6 +45,8 @@ const char *gm_op_name(int op)
 		return "cuCtxSynchronize";
 	case 28:
 		return "cuCtxGetDevice";
+	case 29:
+		return "cuCtxGetStreamPriorityRange";
 	case 40:
 		return "cuMemAlloc_v2";
 	case 41:
@@ -87,6 +89,12 @@ const char *gm_op_name(int op)
 		return "cuFuncGetAttribute";
 	case 66:
 		return "cuLaunchKernel";
+	case 67:
+		return "cuFuncSetAttribute";
+	case 68:
+		return "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags";
+	case 69:
+		return "cuOccupancyAvailableDynamicSMemPerBlock";
 	case 80:
 		return "cuStreamCreate";
 	case 81:
@@ -109,6 +117,16 @@ const char *gm_op_name(int op)
 		return "cuEventQuery";
 	case 90:
 		return "cuEventElapsedTime";
+	case 91:
+		return "cuStreamCreateWithPriority";
+	case 92:
+		return "cuStreamGetPriority";
+	case 93:
+		return "cuStreamGetFlags";
+	case 94:
+		return "cuStreamIsCapturing";
+	case 95:
+		return "cuEventRecordWithFlags";
 	}
 	return "unknown call";
 }
@@ -464,6 +482,30 @@ CUresult gm_rpc_cuCtxGetDevice(CUdevice *device)
 GM_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 {
 	return gm_rpc_cuCtxGetDevice(device);
+}
+
+CUresult gm_rpc_cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+	gm_msg q;
+	CUresult r;
+	if (leastPriority == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (greatestPriority == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	gm_msg_init(&q, GM_OP_cuCtxGetStreamPriorityRange, GM_SYNC);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*leastPriority = (int)gm_get_u32(&q);
+		*greatestPriority = (int)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+	return gm_rpc_cuCtxGetStreamPriorityRange(leastPriority, greatestPriority);
 }
 
 CUresult gm_rpc_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
@@ -916,6 +958,73 @@ CUresult gm_rpc_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int
 	return r;
 }
 
+CUresult gm_rpc_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuFuncSetAttribute, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hfunc);
+	gm_put_u32(&q, (uint32_t)attrib);
+	gm_put_u32(&q, (uint32_t)value);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+{
+	return gm_rpc_cuFuncSetAttribute(hfunc, attrib, value);
+}
+
+CUresult gm_rpc_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
+{
+	gm_msg q;
+	CUresult r;
+	if (numBlocks == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	gm_msg_init(&q, GM_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
+	gm_put_u32(&q, (uint32_t)blockSize);
+	gm_put_u64(&q, (uint64_t)dynamicSMemSize);
+	gm_put_u32(&q, (uint32_t)flags);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*numBlocks = (int)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
+{
+	return gm_rpc_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags);
+}
+
+CUresult gm_rpc_cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize)
+{
+	gm_msg q;
+	CUresult r;
+	if (dynamicSmemSize == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	gm_msg_init(&q, GM_OP_cuOccupancyAvailableDynamicSMemPerBlock, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
+	gm_put_u32(&q, (uint32_t)numBlocks);
+	gm_put_u32(&q, (uint32_t)blockSize);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*dynamicSmemSize = (size_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize)
+{
+	return gm_rpc_cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
+}
+
 CUresult gm_rpc_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
 	gm_msg q;
@@ -1112,5 +1221,107 @@ CUresult gm_rpc_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent
 GM_EXPORT CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
 	return gm_rpc_cuEventElapsedTime(pMilliseconds, hStart, hEnd);
+}
+
+CUresult gm_rpc_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
+{
+	gm_msg q;
+	CUresult r;
+	if (phStream == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	gm_msg_init(&q, GM_OP_cuStreamCreateWithPriority, GM_SYNC);
+	gm_put_u32(&q, (uint32_t)flags);
+	gm_put_u32(&q, (uint32_t)priority);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*phStream = (CUstream)(uintptr_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
+{
+	return gm_rpc_cuStreamCreateWithPriority(phStream, flags, priority);
+}
+
+CUresult gm_rpc_cuStreamGetPriority(CUstream hStream, int *priority)
+{
+	gm_msg q;
+	CUresult r;
+	if (priority == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	gm_msg_init(&q, GM_OP_cuStreamGetPriority, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*priority = (int)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority)
+{
+	return gm_rpc_cuStreamGetPriority(hStream, priority);
+}
+
+CUresult gm_rpc_cuStreamGetFlags(CUstream hStream, unsigned int *flags)
+{
+	gm_msg q;
+	CUresult r;
+	if (flags == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	gm_msg_init(&q, GM_OP_cuStreamGetFlags, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*flags = (unsigned int)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int *flags)
+{
+	return gm_rpc_cuStreamGetFlags(hStream, flags);
+}
+
+CUresult gm_rpc_cuStreamIsCapturing(CUstream hStream, int *captureStatus)
+{
+	gm_msg q;
+	CUresult r;
+	if (captureStatus == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	gm_msg_init(&q, GM_OP_cuStreamIsCapturing, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*captureStatus = (int)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuEventRecordWithFlags, GM_ASYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hEvent);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	gm_put_u32(&q, (uint32_t)flags);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+	return gm_rpc_cuEventRecordWithFlags(hEvent, hStream, flags);
 }
 

@@ -24,6 +24,7 @@ enum gm_op {
 	GM_OP_cuCtxDestroy_v2 = 26,
 	GM_OP_cuCtxSynchronize = 27,
 	GM_OP_cuCtxGetDevice = 28,
+	GM_OP_cuCtxGetStreamPriorityRange = 29,
 	GM_OP_cuMemAlloc_v2 = 40,
 	GM_OP_cuMemFree_v2 = 41,
 	GM_OP_cuMemGetInfo_v2 = 42,
@@ -45,6 +46,9 @@ enum gm_op {
 	GM_OP_cuFuncGetParamInfo = 64,
 	GM_OP_cuFuncGetAttribute = 65,
 	GM_OP_cuLaunchKernel = 66,
+	GM_OP_cuFuncSetAttribute = 67,
+	GM_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = 68,
+	GM_OP_cuOccupancyAvailableDynamicSMemPerBlock = 69,
 	GM_OP_cuStreamCreate = 80,
 	GM_OP_cuStreamDestroy_v2 = 81,
 	GM_OP_cuStreamSynchronize = 82,
@@ -56,6 +60,11 @@ enum gm_op {
 	GM_OP_cuEventSynchronize = 88,
 	GM_OP_cuEventQuery = 89,
 	GM_OP_cuEventElapsedTime = 90,
+	GM_OP_cuStreamCreateWithPriority = 91,
+	GM_OP_cuStreamGetPriority = 92,
+	GM_OP_cuStreamGetFlags = 93,
+	GM_OP_cuStreamIsCapturing = 94,
+	GM_OP_cuEventRecordWithFlags = 95,
 };
 
 /* gm_rpc_<name> forwards one call. */
@@ -77,6 +86,7 @@ CUresult gm_rpc_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev
 CUresult gm_rpc_cuCtxDestroy_v2(CUcontext ctx);
 CUresult gm_rpc_cuCtxSynchronize(void);
 CUresult gm_rpc_cuCtxGetDevice(CUdevice *device);
+CUresult gm_rpc_cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority);
 CUresult gm_rpc_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 CUresult gm_rpc_cuMemFree_v2(CUdeviceptr dptr);
 CUresult gm_rpc_cuMemGetInfo_v2(size_t *free, size_t *total);
@@ -98,6 +108,9 @@ CUresult gm_rpc_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule 
 CUresult gm_rpc_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
 CUresult gm_rpc_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc);
 CUresult gm_rpc_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, const void *params, size_t params_len);
+CUresult gm_rpc_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
+CUresult gm_rpc_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
+CUresult gm_rpc_cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
 CUresult gm_rpc_cuStreamCreate(CUstream *phStream, unsigned int Flags);
 CUresult gm_rpc_cuStreamDestroy_v2(CUstream hStream);
 CUresult gm_rpc_cuStreamSynchronize(CUstream hStream);
@@ -109,6 +122,11 @@ CUresult gm_rpc_cuEventRecord(CUevent hEvent, CUstream hStream);
 CUresult gm_rpc_cuEventSynchronize(CUevent hEvent);
 CUresult gm_rpc_cuEventQuery(CUevent hEvent);
 CUresult gm_rpc_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+CUresult gm_rpc_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority);
+CUresult gm_rpc_cuStreamGetPriority(CUstream hStream, int *priority);
+CUresult gm_rpc_cuStreamGetFlags(CUstream hStream, unsigned int *flags);
+CUresult gm_rpc_cuStreamIsCapturing(CUstream hStream, int *captureStatus);
+CUresult gm_rpc_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags);
 
 /* The calls whose public entry point is generated, for cuGetProcAddress. */
 #define GM_GENERATED_EXPORTS(X) \
@@ -128,6 +146,7 @@ CUresult gm_rpc_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent
 	X(cuDevicePrimaryCtxReset_v2) \
 	X(cuCtxSynchronize) \
 	X(cuCtxGetDevice) \
+	X(cuCtxGetStreamPriorityRange) \
 	X(cuMemAlloc_v2) \
 	X(cuMemFree_v2) \
 	X(cuMemGetInfo_v2) \
@@ -148,6 +167,9 @@ CUresult gm_rpc_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent
 	X(cuModuleGetGlobal_v2) \
 	X(cuFuncGetParamInfo) \
 	X(cuFuncGetAttribute) \
+	X(cuFuncSetAttribute) \
+	X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) \
+	X(cuOccupancyAvailableDynamicSMemPerBlock) \
 	X(cuStreamCreate) \
 	X(cuStreamDestroy_v2) \
 	X(cuStreamSynchronize) \
@@ -159,6 +181,10 @@ CUresult gm_rpc_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent
 	X(cuEventSynchronize) \
 	X(cuEventQuery) \
 	X(cuEventElapsedTime) \
+	X(cuStreamCreateWithPriority) \
+	X(cuStreamGetPriority) \
+	X(cuStreamGetFlags) \
+	X(cuEventRecordWithFlags) \
 	/* end */
 
 /* gm_op_name returns a call's name for logs. */

@@ -6,56 +6,65 @@ import "fmt"
 
 // The forwarded calls' wire numbers.
 const (
-	OpInit                       Op = 1
-	OpDriverGetVersion           Op = 2
-	OpDeviceGetCount             Op = 3
-	OpDeviceGet                  Op = 4
-	OpDeviceGetName              Op = 5
-	OpDeviceTotalMemV2           Op = 6
-	OpDeviceGetAttribute         Op = 7
-	OpDeviceGetUuid              Op = 8
-	OpDeviceGetUuidV2            Op = 9
-	OpDevicePrimaryCtxRetain     Op = 20
-	OpDevicePrimaryCtxReleaseV2  Op = 21
-	OpDevicePrimaryCtxGetState   Op = 22
-	OpDevicePrimaryCtxSetFlagsV2 Op = 23
-	OpDevicePrimaryCtxResetV2    Op = 24
-	OpCtxCreateV2                Op = 25
-	OpCtxDestroyV2               Op = 26
-	OpCtxSynchronize             Op = 27
-	OpCtxGetDevice               Op = 28
-	OpMemAllocV2                 Op = 40
-	OpMemFreeV2                  Op = 41
-	OpMemGetInfoV2               Op = 42
-	OpMemcpyHtoDV2               Op = 43
-	OpMemcpyDtoHV2               Op = 44
-	OpMemcpyDtoDV2               Op = 45
-	OpMemcpyHtoDAsyncV2          Op = 46
-	OpMemcpyDtoHAsyncV2          Op = 47
-	OpMemcpyDtoDAsyncV2          Op = 48
-	OpMemsetD8V2                 Op = 49
-	OpMemsetD32V2                Op = 50
-	OpMemsetD8Async              Op = 51
-	OpMemsetD32Async             Op = 52
-	OpMemGetAddressRangeV2       Op = 53
-	OpModuleLoadData             Op = 60
-	OpModuleUnload               Op = 61
-	OpModuleGetFunction          Op = 62
-	OpModuleGetGlobalV2          Op = 63
-	OpFuncGetParamInfo           Op = 64
-	OpFuncGetAttribute           Op = 65
-	OpLaunchKernel               Op = 66
-	OpStreamCreate               Op = 80
-	OpStreamDestroyV2            Op = 81
-	OpStreamSynchronize          Op = 82
-	OpStreamQuery                Op = 83
-	OpStreamWaitEvent            Op = 84
-	OpEventCreate                Op = 85
-	OpEventDestroyV2             Op = 86
-	OpEventRecord                Op = 87
-	OpEventSynchronize           Op = 88
-	OpEventQuery                 Op = 89
-	OpEventElapsedTime           Op = 90
+	OpInit                                               Op = 1
+	OpDriverGetVersion                                   Op = 2
+	OpDeviceGetCount                                     Op = 3
+	OpDeviceGet                                          Op = 4
+	OpDeviceGetName                                      Op = 5
+	OpDeviceTotalMemV2                                   Op = 6
+	OpDeviceGetAttribute                                 Op = 7
+	OpDeviceGetUuid                                      Op = 8
+	OpDeviceGetUuidV2                                    Op = 9
+	OpDevicePrimaryCtxRetain                             Op = 20
+	OpDevicePrimaryCtxReleaseV2                          Op = 21
+	OpDevicePrimaryCtxGetState                           Op = 22
+	OpDevicePrimaryCtxSetFlagsV2                         Op = 23
+	OpDevicePrimaryCtxResetV2                            Op = 24
+	OpCtxCreateV2                                        Op = 25
+	OpCtxDestroyV2                                       Op = 26
+	OpCtxSynchronize                                     Op = 27
+	OpCtxGetDevice                                       Op = 28
+	OpCtxGetStreamPriorityRange                          Op = 29
+	OpMemAllocV2                                         Op = 40
+	OpMemFreeV2                                          Op = 41
+	OpMemGetInfoV2                                       Op = 42
+	OpMemcpyHtoDV2                                       Op = 43
+	OpMemcpyDtoHV2                                       Op = 44
+	OpMemcpyDtoDV2                                       Op = 45
+	OpMemcpyHtoDAsyncV2                                  Op = 46
+	OpMemcpyDtoHAsyncV2                                  Op = 47
+	OpMemcpyDtoDAsyncV2                                  Op = 48
+	OpMemsetD8V2                                         Op = 49
+	OpMemsetD32V2                                        Op = 50
+	OpMemsetD8Async                                      Op = 51
+	OpMemsetD32Async                                     Op = 52
+	OpMemGetAddressRangeV2                               Op = 53
+	OpModuleLoadData                                     Op = 60
+	OpModuleUnload                                       Op = 61
+	OpModuleGetFunction                                  Op = 62
+	OpModuleGetGlobalV2                                  Op = 63
+	OpFuncGetParamInfo                                   Op = 64
+	OpFuncGetAttribute                                   Op = 65
+	OpLaunchKernel                                       Op = 66
+	OpFuncSetAttribute                                   Op = 67
+	OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags Op = 68
+	OpOccupancyAvailableDynamicSMemPerBlock              Op = 69
+	OpStreamCreate                                       Op = 80
+	OpStreamDestroyV2                                    Op = 81
+	OpStreamSynchronize                                  Op = 82
+	OpStreamQuery                                        Op = 83
+	OpStreamWaitEvent                                    Op = 84
+	OpEventCreate                                        Op = 85
+	OpEventDestroyV2                                     Op = 86
+	OpEventRecord                                        Op = 87
+	OpEventSynchronize                                   Op = 88
+	OpEventQuery                                         Op = 89
+	OpEventElapsedTime                                   Op = 90
+	OpStreamCreateWithPriority                           Op = 91
+	OpStreamGetPriority                                  Op = 92
+	OpStreamGetFlags                                     Op = 93
+	OpStreamIsCapturing                                  Op = 94
+	OpEventRecordWithFlags                               Op = 95
 )
 
 // Calls describes every forwarded call by wire number.
@@ -78,6 +87,7 @@ var Calls = map[Op]CallInfo{
 	OpCtxDestroyV2:               {Name: "cuCtxDestroy_v2", Async: false, Cache: false},
 	OpCtxSynchronize:             {Name: "cuCtxSynchronize", Async: false, Cache: false},
 	OpCtxGetDevice:               {Name: "cuCtxGetDevice", Async: false, Cache: false},
+	OpCtxGetStreamPriorityRange:  {Name: "cuCtxGetStreamPriorityRange", Async: false, Cache: false},
 	OpMemAllocV2:                 {Name: "cuMemAlloc_v2", Async: false, Cache: false},
 	OpMemFreeV2:                  {Name: "cuMemFree_v2", Async: false, Cache: false},
 	OpMemGetInfoV2:               {Name: "cuMemGetInfo_v2", Async: false, Cache: false},
@@ -99,17 +109,25 @@ var Calls = map[Op]CallInfo{
 	OpFuncGetParamInfo:           {Name: "cuFuncGetParamInfo", Async: false, Cache: true},
 	OpFuncGetAttribute:           {Name: "cuFuncGetAttribute", Async: false, Cache: false},
 	OpLaunchKernel:               {Name: "cuLaunchKernel", Async: true, Cache: false},
-	OpStreamCreate:               {Name: "cuStreamCreate", Async: false, Cache: false},
-	OpStreamDestroyV2:            {Name: "cuStreamDestroy_v2", Async: false, Cache: false},
-	OpStreamSynchronize:          {Name: "cuStreamSynchronize", Async: false, Cache: false},
-	OpStreamQuery:                {Name: "cuStreamQuery", Async: false, Cache: false},
-	OpStreamWaitEvent:            {Name: "cuStreamWaitEvent", Async: true, Cache: false},
-	OpEventCreate:                {Name: "cuEventCreate", Async: false, Cache: false},
-	OpEventDestroyV2:             {Name: "cuEventDestroy_v2", Async: false, Cache: false},
-	OpEventRecord:                {Name: "cuEventRecord", Async: true, Cache: false},
-	OpEventSynchronize:           {Name: "cuEventSynchronize", Async: false, Cache: false},
-	OpEventQuery:                 {Name: "cuEventQuery", Async: false, Cache: false},
-	OpEventElapsedTime:           {Name: "cuEventElapsedTime", Async: false, Cache: false},
+	OpFuncSetAttribute:           {Name: "cuFuncSetAttribute", Async: false, Cache: false},
+	OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags: {Name: "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", Async: false, Cache: false},
+	OpOccupancyAvailableDynamicSMemPerBlock:              {Name: "cuOccupancyAvailableDynamicSMemPerBlock", Async: false, Cache: false},
+	OpStreamCreate:                                       {Name: "cuStreamCreate", Async: false, Cache: false},
+	OpStreamDestroyV2:                                    {Name: "cuStreamDestroy_v2", Async: false, Cache: false},
+	OpStreamSynchronize:                                  {Name: "cuStreamSynchronize", Async: false, Cache: false},
+	OpStreamQuery:                                        {Name: "cuStreamQuery", Async: false, Cache: false},
+	OpStreamWaitEvent:                                    {Name: "cuStreamWaitEvent", Async: true, Cache: false},
+	OpEventCreate:                                        {Name: "cuEventCreate", Async: false, Cache: false},
+	OpEventDestroyV2:                                     {Name: "cuEventDestroy_v2", Async: false, Cache: false},
+	OpEventRecord:                                        {Name: "cuEventRecord", Async: true, Cache: false},
+	OpEventSynchronize:                                   {Name: "cuEventSynchronize", Async: false, Cache: false},
+	OpEventQuery:                                         {Name: "cuEventQuery", Async: false, Cache: false},
+	OpEventElapsedTime:                                   {Name: "cuEventElapsedTime", Async: false, Cache: false},
+	OpStreamCreateWithPriority:                           {Name: "cuStreamCreateWithPriority", Async: false, Cache: false},
+	OpStreamGetPriority:                                  {Name: "cuStreamGetPriority", Async: false, Cache: false},
+	OpStreamGetFlags:                                     {Name: "cuStreamGetFlags", Async: false, Cache: false},
+	OpStreamIsCapturing:                                  {Name: "cuStreamIsCapturing", Async: false, Cache: false},
+	OpEventRecordWithFlags:                               {Name: "cuEventRecordWithFlags", Async: true, Cache: false},
 }
 
 // Handler executes forwarded calls. A method gets the call's decoded
@@ -133,6 +151,7 @@ type Handler interface {
 	CtxDestroyV2(c *Call, ctx Handle) Result
 	CtxSynchronize(c *Call) Result
 	CtxGetDevice(c *Call) (device int32, r Result)
+	CtxGetStreamPriorityRange(c *Call) (leastPriority int32, greatestPriority int32, r Result)
 	MemAllocV2(c *Call, bytesize uint64) (dptr DevPtr, r Result)
 	MemFreeV2(c *Call, dptr DevPtr) Result
 	MemGetInfoV2(c *Call) (free uint64, total uint64, r Result)
@@ -154,6 +173,9 @@ type Handler interface {
 	FuncGetParamInfo(c *Call, fn Handle, paramIndex uint64) (paramOffset uint64, paramSize uint64, r Result)
 	FuncGetAttribute(c *Call, attrib int32, hfunc Handle) (pi int32, r Result)
 	LaunchKernel(c *Call, f Handle, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, hStream Handle, params []byte) Result
+	FuncSetAttribute(c *Call, hfunc Handle, attrib int32, value int32) Result
+	OccupancyMaxActiveBlocksPerMultiprocessorWithFlags(c *Call, fn Handle, blockSize int32, dynamicSMemSize uint64, flags uint32) (numBlocks int32, r Result)
+	OccupancyAvailableDynamicSMemPerBlock(c *Call, fn Handle, numBlocks int32, blockSize int32) (dynamicSmemSize uint64, r Result)
 	StreamCreate(c *Call, flags uint32) (phStream Handle, r Result)
 	StreamDestroyV2(c *Call, hStream Handle) Result
 	StreamSynchronize(c *Call, hStream Handle) Result
@@ -165,6 +187,11 @@ type Handler interface {
 	EventSynchronize(c *Call, hEvent Handle) Result
 	EventQuery(c *Call, hEvent Handle) Result
 	EventElapsedTime(c *Call, hStart Handle, hEnd Handle) (pMilliseconds float32, r Result)
+	StreamCreateWithPriority(c *Call, flags uint32, priority int32) (phStream Handle, r Result)
+	StreamGetPriority(c *Call, hStream Handle) (priority int32, r Result)
+	StreamGetFlags(c *Call, hStream Handle) (flags uint32, r Result)
+	StreamIsCapturing(c *Call, hStream Handle) (captureStatus int32, r Result)
+	EventRecordWithFlags(c *Call, hEvent Handle, hStream Handle, flags uint32) Result
 }
 
 // Dispatch decodes one call frame, runs it on h and replies (sync calls)
@@ -401,6 +428,20 @@ func Dispatch(h Handler, c *Call, payload []byte) error {
 		var e Encoder
 		if r == Success {
 			e.I32(device)
+		}
+		return c.reply(r, &e)
+	case OpCtxGetStreamPriorityRange:
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuCtxGetStreamPriorityRange: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		leastPriority, greatestPriority, r := h.CtxGetStreamPriorityRange(c)
+		var e Encoder
+		if r == Success {
+			e.I32(leastPriority)
+			e.I32(greatestPriority)
 		}
 		return c.reply(r, &e)
 	case OpMemAllocV2:
@@ -712,6 +753,51 @@ func Dispatch(h Handler, c *Call, payload []byte) error {
 		r := h.LaunchKernel(c, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, params)
 		c.deferResult(r)
 		return nil
+	case OpFuncSetAttribute:
+		hfunc := Handle(d.U64())
+		attrib := d.I32()
+		value := d.I32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuFuncSetAttribute: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.FuncSetAttribute(c, hfunc, attrib, value)
+		return c.reply(r, nil)
+	case OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags:
+		fn := Handle(d.U64())
+		blockSize := d.I32()
+		dynamicSMemSize := d.U64()
+		flags := d.U32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		numBlocks, r := h.OccupancyMaxActiveBlocksPerMultiprocessorWithFlags(c, fn, blockSize, dynamicSMemSize, flags)
+		var e Encoder
+		if r == Success {
+			e.I32(numBlocks)
+		}
+		return c.reply(r, &e)
+	case OpOccupancyAvailableDynamicSMemPerBlock:
+		fn := Handle(d.U64())
+		numBlocks := d.I32()
+		blockSize := d.I32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuOccupancyAvailableDynamicSMemPerBlock: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		dynamicSmemSize, r := h.OccupancyAvailableDynamicSMemPerBlock(c, fn, numBlocks, blockSize)
+		var e Encoder
+		if r == Success {
+			e.U64(dynamicSmemSize)
+		}
+		return c.reply(r, &e)
 	case OpStreamCreate:
 		flags := d.U32()
 		if err := d.Finish(); err != nil {
@@ -834,6 +920,73 @@ func Dispatch(h Handler, c *Call, payload []byte) error {
 			e.F32(pMilliseconds)
 		}
 		return c.reply(r, &e)
+	case OpStreamCreateWithPriority:
+		flags := d.U32()
+		priority := d.I32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuStreamCreateWithPriority: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		phStream, r := h.StreamCreateWithPriority(c, flags, priority)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(phStream))
+		}
+		return c.reply(r, &e)
+	case OpStreamGetPriority:
+		hStream := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuStreamGetPriority: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		priority, r := h.StreamGetPriority(c, hStream)
+		var e Encoder
+		if r == Success {
+			e.I32(priority)
+		}
+		return c.reply(r, &e)
+	case OpStreamGetFlags:
+		hStream := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuStreamGetFlags: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		flags, r := h.StreamGetFlags(c, hStream)
+		var e Encoder
+		if r == Success {
+			e.U32(flags)
+		}
+		return c.reply(r, &e)
+	case OpStreamIsCapturing:
+		hStream := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuStreamIsCapturing: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		captureStatus, r := h.StreamIsCapturing(c, hStream)
+		var e Encoder
+		if r == Success {
+			e.I32(captureStatus)
+		}
+		return c.reply(r, &e)
+	case OpEventRecordWithFlags:
+		hEvent := Handle(d.U64())
+		hStream := Handle(d.U64())
+		flags := d.U32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuEventRecordWithFlags: %w", err)
+		}
+		r := h.EventRecordWithFlags(c, hEvent, hStream, flags)
+		c.deferResult(r)
+		return nil
 	}
 	return fmt.Errorf("%w: op %d", ErrUnknownOp, c.Op)
 }
@@ -1057,6 +1210,20 @@ func (cl *Client) CtxGetDevice(cur Handle) (device int32, r Result, err error) {
 		return
 	}
 	device = d.I32()
+	err = d.Finish()
+	return
+}
+
+// CtxGetStreamPriorityRange forwards cuCtxGetStreamPriorityRange.
+func (cl *Client) CtxGetStreamPriorityRange(cur Handle) (leastPriority int32, greatestPriority int32, r Result, err error) {
+	var e Encoder
+	req := Request{Op: OpCtxGetStreamPriorityRange, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	leastPriority = d.I32()
+	greatestPriority = d.I32()
 	err = d.Finish()
 	return
 }
@@ -1331,6 +1498,50 @@ func (cl *Client) LaunchKernel(cur Handle, f Handle, gridDimX uint32, gridDimY u
 	return
 }
 
+// FuncSetAttribute forwards cuFuncSetAttribute.
+func (cl *Client) FuncSetAttribute(cur Handle, hfunc Handle, attrib int32, value int32) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hfunc))
+	e.I32(attrib)
+	e.I32(value)
+	req := Request{Op: OpFuncSetAttribute, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// OccupancyMaxActiveBlocksPerMultiprocessorWithFlags forwards cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags.
+func (cl *Client) OccupancyMaxActiveBlocksPerMultiprocessorWithFlags(cur Handle, fn Handle, blockSize int32, dynamicSMemSize uint64, flags uint32) (numBlocks int32, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(fn))
+	e.I32(blockSize)
+	e.U64(dynamicSMemSize)
+	e.U32(flags)
+	req := Request{Op: OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	numBlocks = d.I32()
+	err = d.Finish()
+	return
+}
+
+// OccupancyAvailableDynamicSMemPerBlock forwards cuOccupancyAvailableDynamicSMemPerBlock.
+func (cl *Client) OccupancyAvailableDynamicSMemPerBlock(cur Handle, fn Handle, numBlocks int32, blockSize int32) (dynamicSmemSize uint64, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(fn))
+	e.I32(numBlocks)
+	e.I32(blockSize)
+	req := Request{Op: OpOccupancyAvailableDynamicSMemPerBlock, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	dynamicSmemSize = d.U64()
+	err = d.Finish()
+	return
+}
+
 // StreamCreate forwards cuStreamCreate.
 func (cl *Client) StreamCreate(cur Handle, flags uint32) (phStream Handle, r Result, err error) {
 	var e Encoder
@@ -1446,5 +1657,73 @@ func (cl *Client) EventElapsedTime(cur Handle, hStart Handle, hEnd Handle) (pMil
 	}
 	pMilliseconds = d.F32()
 	err = d.Finish()
+	return
+}
+
+// StreamCreateWithPriority forwards cuStreamCreateWithPriority.
+func (cl *Client) StreamCreateWithPriority(cur Handle, flags uint32, priority int32) (phStream Handle, r Result, err error) {
+	var e Encoder
+	e.U32(flags)
+	e.I32(priority)
+	req := Request{Op: OpStreamCreateWithPriority, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	phStream = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// StreamGetPriority forwards cuStreamGetPriority.
+func (cl *Client) StreamGetPriority(cur Handle, hStream Handle) (priority int32, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hStream))
+	req := Request{Op: OpStreamGetPriority, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	priority = d.I32()
+	err = d.Finish()
+	return
+}
+
+// StreamGetFlags forwards cuStreamGetFlags.
+func (cl *Client) StreamGetFlags(cur Handle, hStream Handle) (flags uint32, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hStream))
+	req := Request{Op: OpStreamGetFlags, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	flags = d.U32()
+	err = d.Finish()
+	return
+}
+
+// StreamIsCapturing forwards cuStreamIsCapturing.
+func (cl *Client) StreamIsCapturing(cur Handle, hStream Handle) (captureStatus int32, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hStream))
+	req := Request{Op: OpStreamIsCapturing, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	captureStatus = d.I32()
+	err = d.Finish()
+	return
+}
+
+// EventRecordWithFlags forwards cuEventRecordWithFlags without waiting: its result comes with the next reply.
+func (cl *Client) EventRecordWithFlags(cur Handle, hEvent Handle, hStream Handle, flags uint32) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hEvent))
+	e.U64(uint64(hStream))
+	e.U32(flags)
+	req := Request{Op: OpEventRecordWithFlags, Ctx: cur, Async: true, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
 	return
 }

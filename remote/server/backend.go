@@ -62,4 +62,21 @@ type Backend interface {
 	EventSynchronize(ev uintptr) proto.Result
 	EventQuery(ev uintptr) proto.Result
 	EventElapsedTime(start, end uintptr) (float32, proto.Result)
+
+	// Calls PyTorch's CUDA initialisation and kernels need; a driver that
+	// lacks one gives proto.ErrNotSupported.
+	//
+	// CtxStreamPriorityRange is cuCtxGetStreamPriorityRange in the current
+	// context.
+	CtxStreamPriorityRange() (least, greatest int32, r proto.Result)
+	StreamCreateWithPriority(flags uint32, priority int32) (uintptr, proto.Result)
+	// StreamPriority, StreamFlags and StreamIsCapturing take a stream of
+	// the current context or a default stream (0, 1, 2).
+	StreamPriority(s uintptr) (int32, proto.Result)
+	StreamFlags(s uintptr) (uint32, proto.Result)
+	StreamIsCapturing(s uintptr) (int32, proto.Result)
+	EventRecordWithFlags(ev, s uintptr, flags uint32) proto.Result
+	FuncSetAttribute(fn uintptr, attr, value int32) proto.Result
+	OccupancyMaxActiveBlocks(fn uintptr, blockSize int32, dynamicSMem uint64, flags uint32) (int32, proto.Result)
+	OccupancyAvailableDynamicSMem(fn uintptr, numBlocks, blockSize int32) (uint64, proto.Result)
 }

@@ -239,9 +239,14 @@ func (s *session) MemAllocV2(c *proto.Call, n uint64) (proto.DevPtr, proto.Resul
 }
 
 // MemFreeV2 frees one of the client's allocations (its base address).
+// Freeing 0 does nothing, as with CUDA (cudaFree(NULL), which libraries
+// such as cuBLAS call to make sure a context exists, reaches it).
 func (s *session) MemFreeV2(c *proto.Call, p proto.DevPtr) proto.Result {
 	if _, r := s.current(c); r != ok {
 		return r
+	}
+	if p == 0 {
+		return ok
 	}
 	a := s.find(p, 0)
 	if a == nil || a.base != p || a.mod != nil {
@@ -771,28 +776,35 @@ func (s *session) EventDestroyV2(c *proto.Call, h proto.Handle) proto.Result {
 // EventRecord records an event on a stream of its own context (a default
 // stream: the current context, which must be the event's).
 func (s *session) EventRecord(c *proto.Call, he, hs proto.Handle) proto.Result {
+	e, st, r := s.recordArgs(c, he, hs)
+	if r != ok {
+		return r
+	}
+	return s.be.EventRecord(e.raw, st)
+}
+
+// recordArgs resolves an event and a stream to record it on, and makes
+// the event's context current.
+func (s *session) recordArgs(c *proto.Call, he, hs proto.Handle) (*eventState, uintptr, proto.Result) {
 	e := s.events[he]
 	if e == nil {
-		return proto.ErrInvalidHandle
+		return nil, 0, proto.ErrInvalidHandle
 	}
 	ctx := e.ctx
 	if hs <= 2 {
 		cur, r := s.current(c)
 		if r != ok {
-			return r
+			return nil, 0, r
 		}
 		if cur != ctx {
-			return proto.ErrInvalidHandle
+			return nil, 0, proto.ErrInvalidHandle
 		}
 	}
 	st, r := s.stream(ctx, hs)
 	if r != ok {
-		return r
+		return nil, 0, r
 	}
-	if r := s.use(ctx); r != ok {
-		return r
-	}
-	return s.be.EventRecord(e.raw, st)
+	return e, st, s.use(ctx)
 }
 
 func (s *session) EventSynchronize(c *proto.Call, h proto.Handle) proto.Result {

@@ -31,7 +31,8 @@
 // cuMemGetAddressRange) must lie entirely within one allocation of the
 // client: its cuMemAlloc results and the module globals it looked up; any
 // other range is CUDA_ERROR_INVALID_VALUE, so a client can neither read nor
-// write another client's memory through the API. The server cannot inspect
+// write another client's memory through the API (cuMemFree(0) does nothing,
+// as in CUDA). The server cannot inspect
 // kernel arguments, which are opaque bytes; kernels run in the client's own
 // CUDA context, though, never one shared with another client (even
 // cuDevicePrimaryCtxRetain makes the client a context of its own), so a

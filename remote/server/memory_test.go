@@ -70,6 +70,8 @@ func TestCopiesRoundTrip(t *testing.T) {
 	}
 	ok(t, "cuMemFree")(cl.MemFreeV2(ctx, p))
 	is(t, "a double free", proto.ErrInvalidValue)(cl.MemFreeV2(ctx, p))
+	ok(t, "cuMemFree(0), a no-op as in CUDA")(cl.MemFreeV2(ctx, 0))
+	is(t, "cuMemFree(0) without a context", proto.ErrInvalidContext)(cl.MemFreeV2(0, 0))
 	is(t, "a read after free", proto.ErrInvalidValue)(cl.MemcpyDtoHV2(ctx, make([]byte, 1), p, 1))
 }
 

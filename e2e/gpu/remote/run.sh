@@ -10,6 +10,10 @@
 #   e2e/gpu/remote/run.sh trace   # what the static cudart asks of the real driver (darktrace.c)
 #   e2e/gpu/remote/run.sh steal   # a tenant's kernel on another tenant's address, with and
 #                                 # without --tenant-processes
+#   e2e/gpu/remote/run.sh torch   # PyTorch (torch_check.py) locally and through gpumux-remoted, diffed
+#   e2e/gpu/remote/run.sh cublas  # cublasCreate and an SGEMM (cublas.cu): locally, under darktrace,
+#                                 # and through gpumux-remoted
+# GPUMUX_REMOTE_DEBUG=1 makes the interposer log every failing call.
 #
 # It starts gpumux-remoted (backend cuda) on 127.0.0.1 and a unix socket,
 # with a fresh pool secret, and stops it on exit. It changes no GPU setting.
@@ -82,6 +86,38 @@ if [[ $mode == trace ]]; then
 	grep -v cuGetProcAddress "$out/trace.txt" | head -150
 	exit 0
 fi
+if [[ $mode == torch ]]; then
+	py=${PYTHON:-python3}
+	timeout 120 "$py" e2e/gpu/remote/torch_check.py >"$out/torch.local.txt" 2>"$out/torch.local.err" || echo "torch locally: exit $?"
+	start_server
+	GPUMUX_REMOTE_TIMEOUT=120 remote "127.0.0.1:$port" timeout 150 "$py" e2e/gpu/remote/torch_check.py \
+		>"$out/torch.tcp.txt" 2>"$out/torch.tcp.err" || echo "torch through gpumux-remoted: exit $?"
+	echo "== local"
+	cat "$out/torch.local.txt"
+	echo "== through gpumux-remoted (stderr: interposer messages, last lines)"
+	grep -v '^\s*$' "$out/torch.tcp.err" | tail -40
+	echo "== gpumux-remoted (warnings and errors)"
+	grep -iE 'level=(warn|error)' "$out/remoted.log" | tail -10 || true
+	diff -u "$out/torch.local.txt" "$out/torch.tcp.txt" && echo "torch: output through gpumux-remoted identical to local"
+	exit 0
+fi
+if [[ $mode == cublas ]]; then
+	mkdir -p "$work/trace"
+	cc -O2 -Wall -Wextra -shared -fPIC -o "$work/trace/libcuda.so.1" e2e/gpu/remote/darktrace.c -ldl -lpthread
+	"$cuda/bin/nvcc" -arch=sm_90 -o "$work/cublas" e2e/gpu/remote/cublas.cu -lcublas
+	real=$(ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/ {print $NF; exit}')
+	"$work/cublas" >"$out/cublas.local.txt" || echo "cublas locally: exit $?"
+	LD_LIBRARY_PATH="$work/trace:$cuda/lib64" DARKTRACE_REAL=$real "$work/cublas" >/dev/null 2>"$out/cublas.trace.txt" || echo "cublas under darktrace: exit $?"
+	start_server
+	remote "127.0.0.1:$port" "$work/cublas" >"$out/cublas.tcp.txt" 2>"$out/cublas.tcp.err" || echo "cublas through gpumux-remoted: exit $?"
+	echo "== darktrace: tables asked for (in order), then table slots called (Tn: the n-th table asked for)"
+	grep -oE 'cuGetExportTable\([^)]*\) = -?[0-9]+' "$out/cublas.trace.txt" | awk '!seen[$0]++' | head -20
+	grep -oE 'T[0-9]+\[[0-9]+\]\(' "$out/cublas.trace.txt" | sort | uniq -c | sort -rn | head -30
+	echo "== through gpumux-remoted (stderr)"
+	tail -30 "$out/cublas.tcp.err"
+	diff -u "$out/cublas.local.txt" "$out/cublas.tcp.txt" && echo "cublas: output through gpumux-remoted identical to local"
+	exit 0
+fi
 build
 if [[ $mode == steal ]]; then
 	echo "== one worker process per tenant (the default)"
@@ -121,7 +157,7 @@ bench)
 	for f in tcp unix; do echo "== plain socket $f"; cat "$out/sock.$f.txt"; done
 	;;
 *)
-	echo "usage: $0 check|bench|rt|trace|steal" >&2
+	echo "usage: $0 check|bench|rt|trace|steal|torch|cublas" >&2
 	exit 2
 	;;
 esac
