@@ -90,10 +90,7 @@ void gm_more_atfork_prepare(void);
 void gm_more_atfork_parent(void);
 void gm_more_atfork_child(void);
 
-/* gm_hmac_md2 is HMAC-MD2 (RFC 2104 over RFC 1319's MD2, 16-byte block)
- * of a then b under a 16-byte key (gm_dark.c). */
-void gm_hmac_md2(const unsigned char key[16], const void *a, size_t na, const void *b, size_t nb,
-		 unsigned char out[16]);
+#include "gm_md2.h"
 
 /* Fork handlers of interposer.c, run from gm_wire.c's pthread_atfork
  * handlers (prepare before gm_wire's lock, child after its reset). */

@@ -79,7 +79,7 @@ remote() {
 
 if [[ $mode == trace ]]; then
 	mkdir -p "$work/trace"
-	cc -O2 -Wall -Wextra -shared -fPIC -o "$work/trace/libcuda.so.1" e2e/gpu/remote/darktrace.c -ldl -lpthread
+	cc -O2 -Wall -Wextra -shared -fPIC -o "$work/trace/libcuda.so.1" e2e/gpu/remote/darktrace.c remote/interposer/gm_md2.c -ldl -lpthread
 	"$cuda/bin/nvcc" -arch=sm_90 -o "$work/vectoradd" e2e/gpu/remote/vectoradd.cu
 	real=$(ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/ {print $NF; exit}')
 	LD_LIBRARY_PATH="$work/trace" DARKTRACE_REAL=$real "$work/vectoradd" 2>"$out/trace.txt" || echo "vectoradd under darktrace: exit $?"
@@ -103,7 +103,7 @@ if [[ $mode == torch ]]; then
 fi
 if [[ $mode == cublas ]]; then
 	mkdir -p "$work/trace"
-	cc -O2 -Wall -Wextra -shared -fPIC -o "$work/trace/libcuda.so.1" e2e/gpu/remote/darktrace.c -ldl -lpthread
+	cc -O2 -Wall -Wextra -shared -fPIC -o "$work/trace/libcuda.so.1" e2e/gpu/remote/darktrace.c remote/interposer/gm_md2.c -ldl -lpthread
 	"$cuda/bin/nvcc" -arch=sm_90 -o "$work/cublas" e2e/gpu/remote/cublas.cu -lcublas
 	real=$(ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/ {print $NF; exit}')
 	"$work/cublas" >"$out/cublas.local.txt" || echo "cublas locally: exit $?"

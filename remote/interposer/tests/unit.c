@@ -43,9 +43,59 @@ static void elf(unsigned char *p, uint64_t shoff, int n, uint64_t data_off, uint
 	}
 }
 
+/* hex compares a 16-byte digest with its hex spelling. */
+static int hex(const unsigned char d[16], const char *want)
+{
+	char got[33];
+	for (int i = 0; i < 16; i++)
+		snprintf(got + 2 * i, 3, "%02x", d[i]);
+	if (strcmp(got, want) != 0) {
+		fprintf(stderr, "digest %s, want %s\n", got, want);
+		return 0;
+	}
+	return 1;
+}
+
+/* MD2 against RFC 1319's test suite, and HMAC-MD2 against its definition
+ * (RFC 2104) spelled out with MD2. */
+static void md2_known_answers(void)
+{
+	unsigned char d[16];
+	static const struct {
+		const char *in, *md2;
+	} rfc[] = {
+		{"", "8350e5a3e24c153df2275c9f80692773"},
+		{"a", "32ec01ec4a6dac72c0ab96fb34c0b5d1"},
+		{"abc", "da853b0d3f88d99b30283a69e6ded6bb"},
+		{"message digest", "ab4f496bfb2a530b219ff33031fe06b0"},
+		{"abcdefghijklmnopqrstuvwxyz", "4e8ddff3650292ab5a4108c3aa47940b"},
+		{"12345678901234567890123456789012345678901234567890123456789012345678901234567890",
+		 "d5976f79d83d3a0dc9806c3c66f3efd8"},
+	};
+	for (size_t i = 0; i < sizeof rfc / sizeof rfc[0]; i++) {
+		gm_md2_sum(rfc[i].in, strlen(rfc[i].in), d);
+		ASSERT(hex(d, rfc[i].md2));
+	}
+
+	unsigned char key[16], inner[16 + 7], outer[32], want[16], got[16];
+	for (int i = 0; i < 16; i++) {
+		key[i] = (unsigned char)(i * 17 + 3);
+		inner[i] = key[i] ^ 0x36;
+		outer[i] = key[i] ^ 0x5c;
+	}
+	memcpy(inner + 16, "gpu", 3);
+	memcpy(inner + 19, "mux!", 4);
+	gm_md2_sum(inner, sizeof inner, outer + 16);
+	gm_md2_sum(outer, sizeof outer, want);
+	gm_hmac_md2(key, "gpu", 3, "mux!", 4, got);
+	ASSERT(memcmp(got, want, 16) == 0);
+}
+
 int main(void)
 {
 	static unsigned char img[8192];
+
+	md2_known_answers();
 
 	/* ELF: the section header table at the end (nvcc's cubins) */
 	elf(img, 1000, 3, 64, 100);
