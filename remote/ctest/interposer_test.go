@@ -37,6 +37,7 @@ var expectedLog = map[string]bool{
 	"dark: gpumux: private table cudart slot 3 (cuGetExportTable) is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED":         true,
 	"ctx: gpumux: cuCtxCreate_v3 with execution affinity parameters is not supported; it returns CUDA_ERROR_NOT_SUPPORTED":                               true,
 	"ctx: gpumux: cuCtxCreate_v4 with CUctxCreateParams is not supported; it returns CUDA_ERROR_NOT_SUPPORTED":                                           true,
+	"launchex: gpumux: a launch configuration with 33 attributes (gpumux forwards at most 32)":                                                           true,
 }
 
 // TestPrograms runs the functional test programs over both transports.
@@ -44,7 +45,7 @@ func TestPrograms(t *testing.T) {
 	e := startServer(t)
 	for _, tr := range []struct{ name, addr string }{{"unix", e.unix}, {"tcp", e.tcp}} {
 		t.Run(tr.name, func(t *testing.T) {
-			for _, name := range []string{"basic", "ctx", "mem", "module", "dark", "threads", "fork", "torchcalls"} {
+			for _, name := range []string{"basic", "ctx", "mem", "module", "dark", "threads", "fork", "torchcalls", "launchex"} {
 				t.Run(name, func(t *testing.T) {
 					_, stderr := program{name: name, addr: tr.addr, token: mint(t, "ctest-"+name, 0)}.run(t)
 					for _, line := range strings.Split(stderr, "\n") {

@@ -88,6 +88,12 @@ package cudabackend
 #cgo noescape gm_occupancy
 #cgo nocallback gm_occupancy_smem
 #cgo noescape gm_occupancy_smem
+#cgo nocallback gm_ctx_get_limit
+#cgo noescape gm_ctx_get_limit
+#cgo nocallback gm_launch_ex
+#cgo noescape gm_launch_ex
+#cgo nocallback gm_cluster_occupancy
+#cgo noescape gm_cluster_occupancy
 
 #include <stdlib.h>
 #include "cudabackend.h"
@@ -570,4 +576,55 @@ func (b *Backend) OccupancyAvailableDynamicSMem(fn uintptr, numBlocks, blockSize
 	var n C.size_t
 	r := C.gm_occupancy_smem(b.t, C.uintptr_t(fn), C.int(numBlocks), C.int(blockSize), &n)
 	return uint64(n), res(r)
+}
+
+// launchDims is a CUlaunchConfig's dimensions and shared memory, as
+// gm_launch_ex and gm_cluster_occupancy take them.
+func launchDims(grid, block [3]uint32, sharedMem uint32) [7]C.uint {
+	return [7]C.uint{C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
+		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(sharedMem)}
+}
+
+// LaunchKernelEx implements server.Backend through cuLaunchKernelEx (CUDA
+// 11.8), with the parameters as LaunchKernel passes them and the server's
+// checked attributes; ErrNotSupported where the driver lacks it.
+func (b *Backend) LaunchKernelEx(fn uintptr, grid, block [3]uint32, sharedMem uint32, stream uintptr, attrs []proto.LaunchAttr, params []byte) proto.Result {
+	if len(attrs) > C.GM_MAX_LAUNCH_ATTRS {
+		return proto.ErrInvalidValue
+	}
+	dims := launchDims(grid, block, sharedMem)
+	packed := proto.EncodeLaunchAttrs(attrs)
+	return res(C.gm_launch_ex(b.t, C.uintptr_t(fn), &dims[0], C.uintptr_t(stream),
+		bytesPtr(packed), C.uint(len(attrs)), bytesPtr(params), C.size_t(len(params))))
+}
+
+func (b *Backend) clusterOccupancy(which C.int, fn uintptr, grid, block [3]uint32, sharedMem uint32, stream uintptr, attrs []proto.LaunchAttr) (int32, proto.Result) {
+	if len(attrs) > C.GM_MAX_LAUNCH_ATTRS {
+		return 0, proto.ErrInvalidValue
+	}
+	dims := launchDims(grid, block, sharedMem)
+	packed := proto.EncodeLaunchAttrs(attrs)
+	var n C.int
+	r := C.gm_cluster_occupancy(b.t, which, C.uintptr_t(fn), &dims[0], C.uintptr_t(stream),
+		bytesPtr(packed), C.uint(len(attrs)), &n)
+	return int32(n), res(r)
+}
+
+// OccupancyMaxActiveClusters implements server.Backend through
+// cuOccupancyMaxActiveClusters (CUDA 11.8).
+func (b *Backend) OccupancyMaxActiveClusters(fn uintptr, grid, block [3]uint32, sharedMem uint32, stream uintptr, attrs []proto.LaunchAttr) (int32, proto.Result) {
+	return b.clusterOccupancy(0, fn, grid, block, sharedMem, stream, attrs)
+}
+
+// OccupancyMaxPotentialClusterSize implements server.Backend through
+// cuOccupancyMaxPotentialClusterSize (CUDA 11.8).
+func (b *Backend) OccupancyMaxPotentialClusterSize(fn uintptr, grid, block [3]uint32, sharedMem uint32, stream uintptr, attrs []proto.LaunchAttr) (int32, proto.Result) {
+	return b.clusterOccupancy(1, fn, grid, block, sharedMem, stream, attrs)
+}
+
+// CtxGetLimit implements server.Backend through cuCtxGetLimit.
+func (b *Backend) CtxGetLimit(limit uint32) (uint64, proto.Result) {
+	var v C.size_t
+	r := C.gm_ctx_get_limit(b.t, C.int(limit), &v)
+	return uint64(v), res(r)
 }

@@ -507,3 +507,71 @@ CUresult gm_occupancy_smem(const gm_cuda *t, uintptr_t fn, int blocks, int block
 	GM_OPTIONAL(cuOccupancyAvailableDynamicSMemPerBlock,
 		    cuOccupancyAvailableDynamicSMemPerBlock(smem, (CUfunction)fn, blocks, block));
 }
+
+/* ---- launches with a CUlaunchConfig ---- */
+
+_Static_assert(sizeof(CUlaunchAttribute) == 72, "CUlaunchAttribute is 72 bytes");
+
+static CUresult gm_config(CUlaunchConfig *c, CUlaunchAttribute *a, const unsigned int *dims, uintptr_t s,
+			  const void *attrs, unsigned int nattrs)
+{
+	if (nattrs > GM_MAX_LAUNCH_ATTRS)
+		return GM_CUDA_ERROR_INVALID_VALUE;
+	if (nattrs > 0)
+		memcpy(a, attrs, nattrs * sizeof *a);
+	memset(c, 0, sizeof *c);
+	c->gridDimX = dims[0];
+	c->gridDimY = dims[1];
+	c->gridDimZ = dims[2];
+	c->blockDimX = dims[3];
+	c->blockDimY = dims[4];
+	c->blockDimZ = dims[5];
+	c->sharedMemBytes = dims[6];
+	c->hStream = (CUstream)s;
+	c->attrs = nattrs > 0 ? a : NULL;
+	c->numAttrs = nattrs;
+	return GM_CUDA_SUCCESS;
+}
+
+CUresult gm_launch_ex(const gm_cuda *t, uintptr_t fn, const unsigned int *dims, uintptr_t s, const void *attrs,
+		      unsigned int nattrs, void *params, size_t nparams)
+{
+	if (t->cuLaunchKernelEx == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUlaunchConfig c;
+	CUlaunchAttribute a[GM_MAX_LAUNCH_ATTRS];
+	CUresult r = gm_config(&c, a, dims, s, attrs, nattrs);
+	if (r != GM_CUDA_SUCCESS)
+		return r;
+	size_t size = nparams;
+	void *extra[] = {
+		GM_CU_LAUNCH_PARAM_BUFFER_POINTER, params, GM_CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+		GM_CU_LAUNCH_PARAM_END,
+	};
+	/* The driver copies the parameters and the configuration before it returns. */
+	return t->cuLaunchKernelEx(&c, (CUfunction)fn, NULL, nparams > 0 ? extra : NULL);
+}
+
+CUresult gm_cluster_occupancy(const gm_cuda *t, int which, uintptr_t fn, const unsigned int *dims, uintptr_t s,
+			      const void *attrs, unsigned int nattrs, int *n)
+{
+	*n = 0;
+	CUresult (*call)(int *, CUfunction, const CUlaunchConfig *) =
+		which == 0 ? t->cuOccupancyMaxActiveClusters : t->cuOccupancyMaxPotentialClusterSize;
+	if (call == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUlaunchConfig c;
+	CUlaunchAttribute a[GM_MAX_LAUNCH_ATTRS];
+	CUresult r = gm_config(&c, a, dims, s, attrs, nattrs);
+	if (r != GM_CUDA_SUCCESS)
+		return r;
+	return call(n, (CUfunction)fn, &c);
+}
+
+CUresult gm_ctx_get_limit(const gm_cuda *t, int limit, size_t *value)
+{
+	*value = 0;
+	if (t->cuCtxGetLimit == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	return t->cuCtxGetLimit(value, limit);
+}

@@ -24,6 +24,27 @@ typedef struct CUuuid_st {
 	char bytes[16];
 } CUuuid;
 
+/* CUlaunchAttribute and CUlaunchConfig (cuda.h, CUDA 12/13): the
+ * attribute's 64-byte value union is opaque here; the server has rebuilt it
+ * from an allow-list (remote/server/calls_launch.go). */
+typedef struct CUlaunchAttribute_st {
+	unsigned int id;
+	char pad[8 - sizeof(unsigned int)];
+	union {
+		char pad[64];
+		unsigned long long align;
+	} value;
+} CUlaunchAttribute;
+typedef struct CUlaunchConfig_st {
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	CUstream hStream;
+	CUlaunchAttribute *attrs;
+	unsigned int numAttrs;
+} CUlaunchConfig;
+/* GM_MAX_LAUNCH_ATTRS bounds the attributes of one call (proto.MaxLaunchAttrs). */
+#define GM_MAX_LAUNCH_ATTRS 32
 #define GM_CUDA_SUCCESS 0
 #define GM_CUDA_ERROR_INVALID_VALUE 1
 #define GM_CUDA_ERROR_NOT_SUPPORTED 801
@@ -95,7 +116,11 @@ typedef struct CUuuid_st {
 	O(cuEventRecordWithFlags)                                              \
 	O(cuFuncSetAttribute)                                                  \
 	O(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)                \
-	O(cuOccupancyAvailableDynamicSMemPerBlock)
+	O(cuOccupancyAvailableDynamicSMemPerBlock)                             \
+	O(cuLaunchKernelEx)                                                    \
+	O(cuOccupancyMaxActiveClusters)                                        \
+	O(cuOccupancyMaxPotentialClusterSize)                                  \
+	O(cuCtxGetLimit)
 
 typedef struct gm_cuda {
 	void *lib;
@@ -161,6 +186,10 @@ typedef struct gm_cuda {
 	CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)(int *n, CUfunction fn, int blockSize,
 									 size_t smem, unsigned int flags);
 	CUresult (*cuOccupancyAvailableDynamicSMemPerBlock)(size_t *smem, CUfunction fn, int numBlocks, int blockSize);
+	CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *config, CUfunction fn, void **params, void **extra);
+	CUresult (*cuOccupancyMaxActiveClusters)(int *n, CUfunction fn, const CUlaunchConfig *config);
+	CUresult (*cuOccupancyMaxPotentialClusterSize)(int *n, CUfunction fn, const CUlaunchConfig *config);
+	CUresult (*cuCtxGetLimit)(size_t *value, int limit);
 } gm_cuda;
 
 /* gm_open's results. */
@@ -249,5 +278,14 @@ CUresult gm_event_record_flags(const gm_cuda *t, uintptr_t ev, uintptr_t s, unsi
 CUresult gm_func_set_attribute(const gm_cuda *t, uintptr_t fn, int attr, int value);
 CUresult gm_occupancy(const gm_cuda *t, uintptr_t fn, int block, size_t smem, unsigned int flags, int *n);
 CUresult gm_occupancy_smem(const gm_cuda *t, uintptr_t fn, int blocks, int block, size_t *smem);
+/* dims: grid x, y, z, block x, y, z, shared memory bytes. attrs: nattrs
+ * CUlaunchAttribute records (72 bytes each, proto.LaunchAttrSize), copied
+ * into an aligned array before use. which: 0 max active clusters, 1 max
+ * potential cluster size. */
+CUresult gm_ctx_get_limit(const gm_cuda *t, int limit, size_t *value);
+CUresult gm_launch_ex(const gm_cuda *t, uintptr_t fn, const unsigned int *dims, uintptr_t s, const void *attrs,
+		      unsigned int nattrs, void *params, size_t nparams);
+CUresult gm_cluster_occupancy(const gm_cuda *t, int which, uintptr_t fn, const unsigned int *dims, uintptr_t s,
+			      const void *attrs, unsigned int nattrs, int *n);
 
 #endif

@@ -609,6 +609,18 @@ func TestFakeOptionalSymbols(t *testing.T) {
 		want(t, "OccupancyMaxActiveBlocks", r, proto.ErrNotSupported)
 		_, r = b.OccupancyAvailableDynamicSMem(fn, 1, 128)
 		want(t, "OccupancyAvailableDynamicSMem", r, proto.ErrNotSupported)
+		// Nor those cuBLAS added (cluster launches, limits).
+		one := [3]uint32{1, 1, 1}
+		cluster := []proto.LaunchAttr{{ID: proto.LaunchAttrClusterDimension}}
+		want(t, "LaunchKernelEx", b.LaunchKernelEx(fn, one, one, 0, 0, cluster, make([]byte, 16)), proto.ErrNotSupported)
+		_, r = b.OccupancyMaxActiveClusters(fn, one, one, 0, 0, cluster)
+		want(t, "OccupancyMaxActiveClusters", r, proto.ErrNotSupported)
+		_, r = b.OccupancyMaxPotentialClusterSize(fn, one, one, 0, 0, nil)
+		want(t, "OccupancyMaxPotentialClusterSize", r, proto.ErrNotSupported)
+		_, r = b.CtxGetLimit(0)
+		want(t, "CtxGetLimit", r, proto.ErrNotSupported)
+		_, r = b.OccupancyMaxActiveClusters(fn, one, one, 0, 0, make([]proto.LaunchAttr, proto.MaxLaunchAttrs+1))
+		want(t, "OccupancyMaxActiveClusters with too many attributes", r, proto.ErrInvalidValue)
 		ok(t, "CtxDestroy", b.CtxDestroy(ctx))
 	})
 }

@@ -436,7 +436,10 @@ type Launch struct {
 	SharedMem   uint32
 	Stream      uintptr
 	Params      []byte
-	Result      proto.Result
+	// Attrs are a cuLaunchKernelEx's launch attributes (nil for
+	// cuLaunchKernel).
+	Attrs  []proto.LaunchAttr
+	Result proto.Result
 }
 
 // Launches returns the launches so far, oldest first.
@@ -451,6 +454,19 @@ const maxLaunches = 4096
 
 // LaunchKernel runs (or records) a kernel of the current context.
 func (b *Backend) LaunchKernel(fn uintptr, grid, block [3]uint32, sharedMem uint32, stream uintptr, params []byte) proto.Result {
+	return b.launch(fn, grid, block, sharedMem, stream, nil, params)
+}
+
+// LaunchKernelEx is LaunchKernel with launch attributes, checked as
+// checkLaunchAttrs does.
+func (b *Backend) LaunchKernelEx(fn uintptr, grid, block [3]uint32, sharedMem uint32, stream uintptr, attrs []proto.LaunchAttr, params []byte) proto.Result {
+	if attrs == nil {
+		attrs = []proto.LaunchAttr{}
+	}
+	return b.launch(fn, grid, block, sharedMem, stream, attrs, params)
+}
+
+func (b *Backend) launch(fn uintptr, grid, block [3]uint32, sharedMem uint32, stream uintptr, attrs []proto.LaunchAttr, params []byte) proto.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	f, c, r := b.function(fn)
@@ -471,15 +487,122 @@ func (b *Backend) LaunchKernel(fn uintptr, grid, block [3]uint32, sharedMem uint
 	if uint64(len(params)) != packedSize(f.def.params) {
 		return proto.ErrInvalidValue
 	}
+	if _, r := b.checkLaunchAttrs(grid, attrs); r != proto.Success {
+		return r
+	}
 	r = b.run(c, f.def, params)
 	if len(b.launches) == maxLaunches {
 		b.launches = append(b.launches[:0], b.launches[1:]...)
 	}
 	b.launches = append(b.launches, Launch{
 		Kernel: f.def.name, Ctx: c.id, Grid: grid, Block: block, SharedMem: sharedMem,
-		Stream: stream, Params: append([]byte(nil), params...), Result: r,
+		Stream: stream, Params: append([]byte(nil), params...), Attrs: attrs, Result: r,
 	})
 	return r
+}
+
+// maxClusterSize is CUDA's portable cluster size limit.
+const maxClusterSize = 8
+
+// checkLaunchAttrs checks launch attributes as an H200 would and returns
+// the cluster size they ask for (1 without a cluster dimension): a cluster
+// dimension must divide the grid and hold at most maxClusterSize blocks;
+// cooperative and programmatic serialization are 0 or 1, a scheduling
+// policy 0 to 2, a memory sync domain 0 or 1; an event must be one of the
+// current context's. Any other attribute is CUDA_ERROR_INVALID_VALUE (the
+// server passes on no other). The caller holds mu.
+func (b *Backend) checkLaunchAttrs(grid [3]uint32, attrs []proto.LaunchAttr) (uint32, proto.Result) {
+	size := uint32(1)
+	for i := range attrs {
+		a := &attrs[i]
+		switch a.ID {
+		case proto.LaunchAttrClusterDimension:
+			d := a.ClusterDim()
+			n := uint64(1)
+			for j := range 3 {
+				if d[j] == 0 || grid[j]%d[j] != 0 {
+					return 0, proto.ErrInvalidValue
+				}
+				n *= uint64(d[j])
+			}
+			if n > maxClusterSize {
+				return 0, proto.ErrInvalidValue
+			}
+			size = uint32(n)
+		case proto.LaunchAttrCooperative, proto.LaunchAttrProgrammaticStreamSerialization, proto.LaunchAttrMemSyncDomain:
+			if a.U32(0) > 1 {
+				return 0, proto.ErrInvalidValue
+			}
+		case proto.LaunchAttrClusterSchedulingPolicy:
+			if a.U32(0) > 2 {
+				return 0, proto.ErrInvalidValue
+			}
+		case proto.LaunchAttrPriority, proto.LaunchAttrMemSyncDomainMap, proto.LaunchAttrPreferredSharedMemoryCarveout:
+		case proto.LaunchAttrProgrammaticEvent, proto.LaunchAttrLaunchCompletionEvent:
+			if _, _, r := b.ownEvent(uintptr(a.U64())); r != proto.Success {
+				return 0, r
+			}
+		default:
+			return 0, proto.ErrInvalidValue
+		}
+	}
+	return size, proto.Success
+}
+
+// fakeSMs is an H200's multiprocessor count (attrs.go).
+const fakeSMs = 132
+
+// OccupancyMaxActiveClusters is the multiprocessors' blocks (as
+// OccupancyMaxActiveBlocks counts them per multiprocessor) over the cluster
+// size the attributes ask for; 0 when a block cannot fit.
+func (b *Backend) OccupancyMaxActiveClusters(fn uintptr, grid, block [3]uint32, sharedMem uint32, stream uintptr, attrs []proto.LaunchAttr) (int32, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, c, r := b.function(fn)
+	if r != proto.Success {
+		return 0, r
+	}
+	if r := b.checkStream(c, stream); r != proto.Success {
+		return 0, r
+	}
+	size, r := b.checkLaunchAttrs(grid, attrs)
+	if r != proto.Success {
+		return 0, r
+	}
+	threads := uint64(block[0]) * uint64(block[1]) * uint64(block[2])
+	if threads == 0 {
+		return 0, proto.ErrInvalidValue
+	}
+	if threads > 1024 || sharedMem > maxDynamicSharedLimit {
+		return 0, proto.Success
+	}
+	perSM := min(2048/int32(threads), 32)
+	return fakeSMs / int32(size) * perSM, proto.Success
+}
+
+// OccupancyMaxPotentialClusterSize is the portable limit, 8, for a block
+// that fits (0 otherwise).
+func (b *Backend) OccupancyMaxPotentialClusterSize(fn uintptr, grid, block [3]uint32, sharedMem uint32, stream uintptr, attrs []proto.LaunchAttr) (int32, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, c, r := b.function(fn)
+	if r != proto.Success {
+		return 0, r
+	}
+	if r := b.checkStream(c, stream); r != proto.Success {
+		return 0, r
+	}
+	if _, r := b.checkLaunchAttrs(grid, attrs); r != proto.Success {
+		return 0, r
+	}
+	threads := uint64(block[0]) * uint64(block[1]) * uint64(block[2])
+	if threads == 0 {
+		return 0, proto.ErrInvalidValue
+	}
+	if threads > 1024 || sharedMem > maxDynamicSharedLimit {
+		return 0, proto.Success
+	}
+	return maxClusterSize, proto.Success
 }
 
 // run executes the kernels with behaviour; the caller holds mu.
@@ -535,4 +658,25 @@ func (b *Backend) run(c *context, k kernelDef, params []byte) proto.Result {
 		}
 	}
 	return proto.Success
+}
+
+// Limits are an H200's defaults by CUlimit: stack size, printf FIFO,
+// malloc heap, device runtime sync depth, pending launches, L2 fetch
+// granularity, persisting L2 cache size.
+var Limits = map[uint32]uint64{0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 64, 6: 0}
+
+// CtxGetLimit answers from Limits for the current context; another limit
+// is CUDA_ERROR_INVALID_VALUE (CUDA's CUDA_ERROR_UNSUPPORTED_LIMIT is
+// 215).
+func (b *Backend) CtxGetLimit(limit uint32) (uint64, proto.Result) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, r := b.cur(); r != proto.Success {
+		return 0, r
+	}
+	v, ok := Limits[limit]
+	if !ok {
+		return 0, proto.ErrInvalidValue
+	}
+	return v, proto.Success
 }

@@ -64,16 +64,20 @@ static CUresult gm_cudart_module1(CUmodule *mod, const void *fatbin)
 static CUresult gm_cudart_module6(CUmodule *mod, const void *fatbin, void *a3, void *a4, unsigned a5)
 {
 	(void)a5;
-	if (a3 != NULL || a4 != NULL)
+	if (a3 != NULL || a4 != NULL) {
+		gm_debug_local("CUDART_INTERFACE slot 6 with host-variable tables", CUDA_ERROR_NOT_SUPPORTED);
 		return CUDA_ERROR_NOT_SUPPORTED;
+	}
 	return gm_load_wrapper(mod, fatbin);
 }
 
 /* slot 8: (fatbin header, CUmodule *, ...). */
 static CUresult gm_cudart_module8(const void *fatbin, CUmodule *mod, void *a3, void *a4, unsigned a5)
 {
-	if (a3 != NULL || a4 != NULL || a5 != 0)
+	if (a3 != NULL || a4 != NULL || a5 != 0) {
+		gm_debug_local("CUDART_INTERFACE slot 8 with host-variable tables", CUDA_ERROR_NOT_SUPPORTED);
 		return CUDA_ERROR_NOT_SUPPORTED;
+	}
 	return gm_load_wrapper(mod, fatbin);
 }
 
@@ -453,6 +457,11 @@ static CUresult gm_lib_module(struct CUlib_st *l, CUmodule *mod)
 	return r;
 }
 
+/* gm_more.c: the calls whose outputs are optional. */
+GM_EXPORT CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
+GM_EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
+					      size_t *paramSize);
+
 GM_EXPORT CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
 					     void **jitOptionsValues, unsigned int numJitOptions,
 					     CUlibraryOption *libraryOptions, void **libraryOptionValues,
@@ -464,8 +473,10 @@ GM_EXPORT CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *cod
 		return CUDA_ERROR_INVALID_VALUE;
 	*library = NULL;
 	size_t n = gm_image_size(code);
-	if (n == 0)
+	if (n == 0) {
+		gm_debug_local("cuLibraryLoadData", CUDA_ERROR_INVALID_IMAGE);
 		return CUDA_ERROR_INVALID_IMAGE;
+	}
 	struct CUlib_st *l = calloc(1, sizeof *l);
 	void *img = malloc(n);
 	if (l == NULL || img == NULL) {
@@ -527,7 +538,7 @@ GM_EXPORT CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, 
 	CUresult r = gm_lib_module(l, &mod);
 	if (r != CUDA_SUCCESS)
 		return r;
-	return gm_rpc_cuModuleGetGlobal_v2(dptr, bytes, mod, name);
+	return cuModuleGetGlobal_v2(dptr, bytes, mod, name);
 }
 
 GM_EXPORT CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
@@ -549,7 +560,7 @@ GM_EXPORT CUresult CUDAAPI cuKernelGetAttribute(int *pi, CUfunction_attribute at
 GM_EXPORT CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset,
 						size_t *paramSize)
 {
-	return gm_rpc_cuFuncGetParamInfo((CUfunction)kernel, paramIndex, paramOffset, paramSize);
+	return cuFuncGetParamInfo((CUfunction)kernel, paramIndex, paramOffset, paramSize);
 }
 
 /* Every library is loaded whole when first used in a context. */

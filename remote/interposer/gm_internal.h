@@ -24,8 +24,15 @@ void gm_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * it), 0 after: for messages logged once. */
 int gm_first(unsigned char *once);
 
-/* gm_debug: GPUMUX_REMOTE_DEBUG asks for a log line per failing call. */
+/* gm_debug: GPUMUX_REMOTE_DEBUG asks for a log line per failing call (1,
+ * any non-empty value) or per call (2); 0 when unset. gm_debug_local logs a
+ * call answered in the client that fails, at level 1 and up. */
 int gm_debug(void);
+#define gm_debug_local(name, r)                                                   \
+	do {                                                                      \
+		if (gm_debug())                                                   \
+			gm_log("debug: %s (answered here) returned %d", name, (int)(r)); \
+	} while (0)
 
 /* gm_not_supported logs name once (through *once) and returns
  * CUDA_ERROR_NOT_SUPPORTED: the body of every unsupported entry point. */
@@ -83,7 +90,10 @@ CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
 	X(cuMemcpy)                                          \
 	X(cuMemcpyAsync)                                     \
 	X(cuMemcpy_ptds)                                     \
-	X(cuMemcpyAsync_ptsz)
+	X(cuMemcpyAsync_ptsz)                                \
+	X(cuModuleGetGlobal_v2)                              \
+	X(cuFuncGetParamInfo)                                \
+	X(cuCtxGetLimit)
 
 /* Fork handlers of gm_more.c (its host allocation table's lock). */
 void gm_more_atfork_prepare(void);

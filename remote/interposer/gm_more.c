@@ -177,10 +177,14 @@ GM_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned i
 	    (Flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED)))
 		return CUDA_ERROR_INVALID_VALUE;
 	/* Mapped memory would need a device address for host memory. */
-	if (Flags & CU_MEMHOSTALLOC_DEVICEMAP)
+	if (Flags & CU_MEMHOSTALLOC_DEVICEMAP) {
+		gm_debug_local("cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP)", CUDA_ERROR_NOT_SUPPORTED);
 		return CUDA_ERROR_NOT_SUPPORTED;
-	if (gm_current_ctx() == 0)
+	}
+	if (gm_current_ctx() == 0) {
+		gm_debug_local("cuMemHostAlloc", CUDA_ERROR_INVALID_CONTEXT);
 		return CUDA_ERROR_INVALID_CONTEXT;
+	}
 	void *p = NULL;
 	if (posix_memalign(&p, 4096, bytesize) != 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -298,4 +302,42 @@ GM_EXPORT CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_
 GM_EXPORT CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
 	return gm_memcpy(dst, src, ByteCount, GM_PTSZ(hStream), 1);
+}
+
+/* ---- optional outputs ----
+ * CUDA ignores a NULL output of these calls (cuBLAS asks for a global's
+ * address without its size); the wire stubs want both. */
+
+GM_EXPORT CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
+{
+	CUdeviceptr p = 0;
+	size_t n = 0;
+	CUresult r = gm_rpc_cuModuleGetGlobal_v2(&p, &n, hmod, name);
+	if (r == CUDA_SUCCESS) {
+		if (dptr != NULL)
+			*dptr = p;
+		if (bytes != NULL)
+			*bytes = n;
+	}
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
+					      size_t *paramSize)
+{
+	size_t off = 0, size = 0;
+	CUresult r = gm_rpc_cuFuncGetParamInfo(func, paramIndex, &off, &size);
+	if (r == CUDA_SUCCESS) {
+		if (paramOffset != NULL)
+			*paramOffset = off;
+		if (paramSize != NULL)
+			*paramSize = size;
+	}
+	return r;
+}
+
+/* cuCtxGetLimit: the server's answer for the current context. */
+GM_EXPORT CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+	return gm_rpc_cuCtxGetLimit(pvalue, (unsigned int)limit);
 }

@@ -104,9 +104,16 @@ int gm_debug(void)
 	static int v = -1;
 	if (v < 0) {
 		const char *s = getenv("GPUMUX_REMOTE_DEBUG");
-		v = s != NULL && *s != 0;
+		v = s == NULL || *s == 0 ? 0 : strcmp(s, "2") == 0 ? 2 : 1;
 	}
 	return v;
+}
+
+CUresult gm_refuse(const char *call, const char *arg, CUresult r)
+{
+	if (gm_debug())
+		gm_log("debug: %s refused here: argument %s (%d)", call, arg, (int)r);
+	return r;
 }
 
 int gm_first(unsigned char *once)
@@ -901,9 +908,9 @@ CUresult gm_call(gm_msg *m)
 	case 0:
 		break;
 	case GM_BAD_NOMEM:
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		return gm_refuse(gm_op_name(m->op), "(out of host memory)", CUDA_ERROR_OUT_OF_MEMORY);
 	default:
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse(gm_op_name(m->op), "(over the protocol's limits)", CUDA_ERROR_INVALID_VALUE);
 	}
 	if ((m->flags & GM_ASYNC) && m->out != NULL)
 		return CUDA_ERROR_INVALID_VALUE; /* an async call has no outputs */
@@ -927,7 +934,7 @@ CUresult gm_call(gm_msg *m)
 			gm_cache_put_locked(m->op, key, klen, m);
 	}
 	pthread_mutex_unlock(&gm_mu);
-	if (r != CUDA_SUCCESS && gm_debug())
+	if ((r != CUDA_SUCCESS && gm_debug()) || gm_debug() > 1)
 		gm_log("debug: %s returned %d", gm_op_name(m->op), (int)r);
 	return r;
 }

@@ -88,4 +88,8 @@ const void *gm_image_data(const void *image);
 /* The calling thread's current context handle, sent with every frame. */
 uint64_t gm_current_ctx(void);
 
+/* gm_refuse returns r for an argument refused without a round trip, logging
+ * it at debug level (GPUMUX_REMOTE_DEBUG). */
+CUresult gm_refuse(const char *call, const char *arg, CUresult r);
+
 #endif

@@ -293,13 +293,26 @@ static CUresult gm_layout_query(CUfunction f, struct gm_layout **out)
 	return CUDA_SUCCESS;
 }
 
-GM_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-					  unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
-					  unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
-					  void **kernelParams, void **extra)
+/* A launch's packed parameters: kernelParams packed by the function's
+ * layout, or extra's buffer as it is. */
+struct gm_params {
+	const void *buf;
+	size_t len;
+	unsigned char *owned; /* malloc'd, or NULL */
+	unsigned char small[4096];
+};
+
+static void gm_params_free(struct gm_params *p)
 {
-	if (f == NULL)
-		return CUDA_ERROR_INVALID_HANDLE;
+	free(p->owned);
+	p->owned = NULL;
+}
+
+static CUresult gm_params_pack(struct gm_params *p, CUfunction f, void **kernelParams, void **extra)
+{
+	p->buf = NULL;
+	p->len = 0;
+	p->owned = NULL;
 	if (kernelParams != NULL && extra != NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 
@@ -320,8 +333,9 @@ GM_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, u
 		}
 		if (psize == NULL || (buf == NULL && *psize != 0) || *psize > GM_MAX_BLOB)
 			return CUDA_ERROR_INVALID_VALUE;
-		return gm_rpc_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
-					     sharedMemBytes, hStream, buf, *psize);
+		p->buf = buf;
+		p->len = *psize;
+		return CUDA_SUCCESS;
 	}
 
 	struct gm_layout *l;
@@ -330,10 +344,9 @@ GM_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, u
 		return r;
 	if (l->n > 0 && kernelParams == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	unsigned char small[4096];
-	unsigned char *buf = small;
-	if (l->total > sizeof small) {
-		buf = malloc(l->total);
+	unsigned char *buf = p->small;
+	if (l->total > sizeof p->small) {
+		buf = p->owned = malloc(l->total);
 		if (buf == NULL)
 			return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -342,17 +355,124 @@ GM_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, u
 		if (l->size[i] == 0)
 			continue;
 		if (kernelParams[i] == NULL) {
-			r = CUDA_ERROR_INVALID_VALUE;
-			break;
+			gm_params_free(p);
+			return CUDA_ERROR_INVALID_VALUE;
 		}
 		memcpy(buf + l->off[i], kernelParams[i], l->size[i]);
 	}
-	if (r == CUDA_SUCCESS)
-		r = gm_rpc_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
-					  sharedMemBytes, hStream, buf, l->total);
-	if (buf != small)
-		free(buf);
+	p->buf = buf;
+	p->len = l->total;
+	return CUDA_SUCCESS;
+}
+
+GM_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+					  unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+					  unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+					  void **kernelParams, void **extra)
+{
+	if (f == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct gm_params p;
+	CUresult r = gm_params_pack(&p, f, kernelParams, extra);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = gm_rpc_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+				  hStream, p.buf, p.len);
+	gm_params_free(&p);
 	return r;
+}
+
+/* ---- launches with a CUlaunchConfig ---- */
+
+/* A configuration's attributes as the wire carries them: records of
+ * CUlaunchAttribute's own layout (id, 4 zero bytes, the 64-byte value;
+ * proto.LaunchAttrSize), at most GM_MAX_LAUNCH_ATTRS. The server checks
+ * them against its allow-list and maps event handles. */
+#define GM_MAX_LAUNCH_ATTRS 32
+#define GM_LAUNCH_ATTR_SIZE 72
+
+struct gm_attrs {
+	unsigned char buf[GM_MAX_LAUNCH_ATTRS * GM_LAUNCH_ATTR_SIZE];
+	size_t len;
+};
+
+static CUresult gm_attrs_pack(struct gm_attrs *a, const CUlaunchConfig *config)
+{
+	_Static_assert(sizeof(CUlaunchAttribute) == GM_LAUNCH_ATTR_SIZE, "CUlaunchAttribute is 72 bytes");
+	_Static_assert(sizeof(CUlaunchAttributeValue) == 64, "CUlaunchAttributeValue is 64 bytes");
+	a->len = 0;
+	if (config->numAttrs > GM_MAX_LAUNCH_ATTRS) {
+		gm_log("a launch configuration with %u attributes (gpumux forwards at most %d)", config->numAttrs,
+		       GM_MAX_LAUNCH_ATTRS);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (config->numAttrs > 0 && config->attrs == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned int i = 0; i < config->numAttrs; i++) {
+		unsigned char *rec = a->buf + a->len;
+		uint32_t id = (uint32_t)config->attrs[i].id;
+		memcpy(rec, &id, 4);
+		memset(rec + 4, 0, 4);
+		memcpy(rec + 8, &config->attrs[i].value, 64);
+		a->len += GM_LAUNCH_ATTR_SIZE;
+	}
+	return CUDA_SUCCESS;
+}
+
+GM_EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+					    void **extra)
+{
+	if (config == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (f == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct gm_attrs a;
+	CUresult r = gm_attrs_pack(&a, config);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct gm_params p;
+	r = gm_params_pack(&p, f, kernelParams, extra);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = gm_rpc_cuLaunchKernelEx(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+				    config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream, a.buf,
+				    a.len, p.buf, p.len);
+	gm_params_free(&p);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func,
+							const CUlaunchConfig *config)
+{
+	if (numClusters == NULL || config == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (func == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct gm_attrs a;
+	CUresult r = gm_attrs_pack(&a, config);
+	if (r != CUDA_SUCCESS)
+		return r;
+	return gm_rpc_cuOccupancyMaxActiveClusters(numClusters, func, config->gridDimX, config->gridDimY,
+						   config->gridDimZ, config->blockDimX, config->blockDimY,
+						   config->blockDimZ, config->sharedMemBytes, config->hStream, a.buf,
+						   a.len);
+}
+
+GM_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func,
+							      const CUlaunchConfig *config)
+{
+	if (clusterSize == NULL || config == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (func == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct gm_attrs a;
+	CUresult r = gm_attrs_pack(&a, config);
+	if (r != CUDA_SUCCESS)
+		return r;
+	return gm_rpc_cuOccupancyMaxPotentialClusterSize(clusterSize, func, config->gridDimX, config->gridDimY,
+							 config->gridDimZ, config->blockDimX, config->blockDimY,
+							 config->blockDimZ, config->sharedMemBytes, config->hStream,
+							 a.buf, a.len);
 }
 
 /* ---- modules ---- */
@@ -892,6 +1012,16 @@ GM_EXPORT CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDi
 			      GM_PTSZ(hStream), kernelParams, extra);
 }
 
+GM_EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+						 void **extra)
+{
+	if (config == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUlaunchConfig c = *config;
+	c.hStream = GM_PTSZ(c.hStream);
+	return cuLaunchKernelEx(&c, f, kernelParams, extra);
+}
+
 /* ---- cuGetProcAddress ---- */
 
 GM_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
@@ -956,6 +1086,10 @@ static const gm_proc gm_manual_procs[] = {
 	GM_PROC(cuStreamSynchronize_ptsz)
 	GM_PROC(cuEventRecord_ptsz)
 	GM_PROC(cuLaunchKernel_ptsz)
+	GM_PROC(cuLaunchKernelEx)
+	GM_PROC(cuLaunchKernelEx_ptsz)
+	GM_PROC(cuOccupancyMaxActiveClusters)
+	GM_PROC(cuOccupancyMaxPotentialClusterSize)
 	GM_MORE_PROCS(GM_PROC)
 };
 
@@ -1026,6 +1160,10 @@ static const struct {
 	{"cuMemHostGetFlags", 2030},
 	{"cuMemcpy", 4000},
 	{"cuMemcpyAsync", 4000},
+	{"cuLaunchKernelEx", 11060},
+	{"cuCtxGetLimit", 3010},
+	{"cuOccupancyMaxActiveClusters", 11070},
+	{"cuOccupancyMaxPotentialClusterSize", 11070},
 };
 
 static int gm_proc_version(const char *name)

@@ -47,6 +47,8 @@ const char *gm_op_name(int op)
 		return "cuCtxGetDevice";
 	case 29:
 		return "cuCtxGetStreamPriorityRange";
+	case 30:
+		return "cuCtxGetLimit";
 	case 40:
 		return "cuMemAlloc_v2";
 	case 41:
@@ -95,6 +97,12 @@ const char *gm_op_name(int op)
 		return "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags";
 	case 69:
 		return "cuOccupancyAvailableDynamicSMemPerBlock";
+	case 70:
+		return "cuOccupancyMaxActiveClusters";
+	case 71:
+		return "cuLaunchKernelEx";
+	case 72:
+		return "cuOccupancyMaxPotentialClusterSize";
 	case 80:
 		return "cuStreamCreate";
 	case 81:
@@ -152,7 +160,7 @@ CUresult gm_rpc_cuDriverGetVersion(int *driverVersion)
 	gm_msg q;
 	CUresult r;
 	if (driverVersion == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuDriverGetVersion", "driverVersion", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuDriverGetVersion, GM_SYNC | GM_CACHE);
 	r = gm_call(&q);
 	if (r == CUDA_SUCCESS) {
@@ -173,7 +181,7 @@ CUresult gm_rpc_cuDeviceGetCount(int *count)
 	gm_msg q;
 	CUresult r;
 	if (count == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuDeviceGetCount", "count", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuDeviceGetCount, GM_SYNC | GM_CACHE);
 	r = gm_call(&q);
 	if (r == CUDA_SUCCESS) {
@@ -194,7 +202,7 @@ CUresult gm_rpc_cuDeviceGet(CUdevice *device, int ordinal)
 	gm_msg q;
 	CUresult r;
 	if (device == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuDeviceGet", "device", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuDeviceGet, GM_SYNC | GM_CACHE);
 	gm_put_u32(&q, (uint32_t)ordinal);
 	r = gm_call(&q);
@@ -216,7 +224,7 @@ CUresult gm_rpc_cuDeviceGetName(char *name, int len, CUdevice dev)
 	gm_msg q;
 	CUresult r;
 	if (name == NULL || len <= 0)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuDeviceGetName", "name", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuDeviceGetName, GM_SYNC | GM_CACHE);
 	gm_put_u32(&q, (uint32_t)len);
 	gm_put_u32(&q, (uint32_t)dev);
@@ -239,7 +247,7 @@ CUresult gm_rpc_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 	gm_msg q;
 	CUresult r;
 	if (bytes == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuDeviceTotalMem_v2", "bytes", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuDeviceTotalMem_v2, GM_SYNC | GM_CACHE);
 	gm_put_u32(&q, (uint32_t)dev);
 	r = gm_call(&q);
@@ -261,7 +269,7 @@ CUresult gm_rpc_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevic
 	gm_msg q;
 	CUresult r;
 	if (pi == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuDeviceGetAttribute", "pi", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuDeviceGetAttribute, GM_SYNC | GM_CACHE);
 	gm_put_u32(&q, (uint32_t)attrib);
 	gm_put_u32(&q, (uint32_t)dev);
@@ -284,7 +292,7 @@ CUresult gm_rpc_cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 	gm_msg q;
 	CUresult r;
 	if (uuid == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuDeviceGetUuid", "uuid", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuDeviceGetUuid, GM_SYNC | GM_CACHE);
 	gm_put_u32(&q, (uint32_t)dev);
 	r = gm_call(&q);
@@ -306,7 +314,7 @@ CUresult gm_rpc_cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 	gm_msg q;
 	CUresult r;
 	if (uuid == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuDeviceGetUuid_v2", "uuid", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuDeviceGetUuid_v2, GM_SYNC | GM_CACHE);
 	gm_put_u32(&q, (uint32_t)dev);
 	r = gm_call(&q);
@@ -328,7 +336,7 @@ CUresult gm_rpc_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	gm_msg q;
 	CUresult r;
 	if (pctx == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuDevicePrimaryCtxRetain", "pctx", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuDevicePrimaryCtxRetain, GM_SYNC);
 	gm_put_u32(&q, (uint32_t)dev);
 	r = gm_call(&q);
@@ -366,9 +374,9 @@ CUresult gm_rpc_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, in
 	gm_msg q;
 	CUresult r;
 	if (flags == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuDevicePrimaryCtxGetState", "flags", CUDA_ERROR_INVALID_VALUE);
 	if (active == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuDevicePrimaryCtxGetState", "active", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuDevicePrimaryCtxGetState, GM_SYNC);
 	gm_put_u32(&q, (uint32_t)dev);
 	r = gm_call(&q);
@@ -424,7 +432,7 @@ CUresult gm_rpc_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev
 	gm_msg q;
 	CUresult r;
 	if (pctx == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuCtxCreate_v2", "pctx", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuCtxCreate_v2, GM_SYNC);
 	gm_put_u32(&q, (uint32_t)flags);
 	gm_put_u32(&q, (uint32_t)dev);
@@ -468,7 +476,7 @@ CUresult gm_rpc_cuCtxGetDevice(CUdevice *device)
 	gm_msg q;
 	CUresult r;
 	if (device == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuCtxGetDevice", "device", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuCtxGetDevice, GM_SYNC);
 	r = gm_call(&q);
 	if (r == CUDA_SUCCESS) {
@@ -489,9 +497,9 @@ CUresult gm_rpc_cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPri
 	gm_msg q;
 	CUresult r;
 	if (leastPriority == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuCtxGetStreamPriorityRange", "leastPriority", CUDA_ERROR_INVALID_VALUE);
 	if (greatestPriority == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuCtxGetStreamPriorityRange", "greatestPriority", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuCtxGetStreamPriorityRange, GM_SYNC);
 	r = gm_call(&q);
 	if (r == CUDA_SUCCESS) {
@@ -508,12 +516,29 @@ GM_EXPORT CUresult CUDAAPI cuCtxGetStreamPriorityRange(int *leastPriority, int *
 	return gm_rpc_cuCtxGetStreamPriorityRange(leastPriority, greatestPriority);
 }
 
+CUresult gm_rpc_cuCtxGetLimit(size_t *pvalue, unsigned int limit)
+{
+	gm_msg q;
+	CUresult r;
+	if (pvalue == NULL)
+		return gm_refuse("cuCtxGetLimit", "pvalue", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuCtxGetLimit, GM_SYNC);
+	gm_put_u32(&q, (uint32_t)limit);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*pvalue = (size_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
 CUresult gm_rpc_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
 	gm_msg q;
 	CUresult r;
 	if (dptr == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuMemAlloc_v2", "dptr", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuMemAlloc_v2, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)bytesize);
 	r = gm_call(&q);
@@ -551,9 +576,9 @@ CUresult gm_rpc_cuMemGetInfo_v2(size_t *free, size_t *total)
 	gm_msg q;
 	CUresult r;
 	if (free == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuMemGetInfo_v2", "free", CUDA_ERROR_INVALID_VALUE);
 	if (total == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuMemGetInfo_v2", "total", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuMemGetInfo_v2, GM_SYNC);
 	r = gm_call(&q);
 	if (r == CUDA_SUCCESS) {
@@ -575,7 +600,7 @@ CUresult gm_rpc_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size
 	gm_msg q;
 	CUresult r;
 	if (srcHost == NULL && ByteCount != 0)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuMemcpyHtoD_v2", "srcHost", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuMemcpyHtoD_v2, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)dstDevice);
 	gm_put_u64(&q, (uint64_t)ByteCount);
@@ -596,7 +621,7 @@ CUresult gm_rpc_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t Byt
 	gm_msg q;
 	CUresult r;
 	if (dstHost == NULL && ByteCount != 0)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuMemcpyDtoH_v2", "dstHost", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuMemcpyDtoH_v2, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)ByteCount);
 	gm_stream_out(&q, dstHost, (uint64_t)ByteCount);
@@ -635,7 +660,7 @@ CUresult gm_rpc_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost,
 	gm_msg q;
 	CUresult r;
 	if (srcHost == NULL && ByteCount != 0)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuMemcpyHtoDAsync_v2", "srcHost", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuMemcpyHtoDAsync_v2, GM_ASYNC);
 	gm_put_u64(&q, (uint64_t)dstDevice);
 	gm_put_u64(&q, (uint64_t)ByteCount);
@@ -657,7 +682,7 @@ CUresult gm_rpc_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_
 	gm_msg q;
 	CUresult r;
 	if (dstHost == NULL && ByteCount != 0)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuMemcpyDtoHAsync_v2", "dstHost", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuMemcpyDtoHAsync_v2, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)ByteCount);
 	gm_stream_out(&q, dstHost, (uint64_t)ByteCount);
@@ -772,9 +797,9 @@ CUresult gm_rpc_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdev
 	gm_msg q;
 	CUresult r;
 	if (pbase == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuMemGetAddressRange_v2", "pbase", CUDA_ERROR_INVALID_VALUE);
 	if (psize == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuMemGetAddressRange_v2", "psize", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuMemGetAddressRange_v2, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)dptr);
 	r = gm_call(&q);
@@ -797,10 +822,10 @@ CUresult gm_rpc_cuModuleLoadData(CUmodule *module, const void *image)
 	gm_msg q;
 	CUresult r;
 	if (module == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuModuleLoadData", "module", CUDA_ERROR_INVALID_VALUE);
 	size_t image_size = gm_image_size(image);
 	if (image_size == 0)
-		return CUDA_ERROR_INVALID_IMAGE;
+		return gm_refuse("cuModuleLoadData", "image", CUDA_ERROR_INVALID_IMAGE);
 	gm_msg_init(&q, GM_OP_cuModuleLoadData, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)image_size);
 	gm_stream_in(&q, gm_image_data(image), (uint64_t)image_size);
@@ -839,9 +864,9 @@ CUresult gm_rpc_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char
 	gm_msg q;
 	CUresult r;
 	if (hfunc == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuModuleGetFunction", "hfunc", CUDA_ERROR_INVALID_VALUE);
 	if (name == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuModuleGetFunction", "name", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuModuleGetFunction, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hmod);
 	gm_put_str(&q, name);
@@ -864,11 +889,11 @@ CUresult gm_rpc_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule 
 	gm_msg q;
 	CUresult r;
 	if (dptr == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuModuleGetGlobal_v2", "dptr", CUDA_ERROR_INVALID_VALUE);
 	if (bytes == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuModuleGetGlobal_v2", "bytes", CUDA_ERROR_INVALID_VALUE);
 	if (name == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuModuleGetGlobal_v2", "name", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuModuleGetGlobal_v2, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hmod);
 	gm_put_str(&q, name);
@@ -882,19 +907,14 @@ CUresult gm_rpc_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule 
 	return r;
 }
 
-GM_EXPORT CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
-{
-	return gm_rpc_cuModuleGetGlobal_v2(dptr, bytes, hmod, name);
-}
-
 CUresult gm_rpc_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
 	gm_msg q;
 	CUresult r;
 	if (paramOffset == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuFuncGetParamInfo", "paramOffset", CUDA_ERROR_INVALID_VALUE);
 	if (paramSize == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuFuncGetParamInfo", "paramSize", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuFuncGetParamInfo, GM_SYNC | GM_CACHE);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u64(&q, (uint64_t)paramIndex);
@@ -908,17 +928,12 @@ CUresult gm_rpc_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *p
 	return r;
 }
 
-GM_EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
-{
-	return gm_rpc_cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize);
-}
-
 CUresult gm_rpc_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
 	gm_msg q;
 	CUresult r;
 	if (pi == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuFuncGetAttribute", "pi", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuFuncGetAttribute, GM_SYNC);
 	gm_put_u32(&q, (uint32_t)attrib);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hfunc);
@@ -941,7 +956,7 @@ CUresult gm_rpc_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int
 	gm_msg q;
 	CUresult r;
 	if (params == NULL && params_len != 0)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuLaunchKernel", "params", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuLaunchKernel, GM_ASYNC);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)f);
 	gm_put_u32(&q, (uint32_t)gridDimX);
@@ -981,7 +996,7 @@ CUresult gm_rpc_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlo
 	gm_msg q;
 	CUresult r;
 	if (numBlocks == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "numBlocks", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u32(&q, (uint32_t)blockSize);
@@ -1006,7 +1021,7 @@ CUresult gm_rpc_cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize,
 	gm_msg q;
 	CUresult r;
 	if (dynamicSmemSize == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuOccupancyAvailableDynamicSMemPerBlock", "dynamicSmemSize", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuOccupancyAvailableDynamicSMemPerBlock, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u32(&q, (uint32_t)numBlocks);
@@ -1025,12 +1040,93 @@ GM_EXPORT CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynam
 	return gm_rpc_cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
 }
 
+CUresult gm_rpc_cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, const void *attrs, size_t attrs_len)
+{
+	gm_msg q;
+	CUresult r;
+	if (numClusters == NULL)
+		return gm_refuse("cuOccupancyMaxActiveClusters", "numClusters", CUDA_ERROR_INVALID_VALUE);
+	if (attrs == NULL && attrs_len != 0)
+		return gm_refuse("cuOccupancyMaxActiveClusters", "attrs", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuOccupancyMaxActiveClusters, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
+	gm_put_u32(&q, (uint32_t)gridDimX);
+	gm_put_u32(&q, (uint32_t)gridDimY);
+	gm_put_u32(&q, (uint32_t)gridDimZ);
+	gm_put_u32(&q, (uint32_t)blockDimX);
+	gm_put_u32(&q, (uint32_t)blockDimY);
+	gm_put_u32(&q, (uint32_t)blockDimZ);
+	gm_put_u32(&q, (uint32_t)sharedMemBytes);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	gm_put_bytes(&q, attrs, attrs_len);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*numClusters = (int)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuLaunchKernelEx(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, const void *attrs, size_t attrs_len, const void *params, size_t params_len)
+{
+	gm_msg q;
+	CUresult r;
+	if (attrs == NULL && attrs_len != 0)
+		return gm_refuse("cuLaunchKernelEx", "attrs", CUDA_ERROR_INVALID_VALUE);
+	if (params == NULL && params_len != 0)
+		return gm_refuse("cuLaunchKernelEx", "params", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuLaunchKernelEx, GM_ASYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)f);
+	gm_put_u32(&q, (uint32_t)gridDimX);
+	gm_put_u32(&q, (uint32_t)gridDimY);
+	gm_put_u32(&q, (uint32_t)gridDimZ);
+	gm_put_u32(&q, (uint32_t)blockDimX);
+	gm_put_u32(&q, (uint32_t)blockDimY);
+	gm_put_u32(&q, (uint32_t)blockDimZ);
+	gm_put_u32(&q, (uint32_t)sharedMemBytes);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	gm_put_bytes(&q, attrs, attrs_len);
+	gm_put_bytes(&q, params, params_len);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, const void *attrs, size_t attrs_len)
+{
+	gm_msg q;
+	CUresult r;
+	if (clusterSize == NULL)
+		return gm_refuse("cuOccupancyMaxPotentialClusterSize", "clusterSize", CUDA_ERROR_INVALID_VALUE);
+	if (attrs == NULL && attrs_len != 0)
+		return gm_refuse("cuOccupancyMaxPotentialClusterSize", "attrs", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuOccupancyMaxPotentialClusterSize, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
+	gm_put_u32(&q, (uint32_t)gridDimX);
+	gm_put_u32(&q, (uint32_t)gridDimY);
+	gm_put_u32(&q, (uint32_t)gridDimZ);
+	gm_put_u32(&q, (uint32_t)blockDimX);
+	gm_put_u32(&q, (uint32_t)blockDimY);
+	gm_put_u32(&q, (uint32_t)blockDimZ);
+	gm_put_u32(&q, (uint32_t)sharedMemBytes);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	gm_put_bytes(&q, attrs, attrs_len);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*clusterSize = (int)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
 CUresult gm_rpc_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
 	gm_msg q;
 	CUresult r;
 	if (phStream == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuStreamCreate", "phStream", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuStreamCreate, GM_SYNC);
 	gm_put_u32(&q, (uint32_t)Flags);
 	r = gm_call(&q);
@@ -1118,7 +1214,7 @@ CUresult gm_rpc_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 	gm_msg q;
 	CUresult r;
 	if (phEvent == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuEventCreate", "phEvent", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuEventCreate, GM_SYNC);
 	gm_put_u32(&q, (uint32_t)Flags);
 	r = gm_call(&q);
@@ -1205,7 +1301,7 @@ CUresult gm_rpc_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent
 	gm_msg q;
 	CUresult r;
 	if (pMilliseconds == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuEventElapsedTime", "pMilliseconds", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuEventElapsedTime, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hStart);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hEnd);
@@ -1228,7 +1324,7 @@ CUresult gm_rpc_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flag
 	gm_msg q;
 	CUresult r;
 	if (phStream == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuStreamCreateWithPriority", "phStream", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuStreamCreateWithPriority, GM_SYNC);
 	gm_put_u32(&q, (uint32_t)flags);
 	gm_put_u32(&q, (uint32_t)priority);
@@ -1251,7 +1347,7 @@ CUresult gm_rpc_cuStreamGetPriority(CUstream hStream, int *priority)
 	gm_msg q;
 	CUresult r;
 	if (priority == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuStreamGetPriority", "priority", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuStreamGetPriority, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
 	r = gm_call(&q);
@@ -1273,7 +1369,7 @@ CUresult gm_rpc_cuStreamGetFlags(CUstream hStream, unsigned int *flags)
 	gm_msg q;
 	CUresult r;
 	if (flags == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuStreamGetFlags", "flags", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuStreamGetFlags, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
 	r = gm_call(&q);
@@ -1295,7 +1391,7 @@ CUresult gm_rpc_cuStreamIsCapturing(CUstream hStream, int *captureStatus)
 	gm_msg q;
 	CUresult r;
 	if (captureStatus == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
+		return gm_refuse("cuStreamIsCapturing", "captureStatus", CUDA_ERROR_INVALID_VALUE);
 	gm_msg_init(&q, GM_OP_cuStreamIsCapturing, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
 	r = gm_call(&q);

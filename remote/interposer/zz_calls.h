@@ -25,6 +25,7 @@ enum gm_op {
 	GM_OP_cuCtxSynchronize = 27,
 	GM_OP_cuCtxGetDevice = 28,
 	GM_OP_cuCtxGetStreamPriorityRange = 29,
+	GM_OP_cuCtxGetLimit = 30,
 	GM_OP_cuMemAlloc_v2 = 40,
 	GM_OP_cuMemFree_v2 = 41,
 	GM_OP_cuMemGetInfo_v2 = 42,
@@ -49,6 +50,9 @@ enum gm_op {
 	GM_OP_cuFuncSetAttribute = 67,
 	GM_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = 68,
 	GM_OP_cuOccupancyAvailableDynamicSMemPerBlock = 69,
+	GM_OP_cuOccupancyMaxActiveClusters = 70,
+	GM_OP_cuLaunchKernelEx = 71,
+	GM_OP_cuOccupancyMaxPotentialClusterSize = 72,
 	GM_OP_cuStreamCreate = 80,
 	GM_OP_cuStreamDestroy_v2 = 81,
 	GM_OP_cuStreamSynchronize = 82,
@@ -87,6 +91,7 @@ CUresult gm_rpc_cuCtxDestroy_v2(CUcontext ctx);
 CUresult gm_rpc_cuCtxSynchronize(void);
 CUresult gm_rpc_cuCtxGetDevice(CUdevice *device);
 CUresult gm_rpc_cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority);
+CUresult gm_rpc_cuCtxGetLimit(size_t *pvalue, unsigned int limit);
 CUresult gm_rpc_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 CUresult gm_rpc_cuMemFree_v2(CUdeviceptr dptr);
 CUresult gm_rpc_cuMemGetInfo_v2(size_t *free, size_t *total);
@@ -111,6 +116,9 @@ CUresult gm_rpc_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int
 CUresult gm_rpc_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
 CUresult gm_rpc_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 CUresult gm_rpc_cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
+CUresult gm_rpc_cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, const void *attrs, size_t attrs_len);
+CUresult gm_rpc_cuLaunchKernelEx(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, const void *attrs, size_t attrs_len, const void *params, size_t params_len);
+CUresult gm_rpc_cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, const void *attrs, size_t attrs_len);
 CUresult gm_rpc_cuStreamCreate(CUstream *phStream, unsigned int Flags);
 CUresult gm_rpc_cuStreamDestroy_v2(CUstream hStream);
 CUresult gm_rpc_cuStreamSynchronize(CUstream hStream);
@@ -164,8 +172,6 @@ CUresult gm_rpc_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigne
 	X(cuModuleLoadData) \
 	X(cuModuleUnload) \
 	X(cuModuleGetFunction) \
-	X(cuModuleGetGlobal_v2) \
-	X(cuFuncGetParamInfo) \
 	X(cuFuncGetAttribute) \
 	X(cuFuncSetAttribute) \
 	X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) \

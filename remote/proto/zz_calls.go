@@ -25,6 +25,7 @@ const (
 	OpCtxSynchronize                                     Op = 27
 	OpCtxGetDevice                                       Op = 28
 	OpCtxGetStreamPriorityRange                          Op = 29
+	OpCtxGetLimit                                        Op = 30
 	OpMemAllocV2                                         Op = 40
 	OpMemFreeV2                                          Op = 41
 	OpMemGetInfoV2                                       Op = 42
@@ -49,6 +50,9 @@ const (
 	OpFuncSetAttribute                                   Op = 67
 	OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags Op = 68
 	OpOccupancyAvailableDynamicSMemPerBlock              Op = 69
+	OpOccupancyMaxActiveClusters                         Op = 70
+	OpLaunchKernelEx                                     Op = 71
+	OpOccupancyMaxPotentialClusterSize                   Op = 72
 	OpStreamCreate                                       Op = 80
 	OpStreamDestroyV2                                    Op = 81
 	OpStreamSynchronize                                  Op = 82
@@ -88,6 +92,7 @@ var Calls = map[Op]CallInfo{
 	OpCtxSynchronize:             {Name: "cuCtxSynchronize", Async: false, Cache: false},
 	OpCtxGetDevice:               {Name: "cuCtxGetDevice", Async: false, Cache: false},
 	OpCtxGetStreamPriorityRange:  {Name: "cuCtxGetStreamPriorityRange", Async: false, Cache: false},
+	OpCtxGetLimit:                {Name: "cuCtxGetLimit", Async: false, Cache: false},
 	OpMemAllocV2:                 {Name: "cuMemAlloc_v2", Async: false, Cache: false},
 	OpMemFreeV2:                  {Name: "cuMemFree_v2", Async: false, Cache: false},
 	OpMemGetInfoV2:               {Name: "cuMemGetInfo_v2", Async: false, Cache: false},
@@ -112,6 +117,9 @@ var Calls = map[Op]CallInfo{
 	OpFuncSetAttribute:           {Name: "cuFuncSetAttribute", Async: false, Cache: false},
 	OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags: {Name: "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", Async: false, Cache: false},
 	OpOccupancyAvailableDynamicSMemPerBlock:              {Name: "cuOccupancyAvailableDynamicSMemPerBlock", Async: false, Cache: false},
+	OpOccupancyMaxActiveClusters:                         {Name: "cuOccupancyMaxActiveClusters", Async: false, Cache: false},
+	OpLaunchKernelEx:                                     {Name: "cuLaunchKernelEx", Async: true, Cache: false},
+	OpOccupancyMaxPotentialClusterSize:                   {Name: "cuOccupancyMaxPotentialClusterSize", Async: false, Cache: false},
 	OpStreamCreate:                                       {Name: "cuStreamCreate", Async: false, Cache: false},
 	OpStreamDestroyV2:                                    {Name: "cuStreamDestroy_v2", Async: false, Cache: false},
 	OpStreamSynchronize:                                  {Name: "cuStreamSynchronize", Async: false, Cache: false},
@@ -152,6 +160,7 @@ type Handler interface {
 	CtxSynchronize(c *Call) Result
 	CtxGetDevice(c *Call) (device int32, r Result)
 	CtxGetStreamPriorityRange(c *Call) (leastPriority int32, greatestPriority int32, r Result)
+	CtxGetLimit(c *Call, limit uint32) (pvalue uint64, r Result)
 	MemAllocV2(c *Call, bytesize uint64) (dptr DevPtr, r Result)
 	MemFreeV2(c *Call, dptr DevPtr) Result
 	MemGetInfoV2(c *Call) (free uint64, total uint64, r Result)
@@ -176,6 +185,9 @@ type Handler interface {
 	FuncSetAttribute(c *Call, hfunc Handle, attrib int32, value int32) Result
 	OccupancyMaxActiveBlocksPerMultiprocessorWithFlags(c *Call, fn Handle, blockSize int32, dynamicSMemSize uint64, flags uint32) (numBlocks int32, r Result)
 	OccupancyAvailableDynamicSMemPerBlock(c *Call, fn Handle, numBlocks int32, blockSize int32) (dynamicSmemSize uint64, r Result)
+	OccupancyMaxActiveClusters(c *Call, fn Handle, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, hStream Handle, attrs []byte) (numClusters int32, r Result)
+	LaunchKernelEx(c *Call, f Handle, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, hStream Handle, attrs []byte, params []byte) Result
+	OccupancyMaxPotentialClusterSize(c *Call, fn Handle, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, hStream Handle, attrs []byte) (clusterSize int32, r Result)
 	StreamCreate(c *Call, flags uint32) (phStream Handle, r Result)
 	StreamDestroyV2(c *Call, hStream Handle) Result
 	StreamSynchronize(c *Call, hStream Handle) Result
@@ -442,6 +454,20 @@ func Dispatch(h Handler, c *Call, payload []byte) error {
 		if r == Success {
 			e.I32(leastPriority)
 			e.I32(greatestPriority)
+		}
+		return c.reply(r, &e)
+	case OpCtxGetLimit:
+		limit := d.U32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuCtxGetLimit: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		pvalue, r := h.CtxGetLimit(c, limit)
+		var e Encoder
+		if r == Success {
+			e.U64(pvalue)
 		}
 		return c.reply(r, &e)
 	case OpMemAllocV2:
@@ -796,6 +822,70 @@ func Dispatch(h Handler, c *Call, payload []byte) error {
 		var e Encoder
 		if r == Success {
 			e.U64(dynamicSmemSize)
+		}
+		return c.reply(r, &e)
+	case OpOccupancyMaxActiveClusters:
+		fn := Handle(d.U64())
+		gridDimX := d.U32()
+		gridDimY := d.U32()
+		gridDimZ := d.U32()
+		blockDimX := d.U32()
+		blockDimY := d.U32()
+		blockDimZ := d.U32()
+		sharedMemBytes := d.U32()
+		hStream := Handle(d.U64())
+		attrs := d.Bytes(MaxBlob)
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuOccupancyMaxActiveClusters: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		numClusters, r := h.OccupancyMaxActiveClusters(c, fn, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, attrs)
+		var e Encoder
+		if r == Success {
+			e.I32(numClusters)
+		}
+		return c.reply(r, &e)
+	case OpLaunchKernelEx:
+		f := Handle(d.U64())
+		gridDimX := d.U32()
+		gridDimY := d.U32()
+		gridDimZ := d.U32()
+		blockDimX := d.U32()
+		blockDimY := d.U32()
+		blockDimZ := d.U32()
+		sharedMemBytes := d.U32()
+		hStream := Handle(d.U64())
+		attrs := d.Bytes(MaxBlob)
+		params := d.Bytes(MaxBlob)
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuLaunchKernelEx: %w", err)
+		}
+		r := h.LaunchKernelEx(c, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, attrs, params)
+		c.deferResult(r)
+		return nil
+	case OpOccupancyMaxPotentialClusterSize:
+		fn := Handle(d.U64())
+		gridDimX := d.U32()
+		gridDimY := d.U32()
+		gridDimZ := d.U32()
+		blockDimX := d.U32()
+		blockDimY := d.U32()
+		blockDimZ := d.U32()
+		sharedMemBytes := d.U32()
+		hStream := Handle(d.U64())
+		attrs := d.Bytes(MaxBlob)
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuOccupancyMaxPotentialClusterSize: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		clusterSize, r := h.OccupancyMaxPotentialClusterSize(c, fn, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, attrs)
+		var e Encoder
+		if r == Success {
+			e.I32(clusterSize)
 		}
 		return c.reply(r, &e)
 	case OpStreamCreate:
@@ -1228,6 +1318,20 @@ func (cl *Client) CtxGetStreamPriorityRange(cur Handle) (leastPriority int32, gr
 	return
 }
 
+// CtxGetLimit forwards cuCtxGetLimit.
+func (cl *Client) CtxGetLimit(cur Handle, limit uint32) (pvalue uint64, r Result, err error) {
+	var e Encoder
+	e.U32(limit)
+	req := Request{Op: OpCtxGetLimit, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	pvalue = d.U64()
+	err = d.Finish()
+	return
+}
+
 // MemAllocV2 forwards cuMemAlloc_v2.
 func (cl *Client) MemAllocV2(cur Handle, bytesize uint64) (dptr DevPtr, r Result, err error) {
 	var e Encoder
@@ -1538,6 +1642,71 @@ func (cl *Client) OccupancyAvailableDynamicSMemPerBlock(cur Handle, fn Handle, n
 		return
 	}
 	dynamicSmemSize = d.U64()
+	err = d.Finish()
+	return
+}
+
+// OccupancyMaxActiveClusters forwards cuOccupancyMaxActiveClusters.
+func (cl *Client) OccupancyMaxActiveClusters(cur Handle, fn Handle, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, hStream Handle, attrs []byte) (numClusters int32, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(fn))
+	e.U32(gridDimX)
+	e.U32(gridDimY)
+	e.U32(gridDimZ)
+	e.U32(blockDimX)
+	e.U32(blockDimY)
+	e.U32(blockDimZ)
+	e.U32(sharedMemBytes)
+	e.U64(uint64(hStream))
+	e.Bytes(attrs)
+	req := Request{Op: OpOccupancyMaxActiveClusters, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	numClusters = d.I32()
+	err = d.Finish()
+	return
+}
+
+// LaunchKernelEx forwards cuLaunchKernelEx without waiting: its result comes with the next reply.
+func (cl *Client) LaunchKernelEx(cur Handle, f Handle, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, hStream Handle, attrs []byte, params []byte) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(f))
+	e.U32(gridDimX)
+	e.U32(gridDimY)
+	e.U32(gridDimZ)
+	e.U32(blockDimX)
+	e.U32(blockDimY)
+	e.U32(blockDimZ)
+	e.U32(sharedMemBytes)
+	e.U64(uint64(hStream))
+	e.Bytes(attrs)
+	e.Bytes(params)
+	req := Request{Op: OpLaunchKernelEx, Ctx: cur, Async: true, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// OccupancyMaxPotentialClusterSize forwards cuOccupancyMaxPotentialClusterSize.
+func (cl *Client) OccupancyMaxPotentialClusterSize(cur Handle, fn Handle, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, hStream Handle, attrs []byte) (clusterSize int32, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(fn))
+	e.U32(gridDimX)
+	e.U32(gridDimY)
+	e.U32(gridDimZ)
+	e.U32(blockDimX)
+	e.U32(blockDimY)
+	e.U32(blockDimZ)
+	e.U32(sharedMemBytes)
+	e.U64(uint64(hStream))
+	e.Bytes(attrs)
+	req := Request{Op: OpOccupancyMaxPotentialClusterSize, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	clusterSize = d.I32()
 	err = d.Finish()
 	return
 }

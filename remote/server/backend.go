@@ -79,4 +79,17 @@ type Backend interface {
 	FuncSetAttribute(fn uintptr, attr, value int32) proto.Result
 	OccupancyMaxActiveBlocks(fn uintptr, blockSize int32, dynamicSMem uint64, flags uint32) (int32, proto.Result)
 	OccupancyAvailableDynamicSMem(fn uintptr, numBlocks, blockSize int32) (uint64, proto.Result)
+
+	// Launches with a CUlaunchConfig. The server has checked the attributes
+	// (plain numbers from an allow-list; events already the backend's own).
+	//
+	// LaunchKernelEx is LaunchKernel with launch attributes.
+	LaunchKernelEx(fn uintptr, grid, block [3]uint32, sharedMem uint32, stream uintptr, attrs []proto.LaunchAttr, params []byte) proto.Result
+	// OccupancyMaxActiveClusters and OccupancyMaxPotentialClusterSize are
+	// the driver's answers for fn in the current context.
+	OccupancyMaxActiveClusters(fn uintptr, grid, block [3]uint32, sharedMem uint32, stream uintptr, attrs []proto.LaunchAttr) (int32, proto.Result)
+	OccupancyMaxPotentialClusterSize(fn uintptr, grid, block [3]uint32, sharedMem uint32, stream uintptr, attrs []proto.LaunchAttr) (int32, proto.Result)
+
+	// CtxGetLimit is cuCtxGetLimit in the current context.
+	CtxGetLimit(limit uint32) (uint64, proto.Result)
 }

@@ -633,27 +633,40 @@ func (s *session) FuncGetAttribute(c *proto.Call, attrib int32, h proto.Handle) 
 // LaunchKernel launches a function of the current context on one of its
 // streams, with a parameter buffer of exactly the kernel's packed size.
 func (s *session) LaunchKernel(c *proto.Call, h proto.Handle, gx, gy, gz, bx, by, bz, shared uint32, hs proto.Handle, params []byte) proto.Result {
-	ctx, r := s.current(c)
+	f, _, st, r := s.launchArgs(c, h, [3]uint32{gx, gy, gz}, [3]uint32{bx, by, bz}, hs, params)
 	if r != ok {
 		return r
+	}
+	return s.be.LaunchKernel(f.raw, [3]uint32{gx, gy, gz}, [3]uint32{bx, by, bz}, shared, st, params)
+}
+
+// launchArgs checks a launch: a function and a stream of the current
+// context, no empty dimension, and a parameter buffer of exactly the
+// kernel's packed size. It leaves the context current in the backend.
+func (s *session) launchArgs(c *proto.Call, h proto.Handle, grid, block [3]uint32, hs proto.Handle, params []byte) (*funcState, *ctxState, uintptr, proto.Result) {
+	ctx, r := s.current(c)
+	if r != ok {
+		return nil, nil, 0, r
 	}
 	f := s.funcs[h]
 	if f == nil || f.mod.ctx != ctx {
-		return proto.ErrInvalidHandle
+		return nil, nil, 0, proto.ErrInvalidHandle
 	}
 	st, r := s.stream(ctx, hs)
 	if r != ok {
-		return r
+		return nil, nil, 0, r
 	}
-	if gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 {
-		return proto.ErrInvalidValue
+	for i := range 3 {
+		if grid[i] == 0 || block[i] == 0 {
+			return nil, nil, 0, proto.ErrInvalidValue
+		}
 	}
 	ps, r := s.params(f)
 	if r != ok {
-		return r
+		return nil, nil, 0, r
 	}
 	if r := s.use(ctx); r != ok {
-		return r
+		return nil, nil, 0, r
 	}
 	size := uint64(0)
 	if len(ps) > 0 {
@@ -661,9 +674,9 @@ func (s *session) LaunchKernel(c *proto.Call, h proto.Handle, gx, gy, gz, bx, by
 		size = last.offset + last.size
 	}
 	if uint64(len(params)) != size {
-		return proto.ErrInvalidValue
+		return nil, nil, 0, proto.ErrInvalidValue
 	}
-	return s.be.LaunchKernel(f.raw, [3]uint32{gx, gy, gz}, [3]uint32{bx, by, bz}, shared, st, params)
+	return f, ctx, st, ok
 }
 
 func (s *session) StreamCreate(c *proto.Call, flags uint32) (proto.Handle, proto.Result) {

@@ -105,3 +105,12 @@ func (s *session) OccupancyAvailableDynamicSMemPerBlock(c *proto.Call, h proto.H
 	}
 	return s.be.OccupancyAvailableDynamicSMem(f.raw, numBlocks, blockSize)
 }
+
+// CtxGetLimit is the driver's answer for the current context; the limit is
+// a plain number the driver checks.
+func (s *session) CtxGetLimit(c *proto.Call, limit uint32) (uint64, proto.Result) {
+	if _, r := s.current(c); r != ok {
+		return 0, r
+	}
+	return s.be.CtxGetLimit(limit)
+}

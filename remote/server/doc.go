@@ -60,6 +60,12 @@
 // (proto.Call.Deferred). Before a launch the server asks the backend for
 // the kernel's parameter layout (once per function) and refuses a packed
 // parameter buffer of another length with CUDA_ERROR_INVALID_VALUE.
+// cuLaunchKernelEx and the cluster occupancy calls carry a CUlaunchConfig's
+// attributes (proto.LaunchAttr); only an allow-list of attributes whose
+// values are plain numbers reaches the backend, rebuilt from their defined
+// bytes, and event attributes are mapped through the client's own events
+// (another client's is CUDA_ERROR_INVALID_HANDLE); any other attribute is
+// CUDA_ERROR_NOT_SUPPORTED.
 //
 // # Cleanup
 //

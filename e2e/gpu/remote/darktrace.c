@@ -11,6 +11,10 @@
  *
  * Observation tool only: six integer arguments are forwarded, so a slot
  * with stack or floating-point arguments would be mangled (none seen).
+ * Arguments pointing into the caller's stack are dumped (4 words) before
+ * and after each table call. run.sh also compiles in darktrace_fwd.c,
+ * generated from the real driver's symbols: every other cu* symbol jumps
+ * to the real one (libraries such as cuBLAS look some up with dlsym).
  */
 #define _GNU_SOURCE
 #include "../../../remote/interposer/gm_md2.h"
@@ -54,7 +58,7 @@ static void load(void)
 }
 
 #define NT 12
-#define NS 40
+#define NS 100
 typedef uint64_t (*fn6)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 static struct {
 	uuid16 id;
@@ -148,10 +152,32 @@ static uint64_t wrap(int t, int s, uint64_t a, uint64_t b, uint64_t c, uint64_t 
 			(unsigned long long)b, (unsigned long long)c);
 		return 0;
 	}
+	/* Arguments that point into the caller's stack (near this frame) are
+	 * dumped, 4 words each, before and after the call: what a slot reads
+	 * and writes. */
+	uint64_t args[6] = {a, b, c, d, e, f};
+	uint64_t before[6][4];
+	char here;
+	uintptr_t sp = (uintptr_t)&here;
+	int onstack[6];
+	for (int i = 0; i < 6; i++) {
+		onstack[i] = args[i] > sp && args[i] < sp + (1u << 16) && args[i] % 8 == 0;
+		if (onstack[i])
+			memcpy(before[i], (const void *)(uintptr_t)args[i], sizeof before[i]);
+	}
 	uint64_t r = ((fn6)tabs[t].orig[s])(a, b, c, d, e, f);
 	fprintf(stderr, "darktrace: T%d[%d](%#llx, %#llx, %#llx, %#llx, %#llx, %#llx) = %#llx\n", t, s,
 		(unsigned long long)a, (unsigned long long)b, (unsigned long long)c, (unsigned long long)d,
 		(unsigned long long)e, (unsigned long long)f, (unsigned long long)r);
+	for (int i = 0; i < 6; i++) {
+		if (!onstack[i])
+			continue;
+		const uint64_t *w = (const uint64_t *)(uintptr_t)args[i];
+		fprintf(stderr, "darktrace:   arg%d before %#llx %#llx %#llx %#llx after %#llx %#llx %#llx %#llx\n", i + 1,
+			(unsigned long long)before[i][0], (unsigned long long)before[i][1],
+			(unsigned long long)before[i][2], (unsigned long long)before[i][3], (unsigned long long)w[0],
+			(unsigned long long)w[1], (unsigned long long)w[2], (unsigned long long)w[3]);
+	}
 	return r;
 }
 
@@ -162,11 +188,11 @@ static uint64_t wrap(int t, int s, uint64_t a, uint64_t b, uint64_t c, uint64_t 
 	}
 #define W10(t, s) \
 	W(t, s##0) W(t, s##1) W(t, s##2) W(t, s##3) W(t, s##4) W(t, s##5) W(t, s##6) W(t, s##7) W(t, s##8) W(t, s##9)
-#define WT(t) W10(t, ) W10(t, 1) W10(t, 2) W10(t, 3)
+#define WT(t) W10(t, ) W10(t, 1) W10(t, 2) W10(t, 3) W10(t, 4) W10(t, 5) W10(t, 6) W10(t, 7) W10(t, 8) W10(t, 9)
 #define R(t, s) (void *)w_##t##_##s,
 #define R10(t, s) \
 	R(t, s##0) R(t, s##1) R(t, s##2) R(t, s##3) R(t, s##4) R(t, s##5) R(t, s##6) R(t, s##7) R(t, s##8) R(t, s##9)
-#define RT(t) {R10(t, ) R10(t, 1) R10(t, 2) R10(t, 3)},
+#define RT(t) {R10(t, ) R10(t, 1) R10(t, 2) R10(t, 3) R10(t, 4) R10(t, 5) R10(t, 6) R10(t, 7) R10(t, 8) R10(t, 9)},
 WT(0) WT(1) WT(2) WT(3) WT(4) WT(5) WT(6) WT(7) WT(8) WT(9) WT(10) WT(11)
 static void *wrappers[NT][NS] = {RT(0) RT(1) RT(2) RT(3) RT(4) RT(5) RT(6) RT(7) RT(8) RT(9) RT(10) RT(11)};
 

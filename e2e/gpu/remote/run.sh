@@ -77,11 +77,34 @@ remote() {
 	LD_LIBRARY_PATH="$root/bin/remote" GPUMUX_REMOTE_ADDR=$addr GPUMUX_REMOTE_TOKEN=$token "$@"
 }
 
-if [[ $mode == trace ]]; then
+# darktrace: build the tracing libcuda.so.1 in $work/trace; every cu* symbol
+# of the real driver that darktrace.c does not define jumps to the real one.
+darktrace() {
 	mkdir -p "$work/trace"
-	cc -O2 -Wall -Wextra -shared -fPIC -o "$work/trace/libcuda.so.1" e2e/gpu/remote/darktrace.c remote/interposer/gm_md2.c -ldl -lpthread
-	"$cuda/bin/nvcc" -arch=sm_90 -o "$work/vectoradd" e2e/gpu/remote/vectoradd.cu
 	real=$(ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/ {print $NF; exit}')
+	local own='^(cuGetExportTable|cuGetProcAddress|cuGetProcAddress_v2|cuInit|cuDriverGetVersion)$'
+	{
+		echo '#include <dlfcn.h>'
+		echo '#include <stdlib.h>'
+		nm -D --defined-only "$real" | awk '$3 ~ /^cu/ {print $3}' | grep -vE "$own" | sort -u | while read -r n; do
+			printf '__attribute__((visibility("hidden"))) void *dt_%s;\n' "$n"
+			printf '__asm__(".globl %s\\n.type %s,@function\\n%s: jmp *dt_%s(%%rip)");\n' "$n" "$n" "$n" "$n"
+		done
+		echo '__attribute__((constructor)) static void dt_init(void) {'
+		echo '	void *h = dlopen(getenv("DARKTRACE_REAL"), RTLD_NOW | RTLD_LOCAL);'
+		echo '	if (!h) return;'
+		nm -D --defined-only "$real" | awk '$3 ~ /^cu/ {print $3}' | grep -vE "$own" | sort -u | while read -r n; do
+			printf '\tdt_%s = dlsym(h, "%s");\n' "$n" "$n"
+		done
+		echo '}'
+	} >"$work/trace/darktrace_fwd.c"
+	cc -O2 -Wall -Wextra -shared -fPIC -o "$work/trace/libcuda.so.1" e2e/gpu/remote/darktrace.c \
+		"$work/trace/darktrace_fwd.c" remote/interposer/gm_md2.c -ldl -lpthread
+}
+
+if [[ $mode == trace ]]; then
+	darktrace
+	"$cuda/bin/nvcc" -arch=sm_90 -o "$work/vectoradd" e2e/gpu/remote/vectoradd.cu
 	LD_LIBRARY_PATH="$work/trace" DARKTRACE_REAL=$real "$work/vectoradd" 2>"$out/trace.txt" || echo "vectoradd under darktrace: exit $?"
 	grep -v cuGetProcAddress "$out/trace.txt" | head -150
 	exit 0
@@ -102,19 +125,19 @@ if [[ $mode == torch ]]; then
 	exit 0
 fi
 if [[ $mode == cublas ]]; then
-	mkdir -p "$work/trace"
-	cc -O2 -Wall -Wextra -shared -fPIC -o "$work/trace/libcuda.so.1" e2e/gpu/remote/darktrace.c remote/interposer/gm_md2.c -ldl -lpthread
+	darktrace
 	"$cuda/bin/nvcc" -arch=sm_90 -o "$work/cublas" e2e/gpu/remote/cublas.cu -lcublas
-	real=$(ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/ {print $NF; exit}')
 	"$work/cublas" >"$out/cublas.local.txt" || echo "cublas locally: exit $?"
-	LD_LIBRARY_PATH="$work/trace:$cuda/lib64" DARKTRACE_REAL=$real "$work/cublas" >/dev/null 2>"$out/cublas.trace.txt" || echo "cublas under darktrace: exit $?"
+	LD_LIBRARY_PATH="$work/trace:$cuda/lib64" DARKTRACE_REAL=$real "$work/cublas" >"$out/cublas.darktrace.txt" 2>"$out/cublas.trace.txt" || echo "cublas under darktrace: exit $?"
 	start_server
 	remote "127.0.0.1:$port" "$work/cublas" >"$out/cublas.tcp.txt" 2>"$out/cublas.tcp.err" || echo "cublas through gpumux-remoted: exit $?"
 	echo "== darktrace: tables asked for (in order), then table slots called (Tn: the n-th table asked for)"
 	grep -oE 'cuGetExportTable\([^)]*\) = -?[0-9]+' "$out/cublas.trace.txt" | awk '!seen[$0]++' | head -20
 	grep -oE 'T[0-9]+\[[0-9]+\]\(' "$out/cublas.trace.txt" | sort | uniq -c | sort -rn | head -30
-	echo "== through gpumux-remoted (stderr)"
-	tail -30 "$out/cublas.tcp.err"
+	echo "== under darktrace (stdout)"
+	cat "$out/cublas.darktrace.txt"
+	echo "== through gpumux-remoted (stderr, last lines)"
+	grep -v '^\s*$' "$out/cublas.tcp.err" | tail -40
 	diff -u "$out/cublas.local.txt" "$out/cublas.tcp.txt" && echo "cublas: output through gpumux-remoted identical to local"
 	exit 0
 fi

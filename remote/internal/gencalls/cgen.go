@@ -158,15 +158,15 @@ func genCStub(b *strings.Builder, c Call) {
 	for _, p := range c.Params {
 		switch {
 		case p.Kind == "image":
-			w("\tsize_t %s_size = gm_image_size(%s);\n\tif (%s_size == 0)\n\t\treturn CUDA_ERROR_INVALID_IMAGE;\n", p.Name, p.Name, p.Name)
+			w("\tsize_t %s_size = gm_image_size(%s);\n\tif (%s_size == 0)\n\t\treturn gm_refuse(\"%s\", \"%s\", CUDA_ERROR_INVALID_IMAGE);\n", p.Name, p.Name, p.Name, c.Name, p.Name)
 		case p.Kind == "hostin" || p.Kind == "hostout":
-			w("\tif (%s == NULL && %s != 0)\n\t\treturn CUDA_ERROR_INVALID_VALUE;\n", p.Name, p.Size)
+			w("\tif (%s == NULL && %s != 0)\n\t\treturn gm_refuse(\"%s\", \"%s\", CUDA_ERROR_INVALID_VALUE);\n", p.Name, p.Size, c.Name, p.Name)
 		case p.Kind == "blob":
-			w("\tif (%s == NULL && %s_len != 0)\n\t\treturn CUDA_ERROR_INVALID_VALUE;\n", p.Name, p.Name)
+			w("\tif (%s == NULL && %s_len != 0)\n\t\treturn gm_refuse(\"%s\", \"%s\", CUDA_ERROR_INVALID_VALUE);\n", p.Name, p.Name, c.Name, p.Name)
 		case p.Kind == "str" && p.Out:
-			w("\tif (%s == NULL || %s <= 0)\n\t\treturn CUDA_ERROR_INVALID_VALUE;\n", p.Name, p.Len)
+			w("\tif (%s == NULL || %s <= 0)\n\t\treturn gm_refuse(\"%s\", \"%s\", CUDA_ERROR_INVALID_VALUE);\n", p.Name, p.Len, c.Name, p.Name)
 		case p.Out || p.Kind == "str":
-			w("\tif (%s == NULL)\n\t\treturn CUDA_ERROR_INVALID_VALUE;\n", p.Name)
+			w("\tif (%s == NULL)\n\t\treturn gm_refuse(\"%s\", \"%s\", CUDA_ERROR_INVALID_VALUE);\n", p.Name, c.Name, p.Name)
 		}
 	}
 	flags := "GM_SYNC"
