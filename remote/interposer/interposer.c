@@ -441,10 +441,13 @@ GM_EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunc
 	return r;
 }
 
-GM_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func,
-							const CUlaunchConfig *config)
+/* The cluster occupancy queries: the same arguments, one number out. */
+typedef CUresult (*gm_cluster_rpc)(int *, CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+				   unsigned int, unsigned int, unsigned int, CUstream, const void *, size_t);
+
+static CUresult gm_cluster_query(gm_cluster_rpc rpc, int *out, CUfunction func, const CUlaunchConfig *config)
 {
-	if (numClusters == NULL || config == NULL)
+	if (out == NULL || config == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (func == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
@@ -452,27 +455,20 @@ GM_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunc
 	CUresult r = gm_attrs_pack(&a, config);
 	if (r != CUDA_SUCCESS)
 		return r;
-	return gm_rpc_cuOccupancyMaxActiveClusters(numClusters, func, config->gridDimX, config->gridDimY,
-						   config->gridDimZ, config->blockDimX, config->blockDimY,
-						   config->blockDimZ, config->sharedMemBytes, config->hStream, a.buf,
-						   a.len);
+	return rpc(out, func, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+		   config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream, a.buf, a.len);
+}
+
+GM_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func,
+							const CUlaunchConfig *config)
+{
+	return gm_cluster_query(gm_rpc_cuOccupancyMaxActiveClusters, numClusters, func, config);
 }
 
 GM_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func,
 							      const CUlaunchConfig *config)
 {
-	if (clusterSize == NULL || config == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (func == NULL)
-		return CUDA_ERROR_INVALID_HANDLE;
-	struct gm_attrs a;
-	CUresult r = gm_attrs_pack(&a, config);
-	if (r != CUDA_SUCCESS)
-		return r;
-	return gm_rpc_cuOccupancyMaxPotentialClusterSize(clusterSize, func, config->gridDimX, config->gridDimY,
-							 config->gridDimZ, config->blockDimX, config->blockDimY,
-							 config->blockDimZ, config->sharedMemBytes, config->hStream,
-							 a.buf, a.len);
+	return gm_cluster_query(gm_rpc_cuOccupancyMaxPotentialClusterSize, clusterSize, func, config);
 }
 
 /* ---- modules ---- */
