@@ -33,7 +33,20 @@
 
 #ifndef GM_USE_CUDA_H
 GM_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx);
+GM_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx);
 #endif
+
+/* gm_cls_ctx_current: ctx, or the calling thread's current context when it
+ * is NULL (CUDA_ERROR_INVALID_CONTEXT without one). */
+static CUresult gm_cls_ctx_current(CUcontext *ctx)
+{
+	if (*ctx != NULL)
+		return CUDA_SUCCESS;
+	CUresult r = cuCtxGetCurrent(ctx);
+	if (r == CUDA_SUCCESS && *ctx == NULL)
+		r = CUDA_ERROR_INVALID_CONTEXT;
+	return r;
+}
 
 /* ---- table stubs ---- */
 
@@ -170,15 +183,172 @@ static const void *gm_tab_hooks[7] = {
 	(const void *)gm_hooks6,
 };
 
-/* ---- TOOLS_TLS {42d85a81-23f6-cb47-8298-f6e78a3aecdc}: 3, not called ---- */
+/* ---- TOOLS_TLS {42d85a81-23f6-cb47-8298-f6e78a3aecdc}: 3 ----
+ * The tools' view of the calling thread's current context: slot 1 sets it
+ * (CUcontext), slot 2 gets it (CUcontext *), as cuCtxSetCurrent and
+ * cuCtxGetCurrent do. cuBLAS(Lt) asks slot 2 for the context it then hands
+ * to the ToolsContext table below; on the H200 the driver's answer is the
+ * context cuCtxGetCurrent returns (run.sh cublas, darktrace's check). */
 
-GM_STUB(tls, 1)
-GM_STUB(tls, 2)
+static CUresult gm_tls_set(CUcontext ctx)
+{
+	return cuCtxSetCurrent(ctx);
+}
+
+static CUresult gm_tls_get(CUcontext *pctx)
+{
+	return cuCtxGetCurrent(pctx);
+}
 
 static const void *gm_tab_tls[3] = {
 	(const void *)(uintptr_t)sizeof gm_tab_tls,
-	(const void *)gm_stub_tls_1,
-	(const void *)gm_stub_tls_2,
+	(const void *)gm_tls_set,
+	(const void *)gm_tls_get,
+};
+
+/* ---- ToolsContext {21318c60-9714-3248-8ca6-41ff7324c8f2}: 93 ----
+ * Per-context and per-stream queries for tools. cuBLAS(Lt)'s GEMMs call
+ * three, with the context TOOLS_TLS slot 2 gave:
+ *   slot 4  (CUcontext, uint64_t *id): the context's unique ID, IDs
+ *           increasing and never reused in the process (what cuCtxGetId
+ *           returns);
+ *   slot 51 (CUcontext, CUstream, handle *out, uint8_t per_thread): the
+ *           tools' handle for a public stream (0 is the legacy stream, or
+ *           the thread's per-thread stream when per_thread is set);
+ *   slot 39 (CUcontext, handle, uint64_t *id): that stream's unique ID in
+ *           the process (what cuStreamGetId returns).
+ * The IDs are the interposer's own, with the same contract: distinct
+ * contexts and distinct streams get distinct IDs, the same one always the
+ * same, counting from 1 (the server never reuses a handle within a
+ * connection, so a handle names one context or stream for the life of the
+ * process). A handle is one of the records below and means nothing to the
+ * server. Every other slot is a stub. */
+
+#define GM_TOOLS_CTXS 256
+#define GM_TOOLS_STREAMS 4096
+static struct {
+	CUcontext ctx;
+	uint64_t id;
+} gm_tctx[GM_TOOLS_CTXS];
+static int gm_ntctx;
+static uint64_t gm_tctx_next = 1;
+
+struct gm_tstream {
+	CUcontext ctx;
+	CUstream stream; /* CU_STREAM_LEGACY or CU_STREAM_PER_THREAD for the special ones */
+	uint64_t thread; /* the per-thread stream's thread, else 0 */
+	uint64_t id;
+};
+static struct gm_tstream gm_tstreams[GM_TOOLS_STREAMS];
+static int gm_ntstreams;
+static uint64_t gm_tstream_next = 1;
+static uint64_t gm_thread_next = 1;
+static __thread uint64_t gm_thread_serial;
+
+static CUresult gm_tools_ctx(CUcontext *ctx)
+{
+	return gm_cls_ctx_current(ctx);
+}
+
+static CUresult gm_toolsctx_id(CUcontext ctx, uint64_t *id)
+{
+	if (id == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gm_tools_ctx(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&gm_dark_mu);
+	int i = 0;
+	while (i < gm_ntctx && gm_tctx[i].ctx != ctx)
+		i++;
+	if (i == gm_ntctx && gm_ntctx < GM_TOOLS_CTXS) {
+		gm_tctx[i].ctx = ctx;
+		gm_tctx[i].id = gm_tctx_next++;
+		gm_ntctx++;
+	}
+	if (i < gm_ntctx) {
+		*id = gm_tctx[i].id;
+		r = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&gm_dark_mu);
+	return r;
+}
+
+static CUresult gm_toolsctx_stream(CUcontext ctx, CUstream stream, struct gm_tstream **out, uint8_t per_thread)
+{
+	if (out == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = gm_tools_ctx(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	uint64_t thread = 0;
+	if (stream == NULL)
+		stream = per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+	pthread_mutex_lock(&gm_dark_mu);
+	if (stream == CU_STREAM_PER_THREAD) {
+		if (gm_thread_serial == 0)
+			gm_thread_serial = gm_thread_next++;
+		thread = gm_thread_serial;
+	}
+	int i = 0;
+	while (i < gm_ntstreams &&
+	       !(gm_tstreams[i].ctx == ctx && gm_tstreams[i].stream == stream && gm_tstreams[i].thread == thread))
+		i++;
+	if (i == gm_ntstreams && gm_ntstreams < GM_TOOLS_STREAMS) {
+		gm_tstreams[i].ctx = ctx;
+		gm_tstreams[i].stream = stream;
+		gm_tstreams[i].thread = thread;
+		gm_tstreams[i].id = gm_tstream_next++;
+		gm_ntstreams++;
+	}
+	r = i < gm_ntstreams ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	*out = i < gm_ntstreams ? &gm_tstreams[i] : NULL;
+	pthread_mutex_unlock(&gm_dark_mu);
+	return r;
+}
+
+static CUresult gm_toolsctx_stream_id(CUcontext ctx, const struct gm_tstream *h, uint64_t *id)
+{
+	(void)ctx;
+	if (id == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&gm_dark_mu);
+	int ok = h >= gm_tstreams && h < gm_tstreams + gm_ntstreams;
+	if (ok)
+		*id = h->id;
+	pthread_mutex_unlock(&gm_dark_mu);
+	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+#define GM_TC_STUB(n) GM_STUB(toolsctx, n)
+#define GM_TC_10(d) GM_TC_STUB(d##0) GM_TC_STUB(d##1) GM_TC_STUB(d##2) GM_TC_STUB(d##3) GM_TC_STUB(d##4) \
+	GM_TC_STUB(d##5) GM_TC_STUB(d##6) GM_TC_STUB(d##7) GM_TC_STUB(d##8) GM_TC_STUB(d##9)
+GM_TC_STUB(1) GM_TC_STUB(2) GM_TC_STUB(3) GM_TC_STUB(5) GM_TC_STUB(6) GM_TC_STUB(7) GM_TC_STUB(8) GM_TC_STUB(9)
+GM_TC_10(1) GM_TC_10(2)
+GM_TC_STUB(30) GM_TC_STUB(31) GM_TC_STUB(32) GM_TC_STUB(33) GM_TC_STUB(34) GM_TC_STUB(35) GM_TC_STUB(36)
+GM_TC_STUB(37) GM_TC_STUB(38)
+GM_TC_10(4)
+GM_TC_STUB(50) GM_TC_STUB(52) GM_TC_STUB(53) GM_TC_STUB(54) GM_TC_STUB(55) GM_TC_STUB(56) GM_TC_STUB(57)
+GM_TC_STUB(58) GM_TC_STUB(59)
+GM_TC_10(6) GM_TC_10(7) GM_TC_10(8)
+GM_TC_STUB(90) GM_TC_STUB(91) GM_TC_STUB(92)
+
+#define GM_TC(n) (const void *)gm_stub_toolsctx_##n
+#define GM_TC10(d) GM_TC(d##0), GM_TC(d##1), GM_TC(d##2), GM_TC(d##3), GM_TC(d##4), GM_TC(d##5), GM_TC(d##6), \
+	GM_TC(d##7), GM_TC(d##8), GM_TC(d##9)
+
+static const void *gm_tab_toolsctx[93] = {
+	(const void *)(uintptr_t)sizeof gm_tab_toolsctx,
+	GM_TC(1), GM_TC(2), GM_TC(3), (const void *)gm_toolsctx_id, GM_TC(5), GM_TC(6), GM_TC(7), GM_TC(8), GM_TC(9),
+	GM_TC10(1), GM_TC10(2),
+	GM_TC(30), GM_TC(31), GM_TC(32), GM_TC(33), GM_TC(34), GM_TC(35), GM_TC(36), GM_TC(37), GM_TC(38),
+	(const void *)gm_toolsctx_stream_id,
+	GM_TC10(4),
+	GM_TC(50), (const void *)gm_toolsctx_stream, GM_TC(52), GM_TC(53), GM_TC(54), GM_TC(55), GM_TC(56), GM_TC(57),
+	GM_TC(58), GM_TC(59),
+	GM_TC10(6), GM_TC10(7), GM_TC10(8),
+	GM_TC(90), GM_TC(91), GM_TC(92),
 };
 
 /* ---- CONTEXT_LOCAL_STORAGE {c693336e-1121-df11-a8c3-68f355d89593}: 4 ----
@@ -198,12 +368,7 @@ static int gm_ncls;
 
 static CUresult gm_cls_ctx(CUcontext *ctx)
 {
-	if (*ctx != NULL)
-		return CUDA_SUCCESS;
-	CUresult r = cuCtxGetCurrent(ctx);
-	if (r == CUDA_SUCCESS && *ctx == NULL)
-		r = CUDA_ERROR_INVALID_CONTEXT;
-	return r;
+	return gm_cls_ctx_current(ctx);
 }
 
 static int gm_cls_find(CUcontext ctx, void *key)
@@ -397,6 +562,7 @@ static const struct {
 	{{0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e}, gm_tab_checks},
 	{{0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2},
 	 gm_tab_integrity},
+	{{0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}, gm_tab_toolsctx},
 };
 
 GM_EXPORT CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)

@@ -8,6 +8,9 @@
  * wrappers; the integrity slot of d4082055-... is answered by gm's own
  * HMAC-MD2 over the copies (so the runtime's check also tests that code),
  * and checked once against the real driver's answer over its own tables.
+ * The answers of TOOLS_TLS slot 2 and ToolsContext (21318c60) slots 4, 51
+ * and 39 are compared with the real driver's cuCtxGetCurrent, cuCtxGetId
+ * and cuStreamGetId ("darktrace:   check ..." lines).
  *
  * Observation tool only: six integer arguments are forwarded, so a slot
  * with stack or floating-point arguments would be mangled (none seen).
@@ -128,6 +131,8 @@ static int find_tab(const uuid16 *id)
 	return -1;
 }
 
+static void check(int t, int s, uint64_t a, uint64_t b, uint64_t c, uint64_t d);
+
 static uint64_t wrap(int t, int s, uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e, uint64_t f)
 {
 	if (!memcmp(&tabs[t].id, &INTEGRITY, 16) && s == 1) {
@@ -169,6 +174,8 @@ static uint64_t wrap(int t, int s, uint64_t a, uint64_t b, uint64_t c, uint64_t 
 	fprintf(stderr, "darktrace: T%d[%d](%#llx, %#llx, %#llx, %#llx, %#llx, %#llx) = %#llx\n", t, s,
 		(unsigned long long)a, (unsigned long long)b, (unsigned long long)c, (unsigned long long)d,
 		(unsigned long long)e, (unsigned long long)f, (unsigned long long)r);
+	if (r == 0)
+		check(t, s, a, b, c, d);
 	for (int i = 0; i < 6; i++) {
 		if (!onstack[i])
 			continue;
@@ -179,6 +186,78 @@ static uint64_t wrap(int t, int s, uint64_t a, uint64_t b, uint64_t c, uint64_t 
 			(unsigned long long)w[1], (unsigned long long)w[2], (unsigned long long)w[3]);
 	}
 	return r;
+}
+
+/* check: what the tools tables answered, compared with the public calls
+ * of the real driver that would give the same answer (TOOLS_TLS slot 2
+ * against cuCtxGetCurrent, ToolsContext 21318c60 slot 4 against
+ * cuCtxGetId, slot 39 against cuStreamGetId of the public stream that
+ * slot 51 turned into the handle). */
+static const uuid16 TOOLS_TLS = {{0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a,
+				  0xec, 0xdc}};
+static const uuid16 TOOLS_CTX = {{0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24,
+				  0xc8, 0xf2}};
+static struct {
+	uint64_t handle, stream, perthread;
+} sh[64];
+static int nsh;
+
+static void check(int t, int s, uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+	static CUresult (*cur)(void **), (*cid)(void *, unsigned long long *), (*sid)(void *, unsigned long long *);
+	if (!cur) {
+		cur = (CUresult(*)(void **))dlsym(real, "cuCtxGetCurrent");
+		cid = (CUresult(*)(void *, unsigned long long *))dlsym(real, "cuCtxGetId");
+		sid = (CUresult(*)(void *, unsigned long long *))dlsym(real, "cuStreamGetId");
+	}
+	if (!memcmp(&tabs[t].id, &TOOLS_TLS, 16) && s == 2 && a) {
+		void *ctx = NULL;
+		CUresult rc = cur(&ctx);
+		fprintf(stderr, "darktrace:   check TOOLS_TLS[2] wrote %p; cuCtxGetCurrent: %d %p (%s)\n",
+			*(void **)(uintptr_t)a, rc, ctx, ctx == *(void **)(uintptr_t)a ? "same" : "DIFFERENT");
+	}
+	if (memcmp(&tabs[t].id, &TOOLS_CTX, 16))
+		return;
+	unsigned long long id = 0, lid = 0, pid = 0, nid = 0;
+	if (s == 4 && b) {
+		CUresult rc = cid((void *)(uintptr_t)a, &id);
+		fprintf(stderr, "darktrace:   check 21318c60[4](ctx %#llx) wrote %llu; cuCtxGetId: %d %llu (%s)\n",
+			(unsigned long long)a, *(unsigned long long *)(uintptr_t)b, rc, id,
+			id == *(unsigned long long *)(uintptr_t)b ? "same" : "DIFFERENT");
+	}
+	if (s == 51 && c) {
+		uint64_t h = *(uint64_t *)(uintptr_t)c;
+		pthread_mutex_lock(&mu);
+		if (nsh < 64) {
+			sh[nsh].handle = h;
+			sh[nsh].stream = b;
+			sh[nsh].perthread = d & 0xff;
+			nsh++;
+		}
+		pthread_mutex_unlock(&mu);
+		fprintf(stderr, "darktrace:   check 21318c60[51](ctx %#llx, stream %#llx, per-thread %llu) wrote handle %#llx\n",
+			(unsigned long long)a, (unsigned long long)b, (unsigned long long)(d & 0xff), (unsigned long long)h);
+	}
+	if (s == 39 && c) {
+		uint64_t stream = ~0ull, pt = 0;
+		pthread_mutex_lock(&mu);
+		for (int i = 0; i < nsh; i++)
+			if (sh[i].handle == b) {
+				stream = sh[i].stream;
+				pt = sh[i].perthread;
+			}
+		pthread_mutex_unlock(&mu);
+		CUresult rc = stream == ~0ull ? -1 : sid((void *)(uintptr_t)(pt && stream == 0 ? 2 : stream), &id);
+		sid((void *)1, &lid);
+		sid((void *)2, &pid);
+		sid(NULL, &nid);
+		fprintf(stderr,
+			"darktrace:   check 21318c60[39](ctx %#llx, handle %#llx) wrote %llu; cuStreamGetId(stream %#llx, "
+			"per-thread %llu): %d %llu (%s); legacy %llu, per-thread %llu, 0 %llu\n",
+			(unsigned long long)a, (unsigned long long)b, *(unsigned long long *)(uintptr_t)c,
+			(unsigned long long)stream, (unsigned long long)pt, rc, id,
+			id == *(unsigned long long *)(uintptr_t)c ? "same" : "DIFFERENT", lid, pid, nid);
+	}
 }
 
 #define W(t, s)                                                                                              \

@@ -134,6 +134,8 @@ if [[ $mode == cublas ]]; then
 	echo "== darktrace: tables asked for (in order), then table slots called (Tn: the n-th table asked for)"
 	grep -oE 'cuGetExportTable\([^)]*\) = -?[0-9]+' "$out/cublas.trace.txt" | awk '!seen[$0]++' | head -20
 	grep -oE 'T[0-9]+\[[0-9]+\]\(' "$out/cublas.trace.txt" | sort | uniq -c | sort -rn | head -30
+	echo "== darktrace: the tools tables' answers against the real driver's public calls"
+	grep -E 'darktrace:   check' "$out/cublas.trace.txt" | awk '!seen[$0]++' | head -12
 	echo "== under darktrace (stdout)"
 	cat "$out/cublas.darktrace.txt"
 	echo "== through gpumux-remoted (stderr, last lines)"

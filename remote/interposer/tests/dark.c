@@ -2,6 +2,8 @@
  * the fake backend: cuGetExportTable's private tables (context-local
  * storage, the primary-context and module slots, the checks, the integrity
  * answer) and cuLibrary.../cuKernel... over forwarded modules. */
+#include <pthread.h>
+
 #include "t.h"
 
 CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
@@ -37,6 +39,24 @@ typedef CUresult (*checks2_fn)(CUcontext, unsigned *, void *, void *, uintptr_t,
 typedef CUresult (*integrity_fn)(unsigned, uint64_t, unsigned char *);
 typedef CUresult (*module1_fn)(CUmodule *, const void *);
 typedef CUresult (*stub_fn)(void);
+typedef CUresult (*tls_set_fn)(CUcontext);
+typedef CUresult (*tls_get_fn)(CUcontext *);
+typedef CUresult (*ctx_id_fn)(CUcontext, uint64_t *);
+typedef CUresult (*stream_handle_fn)(CUcontext, CUstream, void **, uint8_t);
+typedef CUresult (*stream_id_fn)(CUcontext, void *, uint64_t *);
+
+static const void *const *toolsctx;
+
+/* the per-thread stream of another thread: a stream of its own */
+static void *other_thread(void *ctx)
+{
+	static uint64_t id;
+	void *h = NULL;
+	if (((stream_handle_fn)toolsctx[51])((CUcontext)ctx, NULL, &h, 1) != CUDA_SUCCESS ||
+	    ((stream_id_fn)toolsctx[39])((CUcontext)ctx, h, &id) != CUDA_SUCCESS)
+		return NULL;
+	return &id;
+}
 
 int main(void)
 {
@@ -86,6 +106,69 @@ int main(void)
 	CHECK(((cls_get_fn)cls[2])(&v, p1, &key2));
 	CHECK(cuCtxDestroy_v2(c2));
 	CHECK(cuCtxSetCurrent(p1));
+
+	/* TOOLS_TLS: the thread's current context */
+	CUcontext cur = NULL;
+	CHECK(((tls_get_fn)tls[2])(&cur));
+	ASSERT(cur == p1);
+	CHECK(((tls_set_fn)tls[1])(NULL));
+	CHECK(((tls_get_fn)tls[2])(&cur));
+	ASSERT(cur == NULL);
+
+	/* ToolsContext: context and stream IDs, unique and stable */
+	toolsctx = table("21318c60971432488ca641ff7324c8f2");
+	ASSERT((uintptr_t)toolsctx[0] == 93 * 8);
+	for (int i = 1; i < 93; i++)
+		ASSERT(toolsctx[i] != NULL);
+	uint64_t id1 = 0, id2 = 0, id3 = 0;
+	void *hs = NULL;
+	EXPECT(((ctx_id_fn)toolsctx[4])(NULL, &id1), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT(((stream_handle_fn)toolsctx[51])(NULL, NULL, &hs, 0), CUDA_ERROR_INVALID_CONTEXT);
+	CHECK(((tls_set_fn)tls[1])(p1));
+	CHECK(((ctx_id_fn)toolsctx[4])(p1, &id1));
+	CHECK(((ctx_id_fn)toolsctx[4])(NULL, &id2));
+	ASSERT(id1 != 0 && id1 == id2);
+	EXPECT(((ctx_id_fn)toolsctx[4])(p1, NULL), CUDA_ERROR_INVALID_VALUE);
+	CUcontext c3;
+	CHECK(cuCtxCreate_v2(&c3, 0, 0));
+	CHECK(((ctx_id_fn)toolsctx[4])(c3, &id3));
+	ASSERT(id3 != id1);
+	CUstream st3;
+	CHECK(cuStreamCreate(&st3, 0));
+	void *hs3 = NULL, *hsb = NULL;
+	CHECK(((stream_handle_fn)toolsctx[51])(c3, st3, &hs3, 0));
+	CHECK(((stream_handle_fn)toolsctx[51])(NULL, st3, &hsb, 0));
+	ASSERT(hs3 != NULL && hs3 == hsb);
+	CHECK(cuCtxDestroy_v2(c3));
+	CHECK(cuCtxSetCurrent(p1));
+	void *hl = NULL, *hl2 = NULL, *hp = NULL, *hp2 = NULL, *hn = NULL;
+	CHECK(((stream_handle_fn)toolsctx[51])(p1, NULL, &hl, 0));
+	CHECK(((stream_handle_fn)toolsctx[51])(p1, CU_STREAM_LEGACY, &hl2, 1));
+	CHECK(((stream_handle_fn)toolsctx[51])(p1, NULL, &hp, 1));
+	CHECK(((stream_handle_fn)toolsctx[51])(p1, CU_STREAM_PER_THREAD, &hp2, 0));
+	ASSERT(hl == hl2 && hp == hp2 && hl != hp);
+	EXPECT(((stream_handle_fn)toolsctx[51])(p1, NULL, NULL, 0), CUDA_ERROR_INVALID_VALUE);
+	uint64_t sl = 0, sp = 0, s3 = 0, sn = 0, again = 0;
+	CHECK(((stream_id_fn)toolsctx[39])(p1, hl, &sl));
+	CHECK(((stream_id_fn)toolsctx[39])(p1, hp, &sp));
+	CHECK(((stream_id_fn)toolsctx[39])(p1, hs3, &s3));
+	CHECK(((stream_id_fn)toolsctx[39])(p1, hl, &again));
+	ASSERT(sl != 0 && sp != 0 && s3 != 0 && sl != sp && sl != s3 && sp != s3 && again == sl);
+	CUstream st;
+	CHECK(cuStreamCreate(&st, 0));
+	CHECK(((stream_handle_fn)toolsctx[51])(p1, st, &hn, 0));
+	CHECK(((stream_id_fn)toolsctx[39])(p1, hn, &sn));
+	ASSERT(hn != hl && hn != hs3 && sn != sl && sn != sp && sn != s3);
+	CHECK(cuStreamDestroy_v2(st));
+	EXPECT(((stream_id_fn)toolsctx[39])(p1, &sn, &again), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(((stream_id_fn)toolsctx[39])(p1, hl, NULL), CUDA_ERROR_INVALID_VALUE);
+	pthread_t th;
+	void *res = NULL;
+	ASSERT(pthread_create(&th, NULL, other_thread, p1) == 0);
+	ASSERT(pthread_join(th, &res) == 0);
+	ASSERT(res != NULL);
+	uint64_t so = *(uint64_t *)res;
+	ASSERT(so != 0 && so != sp && so != sl && so != s3 && so != sn);
 
 	unsigned kind = 7;
 	CHECK(((checks2_fn)checks[2])(p1, &kind, NULL, NULL, 1, 0));
