@@ -355,6 +355,18 @@ func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n
 	if r := s.span(src, n); r != ok {
 		return r
 	}
+	if n <= proto.ChunkSize {
+		// One chunk: nothing to overlap, so no sender goroutine.
+		buf := s.chunk(0)[:n]
+		if r := s.be.MemcpyDtoH(buf, src, st); r != ok {
+			return r
+		}
+		if _, err := out.Write(buf); err != nil {
+			return proto.ErrUnknown // Dispatch reports the transport error
+		}
+		s.stats.bytesOut += n
+		return ok
+	}
 	// Two buffers: the GPU fills one while the other goes to the client.
 	free := make(chan []byte, 2)
 	free <- s.chunk(0)
