@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumux/gpumux/remote/token"
-	"github.com/gpumux/gpumux/runtimehook"
+	"github.com/gpumux/gpumux/share"
 )
 
 const remoteUsage = `Usage: gpumux remote secret|token [flags]
@@ -50,7 +51,7 @@ func runRemoteToken(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("remote token", flag.ContinueOnError)
 	secretFile := fs.String("secret-file", "", "the pool secret `FILE` (mode 0600); required")
 	id := fs.String("id", "", "reservation `ID`: connections with the same ID share the quota (default: manual-<host>-<time>)")
-	quota := fs.String("quota", "", "device memory limit, e.g. 16Gi (binary units Mi, Gi, Ti); default: none")
+	quota := fs.String("quota", "", "device memory `limit` in whole MiB, "+share.QuantityRule+"; default: none")
 	device := fs.Int("device", 0, "the server's GPU `INDEX`")
 	ttl := fs.Duration("ttl", 24*time.Hour, "how long the token is accepted")
 	fs.Usage = func() {
@@ -70,7 +71,10 @@ func runRemoteToken(args []string, stdout, stderr io.Writer) int {
 	}
 	var quotaBytes uint64
 	if *quota != "" {
-		mib, err := runtimehook.ParseMemory(*quota)
+		mib, err := share.ParseMiB(*quota)
+		if err == nil && mib == 0 {
+			err = errors.New("must be at least 1Mi (leave --quota out for no limit)")
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "gpumux remote token: --quota %q: %v\n", *quota, err)
 			return ExitUsage

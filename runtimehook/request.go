@@ -2,7 +2,6 @@ package runtimehook
 
 import (
 	"fmt"
-	"math"
 	"regexp"
 	"sort"
 	"strconv"
@@ -62,15 +61,11 @@ type requestKey struct {
 
 var requestKeys = []requestKey{
 	{AnnotationMechanism, EnvMechanism, "auto, exclusive, mig, mps, timeslice, remote"},
-	{AnnotationMemory, EnvMemory, memoryRule},
+	{AnnotationMemory, EnvMemory, share.QuantityRule},
 	{AnnotationCompute, EnvCompute, "a whole percentage from 1 to 100, e.g. 25 or 25%"},
 	{AnnotationIsolation, EnvIsolation, "strict, standard, none"},
 	{AnnotationGPUs, EnvGPUs, "a whole number from 1 to the maximum"},
 }
-
-// memoryRule is the one rule for memory quantities, quoted in every error.
-const memoryRule = "a whole number with a binary unit: Mi, Gi or Ti, optionally followed by B (16Gi, 16GiB, 512Mi, 16 GiB); " +
-	"bare numbers and decimal units (M, G, MB, GB) are refused as ambiguous"
 
 // ParseRequest reads what a container asks for from its OCI annotations and
 // its process environment (env holds "K=V" entries, as in an OCI spec's
@@ -91,11 +86,11 @@ const memoryRule = "a whole number with a binary unit: Mi, Gi or Ti, optionally 
 //	gpumux.io/gpus       GPUMUX_GPUS       how many shares, 1 to lim.MaxCount
 //	                     GPUMUX_SHARES     share IDs reserved by Nomad, comma-separated
 //
-// Memory is a whole number with a binary unit, Mi, Gi or Ti (1024-based),
-// optionally followed by B and optionally separated by spaces: 16Gi, 16GiB,
-// 512Mi, 16 GiB. Units are case-insensitive. Bare numbers and decimal units
-// (16, 16G, 16GB, 512M) are refused: "16G" is GiB to Docker but 10⁹ bytes to
-// Kubernetes, and an H100 "80GB" has less than 80 GiB.
+// Memory is a quantity by share.QuantityRule, read by share.ParseMiB: a whole
+// number with a binary unit, Ki, Mi, Gi or Ti (1024-based), optionally
+// followed by B: 16Gi, 16GiB, 512Mi, 16 GiB. Bare numbers and decimal units
+// (16, 16G, 16GB, 512M) are refused as ambiguous. It must be whole MiB, and
+// at least 1Mi.
 //
 // It is strict: an unknown gpumux.io/ annotation, a malformed or empty value,
 // an annotation and a variable that disagree, a variable given twice with
@@ -260,9 +255,12 @@ func parseValue(k requestKey, raw string, maxCount int, maxMiB uint64) (any, err
 		}
 		return l, nil
 	case AnnotationMemory:
-		mib, err := ParseMemory(s)
+		mib, err := share.ParseMiB(s)
 		if err != nil {
 			return nil, err
+		}
+		if mib == 0 {
+			return nil, fmt.Errorf("must be at least 1Mi (0 would mean any: leave the key out instead)")
 		}
 		if maxMiB > 0 && mib > maxMiB {
 			return nil, fmt.Errorf("%s is over this node's limit of %s per share", share.FormatMiB(mib), share.FormatMiB(maxMiB))
@@ -300,47 +298,6 @@ func parseSmallUint(s string) (int, bool) {
 		n = n*10 + int(c-'0')
 	}
 	return n, true
-}
-
-var memoryPattern = regexp.MustCompile(`^([0-9]+) *([A-Za-z]*)$`)
-
-// ParseMemory parses a memory quantity into MiB, by the rule of ParseRequest:
-// a whole number with a binary unit, Mi, Gi or Ti, optionally followed by B,
-// case-insensitive, optionally after spaces (16Gi, 16GiB, 512Mi, 16 GiB). It
-// must be at least 1 MiB. Bare numbers and decimal units are refused, naming
-// the rule.
-func ParseMemory(s string) (uint64, error) {
-	m := memoryPattern.FindStringSubmatch(s)
-	if m == nil {
-		return 0, fmt.Errorf("not a memory quantity (want %s)", memoryRule)
-	}
-	digits, unit := m[1], m[2]
-	if unit == "" {
-		return 0, fmt.Errorf("a unit is needed (want %s)", memoryRule)
-	}
-	var mul uint64
-	switch base := strings.ToLower(strings.TrimSuffix(strings.TrimSuffix(unit, "B"), "b")); base {
-	case "mi":
-		mul = 1
-	case "gi":
-		mul = 1 << 10
-	case "ti":
-		mul = 1 << 20
-	case "m", "g", "t":
-		return 0, fmt.Errorf("unit %q is ambiguous (want %s)", unit, memoryRule)
-	case "", "k", "ki":
-		return 0, fmt.Errorf("unit %q is finer than MiB (want %s)", unit, memoryRule)
-	default:
-		return 0, fmt.Errorf("unknown unit %q (want %s)", clip(unit), memoryRule)
-	}
-	n, err := strconv.ParseUint(digits, 10, 64)
-	if err != nil || n > math.MaxUint64/mul {
-		return 0, fmt.Errorf("too large (want %s)", memoryRule)
-	}
-	if n == 0 {
-		return 0, fmt.Errorf("must be at least 1Mi (0 would mean any: leave the key out instead)")
-	}
-	return n * mul, nil
 }
 
 // shareIDPattern is the shape of a share ID: a GPU or MIG UUID, optionally

@@ -40,6 +40,7 @@ func TestParseRequest(t *testing.T) {
 			want: share.Request{Mechanism: share.MPS, MemoryMiB: 16384, Count: 1}, asked: true},
 		{name: "units", ann: map[string]string{AnnotationMemory: "1ti"}, want: share.Request{MemoryMiB: 1 << 20, Count: 1}, asked: true},
 		{name: "gib lower case", ann: map[string]string{AnnotationMemory: "2gib"}, want: share.Request{MemoryMiB: 2048, Count: 1}, asked: true},
+		{name: "whole MiB in Ki", ann: map[string]string{AnnotationMemory: "2048KiB"}, want: share.Request{MemoryMiB: 2, Count: 1}, asked: true},
 		{name: "memory at the limit", ann: map[string]string{AnnotationMemory: "80Gi"}, lim: Limits{MaxMemoryMiB: 80 * 1024},
 			want: share.Request{MemoryMiB: 80 * 1024, Count: 1}, asked: true},
 		{name: "count at the default limit", ann: map[string]string{AnnotationGPUs: "8"}, want: share.Request{Count: 8}, asked: true},
@@ -96,29 +97,23 @@ func TestParseRequestErrors(t *testing.T) {
 		{name: "isolation with a mechanism", ann: map[string]string{AnnotationIsolation: "strict"}, env: []string{"GPUMUX_MECHANISM=mps"},
 			want: `isolation "strict" steers mechanism auto only, but mechanism "mps" was asked for: drop one of them`},
 		{name: "bare number", ann: map[string]string{AnnotationMemory: "16"},
-			want: `annotation gpumux.io/memory = "16": a unit is needed (want ` + memoryRule + `)`},
+			want: `annotation gpumux.io/memory = "16": a unit is needed (want ` + share.QuantityRule + `)`},
 		{name: "decimal G", ann: map[string]string{AnnotationMemory: "16G"},
-			want: `annotation gpumux.io/memory = "16G": unit "G" is ambiguous (want ` + memoryRule + `)`},
+			want: `annotation gpumux.io/memory = "16G": unit "G" is ambiguous (want ` + share.QuantityRule + `)`},
 		{name: "decimal GB", env: []string{"GPUMUX_MEMORY=80GB"},
-			want: `environment variable GPUMUX_MEMORY = "80GB": unit "GB" is ambiguous (want ` + memoryRule + `)`},
+			want: `environment variable GPUMUX_MEMORY = "80GB": unit "GB" is ambiguous (want ` + share.QuantityRule + `)`},
 		{name: "decimal MB", ann: map[string]string{AnnotationMemory: "512MB"},
-			want: `annotation gpumux.io/memory = "512MB": unit "MB" is ambiguous (want ` + memoryRule + `)`},
-		{name: "KiB", ann: map[string]string{AnnotationMemory: "1024Ki"},
-			want: `annotation gpumux.io/memory = "1024Ki": unit "Ki" is finer than MiB (want ` + memoryRule + `)`},
+			want: `annotation gpumux.io/memory = "512MB": unit "MB" is ambiguous (want ` + share.QuantityRule + `)`},
+		{name: "not whole MiB", ann: map[string]string{AnnotationMemory: "1536Ki"},
+			want: `annotation gpumux.io/memory = "1536Ki": not a whole number of MiB (want a multiple of 1024Ki, or a unit of Mi, Gi or Ti)`},
 		{name: "bytes", ann: map[string]string{AnnotationMemory: "1073741824B"},
-			want: `annotation gpumux.io/memory = "1073741824B": unit "B" is finer than MiB (want ` + memoryRule + `)`},
-		{name: "unknown unit", ann: map[string]string{AnnotationMemory: "16Pi"},
-			want: `annotation gpumux.io/memory = "16Pi": unknown unit "Pi" (want ` + memoryRule + `)`},
+			want: `annotation gpumux.io/memory = "1073741824B": unit "B" has no binary prefix (want ` + share.QuantityRule + `)`},
 		{name: "fraction", ann: map[string]string{AnnotationMemory: "1.5Gi"},
-			want: `annotation gpumux.io/memory = "1.5Gi": not a memory quantity (want ` + memoryRule + `)`},
-		{name: "negative", ann: map[string]string{AnnotationMemory: "-1Gi"},
-			want: `annotation gpumux.io/memory = "-1Gi": not a memory quantity (want ` + memoryRule + `)`},
+			want: `annotation gpumux.io/memory = "1.5Gi": not a memory quantity (want ` + share.QuantityRule + `)`},
 		{name: "zero", ann: map[string]string{AnnotationMemory: "0Mi"},
 			want: `annotation gpumux.io/memory = "0Mi": must be at least 1Mi (0 would mean any: leave the key out instead)`},
-		{name: "overflow", ann: map[string]string{AnnotationMemory: "99999999999999999999Ti"},
-			want: `annotation gpumux.io/memory = "99999999999999999999Ti": too large (want ` + memoryRule + `)`},
-		{name: "overflow by the unit", ann: map[string]string{AnnotationMemory: "18446744073709551615Ti"},
-			want: `annotation gpumux.io/memory = "18446744073709551615Ti": too large (want ` + memoryRule + `)`},
+		{name: "overflow", ann: map[string]string{AnnotationMemory: "18446744073709551615Ti"},
+			want: `annotation gpumux.io/memory = "18446744073709551615Ti": too large (want ` + share.QuantityRule + `)`},
 		{name: "memory over the limit", ann: map[string]string{AnnotationMemory: "81Gi"}, lim: Limits{MaxMemoryMiB: 80 * 1024},
 			want: `annotation gpumux.io/memory = "81Gi": 81 GiB (82944 MiB) is over this node's limit of 80 GiB (81920 MiB) per share`},
 		{name: "compute 0", ann: map[string]string{AnnotationCompute: "0"},
@@ -181,14 +176,6 @@ func TestParseRequestErrors(t *testing.T) {
 				t.Errorf("an error came with %+v %v %v", req, reserved, asked)
 			}
 		})
-	}
-}
-
-func TestParseMemory(t *testing.T) {
-	for in, want := range map[string]uint64{"1Mi": 1, "1MiB": 1, "1mib": 1, "3Gi": 3072, "3 GiB": 3072, "2Ti": 2 << 20, "2TiB": 2 << 20, "0016Gi": 16384} {
-		if got, err := ParseMemory(in); err != nil || got != want {
-			t.Errorf("ParseMemory(%q) = %d, %v; want %d", in, got, err, want)
-		}
 	}
 }
 

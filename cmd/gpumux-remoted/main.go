@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +23,7 @@ import (
 	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/server"
 	"github.com/gpumux/gpumux/remote/token"
+	"github.com/gpumux/gpumux/share"
 )
 
 func main() {
@@ -107,7 +107,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		insecure    = fs.Bool("insecure-no-auth", false, "admit every client without a token or quota, and show it every GPU: for tests only")
 		backendName = fs.String("backend", "cuda", "`name` of what runs the calls: "+backendNames())
 		fakeDevices = fs.Int("fake-devices", fakecuda.DefaultDevices, "number of fake GPUs (--backend fake)")
-		fakeMemory  = fs.String("fake-memory", "16GiB", "memory of each fake GPU, `size` in bytes or with K, M, G, T (binary: KiB, MiB, GiB, TiB) (--backend fake)")
+		fakeMemory  = fs.String("fake-memory", "16GiB", "memory of each fake GPU (--backend fake), a `quantity`: "+share.QuantityRule)
 		maxClients  = fs.Int("max-clients", server.DefaultMaxClients, "connections served at once; more are refused at their handshake")
 		handshake   = fs.Duration("handshake-timeout", server.DefaultHandshakeTimeout, "how long a new connection has to send its handshake")
 		logLevel    = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
@@ -164,7 +164,7 @@ Flags:
 			}
 		}
 	}
-	memory, err := parseSize(*fakeMemory)
+	memory, err := share.ParseBytes(*fakeMemory)
 	if err != nil {
 		return usageError{fmt.Errorf("--fake-memory %q: %w", *fakeMemory, err)}
 	}
@@ -259,30 +259,4 @@ func serveAll(ctx context.Context, srv *server.Server, lns []net.Listener) error
 		}
 	}
 	return nil
-}
-
-// parseSize reads a byte count: digits with an optional binary suffix.
-func parseSize(s string) (uint64, error) {
-	units := []struct {
-		suffix string
-		shift  uint
-	}{
-		{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10},
-		{"T", 40}, {"G", 30}, {"M", 20}, {"K", 10}, {"B", 0},
-	}
-	num, shift := s, uint(0)
-	for _, u := range units {
-		if n, ok := strings.CutSuffix(s, u.suffix); ok {
-			num, shift = n, u.shift
-			break
-		}
-	}
-	n, err := strconv.ParseUint(num, 10, 64)
-	if err != nil || num == "" {
-		return 0, errors.New("want a number of bytes, optionally with K, M, G or T (KiB, MiB, GiB, TiB)")
-	}
-	if n > (1<<64-1)>>shift {
-		return 0, errors.New("too large")
-	}
-	return n << shift, nil
 }

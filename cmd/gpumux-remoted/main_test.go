@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
+	"github.com/gpumux/gpumux/share"
 )
 
 // lockedBuffer is stderr shared with run's goroutines.
@@ -72,7 +73,8 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "tpu"}, 2, `--backend "tpu": want one of cuda`},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--log-level", "loud"}, 2, `--log-level "loud"`},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-memory", "lots"}, 2, `--fake-memory "lots"`},
-		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-memory", "99999999T"}, 2, "too large"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-memory", "99999999Ti"}, 2, `--fake-memory "99999999Ti": too large`},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-memory", "16G"}, 2, `--fake-memory "16G": unit "G" is ambiguous (want ` + share.QuantityRule + ")"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--fake-devices", "2"}, 2, `--fake-devices applies only to --backend fake, not "cuda"`},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--max-clients", "0"}, 2, "--max-clients 0"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--handshake-timeout", "0s"}, 2, "--handshake-timeout 0s"},
@@ -213,23 +215,5 @@ func TestServesTokensOnTCP(t *testing.T) {
 	}
 	if strings.Contains(stderr.String(), "WARNING") {
 		t.Errorf("a warning with a token file:\n%s", stderr.String())
-	}
-}
-
-func TestParseSize(t *testing.T) {
-	tests := []struct {
-		in   string
-		want uint64
-		ok   bool
-	}{
-		{"0", 0, true}, {"1024", 1024, true}, {"512B", 512, true}, {"4K", 4 << 10, true}, {"4KiB", 4 << 10, true},
-		{"16G", 16 << 30, true}, {"16GiB", 16 << 30, true}, {"2TiB", 2 << 40, true}, {"3M", 3 << 20, true},
-		{"", 0, false}, {"G", 0, false}, {"1.5G", 0, false}, {"-1", 0, false}, {"1GB", 0, false}, {"16777216T", 0, false},
-	}
-	for _, tt := range tests {
-		got, err := parseSize(tt.in)
-		if (err == nil) != tt.ok || got != tt.want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d ok=%v", tt.in, got, err, tt.want, tt.ok)
-		}
 	}
 }
