@@ -144,23 +144,3 @@ func parsePercent(reply string) (float64, error) {
 	}
 	return v, nil
 }
-
-// formatLimit is a pinned memory limit as set_default_device_pinned_mem_limit
-// takes it: whole GiB as "4G", anything else in MiB ("3000M").
-func formatLimit(mib uint64) string {
-	if mib >= 1024 && mib%1024 == 0 {
-		return fmt.Sprintf("%dG", mib/1024)
-	}
-	return fmt.Sprintf("%dM", mib)
-}
-
-// displayLimit is how get_default_device_pinned_mem_limit prints a limit of
-// mib MiB: the daemon rounds down to whole GiB from 1 GiB on (3000M reads
-// back as "2G", though the server enforces 3000 MiB: its server.log says
-// 0xbb800000 bytes), so a reply can only confirm limits in whole GiB.
-func displayLimit(mib uint64) string {
-	if mib >= 1024 {
-		return fmt.Sprintf("%dG", mib/1024)
-	}
-	return fmt.Sprintf("%dM", mib)
-}

@@ -47,29 +47,6 @@ func TestParsePercent(t *testing.T) {
 	}
 }
 
-// The display forms were read off a real daemon (driver 580.159.04): 4G and
-// 4096M read back as 4G, 3000M as 2G.
-func TestLimitForms(t *testing.T) {
-	for _, tc := range []struct {
-		mib           uint64
-		set, readBack string
-	}{
-		{4096, "4G", "4G"},
-		{3000, "3000M", "2G"},
-		{1024, "1G", "1G"},
-		{1536, "1536M", "1G"},
-		{512, "512M", "512M"},
-		{143771, "143771M", "140G"},
-	} {
-		if got := formatLimit(tc.mib); got != tc.set {
-			t.Errorf("formatLimit(%d) = %q, want %q", tc.mib, got, tc.set)
-		}
-		if got := displayLimit(tc.mib); got != tc.readBack {
-			t.Errorf("displayLimit(%d) = %q, want %q", tc.mib, got, tc.readBack)
-		}
-	}
-}
-
 func TestDaemonEnv(t *testing.T) {
 	base := []string{
 		"PATH=/usr/bin", "CUDA_VISIBLE_DEVICES=0,1", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",

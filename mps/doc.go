@@ -46,10 +46,14 @@
 //   - set_default_active_thread_percentage replies with the value in force,
 //     also when it refuses an invalid one (exit 0, reason only in
 //     control.log), so the Manager checks the reply. The pinned limit
-//     commands take "4G" or "4096M"; the getter prints nothing when no limit
-//     is set and rounds down to whole G from 1G on (3000M reads back "2G",
-//     though the server enforces 3000 MiB), so a limit that is not whole GiB
-//     is set once per daemon rather than compared. Unknown commands print
+//     commands take "4G" or "4096M" (FormatMemLimit); the setter refuses no
+//     value but reads anything else its own way (ParseMemLimit: "4096K" is
+//     4096 MiB, "4.5G" 4 MiB), and after "0" the getter prints nothing, as
+//     with no limit set (whether servers then start without one was not
+//     checked). The getter rounds down to whole G from 1G on (3000M reads
+//     back "2G", though the server enforces 3000 MiB; DisplayMemLimit), so a
+//     limit that is not whole GiB is set once per daemon rather than
+//     compared. Unknown commands print
 //     `Unknown command "…"` and exit 0. Defaults are lost when the daemon
 //     ends, and apply to servers started after they are set.
 //   - With 25% and 3000M, a client saw 32 of 132 SMs and could not allocate

@@ -324,10 +324,10 @@ func (m *Manager) applyDefaults(ctx context.Context, d *daemon) error {
 	case mib == 0 && cur == "":
 	case mib == 0:
 		return m.removeLimit(ctx, d, cur)
-	case cur != displayLimit(mib) || (mib%1024 != 0 && d.pinnedSet != mib):
+	case cur != DisplayMemLimit(mib<<20) || (mib%1024 != 0 && d.pinnedSet != mib):
 		// A limit that is not whole GiB reads back rounded down, so it is
 		// set once per daemon rather than compared.
-		cmd := fmt.Sprintf("set_default_device_pinned_mem_limit 0 %s", formatLimit(mib))
+		cmd := fmt.Sprintf("set_default_device_pinned_mem_limit 0 %s", FormatMemLimit(mib))
 		if _, err := m.send(ctx, uuid, cmd); err != nil {
 			return err
 		}
@@ -335,11 +335,11 @@ func (m *Manager) applyDefaults(ctx context.Context, d *daemon) error {
 		if err != nil {
 			return err
 		}
-		if now := strings.TrimSpace(out); now != displayLimit(mib) {
+		if now := strings.TrimSpace(out); now != DisplayMemLimit(mib<<20) {
 			return fmt.Errorf("%q not in force: the daemon reports %q", cmd, now)
 		}
 		d.pinnedSet = mib
-		m.log.Info("set MPS default pinned device memory limit", "device", uuid, "limit", formatLimit(mib))
+		m.log.Info("set MPS default pinned device memory limit", "device", uuid, "limit", FormatMemLimit(mib))
 	}
 	d.defaultsOK = true
 	return nil

@@ -22,8 +22,8 @@
 //	get_active_thread_percentage <server pid>    the server's percentage, fixed when it started
 //	set_default_active_thread_percentage <p>     replies the value in force ("25.0"); an invalid p is refused, as by the real one
 //	get_default_active_thread_percentage         "100.0" until set
-//	set_default_device_pinned_mem_limit <d> <v>  v as 4G or 4096M; no reply
-//	get_default_device_pinned_mem_limit <d>      "4G", rounded down to whole G from 1G on as by the real one; nothing if unset
+//	set_default_device_pinned_mem_limit <d> <v>  v read as the real one reads it (mps.ParseMemLimit: 4G, 4096M; never refused); no reply
+//	get_default_device_pinned_mem_limit <d>      "4G", rounded down to whole G from 1G on as by the real one (mps.DisplayMemLimit); nothing if unset or 0
 //	quit                                         waits until no server has a client (as the real one does), then exits
 //
 // and two commands for tests: fake_add_client <pid> (connects a fake client,
@@ -51,6 +51,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gpumux/gpumux/mps"
 )
 
 const (
@@ -365,21 +367,19 @@ func (d *daemon) handle(line string) (reply string, quit bool) {
 	case "get_default_active_thread_percentage":
 		return fmt.Sprintf("%.1f\n", d.thread), false
 	case "set_default_device_pinned_mem_limit":
-		bytes, err := parseMem(arg(2))
-		if arg(1) == "" || err != nil {
-			d.logf("Invalid value for set_default_device_pinned_mem_limit: %q", strings.Join(f[1:], " "))
+		if len(f) < 3 {
+			d.logf("Invalid command format.")
 			return "", false
 		}
-		d.pinned[arg(1)] = bytes
-		d.logf("%s.", line)
+		d.pinned[f[1]] = mps.ParseMemLimit(f[2]) // never refused, as by the real one
+		d.logf("%s %s %s.", f[0], f[1], f[2])
 		return "", false
 	case "get_default_device_pinned_mem_limit":
-		bytes, ok := d.pinned[arg(1)]
-		if !ok {
+		if d.pinned[arg(1)] == 0 {
 			d.logf("No default pinned memory limit set for the device!")
 			return "", false
 		}
-		return displayMem(bytes) + "\n", false
+		return mps.DisplayMemLimit(d.pinned[arg(1)]) + "\n", false
 	case "fake_add_client":
 		pid, err := strconv.Atoi(arg(1))
 		if err != nil || pid <= 0 {
@@ -427,38 +427,6 @@ func (d *daemon) waitNoClients() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// parseMem parses a limit as the real daemon takes it: 4G, 4096M, bytes.
-func parseMem(s string) (uint64, error) {
-	mult := uint64(1)
-	switch {
-	case strings.HasSuffix(s, "G"):
-		mult, s = 1<<30, strings.TrimSuffix(s, "G")
-	case strings.HasSuffix(s, "M"):
-		mult, s = 1<<20, strings.TrimSuffix(s, "M")
-	case strings.HasSuffix(s, "K"):
-		mult, s = 1<<10, strings.TrimSuffix(s, "K")
-	}
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || v == 0 {
-		return 0, fmt.Errorf("invalid memory limit %q", s)
-	}
-	return v * mult, nil
-}
-
-// displayMem prints a limit as the real daemon does: rounded down to the
-// largest unit it reaches (3000M prints as 2G).
-func displayMem(b uint64) string {
-	switch {
-	case b >= 1<<30:
-		return fmt.Sprintf("%dG", b>>30)
-	case b >= 1<<20:
-		return fmt.Sprintf("%dM", b>>20)
-	case b >= 1<<10:
-		return fmt.Sprintf("%dK", b>>10)
-	}
-	return strconv.FormatUint(b, 10)
 }
 
 func sortedKeys[V any](m map[int]V) []int {

@@ -166,6 +166,18 @@ func TestCommands(t *testing.T) {
 		{"get_default_device_pinned_mem_limit 0", "4G\n"},
 		{"set_default_device_pinned_mem_limit 0 3000M", ""},
 		{"get_default_device_pinned_mem_limit 0", "2G\n"}, // rounded down, as by the real daemon
+		// Read as the real daemon reads them: anything but G after the
+		// number is MiB, 0 is no limit, nothing is refused.
+		{"set_default_device_pinned_mem_limit 0 4096", ""},
+		{"get_default_device_pinned_mem_limit 0", "4G\n"},
+		{"set_default_device_pinned_mem_limit 0 4K", ""},
+		{"get_default_device_pinned_mem_limit 0", "4M\n"},
+		{"set_default_device_pinned_mem_limit 0 0G", ""},
+		{"get_default_device_pinned_mem_limit 0", ""},
+		{"set_default_device_pinned_mem_limit 1 3G", ""},
+		{"get_default_device_pinned_mem_limit 1", "3G\n"},
+		{"set_default_device_pinned_mem_limit 1", ""}, // no value: refused
+		{"get_default_device_pinned_mem_limit 1", "3G\n"},
 		{"set_default_device_pinned_mem_limit 0 512M", ""},
 		{"get_default_device_pinned_mem_limit 0", "512M\n"},
 		{"get_client_list 12345", "Server 12345 not found\n"},
@@ -197,7 +209,8 @@ func TestCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"] Cmd:set_default_active_thread_percentage 25\n", "] Cmd:bogus_command\n", "Invalid percentage", "CUDA_VISIBLE_DEVICES="} {
+	for _, want := range []string{"] Cmd:set_default_active_thread_percentage 25\n", "] Cmd:bogus_command\n", "Invalid percentage", "CUDA_VISIBLE_DEVICES=",
+		"] set_default_device_pinned_mem_limit 0 4K.\n", "] Invalid command format.\n"} {
 		if !strings.Contains(string(log), want) {
 			t.Errorf("control.log lacks %q", want)
 		}
