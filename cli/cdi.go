@@ -13,9 +13,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/gpumux/gpumux/gpu"
-	"github.com/gpumux/gpumux/mps"
-	"github.com/gpumux/gpumux/runtimehook"
+	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -60,27 +58,30 @@ Flags:
 	return ExitOK
 }
 
-// cdiSpec builds the spec of every share the node offers.
+// cdiSpec builds the spec of every share the node offers. Remote shares are
+// not among them: their edits carry a token per container, which a CDI spec
+// handed to every container cannot.
 func cdiSpec(ctx context.Context, nf *nodeFlags) (*cdispec.Spec, error) {
-	v, err := nf.view(ctx)
+	n, err := nf.open()
 	if err != nil {
 		return nil, err
 	}
-	defer v.host.Close()
-	paths := cdiPaths{v.host, mps.NewManager(v.cfg.StateDir)}
+	defer n.Close()
+	c, err := n.Catalog(ctx, node.Skip(share.Remote))
+	if err != nil {
+		return nil, err
+	}
 	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: CDIKind}
-	for _, g := range v.catalog.Groups {
-		for _, s := range g.Shares {
-			edits, err := share.EditsFor([]share.Share{s}, paths)
-			if err != nil {
-				return nil, err
-			}
-			spec.Devices = append(spec.Devices, cdispec.Device{
-				Name:           CDIName(s.ID),
-				Annotations:    map[string]string{"gpumux.io/share": s.ID, "gpumux.io/mechanism": string(s.Mechanism)},
-				ContainerEdits: *runtimehook.CDIEdits(edits),
-			})
+	for _, s := range c.Shares() {
+		edits, err := n.Edits([]share.Share{s})
+		if err != nil {
+			return nil, err
 		}
+		spec.Devices = append(spec.Devices, cdispec.Device{
+			Name:           CDIName(s.ID),
+			Annotations:    map[string]string{"gpumux.io/share": s.ID, "gpumux.io/mechanism": string(s.Mechanism)},
+			ContainerEdits: *node.CDIEdits(edits),
+		})
 	}
 	return spec, nil
 }
@@ -88,13 +89,6 @@ func cdiSpec(ctx context.Context, nf *nodeFlags) (*cdispec.Spec, error) {
 // CDIName is a share's CDI device name: its ID, with "/" (not allowed in CDI
 // names) as "_".
 func CDIName(id string) string { return strings.ReplaceAll(id, "/", "_") }
-
-type cdiPaths struct {
-	*gpu.Host
-	mps *mps.Manager
-}
-
-func (p cdiPaths) MPSPipeDir(uuid string) string { return p.mps.PipeDir(uuid) }
 
 // writeCDI writes the spec as JSON, to a file (checked by the CDI library
 // reading it back) or to w.

@@ -9,9 +9,9 @@ import (
 	"io"
 	"os"
 
-	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/internal/version"
+	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/nodeconfig"
-	"github.com/gpumux/gpumux/plugin"
 )
 
 // Exit codes.
@@ -24,6 +24,8 @@ const (
 const usage = `gpumux — operate GPU sharing on this node
 
 Usage:
+  gpumux agent [--config FILE]
+                            run this node's GPUs without Nomad: MIG layout, MPS daemons, lease reclaim, metrics
   gpumux status [flags]     GPUs, MIG instances and the shares the node offers
   gpumux cdi generate       a CDI spec with one device per share, for CDI-native engines
   gpumux mig plan|apply|assert|export
@@ -42,6 +44,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	switch args[0] {
+	case "agent":
+		return runAgent(ctx, args[1:], stdout, stderr)
 	case "status":
 		return runStatus(ctx, args[1:], stdout, stderr)
 	case "cdi":
@@ -51,7 +55,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "remote":
 		return runRemote(ctx, args[1:], stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "gpumux", plugin.Version)
+		fmt.Fprintln(stdout, "gpumux", version.Version)
 		return ExitOK
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
@@ -64,28 +68,28 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // nodeFlags are the flags every command that reads GPUs takes.
 type nodeFlags struct {
-	simulate string
-	stateDir string
-	config   string
+	simulate   string
+	stateDir   string
+	configFile string
 }
 
 func (n *nodeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.simulate, "simulate", os.Getenv("GPUMUX_SIMULATE"), "use the simulated node `NAME` (dgxa100, dgxh100, dgxh200) instead of the real GPUs (env GPUMUX_SIMULATE)")
 	fs.StringVar(&n.stateDir, "state-dir", os.Getenv("GPUMUX_STATE_DIR"), "gpumux state `DIR`, shared with the plugin (env GPUMUX_STATE_DIR; default: the config's state_dir, else "+nodeconfig.DefaultStateDir+")")
-	fs.StringVar(&n.config, "config", os.Getenv("GPUMUX_CONFIG"), "node config `FILE` (the plugin block's config body, HCL) to show shares under its layout (env GPUMUX_CONFIG)")
+	fs.StringVar(&n.configFile, "config", os.Getenv("GPUMUX_CONFIG"), "node config `FILE` (the plugin block's config body, HCL) to show shares under its layout (env GPUMUX_CONFIG)")
 }
 
-// load reads the node config (if any) and opens the GPUs it names. Flags
-// override the file's simulate and state_dir.
-func (n *nodeFlags) load() (*nodeconfig.Config, *gpu.Host, error) {
+// config reads the node config (if any); flags override the file's
+// simulate and state_dir.
+func (n *nodeFlags) config() (*nodeconfig.Config, error) {
 	cfg := &nodeconfig.Config{StateDir: nodeconfig.DefaultStateDir}
-	if n.config != "" {
-		src, err := os.ReadFile(n.config)
+	if n.configFile != "" {
+		src, err := os.ReadFile(n.configFile)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if cfg, err = nodeconfig.ParseConfig(src); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", n.config, err)
+			return nil, fmt.Errorf("%s: %w", n.configFile, err)
 		}
 	}
 	if n.simulate != "" {
@@ -94,8 +98,16 @@ func (n *nodeFlags) load() (*nodeconfig.Config, *gpu.Host, error) {
 	if n.stateDir != "" {
 		cfg.StateDir = n.stateDir
 	}
-	h, err := gpu.Open(cfg.Simulate, cfg.StateDir)
-	return cfg, h, err
+	return cfg, nil
+}
+
+// open reads the node config and opens the node it names.
+func (n *nodeFlags) open() (*node.Node, error) {
+	cfg, err := n.config()
+	if err != nil {
+		return nil, err
+	}
+	return node.Open(cfg)
 }
 
 // writeJSON writes v as indented JSON, the form --output json gives scripts.

@@ -13,7 +13,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpumux/gpumux/cli"
-	"github.com/gpumux/gpumux/runtimehook/lease"
+	"github.com/gpumux/gpumux/node/lease"
 )
 
 func run(t *testing.T, args ...string) (int, string, string) {

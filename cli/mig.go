@@ -18,6 +18,7 @@ import (
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/mig/layout"
+	"github.com/gpumux/gpumux/node"
 )
 
 // Exit codes of gpumux mig.
@@ -151,7 +152,7 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 	force, reset := new(bool), new(bool)
 	nomadAddr := new(string)
 	if cmd != "assert" {
-		nomadAddr = fs.String("nomad", os.Getenv("NOMAD_ADDR"), "`ADDR` of the node's Nomad agent, asked which live allocations hold MIG instances (env NOMAD_ADDR, token NOMAD_TOKEN; default "+defaultNomadAddr+", skipped with a note where no agent listens there); off: do not ask")
+		nomadAddr = fs.String("nomad", os.Getenv("NOMAD_ADDR"), "`ADDR` of the node's Nomad agent, asked which live allocations hold MIG instances (env NOMAD_ADDR, token NOMAD_TOKEN; default "+node.DefaultNomadAddr+", skipped with a note where no agent listens there); off: do not ask")
 	}
 	if cmd == "apply" {
 		dryRun = fs.Bool("dry-run", false, "show the plan and change nothing")
@@ -174,27 +175,32 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 		return ExitUsage
 	}
 	nomadExplicit := *nomadAddr != ""
-	if *nomadAddr == NomadOff || cmd == "assert" {
-		*nomadAddr = NomadOff // assert compares layouts; who holds what does not matter
+	if *nomadAddr == node.NomadOff || cmd == "assert" {
+		*nomadAddr = node.NomadOff // assert compares layouts; who holds what does not matter
 	}
 	l, err := readLayout(*file, *config)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
 		return ExitError
 	}
-	cfg, h, err := nf.load()
+	n, err := nf.open()
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
 		return ExitError
 	}
-	defer h.Close()
-	held, err := heldInstances(ctx, cfg.StateDir, *nomadAddr, nomadExplicit, &prefixWriter{w: stderr, prefix: "gpumux mig " + cmd + ": "})
+	defer n.Close()
+	h := n.Host()
+	holders, err := n.Holders(ctx, node.AskNomad(*nomadAddr, nomadExplicit))
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
 		return ExitError
 	}
-	if h.Simulated() != nil && l.PCIID == nil {
-		l.PCIID = nvmlPCIID(h.Simulated().NVML())
+	if holders.Note != "" {
+		fmt.Fprintf(stderr, "gpumux mig %s: note: %s\n", cmd, holders.Note)
+	}
+	held := holders.Device
+	if gh, ok := h.(*gpu.Host); ok && gh.Simulated() != nil && l.PCIID == nil {
+		l.PCIID = nvmlPCIID(gh.Simulated().NVML())
 	}
 	plans, _, err := migPlan(ctx, h, l, held, *force)
 	if err != nil {
@@ -220,7 +226,7 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 	case cmd == "assert":
 		return migAssert(plans, *output == "json", stdout, stderr)
 	}
-	opts := []mig.ApplyOption{mig.WithHeld(held), mig.WithCheckpoint(mig.CheckpointDir(cfg.StateDir))}
+	opts := []mig.ApplyOption{mig.WithHeld(held), mig.WithCheckpoint(mig.CheckpointDir(n.Config().StateDir))}
 	if *force {
 		opts = append(opts, mig.WithForce())
 	}
@@ -235,19 +241,6 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 		}
 	}
 	return res.ExitCode
-}
-
-// prefixWriter prefixes what is written to it (one line at a time).
-type prefixWriter struct {
-	w      io.Writer
-	prefix string
-}
-
-func (p *prefixWriter) Write(b []byte) (int, error) {
-	if _, err := io.WriteString(p.w, p.prefix+string(b)); err != nil {
-		return 0, err
-	}
-	return len(b), nil
 }
 
 func readLayout(file, config string) (*layout.Layout, error) {
@@ -312,7 +305,7 @@ func (p *GPUPlan) matches() bool { return p.Action == ActionKeep }
 
 // migPlan resolves the layout on the node and plans each selected GPU, in
 // index order. It returns the node as it read it too.
-func migPlan(ctx context.Context, h *gpu.Host, l *layout.Layout, held func(string) string, force bool) ([]GPUPlan, *gpu.Node, error) {
+func migPlan(ctx context.Context, h mig.Host, l *layout.Layout, held func(string) string, force bool) ([]GPUPlan, *gpu.Node, error) {
 	node, err := h.Inventory(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -343,7 +336,7 @@ func migPlan(ctx context.Context, h *gpu.Host, l *layout.Layout, held func(strin
 	return plans, node, nil
 }
 
-func planGPU(ctx context.Context, h *gpu.Host, g *gpu.GPU, p *GPUPlan, held func(string) string, force bool) {
+func planGPU(ctx context.Context, h mig.Host, g *gpu.GPU, p *GPUPlan, held func(string) string, force bool) {
 	if !p.WantMIG {
 		switch {
 		case !g.MIGEnabled:
@@ -624,7 +617,7 @@ func layoutOf(g *gpu.GPU) GPULayout {
 
 // migApply applies the plans GPU by GPU. In table form it prints the steps
 // and a summary as it goes; as JSON it only collects them.
-func migApply(ctx context.Context, h *gpu.Host, l *layout.Layout, plans []GPUPlan, held func(string) string, force bool, opts []mig.ApplyOption, asJSON bool, stdout, stderr io.Writer) *ApplyResult {
+func migApply(ctx context.Context, h mig.Host, l *layout.Layout, plans []GPUPlan, held func(string) string, force bool, opts []mig.ApplyOption, asJSON bool, stdout, stderr io.Writer) *ApplyResult {
 	res := &ApplyResult{GPUs: []GPUApply{}, Changed: []int{}, Kept: []int{}, Busy: []int{}, Failed: []int{}, Differ: []int{}}
 	for i := range plans {
 		p := &plans[i]
@@ -741,12 +734,12 @@ Flags:
 		return code
 	}
 	err := func() error {
-		_, h, err := nf.load()
+		n, err := nf.open()
 		if err != nil {
 			return err
 		}
-		defer h.Close()
-		node, err := h.Inventory(ctx)
+		defer n.Close()
+		node, err := n.Host().Inventory(ctx)
 		if err != nil {
 			return err
 		}

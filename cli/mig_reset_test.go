@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpumux/gpumux/cli"
 	"github.com/gpumux/gpumux/gpu"
-	"github.com/gpumux/gpumux/runtimehook/lease"
+	"github.com/gpumux/gpumux/node/lease"
 )
 
 // simulated opens the node's simulated GPUs for a test's setup.

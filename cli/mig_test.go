@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpumux/gpumux/cli"
 	"github.com/gpumux/gpumux/gpu"
-	"github.com/gpumux/gpumux/runtimehook/lease"
+	"github.com/gpumux/gpumux/node/lease"
 )
 
 // migNode is a simulated dgxh200 in a temp state dir.

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/gpumux/gpumux/gpu"
-	"github.com/gpumux/gpumux/nodeconfig"
-	"github.com/gpumux/gpumux/runtimehook/lease"
+	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -56,43 +56,29 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 func status(ctx context.Context, nf *nodeFlags) (*Status, error) {
-	v, err := nf.view(ctx)
+	n, err := nf.open()
 	if err != nil {
 		return nil, err
 	}
-	defer v.host.Close()
-	held, err := lease.ReadIn(ctx, v.cfg.StateDir)
+	defer n.Close()
+	inv, err := n.Host().Inventory(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &Status{Node: v.node, Groups: v.catalog.Groups, Held: held}, nil
-}
-
-// nodeView is a node read under its config: what the commands show.
-type nodeView struct {
-	cfg     *nodeconfig.Config
-	host    *gpu.Host // the caller closes it
-	node    *gpu.Node
-	catalog *share.Catalog
-}
-
-func (n *nodeFlags) view(ctx context.Context) (*nodeView, error) {
-	cfg, h, err := n.load()
+	// Remote shares are not shown: a look at the pool goes over the network.
+	c, err := n.Catalog(ctx, node.Skip(share.Remote))
 	if err != nil {
 		return nil, err
 	}
-	v := &nodeView{cfg: cfg, host: h}
-	if v.node, err = h.Inventory(ctx); err == nil {
-		var assignments []share.Assignment
-		if assignments, err = cfg.Layout().Assign(v.node); err == nil {
-			v.catalog, err = share.Build(v.node, assignments)
-		}
-	}
+	h, err := n.Holders(ctx)
 	if err != nil {
-		h.Close()
 		return nil, err
 	}
-	return v, nil
+	held := map[string]string{}
+	for id := range h.Shares {
+		held[id] = strings.TrimPrefix(h.Of(id), "container ")
+	}
+	return &Status{Node: inv, Groups: c.Groups, Held: held}, nil
 }
 
 func printStatus(w io.Writer, st *Status) {

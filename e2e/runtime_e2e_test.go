@@ -18,10 +18,10 @@ import (
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/mps"
+	"github.com/gpumux/gpumux/node"
+	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/plugin"
-	"github.com/gpumux/gpumux/runtimehook/lease"
-	"github.com/gpumux/gpumux/share"
 )
 
 // runtimeNode is a simulated H200 node for gpumux-runtime: GPUs 0-1 as four
@@ -65,24 +65,17 @@ gpu {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := h.Inventory(ctx)
+	n, err := node.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	as, err := cfg.Layout().Assign(node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := share.Build(node, as)
+	defer n.Close()
+	c, err := n.Catalog(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := mps.NewManager(stateDir, mps.WithControlBinary(filepath.Join(repoRoot(t), "bin", "gpumux-fake-mps-control")))
-	var want []mps.Device
-	for _, d := range c.MPSDaemons() {
-		want = append(want, mps.Device{UUID: d.UUID, ThreadPercent: d.ThreadPercent, PinnedMemLimitMiB: d.PinnedMemLimitMiB})
-	}
-	if err := m.Reconcile(ctx, want); err != nil {
+	if err := m.Reconcile(ctx, mps.Daemons(c)); err != nil {
 		t.Fatal(err)
 	}
 	return stateDir, config

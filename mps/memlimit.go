@@ -16,9 +16,8 @@ import (
 // What the daemon does with other values was read off driver 580.159.04 (see
 // ParseMemLimit): it refuses none, so a malformed value is a wrong limit, not
 // an error. gpumux writes only the documented form: the Manager sends
-// FormatMemLimit's output, and share's Edits set
-// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT to 0=<MiB>M (share cannot use this package,
-// which imports share).
+// FormatMemLimit's output, and the provider's Edits set
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT to "0=" and FormatMemLimit's output.
 
 // FormatMemLimit writes a limit of mib MiB as NVIDIA documents it: whole GiB
 // as "4G", anything else in MiB ("3000M"). The daemon keeps the limit in

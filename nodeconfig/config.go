@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/hcl"
@@ -26,6 +28,9 @@ const PluginName = "nomad-device-gpumux"
 
 // Defaults of the node config.
 const (
+	// DefaultFile is where gpumux agent and gpumux-runtime read the node
+	// config unless told otherwise.
+	DefaultFile              = "/etc/gpumux/node.hcl"
 	DefaultStateDir          = "/var/lib/gpumux"
 	DefaultFingerprintPeriod = time.Minute
 	// DefaultMPSControl is NVIDIA's MPS control binary; simulated nodes use
@@ -41,6 +46,7 @@ var Spec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"state_dir":          hclspec.NewDefault(hclspec.NewAttr("state_dir", "string", false), hclspec.NewLiteral(`"`+DefaultStateDir+`"`)),
 	"fingerprint_period": hclspec.NewDefault(hclspec.NewAttr("fingerprint_period", "string", false), hclspec.NewLiteral(`"1m"`)),
 	"mps_control_binary": hclspec.NewAttr("mps_control_binary", "string", false),
+	"metrics_addr":       hclspec.NewAttr("metrics_addr", "string", false),
 	"gpu": hclspec.NewBlockList("gpu", hclspec.NewObject(map[string]*hclspec.Spec{
 		"match":       hclspec.NewAttr("match", "string", true),
 		"mechanism":   hclspec.NewAttr("mechanism", "string", true),
@@ -54,11 +60,14 @@ var Spec = hclspec.NewObject(map[string]*hclspec.Spec{
 
 // Config is the decoded plugin config.
 type Config struct {
-	Simulate          string          `codec:"simulate"`
-	StateDir          string          `codec:"state_dir"`
-	FingerprintPeriod string          `codec:"fingerprint_period"`
-	MPSControlBinary  string          `codec:"mps_control_binary"`
-	GPUs              []share.GPURule `codec:"gpu"`
+	Simulate          string `codec:"simulate"`
+	StateDir          string `codec:"state_dir"`
+	FingerprintPeriod string `codec:"fingerprint_period"`
+	MPSControlBinary  string `codec:"mps_control_binary"`
+	// MetricsAddr, when set, is where the node agent (the plugin, or
+	// gpumux agent) serves Prometheus metrics at /metrics: "host:port".
+	MetricsAddr string          `codec:"metrics_addr"`
+	GPUs        []share.GPURule `codec:"gpu"`
 	// Remote, when set, offers GPUs of gpumux-remoted servers (remote.go).
 	Remote *Remote       `codec:"remote"`
 	period time.Duration // parsed FingerprintPeriod
@@ -104,6 +113,11 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("fingerprint_period = %q: want a duration of at least 1s, e.g. \"1m\"", c.FingerprintPeriod))
 		}
 	}
+	if c.MetricsAddr != "" {
+		if err := checkListenAddr(c.MetricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("metrics_addr = %q: %w", c.MetricsAddr, err))
+		}
+	}
 	if err := c.Layout().Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -117,6 +131,19 @@ func (c *Config) Validate() error {
 			c.StateDir, mpsPipeDir(c.StateDir), n, maxMPSPipeDir, len(c.StateDir)-(n-maxMPSPipeDir)))
 	}
 	return errors.Join(errs...)
+}
+
+// checkListenAddr checks a "host:port" to listen on (port 0 to 65535; an
+// empty host listens on every address).
+func checkListenAddr(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("want host:port, e.g. \"127.0.0.1:9400\" (%v)", err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q: want 0 to 65535", port)
+	}
+	return nil
 }
 
 // maxMPSPipeDir is the longest pipe directory nvidia-cuda-mps-control

@@ -7,6 +7,7 @@ import (
 	"github.com/gpumux/gpumux/nodeconfig"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/plugins/device"
 )
 
 // benchPlugin starts a plugin on a simulated 8×H200 node whose GPUs each carry
@@ -25,11 +26,12 @@ gpu {
 		b.Fatal(err)
 	}
 	p := New(hclog.NewNullLogger())
-	ctx := context.Background()
-	if err := p.start(ctx, cfg); err != nil {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	if _, err := p.start(ctx, cfg); err != nil {
 		b.Fatal(err)
 	}
-	groups, err := p.refresh(ctx, cfg)
+	groups, err := p.fingerprintOnce(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -39,6 +41,16 @@ gpu {
 	return p, cfg
 }
 
+// fingerprintOnce is one pass of the fingerprint loop: the node's catalog,
+// reconciled, as Nomad device groups.
+func (p *Plugin) fingerprintOnce(ctx context.Context) ([]*device.DeviceGroup, error) {
+	c, err := p.node.Refresh(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return deviceGroups(c, p.node.Health), nil
+}
+
 // BenchmarkInventory is the baseline of BenchmarkFingerprint: the NVML read
 // of the same node alone.
 func BenchmarkInventory(b *testing.B) {
@@ -46,7 +58,7 @@ func BenchmarkInventory(b *testing.B) {
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := p.host.Inventory(ctx); err != nil {
+		if _, err := p.node.Host().Inventory(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -55,11 +67,11 @@ func BenchmarkInventory(b *testing.B) {
 // BenchmarkFingerprint measures one complete fingerprint: NVML inventory of 8
 // GPUs and 56 MIG instances, layout assignment, catalog and device groups.
 func BenchmarkFingerprint(b *testing.B) {
-	p, cfg := benchPlugin(b)
+	p, _ := benchPlugin(b)
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := p.refresh(ctx, cfg); err != nil {
+		if _, err := p.fingerprintOnce(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -69,7 +81,7 @@ func BenchmarkFingerprint(b *testing.B) {
 // and container edits).
 func BenchmarkReserve(b *testing.B) {
 	p, _ := benchPlugin(b)
-	id := p.catalog.Groups[0].Shares[17].ID
+	id := p.node.Current().Groups[0].Shares[17].ID
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if _, err := p.Reserve([]string{id}); err != nil {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumux/gpumux/runtimehook/lease"
+	"github.com/gpumux/gpumux/node/lease"
 )
 
 // TestMIGApplyAtStartKeepsHeldInstances: a layout in the plugin config that

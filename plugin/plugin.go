@@ -9,24 +9,23 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpumux/gpumux/nodeconfig"
-	"github.com/gpumux/gpumux/runtimehook/lease"
-
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 
-	"github.com/gpumux/gpumux/gpu"
-	"github.com/gpumux/gpumux/mig"
+	"github.com/gpumux/gpumux/internal/version"
+	"github.com/gpumux/gpumux/node"
+	"github.com/gpumux/gpumux/node/lease"
+	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/share"
 )
 
 // Name is the plugin's name: the label of its plugin block and its file name.
 const Name = nodeconfig.PluginName
 
-// Version is the plugin's version.
-const Version = "0.1.0"
+// agentName is how the plugin names itself in the state directory's lock.
+const agentName = "the gpumux Nomad plugin (" + Name + ")"
 
 // Device vendor and type of every group.
 const (
@@ -34,32 +33,21 @@ const (
 	DeviceType = "gpu"
 )
 
-// Host is what the plugin needs of the node's GPUs; *gpu.Host implements it.
-type Host interface {
-	mig.Host
-	Usage(ctx context.Context) (map[string]gpu.Usage, error)
-	WatchXIDs(ctx context.Context) (<-chan gpu.XIDEvent, error)
-	DevicePath(name string) string
-	Close() error
-}
-
-var _ Host = (*gpu.Host)(nil)
+// Host is what the plugin needs of the node's GPUs (the node core's).
+type Host = node.Host
 
 // OpenFunc opens the node's GPUs for a config.
-type OpenFunc func(cfg *nodeconfig.Config) (Host, error)
+type OpenFunc = node.OpenFunc
 
-// Plugin is the gpumux Nomad device plugin.
+// Plugin is the gpumux Nomad device plugin: Nomad's types over the node
+// core, which the plugin runs as the node's agent.
 type Plugin struct {
 	logger hclog.Logger
 	open   OpenFunc
 
-	mu      sync.Mutex
-	cfg     *nodeconfig.Config
-	host    Host
-	mps     MPS
-	remote  *remoteGPUs // nil without a remote block
-	catalog *share.Catalog
-	health  *healthTracker
+	mu   sync.Mutex
+	cfg  *nodeconfig.Config
+	node *node.Node // opened by the first fingerprint
 }
 
 var _ device.DevicePlugin = (*Plugin)(nil)
@@ -72,22 +60,19 @@ func WithOpen(f OpenFunc) Option { return func(p *Plugin) { p.open = f } }
 
 // New returns a plugin that logs to logger.
 func New(logger hclog.Logger, opts ...Option) *Plugin {
-	p := &Plugin{logger: logger.Named(Name), open: openHost, health: newHealthTracker()}
+	p := &Plugin{logger: logger.Named(Name)}
 	for _, o := range opts {
 		o(p)
 	}
 	return p
 }
 
-// openHost opens the GPUs the config names: a simulated node, or real NVML.
-func openHost(cfg *nodeconfig.Config) (Host, error) { return gpu.Open(cfg.Simulate, cfg.StateDir) }
-
 // PluginInfo describes the plugin to Nomad.
 func (p *Plugin) PluginInfo() (*base.PluginInfoResponse, error) {
 	return &base.PluginInfoResponse{
 		Type:              base.PluginTypeDevice,
 		PluginApiVersions: []string{device.ApiVersion010},
-		PluginVersion:     Version,
+		PluginVersion:     version.Version,
 		Name:              Name,
 	}, nil
 }
@@ -108,9 +93,10 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	return nil
 }
 
-// Fingerprint opens the GPUs, applies declared MIG layouts, then sends the
-// complete device list at once, every fingerprint_period, and whenever a
-// GPU's health changes.
+// Fingerprint opens the node and runs it (see node.Node.Start: MIG layouts,
+// MPS daemons, XIDs), then sends the complete device list at once, every
+// fingerprint_period, and whenever a share's health changes. It serves the
+// node's metrics at metrics_addr while it runs.
 func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *device.FingerprintResponse, error) {
 	p.mu.Lock()
 	cfg := p.cfg
@@ -133,44 +119,75 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, cfg *nodeconfig.Config, ou
 			return false
 		}
 	}
-	if err := p.start(ctx, cfg); err != nil {
+	n, err := p.start(ctx, cfg)
+	if err != nil {
 		p.logger.Error("cannot use the node's GPUs", "error", err)
 		send(&device.FingerprintResponse{Error: err})
 		return
 	}
-	changed := p.health.watch(ctx, p.host, p.logger)
-	go p.mps.Run(ctx)              // restarts dead MPS daemons; leaves them running when ctx ends
 	var last []*device.DeviceGroup // the last good fingerprint
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-			timer.Reset(cfg.Period())
-		case <-changed:
-		case <-p.mps.Changed():
-		}
-		groups, err := p.refresh(ctx, cfg)
+	for u := range n.Watch(ctx, cfg.Period()) {
+		var groups []*device.DeviceGroup
 		switch {
-		case err == nil:
+		case u.Err == nil:
+			groups = deviceGroups(u.Catalog, n.Health)
 			last = groups
 		case last == nil:
-			p.logger.Error("fingerprint failed", "error", err)
-			send(&device.FingerprintResponse{Error: err})
+			p.logger.Error("fingerprint failed", "error", u.Err)
+			send(&device.FingerprintResponse{Error: u.Err})
 			return
 		default:
 			// A fingerprint error makes Nomad stop the plugin for good; after a
 			// good fingerprint, keep the devices known but unusable until the
 			// GPUs can be read again.
-			p.logger.Error("fingerprint failed; marking every share unhealthy until the next one succeeds", "error", err)
-			groups = allUnhealthy(last, fmt.Sprintf("fingerprint failed: %v", err))
+			p.logger.Error("fingerprint failed; marking every share unhealthy until the next one succeeds", "error", u.Err)
+			groups = allUnhealthy(last, fmt.Sprintf("fingerprint failed: %v", u.Err))
 		}
 		if !send(&device.FingerprintResponse{Devices: groups}) {
 			return
 		}
 	}
+}
+
+// start opens the node once and runs it as the node's agent.
+func (p *Plugin) start(ctx context.Context, cfg *nodeconfig.Config) (*node.Node, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.node != nil {
+		return p.node, nil
+	}
+	opts := []node.Option{node.WithLogger(p.logger), node.WithIssuer("nomad")}
+	if p.open != nil {
+		opts = append(opts, node.WithOpen(p.open))
+	}
+	n, err := node.Open(cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.Start(ctx, agentName); err != nil {
+		n.Close()
+		return nil, err
+	}
+	if cfg.MetricsAddr != "" {
+		addr, err := node.ServeMetrics(ctx, cfg.MetricsAddr, n.Collectors(node.AskNomad("", false))...)
+		if err != nil {
+			n.Close()
+			return nil, err
+		}
+		p.logger.Info("serving metrics", "url", fmt.Sprintf("http://%s/metrics", addr))
+	}
+	// When Nomad ends the fingerprint, the node stops: MPS daemons and MIG
+	// instances stay for the next start.
+	context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		if p.node == n {
+			p.node = nil
+		}
+		p.mu.Unlock()
+		n.Close()
+	})
+	p.node = n
+	return n, nil
 }
 
 // allUnhealthy returns a copy of groups whose devices are all unhealthy.
@@ -189,133 +206,24 @@ func allUnhealthy(groups []*device.DeviceGroup, why string) []*device.DeviceGrou
 	return out
 }
 
-// start opens the GPUs once and applies the MIG layouts the config declares.
-// A node without an NVIDIA driver whose config has a remote block offers
-// remote GPUs only.
-func (p *Plugin) start(ctx context.Context, cfg *nodeconfig.Config) error {
+// current returns the node and its last catalog, or an error before the
+// first fingerprint.
+func (p *Plugin) current() (*node.Node, *share.Catalog, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.host != nil {
-		return nil
-	}
-	var remote *remoteGPUs
-	if cfg.Remote != nil {
-		remote = newRemoteGPUs(cfg.Remote, p.logger.Named("remote"))
-		if err := remote.load(); err != nil {
-			return err
-		}
-	}
-	host, err := p.open(cfg)
-	if err != nil && remote != nil && isNoDriver(err) {
-		p.logger.Info("no local GPUs; offering remote GPUs only", "reason", err)
-		host, err = noGPUs{}, nil
-	}
-	if err != nil {
-		return err
-	}
-	node, err := host.Inventory(ctx)
-	if err != nil {
-		host.Close()
-		return err
-	}
-	assignments, err := cfg.Layout().Assign(node)
-	if err != nil {
-		host.Close()
-		return err
-	}
-	// Instances that gpumux-runtime containers hold stay, like those with
-	// processes (Nomad's own allocations cannot be asked for while the
-	// agent is starting the plugin).
-	leases, err := lease.ReadIn(ctx, cfg.StateDir)
-	if err != nil {
-		host.Close()
-		return fmt.Errorf("reading the lease store: %w", err)
-	}
-	held := func(uuid string) string {
-		for id, container := range leases {
-			if lease.Parent(id) == uuid {
-				return "container " + container
-			}
-		}
-		return ""
-	}
-	for _, a := range assignments {
-		if len(a.MIGDevices) == 0 { // mig GPUs, and mps on MIG instances
-			continue
-		}
-		progress := func(format string, args ...any) { p.logger.Info(fmt.Sprintf(format, args...)) }
-		if _, err := mig.Apply(ctx, host, a.GPUIndex, a.MIGDevices, progress, mig.WithHeld(held), mig.WithCheckpoint(mig.CheckpointDir(cfg.StateDir))); err != nil {
-			// Refusing keeps the GPU's current instances in service.
-			p.logger.Error("MIG layout not applied; the GPU keeps its current instances", "gpu", a.GPUIndex, "error", err)
-		}
-	}
-	p.host = host
-	p.mps = p.newMPS(cfg)
-	p.remote = remote
-	return nil
-}
-
-// refresh re-reads the GPUs (MIG changes made by others show up here) and
-// rebuilds the catalog.
-func (p *Plugin) refresh(ctx context.Context, cfg *nodeconfig.Config) ([]*device.DeviceGroup, error) {
-	node, err := p.host.Inventory(ctx)
-	if err != nil {
-		return nil, err
-	}
-	assignments, err := cfg.Layout().Assign(node)
-	if err != nil {
-		return nil, err
-	}
-	catalog, err := share.Build(node, assignments)
-	if err != nil {
-		return nil, err
-	}
-	if p.remote != nil {
-		gpus, err := p.remote.scan(ctx)
-		if err != nil {
-			return nil, err
-		}
-		var skipped []share.RemoteGPU
-		if catalog, skipped, err = catalog.WithRemote(gpus, cfg.Remote.Shares); err != nil {
-			return nil, err
-		}
-		for _, g := range skipped {
-			p.remote.logOnce(hclog.Warn, "remote GPU not offered", fmt.Errorf("server %s serves GPU %s, which this node offers already", g.Addr, g.UUID))
-		}
-	}
-	if err := p.reconcileMPS(ctx, catalog); err != nil {
-		// The affected shares report the daemon's state as their health.
-		p.logger.Error("MPS daemons not fully reconciled", "error", err)
-	}
-	p.mu.Lock()
-	p.catalog = catalog
+	n := p.node
 	p.mu.Unlock()
-	return deviceGroups(catalog, p.healthy), nil
-}
-
-// healthy reports whether a share may be used, and why not: no critical XID
-// on its GPU or MIG instance, and for MPS shares a daemon that answers.
-func (p *Plugin) healthy(s share.Share) (bool, string) {
-	if ok, why := p.health.healthy(s); !ok {
-		return false, why
+	if n == nil || n.Current() == nil {
+		return nil, nil, errors.New("no devices fingerprinted yet")
 	}
-	switch s.Mechanism {
-	case share.MPS:
-		return p.mps.Health(s.Parent())
-	case share.Remote:
-		return p.remote.health(s.GPU.UUID)
-	}
-	return true, ""
+	return n, n.Current(), nil
 }
 
 // Reserve returns the container edits of the given shares. IDs that are
 // unknown, stale or unhealthy are named in the error.
 func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
-	p.mu.Lock()
-	catalog, host, mpsd, remote := p.catalog, p.host, p.mps, p.remote
-	p.mu.Unlock()
-	if catalog == nil {
-		return nil, errors.New("no devices fingerprinted yet")
+	n, catalog, err := p.current()
+	if err != nil {
+		return nil, err
 	}
 	shares, err := catalog.Lookup(ids...)
 	if err != nil {
@@ -323,21 +231,21 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 	}
 	var sick []string
 	for _, s := range shares {
-		if ok, why := p.healthy(s); !ok {
+		if ok, why := n.Health(s); !ok {
 			sick = append(sick, fmt.Sprintf("%s (%s)", s.ID, why))
 		}
 	}
 	if len(sick) > 0 {
 		return nil, fmt.Errorf("unhealthy shares: %v", sick)
 	}
-	edits, err := share.EditsFor(shares, nodePaths{host, mpsd, remote})
+	edits, err := n.Edits(shares)
 	if err != nil {
 		return nil, err
 	}
 	// Record the reservation for gpumux-runtime (Nomad's docker driver with
 	// nvidia_runtime = "gpumux"): it honours GPUMUX_SHARES only with this
 	// single-use token.
-	token, err := p.reserve(ids)
+	token, err := reserve(n.LeasePath(), ids)
 	if err != nil {
 		return nil, err
 	}
@@ -350,16 +258,13 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 const reservationTTL = time.Hour
 
 // reserve records ids in the node's lease store under a new random token.
-func (p *Plugin) reserve(ids []string) (string, error) {
-	p.mu.Lock()
-	stateDir := p.cfg.StateDir
-	p.mu.Unlock()
+func reserve(store string, ids []string) (string, error) {
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
 		return "", err
 	}
 	token := hex.EncodeToString(b)
-	st, err := lease.Open(lease.PathIn(stateDir))
+	st, err := lease.Open(store)
 	if err != nil {
 		return "", fmt.Errorf("recording the reservation: %w", err)
 	}

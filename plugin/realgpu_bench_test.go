@@ -20,7 +20,9 @@ func realPlugin(b *testing.B) (*Plugin, *nodeconfig.Config) {
 		b.Fatal(err)
 	}
 	p := New(hclog.NewNullLogger())
-	if err := p.start(context.Background(), cfg); err != nil {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	if _, err := p.start(ctx, cfg); err != nil {
 		b.Fatal(err)
 	}
 	return p, cfg
@@ -32,7 +34,7 @@ func BenchmarkRealInventory(b *testing.B) {
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := p.host.Inventory(ctx); err != nil {
+		if _, err := p.node.Host().Inventory(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -40,11 +42,11 @@ func BenchmarkRealInventory(b *testing.B) {
 
 // BenchmarkRealFingerprint is one complete fingerprint on the real GPUs.
 func BenchmarkRealFingerprint(b *testing.B) {
-	p, cfg := realPlugin(b)
+	p, _ := realPlugin(b)
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := p.refresh(ctx, cfg); err != nil {
+		if _, err := p.fingerprintOnce(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -52,11 +54,11 @@ func BenchmarkRealFingerprint(b *testing.B) {
 
 // BenchmarkRealReserve reserves the first whole GPU.
 func BenchmarkRealReserve(b *testing.B) {
-	p, cfg := realPlugin(b)
-	if _, err := p.refresh(context.Background(), cfg); err != nil {
+	p, _ := realPlugin(b)
+	if _, err := p.fingerprintOnce(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	id := p.catalog.Groups[0].Shares[0].ID
+	id := p.node.Current().Groups[0].Shares[0].ID
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if _, err := p.Reserve([]string{id}); err != nil {

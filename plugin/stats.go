@@ -9,7 +9,6 @@ import (
 	"github.com/hashicorp/nomad/plugins/shared/structs"
 
 	"github.com/gpumux/gpumux/gpu"
-	"github.com/gpumux/gpumux/share"
 )
 
 // Stats sends, every interval, each share's usage: memory used/total as the
@@ -46,13 +45,11 @@ func (p *Plugin) Stats(ctx context.Context, interval time.Duration) (<-chan *dev
 }
 
 func (p *Plugin) collectStats(ctx context.Context) *device.StatsResponse {
-	p.mu.Lock()
-	catalog, host := p.catalog, p.host
-	p.mu.Unlock()
-	if catalog == nil {
+	n, catalog, err := p.current()
+	if err != nil {
 		return nil
 	}
-	usage, err := host.Usage(ctx)
+	usage, err := n.Host().Usage(ctx)
 	if err != nil {
 		return &device.StatsResponse{Error: err}
 	}
@@ -61,20 +58,13 @@ func (p *Plugin) collectStats(ctx context.Context) *device.StatsResponse {
 	for _, g := range catalog.Groups {
 		gs := &device.DeviceGroupStats{Vendor: Vendor, Type: DeviceType, Name: g.Name, InstanceStats: map[string]*device.DeviceStats{}}
 		for _, s := range g.Shares {
-			if u, ok := usage[usageKey(s)]; ok {
+			if u, ok := usage[s.Parent()]; ok {
 				gs.InstanceStats[s.ID] = deviceStats(u, now)
 			}
 		}
 		resp.Groups = append(resp.Groups, gs)
 	}
 	return resp
-}
-
-func usageKey(s share.Share) string {
-	if s.MIG != nil {
-		return s.MIG.UUID
-	}
-	return s.GPU.UUID
 }
 
 func deviceStats(u gpu.Usage, at time.Time) *device.DeviceStats {

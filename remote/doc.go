@@ -1,5 +1,6 @@
 // Package remote is gpumux's fifth mechanism: a GPU on another host, reached
-// by forwarding the CUDA driver API. It holds no code itself; its
+// by forwarding the CUDA driver API. It holds the mechanism's provider
+// (Provider: the pool's GPUs as shares, their edits and health); its
 // subpackages are the pieces:
 //
 //   - proto: the wire protocol — frames, handshake, and the per-call code

@@ -2,9 +2,12 @@
 // for containerd (runc options BinaryName) and Docker (runtimes). Only
 // `create` is changed: the container's request (gpumux.io/* annotations or
 // GPUMUX_* env, parsed strictly by ParseRequest) is served by the share
-// policy (share.Choose) from the shares no other container holds, leased in
-// the node-local lease store (package lease), and the shares' container edits
-// are applied to config.json with the CDI library. A createRuntime hook checks
+// policy (share.Choose) from the node core's shares (package node) that no
+// other container holds and that can be used now, leased in the node-local
+// lease store (package node/lease), and the node core's container edits are
+// applied to config.json with the CDI library. A share that cannot be used
+// now (no MPS daemon: run gpumux agent or the Nomad plugin) fails the create
+// before runc starts, with the reason. A createRuntime hook checks
 // the shares are still usable; a poststop hook releases them; leases of
 // containers runc no longer knows are reclaimed. Every other subcommand is
 // runc's, untouched, and a container that asks for nothing is not touched.

@@ -5,17 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
-	"syscall"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/gpumux/gpumux/mps"
+	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -56,9 +51,9 @@ func (r *Runtime) Hook(ctx context.Context, name string, stdin io.Reader) error 
 }
 
 // checkUsable fails the start of a container whose shares went away since
-// they were leased (a MIG instance destroyed) or whose MPS daemon is down:
-// an MPS client that cannot reach its daemon would silently run on the whole
-// GPU without limits.
+// they were leased (a MIG instance destroyed) or cannot be used now (an MPS
+// daemon down: an MPS client that cannot reach its daemon would silently
+// run on the whole GPU without limits).
 func (r *Runtime) checkUsable(ctx context.Context, container string) error {
 	ids, err := r.store().held(ctx, container)
 	if err != nil {
@@ -72,12 +67,12 @@ func (r *Runtime) checkUsable(ctx context.Context, container string) error {
 		return nil
 	}
 	sort.Strings(ids)
-	host, err := r.openHost()
+	n, err := r.openNode()
 	if err != nil {
 		return err
 	}
-	defer host.Close()
-	catalog, err := r.catalog(ctx, host)
+	defer n.Close()
+	catalog, err := n.Catalog(ctx, node.Skip(share.Remote))
 	if err != nil {
 		return err
 	}
@@ -85,25 +80,10 @@ func (r *Runtime) checkUsable(ctx context.Context, container string) error {
 	if err != nil {
 		return fmt.Errorf("container %s: %w", container, err)
 	}
-	m := mps.NewManager(r.cfg.StateDir)
 	for _, s := range shares {
-		if s.Mechanism != share.MPS {
-			continue
-		}
-		if !daemonAlive(m.PipeDir(s.Parent())) {
-			return fmt.Errorf("container %s: share %s: no MPS control daemon serves %s (is the gpumux plugin running on this node?)", container, s.ID, s.Parent())
+		if ok, why := n.Health(s); !ok {
+			return fmt.Errorf("container %s: share %s cannot be used now: %s", container, s.ID, why)
 		}
 	}
 	return nil
-}
-
-// daemonAlive reports whether the MPS control daemon whose pid file is in
-// pipeDir is running.
-func daemonAlive(pipeDir string) bool {
-	b, err := os.ReadFile(filepath.Join(pipeDir, "nvidia-cuda-mps-control.pid"))
-	if err != nil {
-		return false
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	return err == nil && pid > 0 && syscall.Kill(pid, 0) == nil
 }

@@ -9,9 +9,6 @@ import (
 	"github.com/gpumux/gpumux/nodeconfig"
 )
 
-// DefaultConfig is where gpumux-runtime reads the node config by default.
-const DefaultConfig = "/etc/gpumux/node.hcl"
-
 // Main is gpumux-runtime's command line: runc's, plus `hook <name>` for the
 // hooks it adds, and a leading `--config FILE` of its own. It returns the
 // exit code.
@@ -21,7 +18,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer)
 		cfgPath, args = args[1], args[2:]
 	}
 	if cfgPath == "" {
-		cfgPath = DefaultConfig
+		cfgPath = nodeconfig.DefaultFile
 	}
 	load := func() (*nodeconfig.Config, error) { return loadConfig(cfgPath) }
 	opts := []Option{WithStderr(stderr)}

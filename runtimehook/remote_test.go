@@ -13,13 +13,14 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/node"
+	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/pool"
 	"github.com/gpumux/gpumux/remote/pool/pooltest"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
-	"github.com/gpumux/gpumux/runtimehook/lease"
 )
 
 // remoteFixture is a fixture whose node config has a remote block naming a
@@ -33,7 +34,7 @@ func remoteFixture(t *testing.T, gpuLess bool, extra string) (*fixture, *pooltes
 	block := fmt.Sprintf("remote {\n servers = [%q]\n token_file = %q\n interposer_dir = %q\n}\n%s", srv.Addr, pooltest.WriteSecret(t, dir), interposer, extra)
 	f := newFixture(t, block, 0)
 	if gpuLess {
-		f.rt.open = func(*nodeconfig.Config) (Host, error) {
+		f.rt.open = func(*nodeconfig.Config) (node.Host, error) {
 			return nil, fmt.Errorf("%w: NVML init: ERROR_LIBRARY_NOT_FOUND", gpu.ErrNoDriver)
 		}
 	}

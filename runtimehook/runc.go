@@ -1,12 +1,6 @@
 package runtimehook
 
-import (
-	"context"
-	"errors"
-	"fmt"
-	"os/exec"
-	"strings"
-)
+import "strings"
 
 // runcGlobalValueFlags are runc's global flags that take a value; the
 // subcommand is the first argument that is neither one of these nor a flag.
@@ -63,24 +57,4 @@ func ParseInvocation(args []string) Invocation {
 		inv.ID = rest[len(rest)-1]
 	}
 	return inv
-}
-
-// runcAlive reports whether runc (with root, if set) still knows container id:
-// leases of containers it does not know are reclaimed.
-func runcAlive(ctx context.Context, runc, root, id string) (bool, error) {
-	args := []string{}
-	if root != "" {
-		args = append(args, "--root", root)
-	}
-	cmd := exec.CommandContext(ctx, runc, append(args, "state", id)...)
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.As(err, &exit) && strings.Contains(string(out), "does not exist"):
-		return false, nil
-	default:
-		return false, fmt.Errorf("runc state %s: %w: %s", id, err, strings.TrimSpace(string(out)))
-	}
 }

@@ -6,19 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"syscall"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/gpumux/gpumux/gpu"
-	"github.com/gpumux/gpumux/mps"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/gpumux/gpumux/node"
+	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/share"
 )
@@ -26,15 +28,6 @@ import (
 // ErrNotReserved means a container named shares in GPUMUX_SHARES that this
 // node did not reserve for it.
 var ErrNotReserved = errors.New("shares not reserved on this node")
-
-// Host is what the runtime needs of the node's GPUs; *gpu.Host implements it.
-type Host interface {
-	Inventory(ctx context.Context) (*gpu.Node, error)
-	DevicePath(name string) string
-	Close() error
-}
-
-var _ Host = (*gpu.Host)(nil)
 
 // Runtime is gpumux-runtime: a runc wrapper that, on `create`, leases the
 // shares a container asks for and writes their edits into its config.json.
@@ -44,7 +37,7 @@ type Runtime struct {
 	runc   string // runc binary
 	self   string // this binary, for the hooks it adds
 	limits Limits
-	open   func(*nodeconfig.Config) (Host, error)
+	open   node.OpenFunc // nil: the node core's default
 	stderr io.Writer
 }
 
@@ -66,7 +59,7 @@ func WithStderr(w io.Writer) Option { return func(r *Runtime) { r.stderr = w } }
 // New returns a runtime that reads the node config with load when a
 // container asks for GPUs (containers that do not never pay for it).
 func New(load func() (*nodeconfig.Config, error), opts ...Option) *Runtime {
-	r := &Runtime{load: load, runc: "runc", limits: DefaultLimits, open: openHost, stderr: os.Stderr}
+	r := &Runtime{load: load, runc: "runc", limits: DefaultLimits, stderr: os.Stderr}
 	if self, err := os.Executable(); err == nil {
 		r.self = self
 	}
@@ -75,8 +68,6 @@ func New(load func() (*nodeconfig.Config, error), opts ...Option) *Runtime {
 	}
 	return r
 }
-
-func openHost(cfg *nodeconfig.Config) (Host, error) { return gpu.Open(cfg.Simulate, cfg.StateDir) }
 
 // Run handles one runc command line and returns the exit code: `create` is
 // prepared and then handed to runc; every other subcommand goes to runc
@@ -122,28 +113,24 @@ func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err
 	if err != nil || !asked {
 		return false, err
 	}
-	if err := r.loadConfig(); err != nil {
-		return false, err
-	}
-	host, err := r.openHost()
+	n, err := r.openNode()
 	if err != nil {
 		return false, err
 	}
-	defer host.Close()
-	catalog, err := r.catalog(ctx, host)
-	if err != nil {
-		return false, err
-	}
+	defer n.Close()
 	// The pool is scanned (over the network) only for requests that may
 	// need it: remote ones now, auto ones if nothing local fits.
-	var remote *remoteAccess
-	if needsRemote(req, reserved) {
-		if catalog, remote, err = r.withRemote(ctx, catalog); err != nil {
-			return false, fmt.Errorf("mechanism %q: %w", share.Remote, err)
-		}
+	withRemote := needsRemote(req, reserved)
+	if withRemote && r.cfg.Remote == nil {
+		return false, fmt.Errorf("mechanism %q: %w", share.Remote, errNoRemoteBlock)
+	}
+	catalog, err := n.Catalog(ctx, catalogOptions(withRemote)...)
+	if err != nil {
+		return false, err
 	}
 	st := r.store()
-	alive := func(id string) (bool, error) { return runcAlive(ctx, r.runc, inv.Root, id) }
+	alive := node.RuncAlive(ctx, r.runc, inv.Root)
+	record := []lease.AcquireOption{lease.WithBundle(inv.Bundle), lease.WithRuncRoot(inv.Root)}
 	var ids []string
 	if len(reserved) > 0 {
 		// Nomad reserved these shares: honour them only with the token its
@@ -152,33 +139,18 @@ func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err
 		if token == "" {
 			return false, fmt.Errorf("%w: GPUMUX_SHARES=%s without %s: only the gpumux Nomad plugin's reservations are honoured", ErrNotReserved, strings.Join(reserved, ","), share.EnvReservation)
 		}
-		if ids, err = st.claim(ctx, inv.ID, token, reserved, alive, r.stderr); err != nil {
+		if ids, err = st.claim(ctx, inv.ID, token, reserved, alive, r.stderr, record...); err != nil {
 			return false, fmt.Errorf("%w: %w", ErrNotReserved, err)
 		}
 	} else {
-		choose := func(catalog *share.Catalog) func(map[string]string) ([]string, error) {
-			return func(leasedBy map[string]string) ([]string, error) {
-				shares, err := share.Choose(catalog, func(s share.Share) bool { return leasedBy[s.ID] == "" }, req)
-				if err != nil {
-					return nil, err
-				}
-				out := make([]string, len(shares))
-				for i, s := range shares {
-					out[i] = s.ID
-				}
-				return out, nil
-			}
-		}
-		ids, err = st.acquire(ctx, inv.ID, alive, choose(catalog), r.stderr)
-		if errors.Is(err, share.ErrNoFit) && remote == nil && r.mayFallBack(req) {
+		ids, err = st.acquire(ctx, inv.ID, alive, chooser(catalog, n, req), r.stderr, record...)
+		if errors.Is(err, share.ErrNoFit) && !withRemote && r.mayFallBack(req) {
 			// Nothing local fits: look at the pool (outside the lease
 			// store's lock) and choose again, remote shares included.
-			withRemote, access, rerr := r.withRemote(ctx, catalog)
-			if rerr != nil {
-				return false, fmt.Errorf("%w; remote GPUs: %w", err, rerr)
+			if catalog, err = n.Catalog(ctx); err != nil {
+				return false, fmt.Errorf("no local share fits, and remote GPUs: %w", err)
 			}
-			catalog, remote = withRemote, access
-			ids, err = st.acquire(ctx, inv.ID, alive, choose(catalog), r.stderr)
+			ids, err = st.acquire(ctx, inv.ID, alive, chooser(catalog, n, req), r.stderr, record...)
 		}
 		if err != nil {
 			return false, err
@@ -193,17 +165,61 @@ func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err
 	if err != nil {
 		return true, err
 	}
-	edits, err := share.EditsFor(shares, paths{host, mps.NewManager(r.cfg.StateDir), remote})
+	// A share its mechanism cannot serve now (no MPS daemon, a remote
+	// server gone) fails here, before runc, with the reason.
+	for _, s := range shares {
+		if ok, why := n.Health(s); !ok {
+			return true, fmt.Errorf("share %s cannot be used now: %s", s.ID, why)
+		}
+	}
+	edits, err := n.Edits(shares)
 	if err != nil {
 		return true, err
 	}
 	prependLibraryPath(edits, env)
 	dropEnv(&spec, edits.Env)
-	if err := (&cdi.ContainerEdits{ContainerEdits: CDIEdits(edits)}).Apply(&spec); err != nil {
+	if err := (&cdi.ContainerEdits{ContainerEdits: node.CDIEdits(edits)}).Apply(&spec); err != nil {
 		return true, fmt.Errorf("applying the container edits of %v: %w", ids, err)
 	}
 	r.addHooks(&spec)
 	return true, writeSpec(path, &spec)
+}
+
+// chooser picks a request's shares among the catalog's free ones: neither
+// leased nor unusable now (n.Health). When none fit, the error also says
+// why the unusable shares of the mechanisms tried cannot be used.
+func chooser(catalog *share.Catalog, n *node.Node, req share.Request) func(map[string]string) ([]string, error) {
+	return func(leasedBy map[string]string) ([]string, error) {
+		sick := map[string]string{} // device → why
+		free := func(s share.Share) bool {
+			if leasedBy[s.ID] != "" {
+				return false
+			}
+			if ok, why := n.Health(s); !ok {
+				if req.Mechanism == "" || s.Mechanism == req.Mechanism {
+					sick[s.Parent()] = why
+				}
+				return false
+			}
+			return true
+		}
+		shares, err := share.Choose(catalog, free, req)
+		if err != nil {
+			if len(sick) > 0 && errors.Is(err, share.ErrNoFit) {
+				var whys []string
+				for _, dev := range slices.Sorted(maps.Keys(sick)) {
+					whys = append(whys, sick[dev])
+				}
+				return nil, fmt.Errorf("%w; unusable now: %s", err, strings.Join(whys, "; "))
+			}
+			return nil, err
+		}
+		ids := make([]string, len(shares))
+		for i, s := range shares {
+			ids[i] = s.ID
+		}
+		return ids, nil
+	}
 }
 
 func (r *Runtime) loadConfig() error {
@@ -218,17 +234,31 @@ func (r *Runtime) loadConfig() error {
 	return nil
 }
 
-// catalog builds the node's shares under its layout.
-func (r *Runtime) catalog(ctx context.Context, host Host) (*share.Catalog, error) {
-	node, err := host.Inventory(ctx)
-	if err != nil {
+// openNode reads the node config and opens the node.
+func (r *Runtime) openNode() (*node.Node, error) {
+	if err := r.loadConfig(); err != nil {
 		return nil, err
 	}
-	assignments, err := r.cfg.Layout().Assign(node)
-	if err != nil {
-		return nil, err
+	opts := []node.Option{node.WithIssuer("runtime"), node.WithLogger(r.logger())}
+	if r.open != nil {
+		opts = append(opts, node.WithOpen(r.open))
 	}
-	return share.Build(node, assignments)
+	return node.Open(r.cfg, opts...)
+}
+
+// logger reports what the node core logs (a remote server that cannot be
+// probed, a GPU not offered) at warning level and above to stderr.
+func (r *Runtime) logger() hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: "gpumux-runtime", Output: r.stderr, Level: hclog.Warn})
+}
+
+// catalogOptions leave remote shares out unless wanted: looking at the
+// pool goes over the network.
+func catalogOptions(withRemote bool) []node.CatalogOption {
+	if withRemote {
+		return nil
+	}
+	return []node.CatalogOption{node.Skip(share.Remote)}
 }
 
 // addHooks makes runc call gpumux back: createRuntime checks the shares are
@@ -248,6 +278,9 @@ func (r *Runtime) addHooks(spec *specs.Spec) {
 	spec.Hooks.CreateRuntime = append(spec.Hooks.CreateRuntime, hook(HookCreateRuntime))
 	spec.Hooks.Poststop = append(spec.Hooks.Poststop, hook(HookPoststop))
 }
+
+// fileMode is the mode a spec file is rewritten with when it had none.
+const fileMode os.FileMode = 0o644
 
 func writeSpec(path string, spec *specs.Spec) error {
 	b, err := json.Marshal(spec)
@@ -324,33 +357,6 @@ func (inv Invocation) flag(name string) string {
 	return ""
 }
 
-// paths tells the share model where this node keeps device nodes and MPS
-// pipe directories, and, for remote shares, the interposer and how to mint
-// tokens (share.RemoteAccess).
-type paths struct {
-	Host
-	mps    *mps.Manager
-	remote *remoteAccess // nil when the pool was not scanned
-}
-
-func (p paths) MPSPipeDir(uuid string) string { return p.mps.PipeDir(uuid) }
-
-func (p paths) InterposerDir() string {
-	if p.remote == nil {
-		return ""
-	}
-	return p.remote.InterposerDir()
-}
-
-func (p paths) RemoteToken(g share.RemoteGPU, quotaMiB uint64) (string, error) {
-	if p.remote == nil {
-		return "", errNoRemoteBlock
-	}
-	return p.remote.RemoteToken(g, quotaMiB)
-}
-
-var _ share.RemoteAccess = paths{}
-
 // dropEnv removes the variables in set from the spec's process env.
 // CDI's env edits append a variable the spec already has rather than
 // replace it, and a program's getenv finds the first: the image's
@@ -375,13 +381,4 @@ func envValue(env []string, key string) string {
 		}
 	}
 	return v
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

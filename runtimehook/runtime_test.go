@@ -15,8 +15,8 @@ import (
 
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/mig"
+	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/nodeconfig"
-	"github.com/gpumux/gpumux/runtimehook/lease"
 )
 
 func TestParseInvocation(t *testing.T) {
@@ -286,13 +286,15 @@ func TestCreateRuntimeHookRefusesUnusableShares(t *testing.T) {
 		return f.rt.Hook(ctx, HookCreateRuntime, bytes.NewReader(state))
 	}
 
-	// An MPS share whose daemon is not running (no plugin on this node).
+	// An MPS share whose daemon is not running (no agent or plugin on this
+	// node) is refused before runc starts, with the reason and the remedy,
+	// and nothing stays leased.
 	f.writeSpec(t, map[string]string{"gpumux.io/mechanism": "mps"})
-	if code := f.create("mps"); code != 0 {
-		t.Fatal(f.stderr.String())
+	if code := f.create("mps"); code == 0 || !strings.Contains(f.stderr.String(), "no MPS control daemon serves") || !strings.Contains(f.stderr.String(), "gpumux agent") {
+		t.Errorf("MPS share without a daemon: exit %d: %s", code, f.stderr.String())
 	}
-	if err := hook("mps"); err == nil || !strings.Contains(err.Error(), "no MPS control daemon serves") {
-		t.Errorf("MPS share without a daemon: %v", err)
+	if held, _ := f.rt.store().held(ctx, "mps"); len(held) != 0 {
+		t.Errorf("a refused create holds %v", held)
 	}
 
 	// A MIG instance destroyed after it was leased.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/gpumux/gpumux/runtimehook/lease"
+	"github.com/gpumux/gpumux/node/lease"
 )
 
 // leases is the node's lease store, opened for each operation: runtime and
@@ -26,21 +26,21 @@ func (l leases) open() (*lease.Store, error) {
 
 // acquire leases what choose picks, in one transaction, after reclaiming
 // stale leases (see reclaimThen).
-func (l leases) acquire(ctx context.Context, container string, alive func(string) (bool, error), choose func(map[string]string) ([]string, error), warn io.Writer) ([]string, error) {
-	return l.reclaimThen(ctx, alive, warn, func(s *lease.Store) ([]string, error) { return s.Acquire(ctx, container, choose) })
+func (l leases) acquire(ctx context.Context, container string, alive func(lease.Record) (bool, error), choose func(map[string]string) ([]string, error), warn io.Writer, opts ...lease.AcquireOption) ([]string, error) {
+	return l.reclaimThen(ctx, alive, warn, func(s *lease.Store) ([]string, error) { return s.Acquire(ctx, container, choose, opts...) })
 }
 
 // claim leases the shares a reservation token names, consuming it, after
 // reclaiming stale leases (see reclaimThen).
-func (l leases) claim(ctx context.Context, container, token string, shares []string, alive func(string) (bool, error), warn io.Writer) ([]string, error) {
-	return l.reclaimThen(ctx, alive, warn, func(s *lease.Store) ([]string, error) { return s.Claim(ctx, container, token, shares) })
+func (l leases) claim(ctx context.Context, container, token string, shares []string, alive func(lease.Record) (bool, error), warn io.Writer, opts ...lease.AcquireOption) ([]string, error) {
+	return l.reclaimThen(ctx, alive, warn, func(s *lease.Store) ([]string, error) { return s.Claim(ctx, container, token, shares, opts...) })
 }
 
 // reclaimThen opens the store, releases the leases of containers runc no
 // longer knows (a crashed container or a killed runtime loses nothing), then
 // runs do. A container whose state runc cannot tell keeps its leases;
 // that is reported to warn, not fatal.
-func (l leases) reclaimThen(ctx context.Context, alive func(string) (bool, error), warn io.Writer, do func(*lease.Store) ([]string, error)) ([]string, error) {
+func (l leases) reclaimThen(ctx context.Context, alive func(lease.Record) (bool, error), warn io.Writer, do func(*lease.Store) ([]string, error)) ([]string, error) {
 	s, err := l.open()
 	if err != nil {
 		return nil, err

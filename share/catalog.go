@@ -10,13 +10,13 @@ import (
 
 // Share is one schedulable unit of GPU: what a workload is granted.
 type Share struct {
-	// ID is stable across restarts: the GPU UUID (exclusive), the MIG UUID
-	// (mig), or "<parent UUID>/<mechanism>/<n>" for replicas, MPS shares and
-	// remote shares of a parent.
+	// ID is stable across restarts (see the grammar in id.go): the GPU UUID
+	// (exclusive), the MIG UUID (mig), or "<device UUID>/<mechanism>/<n>"
+	// for replicas, MPS shares and remote shares of a device.
 	ID        string
 	Mechanism Mechanism
 	GPU       GPURef
-	MIG       *gpu.MIGInstance // set for mig shares
+	MIG       *gpu.MIGInstance // set for shares on a MIG instance
 	Replica   int              // 0-based, for time-slice replicas and remote shares
 	Replicas  int
 	// Remote is set for remote shares: the server's GPU (GPU then holds its
@@ -40,6 +40,11 @@ type GPURef struct {
 	PCIBusID string
 }
 
+// RefOf is the GPURef of a node's GPU.
+func RefOf(g *gpu.GPU) GPURef {
+	return GPURef{Index: g.Index, UUID: g.UUID, Minor: g.Minor, Model: g.Model, PCIBusID: g.PCIBusID}
+}
+
 // Group is a set of interchangeable shares: same model, mechanism and size.
 // Schedulers offer a group as one kind of device.
 type Group struct {
@@ -48,7 +53,10 @@ type Group struct {
 	Mechanism Mechanism
 	Profile   string // MIG profile, "<n>x" for time-slice replicas, "" for whole GPUs
 	Attrs     Attributes
-	Shares    []Share
+	// Spread is how a request for several shares of the group's mechanism
+	// takes them (see Choose).
+	Spread Spread `json:"-"`
+	Shares []Share
 }
 
 // Attributes describe every share of a group; they are the user-facing device
@@ -72,6 +80,44 @@ type Attributes struct {
 	RemoteAddr string
 }
 
+// Offer is one share as a mechanism's provider offers it: the share, and
+// the group it belongs to with the group's attributes. Offers of one group
+// name must agree on everything but the share.
+type Offer struct {
+	Group   string // see GroupName
+	Profile string
+	Attrs   Attributes
+	Spread  Spread
+	Share   Share
+}
+
+// GroupName names a group: the model without its "NVIDIA " prefix, spaces
+// as "-", then each non-empty part: GroupName("NVIDIA H200") is "H200",
+// GroupName("NVIDIA H200", "mig", "3g.71gb") is "H200-mig-3g.71gb".
+func GroupName(model string, parts ...string) string {
+	name := strings.ReplaceAll(strings.TrimPrefix(model, "NVIDIA "), " ", "-")
+	for _, p := range parts {
+		if p != "" {
+			name += "-" + p
+		}
+	}
+	return name
+}
+
+// BaseAttributes are the attributes every share of a node's GPU g has:
+// the mechanism's guarantees, and what the GPU and its driver are.
+func BaseAttributes(node *gpu.Node, g *gpu.GPU, m Mechanism, p Properties) Attributes {
+	return Attributes{
+		Mechanism:             m,
+		SMCount:               g.SMCount,
+		MemoryIsolation:       p.MemoryIsolation,
+		FaultIsolation:        p.FaultIsolation,
+		CUDAComputeCapability: g.ComputeCapability,
+		DriverVersion:         node.DriverVersion,
+		CUDAVersion:           node.CUDAVersion,
+	}
+}
+
 // Catalog is every share a node offers under a layout.
 type Catalog struct {
 	Groups []Group
@@ -83,164 +129,48 @@ var (
 	ErrUnknownShare = errors.New("unknown share")
 )
 
-// Build computes the shares a node offers. MIG GPUs offer the instances that
-// exist on them (applying mig_devices is the mig package's job).
-func Build(node *gpu.Node, assignments []Assignment) (*Catalog, error) {
-	byKey := map[string]*Group{}
-	var order []string
-	add := func(s Share, profile string, attrs Attributes) {
-		key := groupName(s.GPU.Model, s.Mechanism, profile)
-		g, ok := byKey[key]
-		if !ok {
-			g = &Group{Name: key, Model: s.GPU.Model, Mechanism: s.Mechanism, Profile: profile, Attrs: attrs}
-			byKey[key] = g
-			order = append(order, key)
-		}
-		g.Shares = append(g.Shares, s)
-	}
-	for _, a := range assignments {
-		g := gpuByIndex(node, a.GPUIndex)
-		if g == nil {
-			return nil, fmt.Errorf("assignment for GPU %d, which the node does not have: %w", a.GPUIndex, gpu.ErrNotFound)
-		}
-		ref := GPURef{Index: g.Index, UUID: g.UUID, Minor: g.Minor, Model: g.Model, PCIBusID: g.PCIBusID}
-		base := Attributes{
-			Mechanism:             a.Mechanism,
-			SMCount:               g.SMCount,
-			CUDAComputeCapability: g.ComputeCapability,
-			DriverVersion:         node.DriverVersion,
-			CUDAVersion:           node.CUDAVersion,
-		}
-		mech := a.Mechanism
-		if mech == Exclusive && g.MIGEnabled {
-			// A GPU in MIG mode can only be used through its instances: offer
-			// the ones that exist, whoever made them.
-			mech = MIG
-		}
-		base.Mechanism = mech
-		props := mech.Properties()
-		base.MemoryIsolation, base.FaultIsolation = props.MemoryIsolation, props.FaultIsolation
-		switch mech {
-		case Exclusive:
-			attrs := base
-			attrs.MemoryMiB, attrs.ComputePercent = g.MemoryMiB, 100
-			add(Share{ID: g.UUID, Mechanism: Exclusive, GPU: ref, MemoryMiB: g.MemoryMiB, ComputePercent: 100, SMCount: g.SMCount}, "", attrs)
-		case TimeSlice:
-			attrs := base
-			attrs.MemoryMiB = g.MemoryMiB / uint64(a.Replicas)
-			attrs.ComputePercent = 100 / a.Replicas
-			for r := 0; r < a.Replicas; r++ {
-				add(Share{
-					ID: fmt.Sprintf("%s/%s/%d", g.UUID, TimeSlice, r), Mechanism: TimeSlice, GPU: ref,
-					Replica: r, Replicas: a.Replicas,
-					MemoryMiB: attrs.MemoryMiB, ComputePercent: attrs.ComputePercent, SMCount: g.SMCount,
-				}, fmt.Sprintf("%dx", a.Replicas), attrs)
-			}
-		case MIG:
-			for i := range g.MIGInstances {
-				inst := g.MIGInstances[i]
-				attrs := base
-				attrs.MemoryMiB, attrs.SMCount, attrs.MIGProfile = inst.MemoryMiB, inst.SMCount, inst.Profile
-				attrs.ComputePercent = percentOf(inst.SMCount, g.SMCount)
-				add(Share{
-					ID: inst.UUID, Mechanism: MIG, GPU: ref, MIG: &inst,
-					MemoryMiB: inst.MemoryMiB, ComputePercent: attrs.ComputePercent, SMCount: inst.SMCount,
-				}, inst.Profile, attrs)
-			}
-		case MPS:
-			if !g.MIGEnabled {
-				for k, pct := range a.MPSPercent {
-					attrs := base
-					attrs.MemoryMiB = g.MemoryMiB * uint64(pct) / 100
-					attrs.ComputePercent = pct
-					attrs.SMCount = MPSSMCount(g.SMCount, pct)
-					add(Share{
-						ID: fmt.Sprintf("%s/%s/%d", g.UUID, MPS, k), Mechanism: MPS, GPU: ref,
-						MemoryMiB: attrs.MemoryMiB, ComputePercent: pct, SMCount: attrs.SMCount, ThreadPercent: pct,
-					}, fmt.Sprintf("%dpct", pct), attrs)
-				}
-				continue
-			}
-			// MPS on MIG: each instance is split, with a daemon of its own.
-			for i := range g.MIGInstances {
-				inst := g.MIGInstances[i]
-				for k, pct := range a.MPSPercent {
-					attrs := base
-					attrs.MemoryMiB = inst.MemoryMiB * uint64(pct) / 100
-					attrs.SMCount = MPSSMCount(inst.SMCount, pct)
-					attrs.ComputePercent = percentOf(inst.SMCount, g.SMCount) * pct / 100
-					attrs.MIGProfile = inst.Profile
-					add(Share{
-						ID: fmt.Sprintf("%s/%s/%d", inst.UUID, MPS, k), Mechanism: MPS, GPU: ref, MIG: &inst,
-						MemoryMiB: attrs.MemoryMiB, ComputePercent: attrs.ComputePercent, SMCount: attrs.SMCount, ThreadPercent: pct,
-					}, fmt.Sprintf("%s-%dpct", inst.Profile, pct), attrs)
-				}
-			}
-		default:
-			return nil, fmt.Errorf("GPU %d: mechanism %q is not available in this version of gpumux", g.Index, a.Mechanism)
-		}
-	}
+// NewCatalog groups offers by group name, in the order the names first
+// appear, and sets the attributes that depend on every share of a group
+// (parent_uuid, remote_addr). A share ID offered twice is an error.
+func NewCatalog(offers []Offer) (*Catalog, error) {
+	byName := map[string]int{}
 	c := &Catalog{}
-	for _, key := range order {
-		g := byKey[key]
-		g.Attrs.ParentUUID = commonParent(g.Shares)
-		c.Groups = append(c.Groups, *g)
+	for _, o := range offers {
+		i, ok := byName[o.Group]
+		if !ok {
+			i = len(c.Groups)
+			byName[o.Group] = i
+			c.Groups = append(c.Groups, Group{
+				Name: o.Group, Model: o.Share.GPU.Model, Mechanism: o.Share.Mechanism,
+				Profile: o.Profile, Attrs: o.Attrs, Spread: o.Spread,
+			})
+		}
+		c.Groups[i].Shares = append(c.Groups[i].Shares, o.Share)
 	}
-	c.index()
+	for gi := range c.Groups {
+		g := &c.Groups[gi]
+		g.Attrs.ParentUUID = commonParent(g.Shares)
+		g.Attrs.RemoteAddr = commonAddr(g.Shares)
+	}
+	if err := c.index(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
 // index builds the lookup by share ID.
-func (c *Catalog) index() {
+func (c *Catalog) index() error {
 	c.byID = map[string]*Share{}
 	for gi := range c.Groups {
 		for si := range c.Groups[gi].Shares {
 			s := &c.Groups[gi].Shares[si]
+			if _, dup := c.byID[s.ID]; dup {
+				return fmt.Errorf("share %s is offered twice", s.ID)
+			}
 			c.byID[s.ID] = s
 		}
 	}
-}
-
-// MPSSMCount is how many SMs an MPS client limited to pct percent of the
-// active threads gets: MPS hands out whole TPCs (two SMs), rounding down; on
-// the H200 25% gave 32 of 132 SMs.
-func MPSSMCount(total, pct int) int {
-	n := total * pct / 100 / 2 * 2
-	if n < 2 {
-		n = 2
-	}
-	return n
-}
-
-// MPSDaemon is the MPS control daemon a device needs, with the defaults of
-// its largest share (a client can only lower them).
-type MPSDaemon struct {
-	UUID              string // GPU-… (MIG-… for MPS on MIG)
-	ThreadPercent     int
-	PinnedMemLimitMiB uint64
-}
-
-// MPSDaemons lists the daemons the catalog's MPS shares need, one per device.
-func (c *Catalog) MPSDaemons() []MPSDaemon {
-	var out []MPSDaemon
-	index := map[string]int{}
-	for _, g := range c.Groups {
-		for _, s := range g.Shares {
-			if s.Mechanism != MPS {
-				continue
-			}
-			i, ok := index[s.Parent()]
-			if !ok {
-				i = len(out)
-				index[s.Parent()] = i
-				out = append(out, MPSDaemon{UUID: s.Parent()})
-			}
-			d := &out[i]
-			d.ThreadPercent = max(d.ThreadPercent, s.ThreadPercent)
-			d.PinnedMemLimitMiB = max(d.PinnedMemLimitMiB, s.MemoryMiB)
-		}
-	}
-	return out
+	return nil
 }
 
 // Parent is the UUID of the device a share runs on: its MIG instance, or
@@ -273,27 +203,17 @@ func (c *Catalog) Lookup(ids ...string) ([]Share, error) {
 // Len is the number of shares in the catalog.
 func (c *Catalog) Len() int { return len(c.byID) }
 
-func groupName(model string, m Mechanism, profile string) string {
-	name := strings.ReplaceAll(strings.TrimPrefix(model, "NVIDIA "), " ", "-")
-	if m == Exclusive {
-		return name
+// Shares returns every share of the catalog, in group order.
+func (c *Catalog) Shares() []Share {
+	var out []Share
+	for _, g := range c.Groups {
+		out = append(out, g.Shares...)
 	}
-	if profile == "" {
-		return name + "-" + string(m)
-	}
-	return name + "-" + string(m) + "-" + profile
+	return out
 }
 
-func gpuByIndex(node *gpu.Node, index int) *gpu.GPU {
-	for i := range node.GPUs {
-		if node.GPUs[i].Index == index {
-			return &node.GPUs[i]
-		}
-	}
-	return nil
-}
-
-func percentOf(part, whole int) int {
+// PercentOf is part as a whole percentage of whole (0 when whole is 0).
+func PercentOf(part, whole int) int {
 	if whole <= 0 {
 		return 0
 	}
@@ -311,4 +231,17 @@ func commonParent(shares []Share) string {
 		}
 	}
 	return p
+}
+
+func commonAddr(shares []Share) string {
+	if len(shares) == 0 || shares[0].Remote == nil {
+		return ""
+	}
+	a := shares[0].Remote.Addr
+	for _, s := range shares[1:] {
+		if s.Remote == nil || s.Remote.Addr != a {
+			return ""
+		}
+	}
+	return a
 }

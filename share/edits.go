@@ -36,38 +36,27 @@ const (
 	// EnvReservation carries the token of a Nomad reservation, which
 	// gpumux-runtime claims to honour GPUMUX_SHARES.
 	EnvReservation = "GPUMUX_RESERVATION"
-	EnvMPSPipe     = "CUDA_MPS_PIPE_DIRECTORY"
-	EnvMPSThreads  = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-	EnvMPSMemLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	// EnvLibraryPath is the dynamic linker's search path, which shares
+	// whose driver library is gpumux's (remote) put first.
+	EnvLibraryPath = "LD_LIBRARY_PATH"
 )
 
-// MPSPipeMount is where an MPS share's pipe directory appears in the container.
-const MPSPipeMount = "/run/gpumux/mps"
-
-// Paths tells where the node keeps what containers are given.
-type Paths interface {
+// DevicePaths tells where the node keeps its device nodes.
+type DevicePaths interface {
 	// DevicePath maps a device node's name under /dev ("nvidia0") to its host path.
 	DevicePath(name string) string
-	// MPSPipeDir is the host pipe directory of the MPS daemon serving a device.
-	MPSPipeDir(uuid string) string
 }
 
-// EditsFor computes the container edits of a set of shares: the UUIDs in
-// NVIDIA_VISIBLE_DEVICES (and CUDA_VISIBLE_DEVICES when MIG instances are
-// among them), the share IDs in GPUMUX_SHARES, and the device nodes: the
-// control and UVM nodes, each parent GPU's /dev/nvidia<minor>, and for MIG
-// instances their two nvidia-caps nodes. MPS shares add their daemon's pipe
-// directory and their limits (see mpsEdits). Remote shares get no device
-// node and no NVIDIA_VISIBLE_DEVICES, but the interposer and a token for
-// their server (see remoteEdits); paths must then be a RemoteAccess too.
-func EditsFor(shares []Share, paths Paths) (Edits, error) {
+// DeviceEdits are the edits every share on one of the node's own devices
+// needs, whatever its mechanism: the UUIDs in NVIDIA_VISIBLE_DEVICES (and
+// CUDA_VISIBLE_DEVICES when MIG instances are among them), the share IDs in
+// GPUMUX_SHARES, and the device nodes: the control and UVM nodes, each
+// parent GPU's /dev/nvidia<minor>, and for shares on MIG instances their two
+// nvidia-caps nodes. Shares on another host's GPU (Remote set) get only
+// their IDs in GPUMUX_SHARES. Mechanisms add their own edits to these.
+func DeviceEdits(shares []Share, paths DevicePaths) (Edits, error) {
 	if len(shares) == 0 {
 		return Edits{}, fmt.Errorf("no shares")
-	}
-	for _, s := range shares {
-		if s.Mechanism == Remote {
-			return remoteEdits(shares, paths)
-		}
 	}
 	var (
 		visible, ids []string
@@ -83,15 +72,18 @@ func EditsFor(shares []Share, paths Paths) (Edits, error) {
 		seen[name] = true
 		nodes = append(nodes, DeviceNode{HostPath: paths.DevicePath(name), ContainerPath: "/dev/" + name, Permissions: "rw"})
 	}
-	for _, n := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
-		addNode(n)
-	}
 	for _, s := range shares {
 		ids = append(ids, s.ID)
+		if s.Remote != nil {
+			continue
+		}
+		for _, n := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
+			addNode(n)
+		}
 		addNode(fmt.Sprintf("nvidia%d", s.GPU.Minor))
 		uuid := s.GPU.UUID
-		if s.MIG != nil { // a MIG instance, whole or shared through MPS
-			if s.MIG == nil || s.MIG.GICapMinor < 0 || s.MIG.CICapMinor < 0 {
+		if s.MIG != nil { // a MIG instance, whole or shared
+			if s.MIG.GICapMinor < 0 || s.MIG.CICapMinor < 0 {
 				return Edits{}, fmt.Errorf("share %s: the MIG capability device minors are unknown (is /proc/driver/nvidia-caps/mig-minors readable?)", s.ID)
 			}
 			anyMIG = true
@@ -104,52 +96,39 @@ func EditsFor(shares []Share, paths Paths) (Edits, error) {
 			visible = append(visible, uuid)
 		}
 	}
-	env := map[string]string{
-		EnvVisibleDevices: strings.Join(visible, ","),
-		EnvShares:         strings.Join(ids, ","),
+	env := map[string]string{EnvShares: strings.Join(ids, ",")}
+	if len(visible) > 0 {
+		env[EnvVisibleDevices] = strings.Join(visible, ",")
 	}
 	if anyMIG {
 		env[EnvCUDADevices] = env[EnvVisibleDevices]
 	}
-	edits := Edits{Env: env, DeviceNodes: nodes}
-	return edits, mpsEdits(shares, paths, &edits)
+	return Edits{Env: env, DeviceNodes: nodes}, nil
 }
 
-// mpsEdits adds what MPS shares need: the daemon's pipe directory, mounted at
-// MPSPipeMount, and the shares' SM percentage and memory limit as client
-// settings, which can only lower the daemon's defaults. A process talks to one
-// MPS server, so a task's MPS shares must all be on one device, and cannot be
-// mixed with other mechanisms; several shares of one device add up.
-func mpsEdits(shares []Share, paths Paths, e *Edits) error {
-	var (
-		parent string
-		pct    int
-		mem    uint64
-	)
-	for _, s := range shares {
-		if s.Mechanism != MPS {
-			continue
+// Alone checks that a task's shares are all of mechanism m, for mechanisms
+// whose shares cannot be combined with others in one task; why says why.
+func Alone(m Mechanism, all []Share, why string) error {
+	for _, s := range all {
+		if s.Mechanism != m {
+			return fmt.Errorf("shares %v: %s shares cannot be combined with %s shares in one task (%s)", SortedIDs(all), m, s.Mechanism, why)
 		}
+	}
+	return nil
+}
+
+// OneDevice checks that shares all run on one device (see Share.Parent),
+// and returns it; what names the device ("device", "GPU") and why says why
+// they must.
+func OneDevice(shares []Share, what, why string) (string, error) {
+	var parent string
+	for _, s := range shares {
 		if parent != "" && s.Parent() != parent {
-			return fmt.Errorf("shares %v: a task's MPS shares must come from one device (%s and %s); ask for one larger share instead", SortedIDs(shares), parent, s.Parent())
+			return "", fmt.Errorf("shares %v: a task's %s shares must come from one %s (%s and %s): %s; ask for one larger share instead", SortedIDs(shares), s.Mechanism, what, parent, s.Parent(), why)
 		}
 		parent = s.Parent()
-		pct += s.ThreadPercent
-		mem += s.MemoryMiB
 	}
-	if parent == "" {
-		return nil
-	}
-	for _, s := range shares {
-		if s.Mechanism != MPS {
-			return fmt.Errorf("shares %v: MPS shares cannot be combined with %s shares in one task", SortedIDs(shares), s.Mechanism)
-		}
-	}
-	e.Env[EnvMPSPipe] = MPSPipeMount
-	e.Env[EnvMPSThreads] = fmt.Sprint(pct)
-	e.Env[EnvMPSMemLimit] = fmt.Sprintf("0=%dM", mem) // device 0: the one device the task sees
-	e.Mounts = append(e.Mounts, Mount{HostPath: paths.MPSPipeDir(parent), ContainerPath: MPSPipeMount})
-	return nil
+	return parent, nil
 }
 
 // SortedIDs returns the IDs of shares, sorted.

@@ -192,6 +192,13 @@ func (l *Layout) Assign(node *gpu.Node) ([]Assignment, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	for i := range out {
+		if out[i].Mechanism == Exclusive && node.GPUs[i].MIGEnabled {
+			// A GPU in MIG mode can only be used through its instances:
+			// offer the ones that exist, whoever made them.
+			out[i].Mechanism = MIG
+		}
+	}
 	return out, nil
 }
 
@@ -302,4 +309,26 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// AssignedGPU is one of a node's GPUs with the rule that applies to it.
+type AssignedGPU struct {
+	GPU        *gpu.GPU
+	Assignment Assignment
+}
+
+// Assigned returns the node's GPUs assigned to mechanism m, in order.
+func Assigned(node *gpu.Node, as []Assignment, m Mechanism) []AssignedGPU {
+	var out []AssignedGPU
+	for _, a := range as {
+		if a.Mechanism != m {
+			continue
+		}
+		for i := range node.GPUs {
+			if node.GPUs[i].Index == a.GPUIndex {
+				out = append(out, AssignedGPU{GPU: &node.GPUs[i], Assignment: a})
+			}
+		}
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package share_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/gpumux/gpumux/share"
@@ -11,6 +12,7 @@ import (
 // exactly once with values its mechanism allows.
 func FuzzAssign(f *testing.F) {
 	node := testNode(f)
+	stateDir := f.TempDir()
 	f.Add("0-3", "timeslice", 4, "", 0, "4,5", "mig", "3g.71gb", 2)
 	f.Add("GPU-x", "exclusive", 0, "", 0, "*H200*", "timeslice", "", 2)
 	f.Add("7-3", "mig", 0, "1g.18gb", 7, "", "mps", "", 0)
@@ -58,8 +60,18 @@ func FuzzAssign(f *testing.F) {
 				t.Fatalf("accepted mechanism %q", a.Mechanism)
 			}
 		}
-		if _, err := share.Build(node, as); err != nil {
-			t.Fatalf("Build failed on an accepted layout: %v", err)
+		// Every provider offers its shares of an accepted layout, and no
+		// two offer one share ID.
+		c, err := openFixed(t, stateDir, node, l.GPUs...).Catalog(context.Background())
+		if err != nil {
+			t.Fatalf("the node core cannot build the catalog of an accepted layout: %v", err)
+		}
+		for _, g := range c.Groups {
+			for _, s := range g.Shares {
+				if _, err := share.ParseID(s.ID); err != nil || s.Mechanism != g.Mechanism {
+					t.Fatalf("group %s offers share %s (%s): %v", g.Name, s.ID, s.Mechanism, err)
+				}
+			}
 		}
 	})
 }

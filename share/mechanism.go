@@ -2,7 +2,6 @@ package share
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 )
 
@@ -20,13 +19,6 @@ const (
 
 // Mechanisms lists every mechanism in the order of the isolation they give.
 var Mechanisms = []Mechanism{Exclusive, MIG, MPS, TimeSlice, Remote}
-
-// Implemented reports whether this build can configure the mechanism: every
-// one of Mechanisms. (Remote GPUs come from the node config's remote block,
-// never from a gpu block: see Layout.Validate.)
-func (m Mechanism) Implemented() bool {
-	return slices.Contains(Mechanisms, m)
-}
 
 // ParseMechanism validates a mechanism name.
 func ParseMechanism(s string) (Mechanism, error) {
@@ -56,20 +48,24 @@ const (
 	None Isolation = "none" // not enforced
 )
 
-// Properties are what a mechanism guarantees, whatever its size.
+// Properties are what a mechanism guarantees, whatever its size. Each
+// mechanism's provider states its own (ARCHITECTURE.md's table).
 type Properties struct {
 	MemoryIsolation Isolation
 	FaultIsolation  bool // a fault in one workload does not affect others
 }
 
-// Properties returns the guarantees of the mechanism (ARCHITECTURE.md's table).
-func (m Mechanism) Properties() Properties {
-	switch m {
-	case Exclusive, MIG:
-		return Properties{MemoryIsolation: Hard, FaultIsolation: true}
-	case MPS, Remote: // one MPS server, or one gpumux-remoted, fails for all its clients
-		return Properties{MemoryIsolation: Hard, FaultIsolation: false}
-	default:
-		return Properties{MemoryIsolation: None, FaultIsolation: false}
-	}
-}
+// Spread is how a request for several shares of one mechanism takes them.
+type Spread int
+
+// The ways of spreading a request over shares.
+const (
+	// SpreadAny takes the smallest fitting shares, on any devices.
+	SpreadAny Spread = iota
+	// SpreadOneDevice takes every share from one device: a process talks
+	// to one MPS server, and the interposer to one remote GPU.
+	SpreadOneDevice
+	// SpreadDistinctGPUs takes each share from another GPU: two replicas
+	// of one GPU would show the container one GPU.
+	SpreadDistinctGPUs
+)

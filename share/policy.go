@@ -155,9 +155,6 @@ func Choose(c *Catalog, free func(Share) bool, req Request) ([]Share, error) {
 		if _, err := ParseMechanism(string(req.Mechanism)); err != nil {
 			return nil, fmt.Errorf("invalid request: %w", err)
 		}
-		if !req.Mechanism.Implemented() {
-			return nil, fmt.Errorf("invalid request: mechanism %q is not available in this version of gpumux", req.Mechanism)
-		}
 		if req.Isolation != "" {
 			return nil, fmt.Errorf("invalid request: isolation %q steers mechanism auto only; mechanism %q was asked for", req.Isolation, req.Mechanism)
 		}
@@ -185,11 +182,11 @@ func Choose(c *Catalog, free func(Share) bool, req Request) ([]Share, error) {
 			}
 		}
 		sort.Slice(fit, func(i, j int) bool { return smaller(fit[i], fit[j]) })
-		if got := pick(m, fit, count); got != nil {
+		if got := pick(c.spread(m), fit, count); got != nil {
 			return got, nil
 		}
 	}
-	return nil, noFit(req, count, auto, level, mechs, frees, groupOf)
+	return nil, c.noFit(req, count, auto, level, mechs, frees, groupOf)
 }
 
 // offers reports whether the catalog has shares of mechanism m, free or not.
@@ -223,14 +220,26 @@ func smaller(a, b Share) bool {
 	return a.ID < b.ID
 }
 
-// pick takes count shares of mechanism m from fit (sorted smallest first), or
-// returns nil.
-func pick(m Mechanism, fit []Share, count int) []Share {
+// spread is how the catalog's groups of mechanism m spread a request.
+func (c *Catalog) spread(m Mechanism) Spread {
+	if c != nil {
+		for _, g := range c.Groups {
+			if g.Mechanism == m {
+				return g.Spread
+			}
+		}
+	}
+	return SpreadAny
+}
+
+// pick takes count shares from fit (sorted smallest first), spread as
+// asked, or returns nil.
+func pick(spread Spread, fit []Share, count int) []Share {
 	if len(fit) < count {
 		return nil
 	}
-	switch m {
-	case MPS, Remote:
+	switch spread {
+	case SpreadOneDevice:
 		byParent := map[string][]Share{}
 		var parents []string
 		for _, s := range fit {
@@ -247,7 +256,7 @@ func pick(m Mechanism, fit []Share, count int) []Share {
 			}
 		}
 		return clone(best)
-	case TimeSlice:
+	case SpreadDistinctGPUs:
 		var out []Share
 		used := map[string]bool{}
 		for _, s := range fit {
@@ -295,23 +304,21 @@ func smallerSet(a, b []Share) bool {
 	return false
 }
 
-// noun names one share of a mechanism, and several, with the mechanism's
-// own name in it (what the user wrote).
+// nouns name one share of a mechanism, and several, with the mechanism's
+// own name in them (what the user wrote).
+var nouns = map[Mechanism][2]string{
+	Exclusive: {"exclusive GPU", "exclusive GPUs"},
+	MIG:       {"MIG instance", "MIG instances"},
+	MPS:       {"mps share", "mps shares"},
+	TimeSlice: {"timeslice replica", "timeslice replicas"},
+	Remote:    {"remote share", "remote shares"},
+}
+
 func noun(m Mechanism) (one, many string) {
-	switch m {
-	case Exclusive:
-		return "exclusive GPU", "exclusive GPUs"
-	case MIG:
-		return "MIG instance", "MIG instances"
-	case MPS:
-		return "mps share", "mps shares"
-	case TimeSlice:
-		return "timeslice replica", "timeslice replicas"
-	case Remote:
-		return "remote share", "remote shares"
-	default:
-		return string(m) + " share", string(m) + " shares"
+	if n, ok := nouns[m]; ok {
+		return n[0], n[1]
 	}
+	return string(m) + " share", string(m) + " shares"
 }
 
 // noFit explains why no shares fit, e.g.
@@ -319,7 +326,7 @@ func noun(m Mechanism) (one, many string) {
 //	no free MIG instance with ≥ 30 GiB (30720 MiB); free: 2× H200-mig-1g.18gb
 //	no 2 free mps shares on one device with ≥ 40% compute; free: 3× H200-mps-25pct
 //	no free share for isolation strict (tried mig, exclusive) with ≥ 200 GiB (204800 MiB); free: 7× H200
-func noFit(req Request, count int, auto bool, level Level, mechs []Mechanism, frees []Share, groupOf map[string]string) error {
+func (c *Catalog) noFit(req Request, count int, auto bool, level Level, mechs []Mechanism, frees []Share, groupOf map[string]string) error {
 	var what string
 	if auto {
 		tried := make([]string, len(mechs))
@@ -338,10 +345,10 @@ func noFit(req Request, count int, auto bool, level Level, mechs []Mechanism, fr
 			what = "free " + one
 		} else {
 			what = fmt.Sprintf("%d free %s", count, many)
-			switch req.Mechanism {
-			case MPS, Remote:
+			switch c.spread(req.Mechanism) {
+			case SpreadOneDevice:
 				what += " on one device"
-			case TimeSlice:
+			case SpreadDistinctGPUs:
 				what += " on distinct GPUs"
 			}
 		}

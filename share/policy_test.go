@@ -22,7 +22,18 @@ import (
 //	GPU 5     H200-mps-50pct, H200-mps-25pct ×2
 //	GPU 6     H200-mig-1g.18gb ×2 (16384 MiB, 12%), H200-mig-3g.71gb (71424 MiB, 45%)
 //	GPU 7     H200-mig-3g.71gb, H200-mig-2g.35gb ×2 (33280 MiB, 24%)
+//
+// The node core builds it from each mechanism's provider, so its groups come
+// in the providers' order (exclusive, mig, mps, timeslice) and carry the
+// spread each provider sets.
 func policyCatalog(t testing.TB) *share.Catalog {
+	t.Helper()
+	_, c := policyNode(t)
+	return c
+}
+
+// policyNode is policyCatalog with the inventory it was built from.
+func policyNode(t testing.TB) (*gpu.Node, *share.Catalog) {
 	t.Helper()
 	ctx := context.Background()
 	h, err := gpu.OpenSimulated("dgxh200", t.TempDir())
@@ -35,34 +46,26 @@ func policyCatalog(t testing.TB) *share.Catalog {
 			t.Fatal(err)
 		}
 	}
-	node, err := h.Inventory(ctx)
+	inv, err := h.Inventory(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Stable UUIDs (the simulation draws them at random), so that ties between
 	// equal shares, broken by ID, go to the lower GPU index.
-	for i := range node.GPUs {
-		g := &node.GPUs[i]
+	for i := range inv.GPUs {
+		g := &inv.GPUs[i]
 		g.UUID = fmt.Sprintf("GPU-%08d-0000-0000-0000-000000000000", g.Index)
 		for k := range g.MIGInstances {
 			g.MIGInstances[k].UUID = fmt.Sprintf("MIG-%08d-%04d-0000-0000-000000000000", g.Index, k)
 		}
 	}
-	node.GPUs = append(node.GPUs, gpu.GPU{Index: 8, UUID: "GPU-t4", Minor: 8, Model: "Tesla T4", MemoryMiB: 15360, SMCount: 40, ComputeCapability: "7.5"})
-	rules := []share.GPURule{
-		{Match: "2-3", Mechanism: share.TimeSlice, Replicas: 4},
-		{Match: "4", Mechanism: share.MPS, Shares: 4},
-		{Match: "5", Mechanism: share.MPS, ShareSizes: []string{"50%", "25%", "25%"}},
-	}
-	as, err := (&share.Layout{GPUs: rules}).Assign(node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := share.Build(node, as)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	inv.GPUs = append(inv.GPUs, gpu.GPU{Index: 8, UUID: "GPU-t4", Minor: 8, Model: "Tesla T4", MemoryMiB: 15360, SMCount: 40, ComputeCapability: "7.5"})
+	c := catalogOf(t, inv,
+		share.GPURule{Match: "2-3", Mechanism: share.TimeSlice, Replicas: 4},
+		share.GPURule{Match: "4", Mechanism: share.MPS, Shares: 4},
+		share.GPURule{Match: "5", Mechanism: share.MPS, ShareSizes: []string{"50%", "25%", "25%"}},
+	)
+	return inv, c
 }
 
 // label names a share by group and GPU index: "H200-mig-1g.18gb@6".
@@ -151,7 +154,7 @@ func TestChoose(t *testing.T) {
 		{name: "mig 30 GiB, only 1g left", req: share.Request{Mechanism: share.MIG, MemoryMiB: 30 * gib}, busy: []string{"H200-mig-3g.71gb", "H200-mig-2g.35gb"},
 			err: "no free MIG instance with ≥ 30 GiB (30720 MiB); free: 2× H200-mig-1g.18gb", noFit: true},
 		{name: "mig, none left", req: share.Request{Mechanism: share.MIG}, busy: allMIG,
-			err: "no free MIG instance; free: no MIG instances (other free shares: 2× H200, 8× H200-timeslice-4x, 6× H200-mps-25pct, 1× H200-mps-50pct, 1× Tesla-T4)", noFit: true},
+			err: "no free MIG instance; free: no MIG instances (other free shares: 2× H200, 1× Tesla-T4, 6× H200-mps-25pct, 1× H200-mps-50pct, 8× H200-timeslice-4x)", noFit: true},
 		{name: "mig count 2", req: share.Request{Mechanism: share.MIG, Count: 2}, want: []string{"H200-mig-1g.18gb@6", "H200-mig-1g.18gb@6"}},
 		{name: "mps 40%, 50% busy", req: share.Request{Mechanism: share.MPS, ComputePercent: 40}, busy: []string{"H200-mps-50pct", "H200-mps-25pct@4#0"},
 			err: "no free mps share with ≥ 40% compute; free: 5× H200-mps-25pct", noFit: true},
@@ -174,7 +177,7 @@ func TestChoose(t *testing.T) {
 
 		// malformed requests: not ErrNoFit.
 		{name: "remote on a node without remote GPUs", req: share.Request{Mechanism: share.Remote}, busy: allMIG,
-			err: "no free remote share; free: no remote shares (other free shares: 2× H200, 8× H200-timeslice-4x, 6× H200-mps-25pct, 1× H200-mps-50pct, 1× Tesla-T4)", noFit: true},
+			err: "no free remote share; free: no remote shares (other free shares: 2× H200, 1× Tesla-T4, 6× H200-mps-25pct, 1× H200-mps-50pct, 8× H200-timeslice-4x)", noFit: true},
 		{name: "unknown mechanism", req: share.Request{Mechanism: "vgpu"}, err: `invalid request: unknown mechanism "vgpu" (valid: exclusive, mig, mps, timeslice, remote)`},
 		{name: "isolation with a mechanism", req: share.Request{Mechanism: share.MIG, Isolation: share.LevelStrict},
 			err: `invalid request: isolation "strict" steers mechanism auto only; mechanism "mig" was asked for`},
@@ -334,4 +337,55 @@ func reversed(c *share.Catalog) *share.Catalog {
 		r.Groups = append(r.Groups, g)
 	}
 	return r
+}
+
+// TestChooseSpreadComesFromGroups: how a request for several shares takes
+// them is the spread of the mechanism's groups, whatever the mechanism.
+func TestChooseSpreadComesFromGroups(t *testing.T) {
+	catalog := func(spread share.Spread) *share.Catalog {
+		var offers []share.Offer
+		for _, s := range []struct {
+			gpu string
+			n   int
+			mib uint64
+		}{{"GPU-a", 0, 10 * gib}, {"GPU-a", 1, 10 * gib}, {"GPU-a", 2, 30 * gib}, {"GPU-b", 0, 15 * gib}, {"GPU-b", 1, 15 * gib}} {
+			offers = append(offers, share.Offer{
+				Group: fmt.Sprintf("H200-mps-%dgib", s.mib/gib), Spread: spread,
+				Share: share.Share{ID: share.SubID(s.gpu, share.MPS, s.n), Mechanism: share.MPS, GPU: share.GPURef{UUID: s.gpu, Model: "NVIDIA H200"}, MemoryMiB: s.mib},
+			})
+		}
+		c, err := share.NewCatalog(offers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	all := func(share.Share) bool { return true }
+	for _, tc := range []struct {
+		spread share.Spread
+		want   []string
+		err    string
+	}{
+		{share.SpreadAny, []string{"GPU-a/mps/0", "GPU-a/mps/1", "GPU-b/mps/0"}, ""},
+		{share.SpreadOneDevice, []string{"GPU-a/mps/0", "GPU-a/mps/1", "GPU-a/mps/2"}, ""},
+		{share.SpreadDistinctGPUs, nil, "no 3 free mps shares on distinct GPUs; free: 2× H200-mps-10gib, 1× H200-mps-30gib, 2× H200-mps-15gib"},
+	} {
+		c := catalog(tc.spread)
+		got, err := share.Choose(c, all, share.Request{Mechanism: share.MPS, Count: 3})
+		if tc.err != "" {
+			if err == nil || err.Error() != tc.err || !errors.Is(err, share.ErrNoFit) {
+				t.Errorf("spread %d: got %v, %v; want error %q", tc.spread, share.SortedIDs(got), err, tc.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(share.SortedIDs(got), tc.want) {
+			t.Errorf("spread %d: got %v, %v; want %v", tc.spread, share.SortedIDs(got), err, tc.want)
+		}
+	}
+	// Two free of each GPU: one device takes the smaller pair.
+	c := catalog(share.SpreadOneDevice)
+	got, err := share.Choose(c, func(s share.Share) bool { return s.ID != "GPU-a/mps/0" }, share.Request{Mechanism: share.MPS, Count: 2})
+	if err != nil || !slices.Equal(share.SortedIDs(got), []string{"GPU-b/mps/0", "GPU-b/mps/1"}) {
+		t.Errorf("one device, a's 10 GiB share busy: got %v, %v; want b's two 15 GiB shares (30 GiB, not 10+30)", share.SortedIDs(got), err)
+	}
 }

@@ -1,7 +1,6 @@
-// Package timeslice will configure time-slicing beyond what the share model
-// already offers: the GPU's compute policy (time-slice length) and a limiter
-// that enforces each replica's fair share of memory and compute.
-//
-// Time-slice replicas themselves (IDs, sizes, container edits) are computed by
-// package share and work today; this package holds no code yet.
+// Package timeslice is the mechanism that splits a GPU into replicas
+// scheduled by time: `replicas = N` in a gpu block offers N shares of the
+// GPU, each advertising a fair part of its memory and compute. Nothing is
+// enforced yet (memory_isolation = "none"): the limiter that will enforce a
+// replica's memory and compute goes here, as this provider's container edits.
 package timeslice

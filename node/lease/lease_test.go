@@ -263,7 +263,8 @@ func TestReclaim(t *testing.T) {
 	acquire("gone-dead-2", 2, 0, "GPU-07")
 
 	var asked []string
-	released, err := s.Reclaim(ctx, func(c string) (bool, error) {
+	released, err := s.Reclaim(ctx, func(r Record) (bool, error) {
+		c := r.Container
 		asked = append(asked, c)
 		switch c {
 		case "gone-alive":
@@ -286,7 +287,8 @@ func TestReclaim(t *testing.T) {
 
 	// A container released and leased again while alive was asked about it
 	// keeps its new lease.
-	released, err = s.Reclaim(ctx, func(c string) (bool, error) {
+	released, err = s.Reclaim(ctx, func(r Record) (bool, error) {
+		c := r.Container
 		if c == "gone-alive" {
 			if _, err := s.Release(ctx, c); err != nil {
 				return false, err
@@ -303,7 +305,7 @@ func TestReclaim(t *testing.T) {
 	}
 	wantLeases(t, s, map[string]string{"GPU-00": "running-owner", "GPU-04": "unknown-fresh", "GPU-06": "check-fails", "GPU-09": "gone-alive"})
 
-	if released, err := s.Reclaim(ctx, func(string) (bool, error) { return true, nil }); err != nil || len(released) != 0 {
+	if released, err := s.Reclaim(ctx, func(Record) (bool, error) { return true, nil }); err != nil || len(released) != 0 {
 		t.Errorf("Reclaim with all alive = %v, %v", released, err)
 	}
 }
@@ -583,7 +585,8 @@ func TestKilledRuntime(t *testing.T) {
 	s = open(t, path, WithTimeout(time.Second))
 	wantLeases(t, s, map[string]string{"GPU-00": "doomed", "GPU-01": "doomed", "GPU-02": "survivor"})
 	var asked []string
-	released, err := s.Reclaim(ctx, func(c string) (bool, error) {
+	released, err := s.Reclaim(ctx, func(r Record) (bool, error) {
+		c := r.Container
 		asked = append(asked, c)
 		return false, nil // runc knows neither
 	})

@@ -74,6 +74,9 @@ type Record struct {
 	Shares    []string  `json:"shares"`
 	Acquired  time.Time `json:"acquired"`
 	Bundle    string    `json:"bundle,omitempty"`
+	// Root is runc's state directory (runc --root) the container was
+	// created under: where a node agent asks runc whether it still runs.
+	Root string `json:"root,omitempty"`
 	// Seq tells two leases of one container ID apart (a bbolt sequence).
 	Seq uint64 `json:"seq"`
 	// Owner is the process that took the lease, while it runs it protects
@@ -214,6 +217,10 @@ type AcquireOption func(*Record)
 
 // WithBundle records the container's bundle directory.
 func WithBundle(path string) AcquireOption { return func(r *Record) { r.Bundle = path } }
+
+// WithRuncRoot records runc's state directory (runc --root; "" for runc's
+// default).
+func WithRuncRoot(path string) AcquireOption { return func(r *Record) { r.Root = path } }
 
 // Acquire leases shares to container in one write transaction: it calls
 // choose with the current leases (share ID → container ID, a copy) and
@@ -410,11 +417,11 @@ func decodeRecord(b []byte) (Record, error) {
 // A lease is spared while the process that took it still runs (runc knows
 // the container only once `runc create` is done), and, when that cannot be
 // checked (no record of it, another PID namespace), for the grace period
-// after it was taken. Other containers are asked alive(container), outside
+// after it was taken. Other containers' records are given to alive, outside
 // the store's transactions; those it reports gone are released unless they
 // were released and leased again meanwhile. A container whose check fails
 // keeps its leases; the errors are returned, joined, with what was released.
-func (s *Store) Reclaim(ctx context.Context, alive func(container string) (bool, error)) ([]string, error) {
+func (s *Store) Reclaim(ctx context.Context, alive func(Record) (bool, error)) ([]string, error) {
 	var recs []Record
 	if err := s.view(ctx, func(tx *bolt.Tx) error {
 		recs = records(tx)
@@ -434,7 +441,7 @@ func (s *Store) Reclaim(ctx context.Context, alive func(container string) (bool,
 		} else if !known && !r.Acquired.IsZero() && now.Sub(r.Acquired) < s.grace {
 			continue
 		}
-		ok, err := alive(r.Container)
+		ok, err := alive(r)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("container %s: %w", r.Container, err))
 			continue

@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/gpumux/gpumux/node"
+	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/share"
+)
+
+const agentHelp = `Usage: gpumux agent [--config FILE] [flags]
+
+Runs this node's GPUs on a node without Nomad (a containerd or Docker host,
+a Kubernetes node with a RuntimeClass): the long-lived agent that the Nomad
+plugin is on a Nomad node. It
+  - applies the config's MIG layouts at start (as gpumux mig apply does:
+    instances that containers hold are kept, a half-done change is undone);
+  - runs one MPS control daemon per MPS GPU or MIG instance, restarts a dead
+    one and drains one whose GPU left MPS (daemons outlive the agent and
+    are adopted by the next);
+  - watches XIDs, and re-reads the GPUs every fingerprint_period;
+  - releases the leases of containers runc no longer knows;
+  - serves Prometheus metrics at http://<metrics_addr>/metrics when the
+    config sets metrics_addr.
+gpumux-runtime, on the same node and with the same config, hands out the
+shares. The agent and the Nomad plugin refuse to run one state_dir at once.
+It runs until SIGINT or SIGTERM.
+
+Exit codes: 0 stopped by a signal, 1 error (bad config, another agent runs
+the node, the GPUs cannot be read), 2 bad flags.
+
+Flags:
+`
+
+func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	config := fs.String("config", envOr("GPUMUX_CONFIG", nodeconfig.DefaultFile), "node config `FILE`: the same schema as the Nomad plugin's config body (env GPUMUX_CONFIG)")
+	runc := fs.String("runc", envOr("GPUMUX_RUNC", "runc"), "runc `BINARY` asked whether a leased container still exists (env GPUMUX_RUNC)")
+	runcRoot := fs.String("runc-root", "", "runc state `DIR` (runc --root) for leases that did not record theirs; default: runc's own")
+	logLevel := fs.String("log-level", "info", "log `LEVEL`: trace, debug, info, warn or error")
+	health := fs.Duration("health-interval", 10*time.Second, "how often each MPS daemon is probed (`DURATION`)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), agentHelp)
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
+	}
+	level := hclog.LevelFromString(*logLevel)
+	if level == hclog.NoLevel {
+		fmt.Fprintf(stderr, "gpumux agent: --log-level %q: want trace, debug, info, warn or error\n", *logLevel)
+		return ExitUsage
+	}
+	if *health < 100*time.Millisecond {
+		fmt.Fprintf(stderr, "gpumux agent: --health-interval %s: want at least 100ms\n", *health)
+		return ExitUsage
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "gpumux-agent", Level: level, Output: stderr})
+	if err := agent(ctx, *config, *runc, *runcRoot, *health, logger); err != nil {
+		fmt.Fprintf(stderr, "gpumux agent: %v\n", err)
+		return ExitError
+	}
+	return ExitOK
+}
+
+// agent runs the node until ctx ends.
+func agent(ctx context.Context, configFile, runc, runcRoot string, health time.Duration, logger hclog.Logger) error {
+	src, err := os.ReadFile(configFile)
+	if err != nil {
+		return fmt.Errorf("node config: %w (set --config or GPUMUX_CONFIG)", err)
+	}
+	cfg, err := nodeconfig.ParseConfig(src)
+	if err != nil {
+		return fmt.Errorf("%s: %w", configFile, err)
+	}
+	n, err := node.Open(cfg, node.WithLogger(logger), node.WithIssuer("agent"), node.WithHealthInterval(health))
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	if err := n.Start(ctx, "gpumux agent"); err != nil {
+		return err
+	}
+	if cfg.MetricsAddr != "" {
+		addr, err := node.ServeMetrics(ctx, cfg.MetricsAddr, n.Collectors()...)
+		if err != nil {
+			return err
+		}
+		logger.Info("serving metrics", "url", fmt.Sprintf("http://%s/metrics", addr))
+	}
+	logger.Info("running the node", "config", configFile, "state_dir", cfg.StateDir, "period", cfg.Period())
+	alive := node.RuncAlive(ctx, runc, runcRoot)
+	var last string
+	for u := range n.Watch(ctx, cfg.Period()) {
+		if u.Err != nil {
+			logger.Error("cannot read the node; the shares keep their last state", "error", u.Err)
+			continue
+		}
+		if s := summary(u.Catalog); s != last {
+			logger.Info("shares", "groups", s)
+			last = s
+		}
+		released, err := n.Reclaim(ctx, alive)
+		if len(released) > 0 {
+			logger.Info("released the leases of containers runc no longer knows", "shares", strings.Join(released, ","))
+		}
+		if err != nil && !errors.Is(err, context.Canceled) {
+			logger.Warn("some leases were kept: runc could not tell whether their containers exist", "error", err)
+		}
+	}
+	logger.Info("stopping; MPS daemons and MIG instances stay for the next agent")
+	return nil
+}
+
+// summary lists a catalog's groups with their share counts.
+func summary(c *share.Catalog) string {
+	parts := make([]string, len(c.Groups))
+	for i, g := range c.Groups {
+		parts[i] = fmt.Sprintf("%d× %s", len(g.Shares), g.Name)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,67 @@
+package node
+
+import (
+	"fmt"
+	"sort"
+
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpumux/gpumux/share"
+)
+
+// Edits computes what a container needs to use shares: the edits every
+// share on the node's devices needs (share.DeviceEdits), then each
+// mechanism's own, from its provider. The Nomad plugin's Reserve,
+// gpumux-runtime and gpumux cdi generate all come here, so one share gets
+// the same edits through each.
+func (n *Node) Edits(shares []share.Share) (share.Edits, error) {
+	e, err := share.DeviceEdits(shares, n.host)
+	if err != nil {
+		return share.Edits{}, err
+	}
+	byMech := map[share.Mechanism][]share.Share{}
+	var order []share.Mechanism
+	for _, s := range shares {
+		if _, ok := byMech[s.Mechanism]; !ok {
+			order = append(order, s.Mechanism)
+		}
+		byMech[s.Mechanism] = append(byMech[s.Mechanism], s)
+	}
+	for _, m := range order {
+		p, err := n.provider(m)
+		if err != nil {
+			return share.Edits{}, fmt.Errorf("shares %v: %w", share.SortedIDs(byMech[m]), err)
+		}
+		if err := p.Edits(byMech[m], shares, &e); err != nil {
+			return share.Edits{}, err
+		}
+	}
+	return e, nil
+}
+
+// CDIEdits turns container edits into CDI container edits: the form both
+// gpumux-runtime (applied to config.json with the CDI library) and CDI spec
+// files use. Device nodes carry host paths only; CDI reads their type and
+// major/minor from the host when it applies them.
+func CDIEdits(e share.Edits) *cdispec.ContainerEdits {
+	out := &cdispec.ContainerEdits{}
+	keys := make([]string, 0, len(e.Env))
+	for k := range e.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out.Env = append(out.Env, k+"="+e.Env[k])
+	}
+	for _, d := range e.DeviceNodes {
+		out.DeviceNodes = append(out.DeviceNodes, &cdispec.DeviceNode{Path: d.ContainerPath, HostPath: d.HostPath, Permissions: d.Permissions})
+	}
+	for _, m := range e.Mounts {
+		opts := []string{"rbind", "nosuid", "nodev"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		out.Mounts = append(out.Mounts, &cdispec.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, Options: opts, Type: "bind"})
+	}
+	return out
+}
