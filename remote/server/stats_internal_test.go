@@ -3,6 +3,8 @@ package server
 import (
 	"testing"
 	"time"
+
+	"github.com/gpumux/gpumux/remote/proto"
 )
 
 // TestLatencyBucket: a latency goes to the first bucket whose bound is at
@@ -34,4 +36,27 @@ func TestLatencyBucket(t *testing.T) {
 			t.Errorf("latencyBucket(%v) = %d, outside its bounds", tt.d, got)
 		}
 	}
+}
+
+// BenchmarkCallCounting measures what counting adds to each call: the two
+// clock readings and the counters, from one session and from several at
+// once (sharing the counters' cache lines).
+func BenchmarkCallCounting(b *testing.B) {
+	c := newCounters()
+	count := func() {
+		start := time.Now()
+		c.call(proto.OpCtxSynchronize, time.Since(start), false)
+	}
+	b.Run("serial", func(b *testing.B) {
+		for b.Loop() {
+			count()
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				count()
+			}
+		})
+	})
 }
