@@ -22,6 +22,7 @@ import (
 	"github.com/gpumux/gpumux/remote/cudabackend"
 	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/server"
+	"github.com/gpumux/gpumux/remote/server/metrics"
 	"github.com/gpumux/gpumux/remote/token"
 	"github.com/gpumux/gpumux/share"
 )
@@ -112,6 +113,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		handshake   = fs.Duration("handshake-timeout", server.DefaultHandshakeTimeout, "how long a new connection has to send its handshake")
 		logLevel    = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 		cudaLib     = fs.String("cuda-lib", cudabackend.DefaultLibrary, "the driver `library` the cuda backend loads")
+		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus metrics over HTTP on `host:port` at /metrics (e.g. 127.0.0.1:9401; off by default); they count the calls of every tenant worker (docs/remote.md lists them)")
 		tenantProcs = fs.Bool("tenant-processes", true, "run each tenant (token ID) in a worker process of its own; contexts of one process share one GPU address space, so only separate processes keep tenants' kernels apart")
 		worker      = fs.Bool("tenant-worker", false, "internal: serve the connections handed over descriptor 3 (started by gpumux-remoted itself)")
 	)
@@ -173,6 +175,13 @@ Flags:
 	}
 	if *handshake <= 0 {
 		return usageError{fmt.Errorf("--handshake-timeout %v: want more than 0", *handshake)}
+	}
+	var metricsLn net.Listener
+	if *metricsAddr != "" && !*worker { // workers get the front's flags
+		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
+			return usageError{fmt.Errorf("--metrics-addr %q: %w", *metricsAddr, err)}
+		}
+		defer metricsLn.Close() // once served, closed already
 	}
 
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
@@ -237,18 +246,27 @@ Flags:
 		}
 		lns = append(lns, ln)
 	}
-	return serveAll(ctx, server.New(be, opts...), lns)
+	srv := server.New(be, opts...)
+	runs := make([]func(context.Context) error, 0, len(lns)+1)
+	for _, ln := range lns {
+		runs = append(runs, func(ctx context.Context) error { return srv.Serve(ctx, ln) })
+	}
+	if metricsLn != nil {
+		log.Info("serving metrics", "url", "http://"+metricsLn.Addr().String()+"/metrics")
+		runs = append(runs, func(ctx context.Context) error { return metrics.Serve(ctx, metricsLn, srv) })
+	}
+	return runAll(ctx, runs)
 }
 
-// serveAll serves every listener until ctx ends or one fails.
-func serveAll(ctx context.Context, srv *server.Server, lns []net.Listener) error {
+// runAll runs every server until ctx ends or one fails.
+func runAll(ctx context.Context, runs []func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make([]error, len(lns))
+	errs := make([]error, len(runs))
 	var wg sync.WaitGroup
-	for i, ln := range lns {
+	for i, run := range runs {
 		wg.Go(func() {
-			errs[i] = srv.Serve(ctx, ln)
+			errs[i] = run(ctx)
 			cancel()
 		})
 	}

@@ -62,6 +62,11 @@ func TestBadCommandLines(t *testing.T) {
 	if err := os.WriteFile(open, []byte("0123456789abcdef0123"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0") // a port in use
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
 	tests := []struct {
 		args []string
 		code int
@@ -86,6 +91,9 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-devices", "0"}, 1, "0 devices"},
 		{[]string{"--unix", filepath.Join(dir, "no", "such", "dir"), "--insecure-no-auth", "--backend", "fake"}, 1, "--unix"},
 		{[]string{"--listen", "256.0.0.1:1", "--insecure-no-auth", "--backend", "fake"}, 1, "--listen 256.0.0.1:1"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--metrics-addr", "9401"}, 2, `--metrics-addr "9401": listen tcp: address 9401: missing port in address`},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--metrics-addr", "localhost:http-alt-nope"}, 2, `--metrics-addr "localhost:http-alt-nope"`},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--metrics-addr", busy.Addr().String()}, 2, `--metrics-addr "` + busy.Addr().String() + `": listen tcp`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -105,7 +113,8 @@ func TestHelp(t *testing.T) {
 		t.Errorf("--help exits %d", code)
 	}
 	for _, want := range []string{"--listen", "-unix", "-token-file", "-insecure-no-auth", "-backend", "-fake-devices",
-		"-fake-memory", "-max-clients", "-handshake-timeout", "-log-level", "-cuda-lib", "-tenant-processes", "worker process of its own"} {
+		"-fake-memory", "-max-clients", "-handshake-timeout", "-log-level", "-cuda-lib", "-tenant-processes", "worker process of its own",
+		"-metrics-addr", "Prometheus metrics", "/metrics", "every tenant worker", "off by default"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("--help does not mention %q:\n%s", want, stderr.String())
 		}
@@ -135,6 +144,17 @@ func serveFake(t *testing.T, args ...string) (*lockedBuffer, func() int) {
 	}
 	t.Cleanup(func() { stop() })
 	return stderr, stop
+}
+
+// freeAddr returns a loopback TCP address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 func dialUntil(t *testing.T, network, addr string, hello proto.Hello) *proto.Client {
@@ -191,13 +211,7 @@ func TestServesTokensOnTCP(t *testing.T) {
 	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// A free port: listen, note it, close.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	stderr, stop := serveFake(t, "--listen", addr, "--token-file", secretFile, "--backend", "fake")
 	tok, err := token.Mint([]byte(secret), token.Claims{ID: "job", Quota: 1 << 20, Expires: time.Now().Add(time.Hour)})
 	if err != nil {

@@ -7,20 +7,13 @@ import (
 
 	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/proto"
-	"github.com/gpumux/gpumux/remote/server"
 )
 
 // TestAdmission: the quotas of the tenants a GPU serves never add up past
 // its memory; a token that would is refused at the handshake, and is
 // admitted once room comes back. Connections of one token ID count once.
 func TestAdmission(t *testing.T) {
-	for _, mode := range []struct {
-		name string
-		srv  []server.Option
-	}{
-		{"in-process", nil},
-		{"tenant processes", tenantOpts()},
-	} {
+	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
 			e := start(t, envConfig{fake: []fakecuda.Option{fakecuda.WithMemory(16 << 30)}, srv: mode.srv})
 			a1 := e.dial(t, e.token(t, "a", 10<<30))

@@ -328,6 +328,7 @@ func (s *session) copyIn(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n ui
 			return proto.ErrUnknown // Dispatch reports the broken stream
 		}
 		s.stats.bytesIn += uint64(len(p))
+		s.counts.bytesToDevice.Add(uint64(len(p)))
 		if r := s.be.MemcpyHtoD(dst+proto.DevPtr(off), p, st, true); r != ok {
 			return r // Dispatch drains the rest
 		}
@@ -365,6 +366,7 @@ func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n
 			return proto.ErrUnknown // Dispatch reports the transport error
 		}
 		s.stats.bytesOut += n
+		s.counts.bytesToHost.Add(n)
 		return ok
 	}
 	// Two buffers: the GPU fills one while the other goes to the client.
@@ -392,6 +394,7 @@ func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n
 		}
 		full <- buf[:k]
 		s.stats.bytesOut += k
+		s.counts.bytesToHost.Add(k)
 		off += k
 	}
 	close(full)

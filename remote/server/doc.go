@@ -67,6 +67,14 @@
 // (another client's is CUDA_ERROR_INVALID_HANDLE); any other attribute is
 // CUDA_ERROR_NOT_SUPPORTED.
 //
+// # Statistics
+//
+// Stats reports the server's counters (calls by op and result and their
+// latency, bytes copied, refused handshakes and admissions, tenant worker
+// starts and deaths) and gauges (sessions and memory by tenant, workers
+// running). Tenant workers send theirs to the front, whose Stats covers
+// them (stats.go). Package metrics serves them to Prometheus.
+//
 // # Cleanup
 //
 // When a client goes away (EOF, an error, or Serve's context ending), its

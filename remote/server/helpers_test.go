@@ -63,7 +63,7 @@ type envConfig struct {
 	srv  []server.Option
 }
 
-func start(t *testing.T, cfg envConfig) *env {
+func start(t testing.TB, cfg envConfig) *env {
 	t.Helper()
 	fake, err := fakecuda.New(cfg.fake...)
 	if err != nil {
@@ -103,7 +103,7 @@ func start(t *testing.T, cfg envConfig) *env {
 }
 
 // stop ends Serve and waits for it (idempotent).
-func (e *env) stop(t *testing.T) {
+func (e *env) stop(t testing.TB) {
 	t.Helper()
 	e.cancel()
 	select {
@@ -119,7 +119,7 @@ func (e *env) stop(t *testing.T) {
 	}
 }
 
-func (e *env) token(t *testing.T, id string, quota uint64) string {
+func (e *env) token(t testing.TB, id string, quota uint64) string {
 	t.Helper()
 	tok, err := token.Mint(testSecret, token.Claims{ID: id, Quota: quota, Device: 0, Expires: time.Now().Add(time.Hour)})
 	if err != nil {
@@ -128,7 +128,7 @@ func (e *env) token(t *testing.T, id string, quota uint64) string {
 	return tok
 }
 
-func (e *env) dial(t *testing.T, tok string) *proto.Client {
+func (e *env) dial(t testing.TB, tok string) *proto.Client {
 	t.Helper()
 	cl, err := proto.Dial(context.Background(), e.network, e.addr,
 		proto.Hello{Token: tok, Identity: "test/" + t.Name()}, 10*time.Second)
@@ -193,7 +193,7 @@ func closedByPeer(c net.Conn) error {
 
 // ok fails the test unless a call's (result, error) is success:
 // ok(t, "what")(cl.Call(...)).
-func ok(t *testing.T, what string) func(proto.Result, error) {
+func ok(t testing.TB, what string) func(proto.Result, error) {
 	t.Helper()
 	return func(r proto.Result, err error) {
 		t.Helper()
@@ -215,7 +215,7 @@ func is(t *testing.T, what string, want proto.Result) func(proto.Result, error) 
 }
 
 // primary retains the client's primary context of device 0.
-func primary(t *testing.T, cl *proto.Client) proto.Handle {
+func primary(t testing.TB, cl *proto.Client) proto.Handle {
 	t.Helper()
 	h, r, err := cl.DevicePrimaryCtxRetain(0, 0)
 	ok(t, "cuDevicePrimaryCtxRetain")(r, err)

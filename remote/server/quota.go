@@ -46,11 +46,13 @@ func (q *quota) left() (limit, left uint64) {
 // of them. Connections without an ID (WithInsecureNoAuth) get one each,
 // without a limit.
 func (s *Server) joinQuota(c token.Claims) *quota {
-	if c.ID == "" {
-		return &quota{limit: c.Quota, refs: 1}
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if c.ID == "" {
+		q := &quota{limit: c.Quota, refs: 1}
+		s.anonQuotas[q] = struct{}{}
+		return q
+	}
 	q := s.quotas[c.ID]
 	if q == nil {
 		q = &quota{id: c.ID, limit: c.Quota}
@@ -65,7 +67,10 @@ func (s *Server) leaveQuota(q *quota) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q.refs--
-	if q.refs == 0 && q.id != "" {
+	switch {
+	case q.id == "":
+		delete(s.anonQuotas, q)
+	case q.refs == 0:
 		delete(s.quotas, q.id)
 		s.releaseLocked(q.id)
 	}

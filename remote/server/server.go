@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpumux/gpumux/remote/proto"
@@ -33,14 +34,21 @@ type Server struct {
 	initErr  error
 	nDevices int32 // the backend's, counted once at start
 
-	mu      sync.Mutex
-	conns   int
-	quotas  map[string]*quota
-	nextID  uint64
-	tenants map[string]*tenant
+	mu         sync.Mutex
+	conns      int
+	quotas     map[string]*quota
+	anonQuotas map[*quota]struct{} // the quotas of connections without a token ID
+	nextID     uint64
+	tenants    map[string]*tenant
 	// admitted and devMemory: see admission.go.
 	admitted  map[string]admitted
 	devMemory []uint64
+	// workers are the tenant worker processes running, tenants' or not
+	// (any more); retired adds up the counters of those that exited.
+	workers map[*tenant]struct{}
+	retired Stats
+
+	counts *counters // stats.go
 
 	tenantCmd func() *exec.Cmd // WithTenantProcesses
 	tenantMu  sync.Mutex       // serialises worker starts
@@ -55,8 +63,11 @@ func New(backend Backend, opts ...Option) *Server {
 		handshakeTimeout: DefaultHandshakeTimeout,
 		now:              time.Now,
 		quotas:           map[string]*quota{},
+		anonQuotas:       map[*quota]struct{}{},
 		tenants:          map[string]*tenant{},
 		admitted:         map[string]admitted{},
+		workers:          map[*tenant]struct{}{},
+		counts:           newCounters(),
 	}
 	for _, o := range opts {
 		o(s)
@@ -93,6 +104,7 @@ func (s *Server) ready() error {
 			}
 			s.nDevices = n
 			s.devMemory = make([]uint64, n)
+			s.counts.admissions = make([]atomic.Uint64, n)
 			for i := range s.devMemory {
 				if s.devMemory[i], r = s.backend.DeviceTotalMem(int32(i)); r != proto.Success {
 					s.initErr = fmt.Errorf("backend: cuDeviceTotalMem(%d): %v", i, r)
@@ -213,46 +225,66 @@ func (s *Server) handshake(conn net.Conn, br *bufio.Reader, full bool) (proto.He
 	defer conn.SetDeadline(time.Time{})
 	h, p, err := proto.ReadFrame(br, make([]byte, 0, 512))
 	if err != nil {
+		s.counts.refused[readRefusal(err)].Add(1)
 		return proto.Hello{}, token.Claims{}, fmt.Errorf("reading the handshake: %w", err)
 	}
-	refuse := func(hello proto.Hello, format string, args ...any) (proto.Hello, token.Claims, error) {
+	refuse := func(hello proto.Hello, why refusal, format string, args ...any) (proto.Hello, token.Claims, error) {
 		msg := fmt.Sprintf(format, args...)
-		s.refuse(conn, msg)
+		s.refuse(conn, why, msg)
 		return hello, token.Claims{}, fmt.Errorf("%w: %s", errRefused, msg)
 	}
 	if h.Op != proto.OpHello || h.Flags != 0 {
-		return refuse(proto.Hello{}, "the first frame must be the handshake, got op %d flags %#x", h.Op, h.Flags)
+		return refuse(proto.Hello{}, refusedMalformed, "the first frame must be the handshake, got op %d flags %#x", h.Op, h.Flags)
 	}
 	hello, err := proto.DecodeHello(p)
 	if err != nil {
-		return refuse(proto.Hello{}, "%v", err)
+		return refuse(proto.Hello{}, refusedMalformed, "%v", err)
 	}
 	if hello.Version != proto.Version {
-		return refuse(hello, "protocol version %d, this server speaks %d", hello.Version, proto.Version)
+		return refuse(hello, refusedVersion, "protocol version %d, this server speaks %d", hello.Version, proto.Version)
 	}
 	var claims token.Claims
 	if !s.insecure {
 		if hello.Token == "" {
-			return refuse(hello, "no token")
+			return refuse(hello, refusedNoToken, "no token")
 		}
 		if claims, err = token.Check(s.secret, hello.Token, s.now()); err != nil {
-			return refuse(hello, "token: %v", err)
+			why := refusedBadToken
+			if errors.Is(err, token.ErrExpired) {
+				why = refusedExpired
+			}
+			return refuse(hello, why, "token: %v", err)
 		}
 		if claims.Device >= int(s.nDevices) {
-			return refuse(hello, "the token names GPU %d, this server has %d", claims.Device, s.nDevices)
+			return refuse(hello, refusedNoSuchGPU, "the token names GPU %d, this server has %d", claims.Device, s.nDevices)
 		}
 	}
 	if full {
-		return refuse(hello, "the server serves its limit of %d clients", s.maxClients)
+		return refuse(hello, refusedFull, "the server serves its limit of %d clients", s.maxClients)
 	}
 	if err := s.admit(claims); err != nil {
-		return refuse(hello, "%v", err)
+		s.counts.admissions[claims.Device].Add(1)
+		return refuse(hello, refusedAdmission, "%v", err)
 	}
 	return hello, claims, nil
 }
 
-// refuse answers a handshake with a refusal naming why.
-func (s *Server) refuse(conn net.Conn, msg string) {
+// readRefusal classifies a failure to read the handshake.
+func readRefusal(err error) refusal {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return refusedTimeout
+	case errors.Is(err, proto.ErrMalformed) || errors.Is(err, proto.ErrTooLarge):
+		return refusedMalformed
+	default:
+		return refusedClosed
+	}
+}
+
+// refuse answers a handshake with a refusal naming why, and counts it.
+func (s *Server) refuse(conn net.Conn, why refusal, msg string) {
+	s.counts.refused[why].Add(1)
 	w := proto.Welcome{Result: proto.ErrNotPermitted, Message: msg}
 	conn.SetWriteDeadline(time.Now().Add(s.handshakeTimeout))
 	conn.Write(proto.AppendFrame(nil, proto.Header{Op: proto.OpHello, Flags: proto.FlagReply}, w.Encode()))

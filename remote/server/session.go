@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -84,6 +85,8 @@ type wire struct {
 	seq  uint32
 	held frame // the data frame ReadData returned last
 	err  error // the first transport error; sticky
+	// result is what the last reply said.
+	result proto.Result
 }
 
 var _ proto.Transport = (*wire)(nil)
@@ -121,6 +124,10 @@ func (w *wire) WriteData(seq uint32, p []byte) error {
 
 // WriteReply sends a reply and flushes.
 func (w *wire) WriteReply(op proto.Op, seq uint32, payload []byte) error {
+	w.result = proto.ErrUnknown
+	if len(payload) >= 4 { // a reply starts with the call's CUresult
+		w.result = proto.Result(int32(binary.LittleEndian.Uint32(payload)))
+	}
 	return w.write(proto.Header{Op: op, Flags: proto.FlagReply, Seq: seq}, payload, true)
 }
 
@@ -162,8 +169,9 @@ type session struct {
 	deferred proto.Result
 
 	objects
-	stats sessionStats
-	bufs  [2][]byte // the copy buffers (chunk)
+	stats  sessionStats
+	counts *counters // the server's
+	bufs   [2][]byte // the copy buffers (chunk)
 }
 
 type sessionStats struct {
@@ -174,7 +182,7 @@ type sessionStats struct {
 }
 
 func newSession(srv *Server, q *quota, devs []int32, log *slog.Logger) *session {
-	s := &session{be: srv.backend, log: log, quota: q, devs: devs}
+	s := &session{be: srv.backend, log: log, quota: q, devs: devs, counts: srv.counts}
 	s.objects.init()
 	return s
 }
@@ -245,7 +253,30 @@ func (s *session) call(f frame) error {
 	s.stats.calls++
 	s.wire.op, s.wire.seq = f.h.Op, f.h.Seq
 	c := &proto.Call{Op: f.h.Op, Seq: f.h.Seq, Ctx: f.h.Ctx, T: &s.wire, Deferred: &s.deferred}
-	err := proto.Dispatch(s, c, f.p)
+	start := time.Now()
+	failed, err := s.dispatch(c, f.p, info.Async)
+	s.counts.call(f.h.Op, time.Since(start), failed)
 	s.wire.held.release()
 	return err
+}
+
+// dispatch runs a call and reports whether it failed: whether it broke
+// the protocol or the client gets a failure for it. That is a synchronous
+// call's reply; an asynchronous call's own result, which Dispatch defers.
+func (s *session) dispatch(c *proto.Call, payload []byte, async bool) (failed bool, err error) {
+	if !async {
+		s.wire.result = proto.ErrUnknown // until a reply says otherwise
+		err = proto.Dispatch(s, c, payload)
+		return err != nil || s.wire.result != proto.Success, err
+	}
+	// An async call's failure is deferred only if none is pending: run it
+	// with none pending to see it, then put back the older one.
+	pending := s.deferred
+	s.deferred = proto.Success
+	err = proto.Dispatch(s, c, payload)
+	failed = err != nil || s.deferred != proto.Success
+	if pending != proto.Success {
+		s.deferred = pending
+	}
+	return failed, err
 }

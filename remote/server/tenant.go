@@ -32,15 +32,20 @@ import (
 //
 // The front and a worker talk over a SOCK_SEQPACKET socket pair, the
 // worker's file descriptor 3: the worker sends {"ready":true} once its
-// backend is up and {"idle":N} when its connections have all ended after N
-// handoffs; the front sends one handoff message per connection with the
-// descriptor attached (SCM_RIGHTS), and closes the pair to make it exit.
+// backend is up, {"idle":N} when its connections have all ended after N
+// handoffs, and its statistics ({"stats":…}, see stats.go) with any
+// message and every statsInterval while they change; the front sends one
+// handoff message per connection with the descriptor attached
+// (SCM_RIGHTS), and closes the pair to make it exit.
 
 // TenantFD is the worker's control socket descriptor.
 const TenantFD = 3
 
 // tenantStartTimeout bounds a worker's start (backend initialisation).
 const tenantStartTimeout = time.Minute
+
+// maxWorkerMsg bounds a worker's message (its statistics take a few KiB).
+const maxWorkerMsg = 64 << 10
 
 // WithTenantProcesses runs every tenant in a process of its own, started
 // with newCmd (typically this program with a flag that makes it call
@@ -63,6 +68,7 @@ type handoff struct {
 type workerMsg struct {
 	Ready bool   `json:"ready,omitempty"`
 	Idle  uint64 `json:"idle,omitempty"`
+	Stats *Stats `json:"stats,omitempty"`
 }
 
 // tenant is the front's view of one worker process.
@@ -71,6 +77,7 @@ type tenant struct {
 	cmd    *exec.Cmd
 	ctrl   *net.UnixConn
 	handed uint64 // guarded by Server.mu
+	last   Stats  // what the worker reported last; guarded by Server.mu
 	done   chan struct{}
 }
 
@@ -96,7 +103,7 @@ func (s *Server) handOff(ctx context.Context, conn net.Conn, br *bufio.Reader, h
 	t, err := s.tenant(ctx, key)
 	if err != nil {
 		s.release(claims.ID)
-		s.refuse(conn, fmt.Sprintf("starting the tenant's worker: %v", err))
+		s.refuse(conn, refusedWorker, fmt.Sprintf("starting the tenant's worker: %v", err))
 		return err
 	}
 	// Admitted at the handshake; again in case the worker it found went
@@ -163,7 +170,7 @@ func (s *Server) tenant(ctx context.Context, key string) (*tenant, error) {
 
 	ctrl.SetReadDeadline(time.Now().Add(tenantStartTimeout))
 	var m workerMsg
-	buf := make([]byte, 512)
+	buf := make([]byte, maxWorkerMsg)
 	n, err := ctrl.Read(buf)
 	if err == nil {
 		err = json.Unmarshal(buf[:n], &m)
@@ -180,38 +187,33 @@ func (s *Server) tenant(ctx context.Context, key string) (*tenant, error) {
 	ctrl.SetReadDeadline(time.Time{})
 	s.mu.Lock()
 	s.tenants[key] = t
+	s.workers[t] = struct{}{}
 	s.mu.Unlock()
+	s.counts.workerStarts.Add(1)
 	s.log.Info("tenant worker started", "tenant", key, "pid", cmd.Process.Pid)
 	go s.watchTenant(ctx, t)
 	return t, nil
 }
 
-// watchTenant follows a worker until it exits: an idle worker that got
-// every handoff is told to go; a worker that dies is reported.
+// watchTenant follows a worker until it exits: it keeps the statistics
+// the worker reports; an idle worker that got every handoff is told to go;
+// a worker that dies is reported. Once the worker has exited, its
+// counters join those of the workers gone before.
 func (s *Server) watchTenant(ctx context.Context, t *tenant) {
 	stop := context.AfterFunc(ctx, func() { t.ctrl.Close() })
 	defer stop()
+	read := make(chan struct{})
 	go func() {
-		buf := make([]byte, 512)
-		for {
-			n, err := t.ctrl.Read(buf)
-			if err != nil {
-				return
-			}
-			var m workerMsg
-			if json.Unmarshal(buf[:n], &m) != nil || m.Idle == 0 {
-				continue
-			}
-			s.mu.Lock()
-			if s.tenants[t.id] == t && t.handed == m.Idle {
-				delete(s.tenants, t.id) // the next connection starts a new worker
-				s.releaseLocked(t.id)
-				t.ctrl.Close()
-			}
-			s.mu.Unlock()
-		}
+		defer close(read)
+		s.readWorker(t)
 	}()
 	<-t.done
+	// The worker's end is closed: the reader gets what it sent last, then
+	// EOF. The wait is bounded in case a descriptor leaked elsewhere.
+	select {
+	case <-read:
+	case <-time.After(time.Second):
+	}
 	t.ctrl.Close()
 	s.mu.Lock()
 	crashed := s.tenants[t.id] == t
@@ -219,13 +221,44 @@ func (s *Server) watchTenant(ctx context.Context, t *tenant) {
 		delete(s.tenants, t.id)
 		s.releaseLocked(t.id)
 	}
+	delete(s.workers, t)
+	gone := t.last
+	gone.Tenants = nil // gauges of a process that is no more
+	s.retired.add(gone)
 	s.mu.Unlock()
 	if crashed && ctx.Err() == nil {
+		s.counts.workerDeaths.Add(1)
 		s.log.Error("tenant worker died; its connections are closed, the next one starts a new worker",
 			"tenant", t.id, "pid", t.cmd.Process.Pid, "status", t.cmd.ProcessState.String())
 		return
 	}
 	s.log.Info("tenant worker exited", "tenant", t.id, "pid", t.cmd.Process.Pid, "status", t.cmd.ProcessState.String())
+}
+
+// readWorker reads a worker's messages until its control socket ends.
+func (s *Server) readWorker(t *tenant) {
+	buf := make([]byte, maxWorkerMsg)
+	for {
+		n, err := t.ctrl.Read(buf)
+		if err != nil {
+			return
+		}
+		var m workerMsg
+		if err := json.Unmarshal(buf[:n], &m); err != nil {
+			s.log.Warn("bad message from a tenant worker", "tenant", t.id, "pid", t.cmd.Process.Pid, "err", err)
+			continue
+		}
+		s.mu.Lock()
+		if m.Stats != nil {
+			t.last = *m.Stats
+		}
+		if m.Idle != 0 && s.tenants[t.id] == t && t.handed == m.Idle {
+			delete(s.tenants, t.id) // the next connection starts a new worker
+			s.releaseLocked(t.id)
+			t.ctrl.Close()
+		}
+		s.mu.Unlock()
+	}
 }
 
 // waitTenants waits for every worker to exit after the front stops,
@@ -258,9 +291,11 @@ func (s *Server) ServeTenant(ctx context.Context, ctrl *net.UnixConn) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	context.AfterFunc(ctx, func() { ctrl.Close() })
-	if err := s.tell(ctrl, workerMsg{Ready: true}); err != nil {
+	front := &reporter{ctrl: ctrl, stats: s.Stats}
+	if err := front.tell(workerMsg{Ready: true}); err != nil {
 		return err
 	}
+	go front.every(ctx, statsInterval)
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -296,16 +331,63 @@ func (s *Server) ServeTenant(ctx context.Context, ctrl *net.UnixConn) error {
 			idle, total := active == 0, received
 			mu.Unlock()
 			if idle {
-				s.tell(ctrl, workerMsg{Idle: total})
+				front.tell(workerMsg{Idle: total})
 			}
 		})
 	}
 }
 
-func (s *Server) tell(ctrl *net.UnixConn, m workerMsg) error {
-	b, _ := json.Marshal(m)
-	_, err := ctrl.Write(b)
-	return err
+// reporter sends a worker's messages to the front, with the worker's
+// statistics when they changed since it sent them last. One message at a
+// time, so the front never gets older statistics after newer ones.
+type reporter struct {
+	ctrl  *net.UnixConn
+	stats func() Stats
+
+	mu   sync.Mutex
+	sent []byte // the statistics sent last, encoded
+}
+
+// tell sends m, with the statistics if they changed; an empty m only if
+// they did.
+func (r *reporter) tell(m workerMsg) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.stats()
+	enc, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encoding the statistics: %w", err)
+	}
+	if !bytes.Equal(enc, r.sent) {
+		m.Stats, r.sent = &st, enc
+	}
+	if m == (workerMsg{}) {
+		return nil
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encoding a message to the front: %w", err)
+	}
+	if _, err := r.ctrl.Write(b); err != nil {
+		return fmt.Errorf("telling the front: %w", err)
+	}
+	return nil
+}
+
+// every reports changed statistics every interval until ctx ends.
+func (r *reporter) every(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if r.tell(workerMsg{}) != nil {
+				return // the front is gone
+			}
+		}
+	}
 }
 
 // receive turns a handoff message into the connection it carries.
