@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/gpumux/gpumux/e2e/ctrd"
-	"github.com/gpumux/gpumux/e2e/internal/scrape"
+	"github.com/gpumux/gpumux/internal/scrape"
 	"github.com/gpumux/gpumux/internal/syncbuf"
 	"github.com/gpumux/gpumux/node/lease"
 )

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/gpumux/gpumux/e2e/nomadagent"
+	"github.com/gpumux/gpumux/internal/scrape"
 )
 
 // exampleAgentConfig returns examples/gpumux-plugin.hcl with its state
@@ -101,9 +103,15 @@ func TestPluginSchedulesShares(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cfg, stateDir := exampleAgentConfig(t)
+	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	withMetrics := strings.Replace(cfg, `fingerprint_period = "5s"`, `fingerprint_period = "5s"
+    metrics_addr       = "`+metrics+`"`, 1)
+	if withMetrics == cfg {
+		t.Fatal("the example config no longer has the fingerprint_period line this test extends")
+	}
 	a := nomadagent.Start(ctx, t,
 		nomadagent.WithPluginDir(nomadagent.DefaultPluginDir()),
-		nomadagent.WithAgentConfig(cfg),
+		nomadagent.WithAgentConfig(withMetrics),
 		nomadagent.WithAfterStop(func() { stopMPSDaemons(t, stateDir) }),
 		nomadagent.WaitForDevice("nvidia", "gpu"))
 
@@ -142,6 +150,38 @@ func TestPluginSchedulesShares(t *testing.T) {
 			groupOf[inst.ID] = name
 		}
 	}
+
+	// The plugin serves the node's metrics: every share Nomad sees, healthy,
+	// in its group; the MIG layout; the two MPS daemons up.
+	t.Run("metrics", func(t *testing.T) {
+		f, err := scrape.Get(ctx, "http://"+metrics+"/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id, group := range groupOf {
+			if v, ok := f.Value("gpumux_share_info", map[string]string{"share": id, "group": group}); !ok || v != 1 {
+				t.Errorf("gpumux_share_info{share=%q,group=%q} = %v, %v", id, group, v, ok)
+			}
+			if v, ok := f.Value("gpumux_share_healthy", map[string]string{"share": id}); !ok || v != 1 {
+				t.Errorf("gpumux_share_healthy{share=%q} = %v, %v", id, v, ok)
+			}
+		}
+		if n := len(f.Samples("gpumux_share_info", nil)); n != len(groupOf) {
+			t.Errorf("%d shares in the metrics, Nomad sees %d", n, len(groupOf))
+		}
+		for _, gpu := range []string{"6", "7"} {
+			if v, _ := f.Value("gpumux_mig_instances", map[string]string{"gpu": gpu, "profile": "2g.35gb"}); v != 2 {
+				t.Errorf("GPU %s: %v 2g.35gb instances in the metrics, want 2", gpu, v)
+			}
+		}
+		up := 0.0
+		for _, m := range f.Samples("gpumux_mps_daemon_up", nil) {
+			up += m.GetGauge().GetValue()
+		}
+		if up != 2 {
+			t.Errorf("%v MPS daemons up in the metrics, want 2 (GPUs 4 and 5)", up)
+		}
+	})
 
 	// A second MPS job, rewritten from the example: at most 40 GiB, which only
 	// the 25% shares satisfy.

@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/gpumux/gpumux/e2e/nomadagent"
+	"github.com/gpumux/gpumux/internal/scrape"
 )
 
 // mustReplace replaces old by new in s once, and fails the test when s
@@ -297,6 +298,36 @@ func TestRemoteShares(t *testing.T) {
 	if err := a.StopJob(ctx, jobID, true); err != nil {
 		t.Fatal(err)
 	}
+
+	// The server's metrics, found as Nomad service gpumux-remote-metrics:
+	// the task's calls, the worker process of its tenant.
+	regs, _, err := a.Client.Services().Get("gpumux-remote-metrics", nil)
+	if err != nil || len(regs) != 1 {
+		t.Fatalf("service gpumux-remote-metrics: %v %v", regs, err)
+	}
+	metricsURL := "http://" + net.JoinHostPort(regs[0].Address, strconv.Itoa(regs[0].Port)) + "/metrics"
+	var calls, starts float64
+	for {
+		f, err := scrape.Get(ctx, metricsURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls, starts = 0, 0
+		for _, m := range f.Samples("gpumux_remote_calls_total", map[string]string{"result": "ok"}) {
+			calls += m.GetCounter().GetValue()
+		}
+		starts, _ = f.Value("gpumux_remote_worker_starts_total", nil)
+		allocOK, _ := f.Value("gpumux_remote_calls_total", map[string]string{"call": "cuMemAlloc_v2", "result": "ok"})
+		if calls > 0 && starts >= 1 && allocOK >= 1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the server's metrics never showed the task's calls: %v calls, %v worker starts, %v cuMemAlloc_v2", calls, starts, allocOK)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	t.Logf("the server's metrics: %v calls served, %v worker processes started", calls, starts)
 
 	// The server goes away: its shares stay, unhealthy, with the reason.
 	if err := a.StopJob(ctx, serverID, true); err != nil {

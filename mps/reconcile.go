@@ -147,7 +147,11 @@ func (m *Manager) ensure(ctx context.Context, d *daemon) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return m.recover(ctx, d, err, true)
+		// A first start, or a restart of a daemon just found dead, is
+		// immediate; after a failed attempt the backoff holds, so that a
+		// caller reconciling whenever health changes (node.Watch) does not
+		// spin on a daemon that cannot start.
+		return m.recover(ctx, d, err, d.attempts == 0)
 	}
 	if !d.known {
 		d.known = true

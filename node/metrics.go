@@ -107,9 +107,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	holders, err := n.Holders(ctx, c.holders...)
-	if err != nil {
+	if err != nil && len(c.holders) > 0 {
+		// Nomad could not be asked: the leases still say who holds what.
 		n.logger.Debug("metrics: holders", "error", err)
-		fail("holders")
+		fail("nomad")
+		holders, err = n.Holders(ctx)
+	}
+	if err != nil {
+		n.logger.Debug("metrics: leases", "error", err)
+		fail("leases")
 		holders = &Holders{}
 	}
 	if cat := n.Current(); cat != nil {

@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -236,7 +236,7 @@ func (p *Provider) scan(ctx context.Context) ([]share.RemoteGPU, error) {
 		}
 		p.down[uuid] = why
 	}
-	for _, addr := range sortedKeys(sc.Down) {
+	for _, addr := range slices.Sorted(maps.Keys(sc.Down)) {
 		p.logOnce(hclog.Warn, "remote server not probed; its GPUs are not offered", fmt.Errorf("%s: %w", addr, sc.Down[addr]))
 	}
 	for _, err := range sc.Problems {
@@ -248,7 +248,7 @@ func (p *Provider) scan(ctx context.Context) ([]share.RemoteGPU, error) {
 		p.logOnce(hclog.Error, "remote shares are unhealthy", err)
 	}
 	out := make([]share.RemoteGPU, 0, len(p.known))
-	for _, uuid := range sortedKeys(p.known) {
+	for _, uuid := range slices.Sorted(maps.Keys(p.known)) {
 		out = append(out, p.known[uuid])
 	}
 	return out, nil
@@ -318,13 +318,4 @@ func (p *Provider) Edits(mine, all []share.Share, e *share.Edits) error {
 	e.Env[share.EnvLibraryPath] = Mount
 	e.Mounts = append(e.Mounts, share.Mount{HostPath: p.cfg.InterposerDir, ContainerPath: Mount, ReadOnly: true})
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

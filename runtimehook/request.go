@@ -2,7 +2,6 @@ package runtimehook
 
 import (
 	"fmt"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -300,11 +299,6 @@ func parseSmallUint(s string) (int, bool) {
 	return n, true
 }
 
-// shareIDPattern is the shape of a share ID: a GPU or MIG UUID, optionally
-// followed by /<mechanism>/<n> for the replicas, MPS shares and remote shares
-// of a device.
-var shareIDPattern = regexp.MustCompile(`^(GPU|MIG)-[A-Za-z0-9-]{1,64}(/(timeslice|mps|remote)/[0-9]{1,3})?$`)
-
 // parseShares validates GPUMUX_SHARES: comma-separated share IDs, none empty,
 // no duplicates, at most MaxReservedShares.
 func parseShares(v string) ([]string, error) {
@@ -322,7 +316,7 @@ func parseShares(v string) ([]string, error) {
 		switch {
 		case id == "":
 			return nil, fmt.Errorf("share ID %d of %d is empty", i+1, len(parts))
-		case !shareIDPattern.MatchString(id):
+		case !validID(id):
 			return nil, fmt.Errorf("share ID %q is malformed (want GPU-<uuid> or MIG-<uuid>, optionally followed by /timeslice/<n>, /mps/<n> or /remote/<n>)", clip(id))
 		case seen[id]:
 			return nil, fmt.Errorf("share ID %q is named twice", id)
@@ -331,6 +325,11 @@ func parseShares(v string) ([]string, error) {
 		out = append(out, id)
 	}
 	return out, nil
+}
+
+func validID(id string) bool {
+	_, err := share.ParseID(id)
+	return err == nil
 }
 
 // clip shortens a value quoted in an error.

@@ -221,7 +221,7 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		seen := map[string]bool{}
 		for _, id := range reserved {
-			if seen[id] || !shareIDPattern.MatchString(id) {
+			if seen[id] || !validID(id) {
 				t.Fatalf("reserved %v", reserved)
 			}
 			seen[id] = true

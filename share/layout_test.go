@@ -97,8 +97,8 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 }
 
 // TestAssignMIGModeGPU: a GPU in MIG mode that is exclusive (by default, or
-// by a rule) is assigned to mig, to offer the instances it has; other
-// mechanisms keep their GPUs.
+// by a rule) is assigned to mig, to offer the instances it has; an mps GPU
+// in MIG mode stays mps (its instances are split).
 func TestAssignMIGModeGPU(t *testing.T) {
 	node := testNode(t) // GPU 7 is in MIG mode
 	for _, tc := range []struct {
@@ -110,7 +110,6 @@ func TestAssignMIGModeGPU(t *testing.T) {
 		{"unmatched", nil, -1, share.MIG},
 		{"exclusive by a rule", []share.GPURule{{Match: "7", Mechanism: share.Exclusive}}, 0, share.MIG},
 		{"mps on its instances", []share.GPURule{{Match: "7", Mechanism: share.MPS, Shares: 2}}, 0, share.MPS},
-		{"timeslice", []share.GPURule{{Match: "6-7", Mechanism: share.TimeSlice, Replicas: 2}}, 0, share.TimeSlice},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			as, err := (&share.Layout{GPUs: tc.rules}).Assign(node)

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,10 +11,7 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
+	"github.com/gpumux/gpumux/internal/scrape"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
 )
@@ -32,63 +27,24 @@ type sample struct {
 
 func (s sample) String() string { return s.name + "{" + s.labels + "}" }
 
-// scrape reads url's metrics with Prometheus's text parser.
-func scrape(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(resp.Body)
-}
-
 // find returns the value of s's series in fams, and whether it is there.
-func find(fams map[string]*dto.MetricFamily, s sample) (float64, bool) {
-	fam := fams[s.name]
-	if fam == nil {
-		return 0, false
-	}
+func find(fams scrape.Families, s sample) (float64, bool) {
 	want := map[string]string{}
 	for _, kv := range strings.Split(s.labels, ",") {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			want[k] = v
 		}
 	}
-	for _, m := range fam.GetMetric() {
-		got := map[string]string{}
-		for _, l := range m.GetLabel() {
-			got[l.GetName()] = l.GetValue()
-		}
-		if !maps.Equal(got, want) {
-			continue
-		}
-		switch fam.GetType() {
-		case dto.MetricType_COUNTER:
-			return m.GetCounter().GetValue(), true
-		case dto.MetricType_GAUGE:
-			return m.GetGauge().GetValue(), true
-		case dto.MetricType_HISTOGRAM:
-			return float64(m.GetHistogram().GetSampleCount()), true
-		}
-	}
-	return 0, false
+	return fams.Exact(s.name, want)
 }
 
 // scrapeUntil scrapes url until every sample is as expected (workers
 // report within a second), and returns the last scrape.
-func scrapeUntil(t *testing.T, url string, samples []sample) map[string]*dto.MetricFamily {
+func scrapeUntil(t *testing.T, url string, samples []sample) scrape.Families {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		fams, err := scrape(t.Context(), url)
+		fams, err := scrape.Get(t.Context(), url)
 		var wrong []string
 		for _, s := range samples {
 			if err != nil {
@@ -221,7 +177,7 @@ func TestMetrics(t *testing.T) {
 			if code := stop(); code != 0 {
 				t.Errorf("exit %d, stderr:\n%s", code, stderr.String())
 			}
-			if _, err := scrape(t.Context(), url); err == nil {
+			if _, err := scrape.Get(t.Context(), url); err == nil {
 				t.Error("metrics still served after the daemon stopped")
 			}
 		})
@@ -229,7 +185,7 @@ func TestMetrics(t *testing.T) {
 }
 
 // checkDocumented fails unless docs/remote.md lists every gpumux metric.
-func checkDocumented(t *testing.T, fams map[string]*dto.MetricFamily) {
+func checkDocumented(t *testing.T, fams scrape.Families) {
 	t.Helper()
 	doc, err := os.ReadFile("../../docs/remote.md")
 	if err != nil {

@@ -20,12 +20,21 @@ job "gpumux-remote" {
       # A dynamic port: clients find it through the service. Give it
       # static = 7070 for clients that list servers by address instead.
       port "remote" {}
+      # Prometheus metrics (gpumux_remote_*), at /metrics.
+      port "metrics" {}
     }
 
     service {
       name     = "gpumux-remote"
       provider = "nomad"
       port     = "remote"
+    }
+
+    service {
+      name     = "gpumux-remote-metrics"
+      provider = "nomad"
+      port     = "metrics"
+      tags     = ["prometheus"]
     }
 
     task "remoted" {
@@ -36,6 +45,7 @@ job "gpumux-remote" {
         command = "/usr/local/bin/gpumux-remoted"
         args = [
           "--listen", "${NOMAD_ADDR_remote}",
+          "--metrics-addr", "${NOMAD_ADDR_metrics}",
           "--token-file", "${NOMAD_SECRETS_DIR}/remote.key",
           "--backend", "cuda",
         ]

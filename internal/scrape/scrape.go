@@ -38,11 +38,26 @@ func Get(ctx context.Context, url string) (Families, error) {
 	return fams, nil
 }
 
-// Value returns the value of the sample of family name whose labels
-// include want, and whether there is one. Gauges, counters and untyped
-// samples have a value.
+// Value returns the value of the first sample of family name whose labels
+// include want, and whether there is one: a gauge's, counter's or untyped
+// sample's value, or a histogram's count of observations.
 func (f Families) Value(name string, want map[string]string) (float64, bool) {
+	return value(f.Samples(name, want))
+}
+
+// Exact is Value for the sample whose labels are exactly want.
+func (f Families) Exact(name string, want map[string]string) (float64, bool) {
+	var exact []*dto.Metric
 	for _, m := range f.Samples(name, want) {
+		if len(m.GetLabel()) == len(want) {
+			exact = append(exact, m)
+		}
+	}
+	return value(exact)
+}
+
+func value(ms []*dto.Metric) (float64, bool) {
+	for _, m := range ms {
 		switch {
 		case m.Gauge != nil:
 			return m.Gauge.GetValue(), true
@@ -50,6 +65,8 @@ func (f Families) Value(name string, want map[string]string) (float64, bool) {
 			return m.Counter.GetValue(), true
 		case m.Untyped != nil:
 			return m.Untyped.GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount()), true
 		}
 	}
 	return 0, false
