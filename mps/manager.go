@@ -193,10 +193,19 @@ func (m *Manager) unlockOps() { <-m.ops }
 // root is the directory that holds one directory per device.
 func (m *Manager) root() string { return filepath.Join(m.stateDir, "mps") }
 
+// PipeDirIn is the pipe directory of the daemon serving device uuid on a
+// node whose state directory is stateDir (what Manager.PipeDir returns).
+func PipeDirIn(stateDir, uuid string) string { return filepath.Join(stateDir, "mps", uuid, "pipe") }
+
+// MaxPipeDir is the longest pipe directory nvidia-cuda-mps-control accepts
+// (measured with driver 580 on an H200: 89 bytes and more make `-d` exit 1
+// without a message, as its sockets no longer fit in a socket address).
+const MaxPipeDir = 88
+
 // PipeDir is the device's CUDA_MPS_PIPE_DIRECTORY: <stateDir>/mps/<uuid>/pipe.
 // Clients of the device need it (mounted at the same path, or with the
 // variable pointing at it) and nothing else of MPS.
-func (m *Manager) PipeDir(uuid string) string { return filepath.Join(m.root(), uuid, "pipe") }
+func (m *Manager) PipeDir(uuid string) string { return PipeDirIn(m.stateDir, uuid) }
 
 // LogDir is the device's CUDA_MPS_LOG_DIRECTORY: <stateDir>/mps/<uuid>/log,
 // where the daemon writes control.log and server.log.

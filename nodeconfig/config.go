@@ -20,6 +20,7 @@ import (
 	"github.com/zclconf/go-cty/cty/msgpack"
 
 	"github.com/gpumux/gpumux/gpu/sim"
+	"github.com/gpumux/gpumux/mps"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -126,9 +127,11 @@ func (c *Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if n := len(mpsPipeDir(c.StateDir)); c.usesMPS() && n > maxMPSPipeDir {
+	// GPU and MIG UUIDs have the same length.
+	pipe := mps.PipeDirIn(c.StateDir, "GPU-00000000-0000-0000-0000-000000000000")
+	if n := len(pipe); c.usesMPS() && n > mps.MaxPipeDir {
 		errs = append(errs, fmt.Errorf("state_dir = %q: too long for MPS: its pipe directory %s would be %d bytes, and nvidia-cuda-mps-control -d fails without a message past %d; use a state_dir of at most %d bytes",
-			c.StateDir, mpsPipeDir(c.StateDir), n, maxMPSPipeDir, len(c.StateDir)-(n-maxMPSPipeDir)))
+			c.StateDir, pipe, n, mps.MaxPipeDir, len(c.StateDir)-(n-mps.MaxPipeDir)))
 	}
 	return errors.Join(errs...)
 }
@@ -144,17 +147,6 @@ func checkListenAddr(s string) error {
 		return fmt.Errorf("port %q: want 0 to 65535", port)
 	}
 	return nil
-}
-
-// maxMPSPipeDir is the longest pipe directory nvidia-cuda-mps-control
-// accepts (measured with driver 580 on an H200: 89 bytes and more make
-// `-d` exit 1 without a message, as its sockets no longer fit).
-const maxMPSPipeDir = 88
-
-// mpsPipeDir is the pipe directory of an MPS daemon of this state_dir (GPU
-// and MIG UUIDs have the same length).
-func mpsPipeDir(stateDir string) string {
-	return stateDir + "/mps/GPU-00000000-0000-0000-0000-000000000000/pipe"
 }
 
 func (c *Config) usesMPS() bool {

@@ -300,6 +300,9 @@ func (p *Provider) Edits(mine, all []share.Share, e *share.Edits) error {
 	}
 	var mem uint64
 	for _, s := range mine {
+		if s.Remote == nil {
+			return fmt.Errorf("share %s: a remote share without its server's GPU", s.ID)
+		}
 		mem += s.MemoryMiB
 	}
 	g := mine[0].Remote

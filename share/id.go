@@ -61,12 +61,15 @@ func ParseID(s string) (ID, error) {
 		return ID{Device: device}, nil
 	}
 	kind, num, ok := strings.Cut(rest, "/")
-	if !ok || !isPartKind(Mechanism(kind)) {
-		return ID{}, fmt.Errorf("share ID %q: %q is not a kind of share (valid: timeslice, mps, remote)", clipID(s), kind)
+	if !isPartKind(Mechanism(kind)) {
+		return ID{}, fmt.Errorf("share ID %q: %q is not a kind of share (valid: timeslice, mps, remote)", clipID(s), clipID(kind))
+	}
+	if !ok {
+		return ID{}, fmt.Errorf("share ID %q: no share index after %q (want %s/%s/<n>)", clipID(s), kind, clipID(device), kind)
 	}
 	n, err := strconv.Atoi(num)
 	if err != nil || n < 0 || n > maxIDIndex || num != strconv.Itoa(n) {
-		return ID{}, fmt.Errorf("share ID %q: %q is not a share index (0 to %d)", clipID(s), num, maxIDIndex)
+		return ID{}, fmt.Errorf("share ID %q: %q is not a share index (0 to %d)", clipID(s), clipID(num), maxIDIndex)
 	}
 	return ID{Device: device, Kind: Mechanism(kind), N: n}, nil
 }
@@ -112,9 +115,9 @@ func isPartKind(m Mechanism) bool {
 	return false
 }
 
-// clipID shortens an ID quoted in an error.
+// clipID shortens an ID, or a part of one, quoted in an error.
 func clipID(s string) string {
-	const n = 120
+	const n = 64
 	if len(s) <= n {
 		return s
 	}

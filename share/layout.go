@@ -182,6 +182,16 @@ func (l *Layout) Assign(node *gpu.Node) ([]Assignment, error) {
 				errs = append(errs, l.fieldErr(ri, "match", "GPU %d (%s) is also matched by gpu block %d (match = %q); each GPU may be matched once", g.Index, g.UUID, prev+1, l.GPUs[prev].Match))
 				continue
 			}
+			if r.Mechanism == TimeSlice && g.MIGEnabled {
+				// CUDA sees only the instances of a GPU in MIG mode: a
+				// replica of the whole GPU would work for nobody. A model
+				// glob (a fleet-wide rule) leaves such a GPU to its
+				// instances; naming it is an error.
+				if m.glob == "" {
+					errs = append(errs, l.fieldErr(ri, "mechanism", "\"timeslice\" but GPU %d (%s) is in MIG mode, where CUDA sees only its instances: use mechanism = \"mig\" (or \"mps\") on it, or disable MIG", g.Index, g.UUID))
+				}
+				continue
+			}
 			pcts, _ := l.mpsPercents(ri) // validated above
 			out[gi] = Assignment{GPUIndex: g.Index, Rule: ri, Mechanism: r.Mechanism, Replicas: r.Replicas, MIGDevices: r.MIGDevices, MPSPercent: pcts}
 			if len(r.MIGDevices) > 0 {

@@ -46,6 +46,7 @@ func TestLayoutErrors(t *testing.T) {
 			{Match: "3,4", Mechanism: share.Exclusive},
 		}, []string{`gpu block 2 (match = "3,4")`, "GPU 3", `also matched by gpu block 1 (match = "0-3")`}},
 		{"mig without layout", []share.GPURule{{Match: "6", Mechanism: share.MIG}}, []string{"mig_devices", "empty"}},
+		{"timeslice on a GPU in MIG mode", []share.GPURule{{Match: "7", Mechanism: share.TimeSlice, Replicas: 2}}, []string{`"timeslice" but GPU 7`, "is in MIG mode"}},
 		{"mig layout on timeslice", []share.GPURule{{Match: "6", Mechanism: share.TimeSlice, Replicas: 2, MIGDevices: map[string]int{"1g.18gb": 1}}}, []string{"mig_devices", "applies only to"}},
 		{"mig on a GPU without MIG", []share.GPURule{{Match: "8", Mechanism: share.MIG, MIGDevices: map[string]int{"1g.5gb": 1}}}, []string{"GPU 8 (Tesla T4) has no MIG support"}},
 		{"unknown profile", []share.GPURule{{Match: "6", Mechanism: share.MIG, MIGDevices: map[string]int{"3g.40gb": 1}}},
@@ -110,6 +111,7 @@ func TestAssignMIGModeGPU(t *testing.T) {
 		{"unmatched", nil, -1, share.MIG},
 		{"exclusive by a rule", []share.GPURule{{Match: "7", Mechanism: share.Exclusive}}, 0, share.MIG},
 		{"mps on its instances", []share.GPURule{{Match: "7", Mechanism: share.MPS, Shares: 2}}, 0, share.MPS},
+		{"a timeslice glob leaves it to its instances", []share.GPURule{{Match: "*H200*", Mechanism: share.TimeSlice, Replicas: 2}}, -1, share.MIG},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			as, err := (&share.Layout{GPUs: tc.rules}).Assign(node)

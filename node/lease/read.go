@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"strings"
 )
 
 // ReadIn returns the leases (share ID → container) of the store in state
@@ -21,12 +20,4 @@ func ReadIn(ctx context.Context, dir string) (map[string]string, error) {
 	}
 	defer st.Close()
 	return st.Leases(ctx)
-}
-
-// Parent is the GPU or MIG instance a share is on: the part of its ID
-// before the first "/" (an MPS share or time-slice replica of it), or the
-// whole ID (the GPU or instance itself).
-func Parent(shareID string) string {
-	parent, _, _ := strings.Cut(shareID, "/")
-	return parent
 }
