@@ -22,9 +22,11 @@
 //     reason, in the plugin's fingerprint, and Reserve refuses it: a
 //     critical XID on its GPU (exclusive, timeslice), a MIG XID on its
 //     instance, whose sibling instance stays healthy (mig), a killed MPS
-//     control daemon, which the node then restarts (mps, through the
-//     plugin and through a node with a short health interval), a stopped
-//     gpumux-remoted, named in the reason (remote).
+//     control daemon that may not start again, while the other device's
+//     daemon serves on (mps), a stopped gpumux-remoted, named in the reason
+//     (remote). For MPS, a node agent with a short health interval then
+//     sees the daemon gone by itself, and restarts it; while the daemon
+//     cannot start, neither that node nor the plugin spins.
 //  3. Start and stop are idempotent. With node.Open directly: Start twice,
 //     Stop twice, Start after Stop, Close after Stop; a second agent on
 //     the same state directory fails with node.ErrAgentRunning naming the
