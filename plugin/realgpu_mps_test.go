@@ -40,14 +40,23 @@ gpu {
 	start := time.Now()
 	ch, groups, _ := fingerprintWith(t, p, cfg)
 	t.Logf("first fingerprint, MPS control daemon started: %v", time.Since(start))
-	byName := groupsByName(groups)
-	big, small := byName["H200-mps-50pct"], byName["H200-mps-25pct"]
+	var big, small *device.DeviceGroup
+	for _, g := range groups { // named after the model: H200-mps-50pct, H100-80GB-HBM3-mps-50pct, …
+		switch {
+		case strings.HasSuffix(g.Name, "-mps-50pct"):
+			big = g
+		case strings.HasSuffix(g.Name, "-mps-25pct"):
+			small = g
+		}
+	}
+	if big != nil {
+		t.Cleanup(func() { quitDaemon(t, stateDir, strings.SplitN(big.Devices[0].ID, "/", 2)[0]) })
+	}
 	if big == nil || small == nil || len(small.Devices) != 2 {
 		t.Fatalf("groups %v", names(groups))
 	}
 	gpuUUID := strings.SplitN(big.Devices[0].ID, "/", 2)[0]
 	pipe := filepath.Join(stateDir, "mps", gpuUUID, "pipe")
-	t.Cleanup(func() { quitDaemon(t, stateDir, gpuUUID) })
 
 	// client runs mpsprobe with a share's reservation, as a task would.
 	client := func(id string, args ...string) (string, error) {
