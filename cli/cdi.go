@@ -67,7 +67,7 @@ func cdiSpec(ctx context.Context, nf *nodeFlags) (*cdispec.Spec, error) {
 		return nil, err
 	}
 	defer n.Close()
-	c, err := n.Catalog(ctx, node.Skip(share.Remote))
+	c, err := n.Catalog(ctx, node.Local())
 	if err != nil {
 		return nil, err
 	}

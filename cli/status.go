@@ -66,7 +66,7 @@ func status(ctx context.Context, nf *nodeFlags) (*Status, error) {
 		return nil, err
 	}
 	// Remote shares are not shown: a look at the pool goes over the network.
-	c, err := n.Catalog(ctx, node.Skip(share.Remote))
+	c, err := n.Catalog(ctx, node.Local())
 	if err != nil {
 		return nil, err
 	}

@@ -13,14 +13,26 @@ import (
 type CatalogOption func(*catalogOptions)
 
 type catalogOptions struct {
-	skip []share.Mechanism
+	skip  []share.Mechanism
+	local bool
 }
 
-// Skip leaves the mechanisms out: Catalog does not ask their providers
-// (a front door skips share.Remote unless a request may need it, as
-// looking at the pool goes over the network).
+// Skip leaves the mechanisms out: Catalog does not ask their providers.
 func Skip(ms ...share.Mechanism) CatalogOption {
 	return func(o *catalogOptions) { o.skip = append(o.skip, ms...) }
+}
+
+// networked is a Provider whose offers are found over the network (the
+// remote pool): a front door asks it only when a request may need it.
+type networked interface {
+	Networked() bool
+}
+
+// Local leaves out the mechanisms whose offers are found over the network,
+// for a lookup that must not wait on other hosts (gpumux status, a CDI
+// spec, a request that NeedsNetwork says can do without).
+func Local() CatalogOption {
+	return func(o *catalogOptions) { o.local = true }
 }
 
 // Catalog reads the node's GPUs and returns the shares the node offers under
@@ -43,7 +55,7 @@ func (n *Node) read(ctx context.Context, opts ...CatalogOption) (*gpu.Node, *sha
 	}
 	var offers []share.Offer
 	for _, p := range n.providers {
-		if slices.Contains(o.skip, p.Mechanism()) {
+		if slices.Contains(o.skip, p.Mechanism()) || o.local && isNetworked(p) {
 			continue
 		}
 		got, err := p.Offers(ctx, inv, as)
@@ -83,4 +95,51 @@ func (n *Node) setCurrent(c *share.Catalog) {
 	n.mu.Lock()
 	n.catalog = c
 	n.mu.Unlock()
+}
+
+func isNetworked(p Provider) bool {
+	nw, ok := p.(networked)
+	return ok && nw.Networked()
+}
+
+// Serves checks that the node has mechanism m: a known mechanism that
+// this node's config provides (remote needs a remote block).
+func (n *Node) Serves(m share.Mechanism) error {
+	_, err := n.provider(m)
+	return err
+}
+
+// NeedsNetwork reports whether the shares of a request must be looked for
+// over the network before they are chosen: it asks for a networked
+// mechanism, or names reserved shares of one.
+func (n *Node) NeedsNetwork(req share.Request, reserved []string) bool {
+	for _, p := range n.providers {
+		if !isNetworked(p) {
+			continue
+		}
+		if req.Mechanism == p.Mechanism() {
+			return true
+		}
+		for _, id := range reserved {
+			if parsed, err := share.ParseID(id); err == nil && parsed.Kind == p.Mechanism() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// MayFallBack reports whether a request that no share of a Local catalog
+// fits may be served by a networked mechanism: auto, at an isolation level
+// the policy lets fall back to one this node provides (share.AutoFallback).
+func (n *Node) MayFallBack(req share.Request) bool {
+	if req.Mechanism != "" {
+		return false
+	}
+	for _, m := range share.AutoFallback(req.Isolation) {
+		if p, err := n.provider(m); err == nil && isNetworked(p) {
+			return true
+		}
+	}
+	return false
 }

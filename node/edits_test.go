@@ -266,7 +266,7 @@ func TestEditsRemote(t *testing.T) {
 
 	// A node without a remote block cannot hand out remote shares.
 	plain := openDGX(t)
-	if _, err := plain.Edits(two); err == nil || !strings.Contains(err.Error(), "remote shares need a remote block") {
+	if _, err := plain.Edits(two); err == nil || !strings.Contains(err.Error(), "has no remote block") {
 		t.Errorf("remote shares on a node without a remote block: %v", err)
 	}
 	if ok, why := plain.Health(two[0]); ok || !strings.Contains(why, "remote block") {

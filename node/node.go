@@ -184,7 +184,7 @@ func (n *Node) provider(m share.Mechanism) (Provider, error) {
 		}
 	}
 	if m == share.Remote {
-		return nil, errors.New("remote shares need a remote block in the node config (docs/remote.md)")
+		return nil, errors.New(`this node's config has no remote block (docs/runtime.md, "Remote GPUs")`)
 	}
 	return nil, fmt.Errorf("mechanism %q is not available on this node", m)
 }

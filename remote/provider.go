@@ -71,6 +71,9 @@ func NewProvider(cfg *nodeconfig.Remote, issuer string, logger hclog.Logger) *Pr
 // Mechanism is share.Remote.
 func (p *Provider) Mechanism() share.Mechanism { return share.Remote }
 
+// Networked is true: the offers are found by looking at the pool.
+func (p *Provider) Networked() bool { return true }
+
 // Load (re)reads the pool secret and the Nomad token, so that a rotated
 // secret is used from the next scan on. A failure keeps the files read
 // before; it is an error only when there are none.

@@ -72,7 +72,7 @@ func (r *Runtime) checkUsable(ctx context.Context, container string) error {
 		return err
 	}
 	defer n.Close()
-	catalog, err := n.Catalog(ctx, node.Skip(share.Remote))
+	catalog, err := n.Catalog(ctx, node.Local())
 	if err != nil {
 		return err
 	}

@@ -118,13 +118,15 @@ func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err
 		return false, err
 	}
 	defer n.Close()
-	// The pool is scanned (over the network) only for requests that may
-	// need it: remote ones now, auto ones if nothing local fits.
-	withRemote := needsRemote(req, reserved)
-	if withRemote && r.cfg.Remote == nil {
-		return false, fmt.Errorf("mechanism %q: %w", share.Remote, errNoRemoteBlock)
+	// Remote GPUs are looked for (over the network) only for requests that
+	// may need them: remote ones now, auto ones if nothing local fits.
+	if req.Mechanism != "" {
+		if err := n.Serves(req.Mechanism); err != nil {
+			return false, fmt.Errorf("mechanism %q: %w", req.Mechanism, err)
+		}
 	}
-	catalog, err := n.Catalog(ctx, catalogOptions(withRemote)...)
+	networked := n.NeedsNetwork(req, reserved)
+	catalog, err := n.Catalog(ctx, catalogOptions(networked)...)
 	if err != nil {
 		return false, err
 	}
@@ -144,7 +146,7 @@ func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err
 		}
 	} else {
 		ids, err = st.acquire(ctx, inv.ID, alive, chooser(catalog, n, req), r.stderr, record...)
-		if errors.Is(err, share.ErrNoFit) && !withRemote && r.mayFallBack(req) {
+		if errors.Is(err, share.ErrNoFit) && !networked && n.MayFallBack(req) {
 			// Nothing local fits: look at the pool (outside the lease
 			// store's lock) and choose again, remote shares included.
 			if catalog, err = n.Catalog(ctx); err != nil {
@@ -252,13 +254,12 @@ func (r *Runtime) logger() hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: "gpumux-runtime", Output: r.stderr, Level: hclog.Warn})
 }
 
-// catalogOptions leave remote shares out unless wanted: looking at the
-// pool goes over the network.
-func catalogOptions(withRemote bool) []node.CatalogOption {
-	if withRemote {
+// catalogOptions leave the networked mechanisms out unless wanted.
+func catalogOptions(networked bool) []node.CatalogOption {
+	if networked {
 		return nil
 	}
-	return []node.CatalogOption{node.Skip(share.Remote)}
+	return []node.CatalogOption{node.Local()}
 }
 
 // addHooks makes runc call gpumux back: createRuntime checks the shares are
