@@ -43,7 +43,7 @@ E2E_FLAGS ?= -v
 all: build
 
 ## build: go build every command under cmd/ into bin/, the plugin into bin/plugins/, the interposer
-build: interposer
+build: interposer limiter
 	@mkdir -p $(BIN_DIR) $(PLUGIN_DIR)
 	@pkgs="$$($(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./cmd/...)"; \
 	if [[ -z "$$pkgs" ]]; then \
@@ -80,6 +80,36 @@ $(INTERPOSER_OUT): $(INTERPOSER_SRCS) $(INTERPOSER_HDRS)
 	@command -v $(CC) >/dev/null 2>&1 || { echo "interposer: no C compiler ($(CC)); run 'make deps' or set CC" >&2; exit 1; }
 	@mkdir -p $(@D)
 	$(CC) $(INTERPOSER_CFLAGS) $(INTERPOSER_EXTRA_CFLAGS) -o $@.tmp $(INTERPOSER_SRCS) $(INTERPOSER_LDFLAGS)
+	@mv -f $@.tmp $@
+
+# The limiter: the libcuda.so.1 and libnvidia-ml.so.1 of time-slice
+# replicas (timeslice/limiter), in front of the real driver's. C only, no
+# toolkit needed; only the real libraries' API is exported.
+LIMITER_DIR := timeslice/limiter
+LIMITER_OUT_DIR ?= $(BIN_DIR)/limiter
+LIMITER_COMMON := $(sort $(wildcard $(LIMITER_DIR)/lim_*.c))
+LIMITER_CUDA_SRCS := $(LIMITER_COMMON) $(sort $(wildcard $(LIMITER_DIR)/cuda_*.c)) $(LIMITER_DIR)/zz_cuda.c
+LIMITER_NVML_SRCS := $(LIMITER_COMMON) $(sort $(wildcard $(LIMITER_DIR)/nvml_*.c)) $(LIMITER_DIR)/zz_nvml.c
+LIMITER_HDRS := $(sort $(wildcard $(LIMITER_DIR)/*.h)) $(INTERPOSER_DIR)/gm_abi.h
+LIMITER_CFLAGS ?= -std=gnu11 -fPIC -O2 -g -Wall -Wextra -Werror -fvisibility=hidden
+LIMITER_LDFLAGS ?= -shared -Wl,-z,defs -Wl,-z,now -ldl -lpthread
+# More flags, e.g. -fsanitize=address,undefined (timeslice/ctest's GM_CTEST_SANITIZE).
+LIMITER_EXTRA_CFLAGS ?=
+
+.PHONY: limiter
+## limiter: build the limiter into $(LIMITER_OUT_DIR) (libcuda.so.1, libnvidia-ml.so.1) with the system C compiler ($(CC))
+limiter: $(LIMITER_OUT_DIR)/libcuda.so.1 $(LIMITER_OUT_DIR)/libnvidia-ml.so.1
+
+$(LIMITER_OUT_DIR)/libcuda.so.1: $(LIMITER_CUDA_SRCS) $(LIMITER_HDRS)
+	@command -v $(CC) >/dev/null 2>&1 || { echo "limiter: no C compiler ($(CC)); run 'make deps' or set CC" >&2; exit 1; }
+	@mkdir -p $(@D)
+	$(CC) $(LIMITER_CFLAGS) $(LIMITER_EXTRA_CFLAGS) -o $@.tmp $(LIMITER_CUDA_SRCS) -Wl,-soname,libcuda.so.1 $(LIMITER_LDFLAGS)
+	@mv -f $@.tmp $@
+
+$(LIMITER_OUT_DIR)/libnvidia-ml.so.1: $(LIMITER_NVML_SRCS) $(LIMITER_HDRS)
+	@command -v $(CC) >/dev/null 2>&1 || { echo "limiter: no C compiler ($(CC)); run 'make deps' or set CC" >&2; exit 1; }
+	@mkdir -p $(@D)
+	$(CC) $(LIMITER_CFLAGS) $(LIMITER_EXTRA_CFLAGS) -o $@.tmp $(LIMITER_NVML_SRCS) -Wl,-soname,libnvidia-ml.so.1 $(LIMITER_LDFLAGS)
 	@mv -f $@.tmp $@
 
 ## nomad: build the Nomad agent (v$(NOMAD_VERSION)) into $(GPUMUX_CACHE) if needed
