@@ -47,7 +47,7 @@ Flags:
 	if code, ok := parseFlags(fs, args[1:], stderr); !ok {
 		return code
 	}
-	spec, err := cdiSpec(ctx, &nf)
+	spec, err := cdiSpec(ctx, &nf, stderr)
 	if err == nil {
 		err = writeCDI(spec, *output, stdout)
 	}
@@ -60,8 +60,10 @@ Flags:
 
 // cdiSpec builds the spec of every share the node offers. Remote shares are
 // not among them: their edits carry a token per container, which a CDI spec
-// handed to every container cannot.
-func cdiSpec(ctx context.Context, nf *nodeFlags) (*cdispec.Spec, error) {
+// handed to every container cannot. A share whose edits cannot be made now
+// (a limited replica without the limiter installed) is left out, and said
+// so on warn, so that the others are still served.
+func cdiSpec(ctx context.Context, nf *nodeFlags, warn io.Writer) (*cdispec.Spec, error) {
 	n, err := nf.open()
 	if err != nil {
 		return nil, err
@@ -75,7 +77,8 @@ func cdiSpec(ctx context.Context, nf *nodeFlags) (*cdispec.Spec, error) {
 	for _, s := range c.Shares() {
 		edits, err := n.Edits([]share.Share{s})
 		if err != nil {
-			return nil, err
+			fmt.Fprintf(warn, "gpumux cdi generate: %s left out: %v\n", s.ID, err)
+			continue
 		}
 		spec.Devices = append(spec.Devices, cdispec.Device{
 			Name:           CDIName(s.ID),

@@ -40,6 +40,7 @@ func TestStatusJSONWithConfig(t *testing.T) {
 	cfg := filepath.Join(dir, "node.hcl")
 	os.WriteFile(cfg, []byte(`simulate = "dgxa100"
 state_dir = "`+dir+`"
+limiter_dir = "`+stubLimiter(t)+`"
 gpu {
   match     = "0-1"
   mechanism = "timeslice"
@@ -115,8 +116,10 @@ func TestHelp(t *testing.T) {
 func TestCDIGenerate(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "node.hcl")
+	limiter := stubLimiter(t)
 	os.WriteFile(cfg, []byte(`simulate = "dgxh200"
 state_dir = "`+dir+`"
+limiter_dir = "`+limiter+`"
 gpu {
   match     = "0"
   mechanism = "timeslice"
@@ -148,9 +151,43 @@ gpu {
 	if !strings.Contains(env, "GPUMUX_SHARES="+id) || !strings.Contains(env, "NVIDIA_VISIBLE_DEVICES=GPU-") || len(replica.ContainerEdits.DeviceNodes) != 4 {
 		t.Errorf("replica edits: env %v, %d device nodes", replica.ContainerEdits.Env, len(replica.ContainerEdits.DeviceNodes))
 	}
+	// A limited replica (limit = "cap", the default): the limiter, and its
+	// limits written for the engine to mount.
+	if !strings.Contains(env, "LD_LIBRARY_PATH=/run/gpumux/limiter/lib") || !strings.Contains(env, "GPUMUX_LIMITER_LIMITS=/run/gpumux/limiter/limits") {
+		t.Errorf("replica env %v lacks the limiter's", replica.ContainerEdits.Env)
+	}
+	mounts := map[string]string{}
+	for _, m := range replica.ContainerEdits.Mounts {
+		mounts[m.ContainerPath] = m.HostPath + " " + strings.Join(m.Options, ",")
+	}
+	uuid, _, _ := strings.Cut(id, "/")
+	limits := filepath.Join(dir, "timeslice", uuid, "1", "limits")
+	for path, want := range map[string]string{
+		"/run/gpumux/limiter/lib":    limiter + " rbind,nosuid,nodev,ro",
+		"/run/gpumux/limiter/limits": limits + " rbind,nosuid,nodev,ro",
+		"/run/gpumux/limiter/state":  filepath.Join(dir, "timeslice", uuid, "1", "state") + " rbind,nosuid,nodev",
+	} {
+		if mounts[path] != want {
+			t.Errorf("replica mount %s: %q, want %q", path, mounts[path], want)
+		}
+	}
+	if b, err := os.ReadFile(limits); err != nil || !strings.Contains(string(b), "share="+id+"\n") {
+		t.Errorf("limits file %q: %v", b, err)
+	}
 	if code, _, errOut := run(t, "cdi", "generate", "--config", cfg, "--output", filepath.Join(dir, "x.txt")); code != cli.ExitError || !strings.Contains(errOut, "*.json") {
 		t.Errorf("a non-.json output: exit %d, %q", code, errOut)
 	}
+}
+
+// stubLimiter returns a limiter_dir holding a stand-in for the limiter's
+// libcuda.so.1, which gpumux only checks is there and mounts.
+func stubLimiter(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "libcuda.so.1"), []byte("not a library: a test's stand-in\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func TestStatusShowsHolders(t *testing.T) {

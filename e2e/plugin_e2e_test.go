@@ -289,6 +289,18 @@ func TestPluginSchedulesShares(t *testing.T) {
 			} else if _, ok := p.env["CUDA_MPS_PIPE_DIRECTORY"]; ok {
 				t.Errorf("a %s task got MPS settings", tc.job)
 			}
+			// A time-slice replica gets the limiter (limit = "cap", the
+			// default): its library and its limits, read-only.
+			if tc.job == "timeslice" {
+				for _, want := range []string{"GPUMUX_LIMITER_LIMITS=/run/gpumux/limiter/limits", "GPUMUX_LIMITER_STATE=/run/gpumux/limiter/state",
+					"share=" + id + "\n", "policy=cap\n", "memory_bytes=37687918592\n", "compute_percent=25\n", "libcuda.so.1\nlibnvidia-ml.so.1"} {
+					if !strings.Contains(out, want) {
+						t.Errorf("the time-slice task's output lacks %q:\n%s", want, out)
+					}
+				}
+			} else if _, ok := p.env["GPUMUX_LIMITER_LIMITS"]; ok {
+				t.Errorf("a %s task got the limiter", tc.job)
+			}
 			if err := a.StopJob(ctx, jobID, true); err != nil {
 				t.Fatal(err)
 			}

@@ -4,6 +4,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/gpumux/gpumux/nodeconfig"
 )
 
 // ResolveBinary finds a program given by name: on PATH, else next to the
@@ -26,6 +28,36 @@ func ResolveBinary(name string) string {
 		}
 	}
 	return name
+}
+
+// resolveLimiterDir returns the node's limiter directory: the configured
+// one, or, when the default is not installed, a "limiter" directory next to
+// the running executable or one directory up (make build's bin/limiter, for
+// bin/gpumux-runtime and bin/plugins/nomad-device-gpumux alike).
+func resolveLimiterDir(configured string) string {
+	if configured == "" {
+		configured = nodeconfig.DefaultLimiterDir
+	}
+	if configured != nodeconfig.DefaultLimiterDir {
+		return configured
+	}
+	if _, err := os.Stat(configured); err == nil {
+		return configured
+	}
+	if exe, err := os.Executable(); err == nil {
+		dir := filepath.Dir(exe)
+		for _, d := range []string{dir, filepath.Dir(dir)} {
+			if p := filepath.Join(d, "limiter"); isDir(p) {
+				return p
+			}
+		}
+	}
+	return configured
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 func isExecutable(path string) bool {

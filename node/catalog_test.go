@@ -34,7 +34,7 @@ func TestCatalogGroups(t *testing.T) {
 	}
 	wants := map[string]want{
 		"H200":              {5, share.Exclusive, 143771, 100, 132, share.Hard, true, "", "", share.SpreadAny},
-		"H200-timeslice-4x": {8, share.TimeSlice, 143771 / 4, 25, 132, share.None, false, "", "", share.SpreadDistinctGPUs},
+		"H200-timeslice-4x": {8, share.TimeSlice, 143771 / 4, 25, 132, share.Soft, false, "", "", share.SpreadAlone}, // limited: soft, alone in its task
 		"H200-mig-3g.71gb":  {1, share.MIG, 71424, 45, 60, share.Hard, true, "3g.71gb", inv.GPUs[7].UUID, share.SpreadAny},
 		"H200-mig-2g.35gb":  {2, share.MIG, 33280, 24, 32, share.Hard, true, "2g.35gb", inv.GPUs[7].UUID, share.SpreadAny},
 		"Tesla-T4":          {1, share.Exclusive, 15360, 100, 40, share.Hard, true, "", "GPU-t4", share.SpreadAny},
@@ -150,7 +150,7 @@ func TestCatalogErrors(t *testing.T) {
 // TestOpenSimulated opens a simulated node the way the front doors do,
 // without WithOpen.
 func TestOpenSimulated(t *testing.T) {
-	n, err := node.Open(&nodeconfig.Config{Simulate: "dgxh200", StateDir: t.TempDir(),
+	n, err := node.Open(&nodeconfig.Config{Simulate: "dgxh200", StateDir: t.TempDir(), LimiterDir: stubLimiter(t),
 		GPUs: []share.GPURule{{Match: "0", Mechanism: share.TimeSlice, Replicas: 2}}})
 	if err != nil {
 		t.Fatal(err)

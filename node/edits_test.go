@@ -23,7 +23,10 @@ import (
 )
 
 func TestEdits(t *testing.T) {
-	n := openDGX(t, share.GPURule{Match: "2", Mechanism: share.TimeSlice, Replicas: 2})
+	// limit = "off": this test is about the device edits of shares, two
+	// replicas in one task and a replica with a whole GPU among them, which
+	// a limited replica refuses (TestEditsLimitedReplica).
+	n := openDGX(t, share.GPURule{Match: "2", Mechanism: share.TimeSlice, Replicas: 2, Limit: share.LimitOff})
 	c, inv := dgxCatalog(t, n)
 	stateDir := n.Config().StateDir
 	big := bigInstance(t, inv)

@@ -2,6 +2,8 @@ package node_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/gpumux/gpumux/gpu"
@@ -9,6 +11,7 @@ import (
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/share"
+	"github.com/gpumux/gpumux/timeslice"
 )
 
 // t4Host is a simulated node's host with a Tesla T4 (no MIG support) added
@@ -39,10 +42,23 @@ func openDGXHost(cfg *nodeconfig.Config) (node.Host, error) {
 }
 
 // openDGX opens the node core on the simulated node of openDGXHost laid out
-// by rules.
+// by rules, with a stand-in limiter (stubLimiter): time-slice replicas are
+// limited (limit = "cap") unless a rule says otherwise.
 func openDGX(t *testing.T, rules ...share.GPURule) *node.Node {
 	t.Helper()
-	return openDGXConfig(t, &nodeconfig.Config{Simulate: "dgxh200", StateDir: t.TempDir(), GPUs: rules})
+	return openDGXConfig(t, &nodeconfig.Config{Simulate: "dgxh200", StateDir: t.TempDir(), LimiterDir: stubLimiter(t), GPUs: rules})
+}
+
+// stubLimiter returns a limiter_dir holding a stand-in for the limiter's
+// libcuda.so.1: the node only checks that it is there (a limited replica
+// is unhealthy without it) and mounts the directory.
+func stubLimiter(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, timeslice.Lib), []byte("not a library: a test's stand-in\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // openDGXConfig opens the node core under cfg on openDGXHost's node.

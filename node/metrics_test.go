@@ -24,7 +24,7 @@ import (
 func TestMetrics(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := &nodeconfig.Config{Simulate: "dgxh200", StateDir: t.TempDir(), GPUs: []share.GPURule{
+	cfg := &nodeconfig.Config{Simulate: "dgxh200", StateDir: t.TempDir(), LimiterDir: stubLimiter(t), GPUs: []share.GPURule{
 		{Match: "0", Mechanism: share.TimeSlice, Replicas: 4},
 		{Match: "6", Mechanism: share.MIG, MIGDevices: map[string]int{"3g.71gb": 1, "2g.35gb": 2}},
 	}}

@@ -156,7 +156,7 @@ func (n *Node) newProviders(mpsOpts []mps.Option) []Provider {
 		exclusive.New(),
 		mig.NewProvider(n.host, migProgress, mig.WithHeld(n.leaseHolder), mig.WithCheckpoint(mig.CheckpointDir(n.cfg.StateDir))),
 		mps.NewProvider(mps.NewManager(n.cfg.StateDir, mpsOpts...)),
-		timeslice.New(),
+		timeslice.New(n.cfg.StateDir, resolveLimiterDir(n.cfg.LimiterDir)),
 	}
 	if n.cfg.Remote != nil {
 		list = append(list, remote.NewProvider(n.cfg.Remote, n.issuer, n.logger.Named("remote")))

@@ -38,6 +38,9 @@ const (
 	// gpumux's stand-in, which speaks the same commands.
 	DefaultMPSControl   = "nvidia-cuda-mps-control"
 	SimulatedMPSControl = "gpumux-fake-mps-control"
+	// DefaultLimiterDir is where the limiter of time-slice replicas is
+	// installed (make build puts it in bin/limiter).
+	DefaultLimiterDir = "/usr/lib/gpumux/limiter"
 )
 
 // Spec is the node config's schema (the Nomad plugin block's config). Nomad reads agent config as HCL1,
@@ -48,13 +51,16 @@ var Spec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"fingerprint_period": hclspec.NewDefault(hclspec.NewAttr("fingerprint_period", "string", false), hclspec.NewLiteral(`"1m"`)),
 	"mps_control_binary": hclspec.NewAttr("mps_control_binary", "string", false),
 	"metrics_addr":       hclspec.NewAttr("metrics_addr", "string", false),
+	"limiter_dir":        hclspec.NewDefault(hclspec.NewAttr("limiter_dir", "string", false), hclspec.NewLiteral(`"`+DefaultLimiterDir+`"`)),
 	"gpu": hclspec.NewBlockList("gpu", hclspec.NewObject(map[string]*hclspec.Spec{
-		"match":       hclspec.NewAttr("match", "string", true),
-		"mechanism":   hclspec.NewAttr("mechanism", "string", true),
-		"replicas":    hclspec.NewAttr("replicas", "number", false),
-		"mig_devices": hclspec.NewBlockAttrs("mig_devices", "number", false),
-		"shares":      hclspec.NewAttr("shares", "number", false),
-		"share_sizes": hclspec.NewAttr("share_sizes", "list(string)", false),
+		"match":         hclspec.NewAttr("match", "string", true),
+		"mechanism":     hclspec.NewAttr("mechanism", "string", true),
+		"replicas":      hclspec.NewAttr("replicas", "number", false),
+		"mig_devices":   hclspec.NewBlockAttrs("mig_devices", "number", false),
+		"shares":        hclspec.NewAttr("shares", "number", false),
+		"share_sizes":   hclspec.NewAttr("share_sizes", "list(string)", false),
+		"replica_sizes": hclspec.NewAttr("replica_sizes", "list(string)", false),
+		"limit":         hclspec.NewAttr("limit", "string", false),
 	})),
 	"remote": remoteSpec,
 })
@@ -65,6 +71,10 @@ type Config struct {
 	StateDir          string `codec:"state_dir"`
 	FingerprintPeriod string `codec:"fingerprint_period"`
 	MPSControlBinary  string `codec:"mps_control_binary"`
+	// LimiterDir holds gpumux's limiter (its libcuda.so.1 and
+	// libnvidia-ml.so.1), mounted into the containers of limited
+	// time-slice replicas.
+	LimiterDir string `codec:"limiter_dir"`
 	// MetricsAddr, when set, is where the node agent (the plugin, or
 	// gpumux agent) serves Prometheus metrics at /metrics: "host:port".
 	MetricsAddr string          `codec:"metrics_addr"`
@@ -78,6 +88,9 @@ type Config struct {
 func (c *Config) normalize() {
 	if c.StateDir == "" {
 		c.StateDir = DefaultStateDir
+	}
+	if c.LimiterDir == "" {
+		c.LimiterDir = DefaultLimiterDir
 	}
 	if c.MPSControlBinary == "" {
 		c.MPSControlBinary = DefaultMPSControl

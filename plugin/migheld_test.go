@@ -32,7 +32,7 @@ func TestMIGApplyAtStartKeepsHeldInstances(t *testing.T) {
 
 	cfg := strings.Replace(nodeConfig, `    "3g.71gb" = 1
     "2g.35gb" = 2`, `    "1g.18gb" = 7`, 1)
-	_, groups, _ = fingerprintWith(t, dialPlugin(t), strings.Replace(cfg, "%s", stateDir, 1))
+	_, groups, _ = fingerprintWith(t, dialPlugin(t), pluginConfig(cfg, stateDir, stubLimiter(t)))
 	byName := groupsByName(groups)
 	var ids []string
 	if g := byName["H200-mig-2g.35gb"]; g != nil {

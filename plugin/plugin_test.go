@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -81,9 +82,12 @@ func encodeConfig(t *testing.T, src string) []byte {
 	return b
 }
 
+// nodeConfig is the plugin config of most tests: its first %s is the
+// state directory, its second the limiter directory (see pluginConfig).
 const nodeConfig = `
 simulate = "dgxh200"
 state_dir = "%s"
+limiter_dir = "%s"
 fingerprint_period = "1s"
 gpu {
   match     = "0-3"
@@ -130,8 +134,26 @@ func fingerprintWith(t *testing.T, p device.DevicePlugin, cfg string) (<-chan *d
 func startPlugin(t *testing.T, stateDir string) (device.DevicePlugin, []*device.DeviceGroup, context.CancelFunc, <-chan *device.FingerprintResponse) {
 	t.Helper()
 	p := dialPlugin(t)
-	ch, groups, cancel := fingerprintWith(t, p, strings.Replace(nodeConfig, "%s", stateDir, 1))
+	ch, groups, cancel := fingerprintWith(t, p, pluginConfig(nodeConfig, stateDir, stubLimiter(t)))
 	return p, groups, cancel, ch
+}
+
+// pluginConfig fills a config like nodeConfig: the state directory, then
+// the limiter directory.
+func pluginConfig(cfg, stateDir, limiterDir string) string {
+	return strings.Replace(strings.Replace(cfg, "%s", stateDir, 1), "%s", limiterDir, 1)
+}
+
+// stubLimiter returns a limiter_dir holding a stand-in for the limiter's
+// libcuda.so.1: the plugin only checks that it is there (a limited replica
+// is unhealthy without it) and mounts the directory.
+func stubLimiter(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "libcuda.so.1"), []byte("not a library: a test's stand-in\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func groupsByName(groups []*device.DeviceGroup) map[string]*device.DeviceGroup {
@@ -152,7 +174,7 @@ func TestFingerprint(t *testing.T) {
 		attrs map[string]string
 	}{
 		{"H200", 2, map[string]string{"mechanism": "exclusive", "memory": "143771 MiB", "compute_percent": "100", "sm_count": "132", "memory_isolation": "hard", "fault_isolation": "true", "cuda_compute_capability": "9.0", "driver_version": "580.159.04"}},
-		{"H200-timeslice-4x", 16, map[string]string{"mechanism": "timeslice", "memory": "35942 MiB", "compute_percent": "25", "memory_isolation": "none", "fault_isolation": "false"}},
+		{"H200-timeslice-4x", 16, map[string]string{"mechanism": "timeslice", "memory": "35942 MiB", "compute_percent": "25", "memory_isolation": "soft", "fault_isolation": "false"}}, // limited (limit = "cap")
 		{"H200-mig-3g.71gb", 2, map[string]string{"mechanism": "mig", "mig_profile": "3g.71gb", "memory": "71424 MiB", "sm_count": "60", "compute_percent": "45", "memory_isolation": "hard", "fault_isolation": "true"}},
 		{"H200-mig-2g.35gb", 4, map[string]string{"mechanism": "mig", "mig_profile": "2g.35gb", "memory": "33280 MiB", "sm_count": "32"}},
 	}
@@ -222,12 +244,17 @@ func TestReserve(t *testing.T) {
 	}
 
 	ts := byName["H200-timeslice-4x"].Devices
-	r, err = p.Reserve([]string{ts[0].ID, ts[1].ID})
+	r, err = p.Reserve([]string{ts[1].ID})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := r.Envs["CUDA_VISIBLE_DEVICES"]; ok || !strings.HasPrefix(r.Envs["NVIDIA_VISIBLE_DEVICES"], "GPU-") {
 		t.Errorf("time-slice envs %v", r.Envs)
+	}
+	// Two limited replicas in one task: refused (the limiter holds a
+	// process to one replica), saying what to do instead.
+	if _, err := p.Reserve([]string{ts[0].ID, ts[4].ID}); err == nil || !strings.Contains(err.Error(), "a limited time-slice replica is alone in its task") || !strings.Contains(err.Error(), "ask for one larger replica") {
+		t.Errorf("Reserve of two limited replicas: %v", err)
 	}
 
 	_, err = p.Reserve([]string{ts[0].ID, "GPU-nonexistent", "MIG-stale"})

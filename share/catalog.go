@@ -29,6 +29,11 @@ type Share struct {
 	// ThreadPercent is an MPS share's active thread percentage, relative to
 	// the device its daemon serves (the GPU, or its MIG instance).
 	ThreadPercent int
+	// TimePercent is a time-slice replica's part of its device's time
+	// (the GPU, or its MIG instance), and Limit how the limiter holds it
+	// (and its memory) to it.
+	TimePercent int
+	Limit       Limit
 }
 
 // GPURef is what a share needs to know of its physical GPU.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,7 +39,30 @@ type GPURule struct {
 	// mode, each MIG instance is split so, with a daemon of its own.
 	Shares     int      `codec:"shares" json:"shares,omitempty"`
 	ShareSizes []string `codec:"share_sizes" json:"share_sizes,omitempty"`
+	// ReplicaSizes splits a timeslice GPU into replicas of the given sizes
+	// ("50%"), as Replicas does into equal ones: each replica gets that part
+	// of the GPU's memory and of its time. On a GPU in MIG mode (or with
+	// mig_devices) each MIG instance is split so.
+	ReplicaSizes []string `codec:"replica_sizes" json:"replica_sizes,omitempty"`
+	// Limit is how a timeslice GPU's replicas are held to their size by
+	// gpumux's limiter: "cap" (the default: never more memory, never more
+	// than its part of the time), "share" (idle time may be used by busy
+	// replicas) or "off" (nothing enforced).
+	Limit Limit `codec:"limit" json:"limit,omitempty"`
 }
+
+// Limit is how time-slice replicas are held to their size.
+type Limit string
+
+// The limits of time-slice replicas.
+const (
+	LimitCap   Limit = "cap"   // memory and time capped at the replica's size
+	LimitShare Limit = "share" // memory capped; idle time may be used by others
+	LimitOff   Limit = "off"   // nothing enforced
+)
+
+// Limits lists the limits, the default first.
+var Limits = []Limit{LimitCap, LimitShare, LimitOff}
 
 // Assignment is the rule that applies to one GPU.
 type Assignment struct {
@@ -48,6 +72,10 @@ type Assignment struct {
 	Replicas   int
 	MIGDevices map[string]int
 	MPSPercent []int // mps: each share's percent of the GPU
+	// ReplicaPercent is each time-slice replica's percent of its device
+	// (the GPU, or each MIG instance), and Limit how it is enforced.
+	ReplicaPercent []int
+	Limit          Limit
 }
 
 // FieldError is a layout error that names the block and field at fault.
@@ -89,17 +117,14 @@ func (l *Layout) Validate() error {
 		if r.Mechanism == Remote {
 			errs = append(errs, l.fieldErr(i, "mechanism", "%q is not available in a gpu block (available: exclusive, mig, mps, timeslice): remote GPUs are other hosts' and come from the remote { } block", r.Mechanism))
 		}
-		switch {
-		case r.Mechanism == TimeSlice && (r.Replicas < 2 || r.Replicas > MaxReplicas):
-			errs = append(errs, l.fieldErr(i, fmt.Sprintf("replicas = %d", r.Replicas), "a time-slice GPU needs 2 to %d replicas (for one workload per GPU use mechanism = \"exclusive\")", MaxReplicas))
-		case r.Mechanism != TimeSlice && r.Replicas != 0:
-			errs = append(errs, l.fieldErr(i, fmt.Sprintf("replicas = %d", r.Replicas), "replicas applies only to mechanism = \"timeslice\", not %q", r.Mechanism))
+		if _, err := l.replicaPercents(i); err != nil {
+			errs = append(errs, err)
 		}
 		switch {
 		case r.Mechanism == MIG && len(r.MIGDevices) == 0:
 			errs = append(errs, l.fieldErr(i, "mig_devices", "empty: a mig GPU needs a layout, e.g. mig_devices { \"3g.71gb\" = 2 }"))
-		case r.Mechanism != MIG && r.Mechanism != MPS && len(r.MIGDevices) != 0:
-			errs = append(errs, l.fieldErr(i, "mig_devices", "applies only to mechanism = \"mig\", or \"mps\" on MIG instances, not %q", r.Mechanism))
+		case r.Mechanism != MIG && r.Mechanism != MPS && r.Mechanism != TimeSlice && len(r.MIGDevices) != 0:
+			errs = append(errs, l.fieldErr(i, "mig_devices", "applies only to mechanism = \"mig\", or \"mps\" and \"timeslice\" on MIG instances, not %q", r.Mechanism))
 		}
 		for _, name := range sortedKeys(r.MIGDevices) {
 			if n := r.MIGDevices[name]; n < 1 {
@@ -111,6 +136,65 @@ func (l *Layout) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// replicaPercents validates block i's replicas/replica_sizes and limit and
+// returns each replica's percent of its device (nil for other mechanisms).
+func (l *Layout) replicaPercents(i int) ([]int, error) {
+	r := l.GPUs[i]
+	if r.Mechanism != TimeSlice {
+		switch {
+		case r.Replicas != 0:
+			return nil, l.fieldErr(i, fmt.Sprintf("replicas = %d", r.Replicas), "replicas applies only to mechanism = \"timeslice\", not %q", r.Mechanism)
+		case len(r.ReplicaSizes) != 0:
+			return nil, l.fieldErr(i, "replica_sizes", "applies only to mechanism = \"timeslice\", not %q", r.Mechanism)
+		case r.Limit != "":
+			return nil, l.fieldErr(i, fmt.Sprintf("limit = %q", r.Limit), "applies only to mechanism = \"timeslice\", not %q", r.Mechanism)
+		}
+		return nil, nil
+	}
+	if r.Limit != "" && !slices.Contains(Limits, r.Limit) {
+		return nil, l.fieldErr(i, fmt.Sprintf("limit = %q", r.Limit), "want \"cap\" (the default: memory and time held to the replica's size), \"share\" (idle time may be used by busy replicas) or \"off\" (nothing enforced)")
+	}
+	switch {
+	case r.Replicas != 0 && len(r.ReplicaSizes) != 0:
+		return nil, l.fieldErr(i, "replicas", "set replicas (equal replicas) or replica_sizes, not both")
+	case len(r.ReplicaSizes) != 0:
+		return l.percents(i, "replica_sizes", r.ReplicaSizes, MaxReplicas, "replicas")
+	case r.Replicas < 2 || r.Replicas > MaxReplicas:
+		return nil, l.fieldErr(i, fmt.Sprintf("replicas = %d", r.Replicas), "a time-slice GPU needs 2 to %d replicas, or replica_sizes = [\"50%%\", \"25%%\", \"25%%\"] (for one workload per GPU use mechanism = \"exclusive\")", MaxReplicas)
+	}
+	return equalPercents(r.Replicas), nil
+}
+
+func equalPercents(n int) []int {
+	out := make([]int, n)
+	for k := range out {
+		out[k] = 100 / n
+	}
+	return out
+}
+
+// percents parses block i's sizes (field) as percentages that add up to at
+// most 100%, at most max of them (what names them, in errors).
+func (l *Layout) percents(i int, field string, sizes []string, max int, what string) ([]int, error) {
+	if len(sizes) > max {
+		return nil, l.fieldErr(i, field, "%d %s: at most %d", len(sizes), what, max)
+	}
+	out := make([]int, len(sizes))
+	sum := 0
+	for k, size := range sizes {
+		pct, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(size), "%"))
+		if err != nil || !strings.HasSuffix(strings.TrimSpace(size), "%") || pct < 1 || pct > 100 {
+			return nil, l.fieldErr(i, field, "%q: want a percentage from 1%% to 100%%, e.g. \"25%%\"", size)
+		}
+		out[k] = pct
+		sum += pct
+	}
+	if sum > 100 {
+		return nil, l.fieldErr(i, field, "%v add up to %d%%; at most 100%%", sizes, sum)
+	}
+	return out, nil
 }
 
 // mpsPercents validates block i's shares/share_sizes and returns each
@@ -134,28 +218,11 @@ func (l *Layout) mpsPercents(i int) ([]int, error) {
 	case r.Shares < 0 || r.Shares > MaxMPSClients:
 		return nil, l.fieldErr(i, fmt.Sprintf("shares = %d", r.Shares), "an MPS server takes 1 to %d clients", MaxMPSClients)
 	case r.Shares > 0:
-		out := make([]int, r.Shares)
-		for k := range out {
-			out[k] = 100 / r.Shares
-		}
-		return out, nil
+		return equalPercents(r.Shares), nil
 	case len(r.ShareSizes) > MaxMPSClients:
 		return nil, l.fieldErr(i, "share_sizes", "%d shares: an MPS server takes at most %d clients", len(r.ShareSizes), MaxMPSClients)
 	}
-	out := make([]int, len(r.ShareSizes))
-	sum := 0
-	for k, size := range r.ShareSizes {
-		pct, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(size), "%"))
-		if err != nil || !strings.HasSuffix(strings.TrimSpace(size), "%") || pct < 1 || pct > 100 {
-			return nil, l.fieldErr(i, "share_sizes", "%q: want a percentage from 1%% to 100%%, e.g. \"25%%\"", size)
-		}
-		out[k] = pct
-		sum += pct
-	}
-	if sum > 100 {
-		return nil, l.fieldErr(i, "share_sizes", "%v add up to %d%%; at most 100%%", r.ShareSizes, sum)
-	}
-	return out, nil
+	return l.percents(i, "share_sizes", r.ShareSizes, MaxMPSClients, "shares")
 }
 
 // Assign resolves the layout against a node's GPUs: which rule applies to each
@@ -182,18 +249,14 @@ func (l *Layout) Assign(node *gpu.Node) ([]Assignment, error) {
 				errs = append(errs, l.fieldErr(ri, "match", "GPU %d (%s) is also matched by gpu block %d (match = %q); each GPU may be matched once", g.Index, g.UUID, prev+1, l.GPUs[prev].Match))
 				continue
 			}
-			if r.Mechanism == TimeSlice && g.MIGEnabled {
-				// CUDA sees only the instances of a GPU in MIG mode: a
-				// replica of the whole GPU would work for nobody. A model
-				// glob (a fleet-wide rule) leaves such a GPU to its
-				// instances; naming it is an error.
-				if m.glob == "" {
-					errs = append(errs, l.fieldErr(ri, "mechanism", "\"timeslice\" but GPU %d (%s) is in MIG mode, where CUDA sees only its instances: use mechanism = \"mig\" (or \"mps\") on it, or disable MIG", g.Index, g.UUID))
-				}
-				continue
-			}
 			pcts, _ := l.mpsPercents(ri) // validated above
-			out[gi] = Assignment{GPUIndex: g.Index, Rule: ri, Mechanism: r.Mechanism, Replicas: r.Replicas, MIGDevices: r.MIGDevices, MPSPercent: pcts}
+			replicas, _ := l.replicaPercents(ri)
+			limit := r.Limit
+			if r.Mechanism == TimeSlice && limit == "" {
+				limit = LimitCap
+			}
+			out[gi] = Assignment{GPUIndex: g.Index, Rule: ri, Mechanism: r.Mechanism, Replicas: r.Replicas, MIGDevices: r.MIGDevices,
+				MPSPercent: pcts, ReplicaPercent: replicas, Limit: limit}
 			if len(r.MIGDevices) > 0 {
 				errs = append(errs, l.checkMIG(ri, g)...)
 			}

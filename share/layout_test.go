@@ -2,6 +2,7 @@ package share_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -46,8 +47,15 @@ func TestLayoutErrors(t *testing.T) {
 			{Match: "3,4", Mechanism: share.Exclusive},
 		}, []string{`gpu block 2 (match = "3,4")`, "GPU 3", `also matched by gpu block 1 (match = "0-3")`}},
 		{"mig without layout", []share.GPURule{{Match: "6", Mechanism: share.MIG}}, []string{"mig_devices", "empty"}},
-		{"timeslice on a GPU in MIG mode", []share.GPURule{{Match: "7", Mechanism: share.TimeSlice, Replicas: 2}}, []string{`"timeslice" but GPU 7`, "is in MIG mode"}},
-		{"mig layout on timeslice", []share.GPURule{{Match: "6", Mechanism: share.TimeSlice, Replicas: 2, MIGDevices: map[string]int{"1g.18gb": 1}}}, []string{"mig_devices", "applies only to"}},
+		{"timeslice on a GPU in MIG mode splits its instances", []share.GPURule{{Match: "7", Mechanism: share.TimeSlice, Replicas: 2}}, nil},
+		{"timeslice sizes", []share.GPURule{{Match: "0", Mechanism: share.TimeSlice, ReplicaSizes: []string{"50%", "25%", "25%"}, Limit: share.LimitShare}}, nil},
+		{"timeslice sizes over 100", []share.GPURule{{Match: "0", Mechanism: share.TimeSlice, ReplicaSizes: []string{"60%", "50%"}}}, []string{"replica_sizes", "add up to 110%"}},
+		{"timeslice replicas and sizes", []share.GPURule{{Match: "0", Mechanism: share.TimeSlice, Replicas: 2, ReplicaSizes: []string{"50%"}}}, []string{"replicas", "not both"}},
+		{"timeslice bad limit", []share.GPURule{{Match: "0", Mechanism: share.TimeSlice, Replicas: 2, Limit: "hard"}}, []string{`limit = "hard"`, `"cap"`, `"share"`, `"off"`}},
+		{"limit on mps", []share.GPURule{{Match: "4", Mechanism: share.MPS, Shares: 2, Limit: share.LimitCap}}, []string{`limit = "cap"`, "applies only to mechanism = \"timeslice\""}},
+		{"replica sizes on exclusive", []share.GPURule{{Match: "0", Mechanism: share.Exclusive, ReplicaSizes: []string{"50%"}}}, []string{"replica_sizes", "applies only to"}},
+		{"timeslice on MIG instances", []share.GPURule{{Match: "6", Mechanism: share.TimeSlice, Replicas: 2, MIGDevices: map[string]int{"3g.71gb": 2}}}, nil},
+		{"mig layout on exclusive", []share.GPURule{{Match: "6", Mechanism: share.Exclusive, MIGDevices: map[string]int{"1g.18gb": 1}}}, []string{"mig_devices", "applies only to"}},
 		{"mig on a GPU without MIG", []share.GPURule{{Match: "8", Mechanism: share.MIG, MIGDevices: map[string]int{"1g.5gb": 1}}}, []string{"GPU 8 (Tesla T4) has no MIG support"}},
 		{"unknown profile", []share.GPURule{{Match: "6", Mechanism: share.MIG, MIGDevices: map[string]int{"3g.40gb": 1}}},
 			[]string{`profile "3g.40gb" does not exist on GPU 6 (NVIDIA H200)`, "valid: 1g.18gb", "7g.141gb"}},
@@ -111,7 +119,7 @@ func TestAssignMIGModeGPU(t *testing.T) {
 		{"unmatched", nil, -1, share.MIG},
 		{"exclusive by a rule", []share.GPURule{{Match: "7", Mechanism: share.Exclusive}}, 0, share.MIG},
 		{"mps on its instances", []share.GPURule{{Match: "7", Mechanism: share.MPS, Shares: 2}}, 0, share.MPS},
-		{"a timeslice glob leaves it to its instances", []share.GPURule{{Match: "*H200*", Mechanism: share.TimeSlice, Replicas: 2}}, -1, share.MIG},
+		{"timeslice splits its instances", []share.GPURule{{Match: "*H200*", Mechanism: share.TimeSlice, Replicas: 2}}, 0, share.TimeSlice},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			as, err := (&share.Layout{GPUs: tc.rules}).Assign(node)
@@ -140,4 +148,45 @@ func containsGPU(as []share.AssignedGPU, index int) bool {
 		}
 	}
 	return false
+}
+
+// TestAssignTimeSliceLimits: a timeslice GPU's assignment carries each
+// replica's percent of its device and the limit, "cap" unless the rule
+// says otherwise; other mechanisms carry neither.
+func TestAssignTimeSliceLimits(t *testing.T) {
+	node := testNode(t)
+	as, err := (&share.Layout{GPUs: []share.GPURule{
+		{Match: "0", Mechanism: share.TimeSlice, Replicas: 4},
+		{Match: "1", Mechanism: share.TimeSlice, ReplicaSizes: []string{"50%", "25%", "25%"}, Limit: share.LimitShare},
+		{Match: "2", Mechanism: share.TimeSlice, Replicas: 3, Limit: share.LimitOff},
+		{Match: "3", Mechanism: share.TimeSlice, ReplicaSizes: []string{" 60% ", "10%"}},
+		{Match: "4", Mechanism: share.MPS, Shares: 2},
+	}}).Assign(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]string{
+		0: "timeslice [25 25 25 25] cap replicas 4",
+		1: "timeslice [50 25 25] share replicas 0",
+		2: "timeslice [33 33 33] off replicas 3",
+		3: "timeslice [60 10] cap replicas 0",
+		4: "mps [] \"\" replicas 0",
+		5: "exclusive [] \"\" replicas 0",
+	}
+	for _, a := range as {
+		w, ok := want[a.GPUIndex]
+		if !ok {
+			continue
+		}
+		limit := string(a.Limit)
+		if limit == "" {
+			limit = `""`
+		}
+		if got := fmt.Sprintf("%s %v %s replicas %d", a.Mechanism, a.ReplicaPercent, limit, a.Replicas); got != w {
+			t.Errorf("GPU %d: %s, want %s", a.GPUIndex, got, w)
+		}
+	}
+	if share.Limits[0] != share.LimitCap {
+		t.Errorf("the default limit is %q, not Limits[0]", share.LimitCap)
+	}
 }

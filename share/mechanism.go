@@ -68,4 +68,8 @@ const (
 	// SpreadDistinctGPUs takes each share from another GPU: two replicas
 	// of one GPU would show the container one GPU.
 	SpreadDistinctGPUs
+	// SpreadAlone serves only requests for one share: the share is alone
+	// in its task (a limited time-slice replica: the limiter holds a
+	// process to one replica).
+	SpreadAlone
 )

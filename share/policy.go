@@ -174,16 +174,35 @@ func Choose(c *Catalog, free func(Share) bool, req Request) ([]Share, error) {
 			}
 		}
 	}
-	for _, m := range mechs {
-		var fit []Share
-		for _, s := range frees {
-			if s.Mechanism == m && fits(s, req) {
-				fit = append(fit, s)
+	spreadOf := map[string]Spread{}
+	if c != nil {
+		for _, g := range c.Groups {
+			for _, s := range g.Shares {
+				spreadOf[s.ID] = g.Spread
 			}
 		}
-		sort.Slice(fit, func(i, j int) bool { return smaller(fit[i], fit[j]) })
-		if got := pick(c.spread(m), fit, count); got != nil {
-			return got, nil
+	}
+	for _, m := range mechs {
+		// The fitting shares of m, by how their groups spread a request
+		// (limited and unlimited time-slice replicas differ), each class
+		// tried in turn.
+		byClass := map[Spread][]Share{}
+		var classes []Spread
+		for _, s := range frees {
+			if s.Mechanism == m && fits(s, req) {
+				sp := spreadOf[s.ID]
+				if _, ok := byClass[sp]; !ok {
+					classes = append(classes, sp)
+				}
+				byClass[sp] = append(byClass[sp], s)
+			}
+		}
+		for _, sp := range classes {
+			fit := byClass[sp]
+			sort.Slice(fit, func(i, j int) bool { return smaller(fit[i], fit[j]) })
+			if got := pick(sp, fit, count); got != nil {
+				return got, nil
+			}
 		}
 	}
 	return nil, c.noFit(req, count, auto, level, mechs, frees, groupOf)
@@ -256,6 +275,11 @@ func pick(spread Spread, fit []Share, count int) []Share {
 			}
 		}
 		return clone(best)
+	case SpreadAlone:
+		if count > 1 {
+			return nil
+		}
+		return clone(fit[:1])
 	case SpreadDistinctGPUs:
 		var out []Share
 		used := map[string]bool{}
@@ -350,6 +374,8 @@ func (c *Catalog) noFit(req Request, count int, auto bool, level Level, mechs []
 				what += " on one device"
 			case SpreadDistinctGPUs:
 				what += " on distinct GPUs"
+			case SpreadAlone:
+				what += " (a limited one is alone in its task)"
 			}
 		}
 	}

@@ -68,6 +68,26 @@ func policyNode(t testing.TB) (*gpu.Node, *share.Catalog) {
 	return inv, c
 }
 
+// TestChooseUnlimitedReplicasOnDistinctGPUs: replicas without the limiter
+// (limit = "off") serve a request for several, each from another GPU.
+func TestChooseUnlimitedReplicasOnDistinctGPUs(t *testing.T) {
+	inv, _ := policyNode(t)
+	c := catalogOf(t, inv, share.GPURule{Match: "2-3", Mechanism: share.TimeSlice, Replicas: 4, Limit: share.LimitOff})
+	free := func(share.Share) bool { return true }
+	got, err := share.Choose(c, free, share.Request{Mechanism: share.TimeSlice, Count: 2})
+	if err != nil || len(got) != 2 || got[0].GPU.Index == got[1].GPU.Index {
+		t.Errorf("count 2: %v, %v; want replicas of GPUs 2 and 3", labels(c, got), err)
+	}
+	_, err = share.Choose(c, free, share.Request{Mechanism: share.TimeSlice, Count: 3})
+	if err == nil || err.Error() != "no 3 free timeslice replicas on distinct GPUs; free: 8× H200-timeslice-4x-off" {
+		t.Errorf("count 3: %v", err)
+	}
+	got, err = share.Choose(c, free, share.Request{Isolation: share.LevelNone, Count: 2})
+	if err != nil || len(got) != 2 || got[0].Mechanism != share.TimeSlice {
+		t.Errorf("auto none count 2: %v, %v; want two unlimited replicas", labels(c, got), err)
+	}
+}
+
 // label names a share by group and GPU index: "H200-mig-1g.18gb@6".
 func label(c *share.Catalog, s share.Share) string {
 	for _, g := range c.Groups {
@@ -144,7 +164,7 @@ func TestChoose(t *testing.T) {
 		{name: "none: a replica", req: share.Request{Isolation: share.LevelNone}, want: []string{"H200-timeslice-4x@2"}},
 		{name: "none 40 GiB: replicas too small, mps", req: share.Request{Isolation: share.LevelNone, MemoryMiB: 40 * gib}, want: []string{"H200-mps-50pct@5"}},
 		{name: "none, replicas and mps busy: MIG", req: share.Request{Isolation: share.LevelNone}, busy: append([]string{"H200-timeslice-4x"}, allMPS...), want: []string{"H200-mig-1g.18gb@6"}},
-		{name: "none count 2: replicas on distinct GPUs", req: share.Request{Isolation: share.LevelNone, Count: 2}, want: []string{"H200-timeslice-4x@2", "H200-timeslice-4x@3"}},
+		{name: "none count 2: a limited replica is alone in its task, so MPS", req: share.Request{Isolation: share.LevelNone, Count: 2}, want: []string{"H200-mps-25pct@4", "H200-mps-25pct@4"}},
 		{name: "none count 3: replicas span only 2 GPUs, so mps", req: share.Request{Isolation: share.LevelNone, Count: 3}, want: []string{"H200-mps-25pct@4", "H200-mps-25pct@4", "H200-mps-25pct@4"}},
 
 		// explicit mechanisms.
@@ -164,9 +184,7 @@ func TestChoose(t *testing.T) {
 		{name: "mps count 4: no device has 4", req: share.Request{Mechanism: share.MPS, Count: 4}, busy: []string{"H200-mps-25pct@4#0"},
 			err: "no 4 free mps shares on one device; free: 5× H200-mps-25pct, 1× H200-mps-50pct", noFit: true},
 		{name: "timeslice count 2", req: share.Request{Mechanism: share.TimeSlice, Count: 2}, busy: []string{"H200-timeslice-4x@2#0"},
-			want: []string{"H200-timeslice-4x@2", "H200-timeslice-4x@3"}},
-		{name: "timeslice count 3", req: share.Request{Mechanism: share.TimeSlice, Count: 3},
-			err: "no 3 free timeslice replicas on distinct GPUs; free: 8× H200-timeslice-4x", noFit: true},
+			err: "no 2 free timeslice replicas (a limited one is alone in its task); free: 7× H200-timeslice-4x", noFit: true},
 		{name: "timeslice 30%", req: share.Request{Mechanism: share.TimeSlice, ComputePercent: 30},
 			err: "no free timeslice replica with ≥ 30% compute; free: 8× H200-timeslice-4x", noFit: true},
 		{name: "exclusive count 2: smallest first", req: share.Request{Mechanism: share.Exclusive, Count: 2}, want: []string{"Tesla-T4@8", "H200@0"}},

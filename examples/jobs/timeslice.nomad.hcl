@@ -1,5 +1,7 @@
-# A time-slice replica: a fair share of one GPU, scheduled by time with the
-# GPU's other replicas. Cheapest; no memory or fault isolation.
+# A time-slice replica: a part of one GPU, scheduled by time with the GPU's
+# other replicas. Cheapest. gpumux's limiter (limit = "cap", the default)
+# holds the task to the replica's memory and part of the GPU's time at the
+# CUDA API (memory_isolation = "soft"); no fault isolation.
 job "timeslice" {
   type = "batch"
 
@@ -8,7 +10,7 @@ job "timeslice" {
       driver = "exec"
       config {
         command = "/bin/sh"
-        args    = ["-c", "env | grep -E '^(NVIDIA|CUDA|GPUMUX)_' | sort; stat -c '%n %F %t:%T' /dev/nvidia*"]
+        args    = ["-c", "env | grep -E '^(NVIDIA|CUDA|GPUMUX)_' | sort; stat -c '%n %F %t:%T' /dev/nvidia*; cat /run/gpumux/limiter/limits; ls /run/gpumux/limiter/lib"]
       }
       resources {
         cpu    = 100

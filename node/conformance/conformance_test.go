@@ -62,6 +62,10 @@ type mechanism struct {
 	shares int  // shares of mech the layout offers
 	mps    bool // needs the stand-in MPS control daemon
 	remote bool // needs a gpumux-remoted
+	// limited: its shares are time-slice replicas held by gpumux's
+	// limiter, whose mounts every front door must give (the suite's
+	// limiter_dir holds a stand-in, see stubLimiter).
+	limited bool
 }
 
 var mechanisms = []mechanism{
@@ -86,9 +90,15 @@ var mechanisms = []mechanism{
 		},
 	},
 	{
-		name: "timeslice", mech: share.TimeSlice, shares: 4,
+		name: "timeslice", mech: share.TimeSlice, shares: 4, limited: true, // limit = "cap", the default
 		layout: func(string) string {
 			return "gpu {\n  match = \"0,1\"\n  mechanism = \"timeslice\"\n  replicas = 2\n}\n"
+		},
+	},
+	{
+		name: "timeslice-unlimited", mech: share.TimeSlice, shares: 4,
+		layout: func(string) string {
+			return "gpu {\n  match = \"0,1\"\n  mechanism = \"timeslice\"\n  replicas = 2\n  limit = \"off\"\n}\n"
 		},
 	},
 	{
@@ -125,13 +135,16 @@ type nodeCase struct {
 	stateDir string
 	cfgText  string // the node config, HCL: the plugin block's config body
 	cfgFile  string
-	mpsBin   string           // the stand-in MPS control daemon, through mpsWrapper
-	srv      *pooltest.Server // the remote case's gpumux-remoted
-	runc     string           // a fake runc that records nothing and says every container exists
-	plugin   *plugin.Plugin   // running until stopPlugin
-	fp       <-chan *device.FingerprintResponse
-	cancel   context.CancelFunc // ends the plugin's fingerprint
-	ids      []string           // the mechanism's shares, as first fingerprinted
+	// limiterDir is the node's limiter_dir: a stand-in libcuda.so.1 (the
+	// suite runs no CUDA program; the node checks the file is there).
+	limiterDir string
+	mpsBin     string           // the stand-in MPS control daemon, through mpsWrapper
+	srv        *pooltest.Server // the remote case's gpumux-remoted
+	runc       string           // a fake runc that records nothing and says every container exists
+	plugin     *plugin.Plugin   // running until stopPlugin
+	fp         <-chan *device.FingerprintResponse
+	cancel     context.CancelFunc // ends the plugin's fingerprint
+	ids        []string           // the mechanism's shares, as first fingerprinted
 }
 
 func newCase(t *testing.T, simName string, m mechanism) *nodeCase {
@@ -145,7 +158,8 @@ func newCase(t *testing.T, simName string, m mechanism) *nodeCase {
 	writeExecutable(t, c.runc, []byte("#!/bin/sh\nexit 0\n"))
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "simulate = %q\nstate_dir = %q\nfingerprint_period = \"1s\"\n", simName, c.stateDir)
+	c.limiterDir = stubLimiter(t, dir)
+	fmt.Fprintf(&b, "simulate = %q\nstate_dir = %q\nlimiter_dir = %q\nfingerprint_period = \"1s\"\n", simName, c.stateDir, c.limiterDir)
 	if m.mps {
 		c.mpsBin = mpsWrapper(t, dir)
 		fmt.Fprintf(&b, "mps_control_binary = %q\n", c.mpsBin)
@@ -364,6 +378,7 @@ func (c *nodeCase) testEdits(t *testing.T) {
 			if got := viaPlugin.env[share.EnvShares]; got != id {
 				t.Errorf("the reservation's %s = %q, want %q", share.EnvShares, got, id)
 			}
+			c.checkLimiter(t, id, viaPlugin)
 			if c.m.mech != share.Remote && len(viaPlugin.devices) == 0 {
 				t.Errorf("the reservation of a local share has no device nodes: %+v", r)
 			}
@@ -393,6 +408,42 @@ func (c *nodeCase) testEdits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkLimiter checks that a limited replica's reservation carries the
+// limiter (what the other front doors are compared with), and that no
+// other share's does.
+func (c *nodeCase) checkLimiter(t *testing.T, id string, e edits) {
+	t.Helper()
+	lib := mountLine(timeslice.LibMount, c.limiterDir, true)
+	has := slices.Contains(e.mounts, lib)
+	switch {
+	case c.m.limited && !has:
+		t.Errorf("the reservation of limited replica %s has no limiter mount %q: mounts %v", id, lib, e.mounts)
+	case c.m.limited:
+		dir := filepath.Join(c.stateDir, "timeslice", share.DeviceOf(id), strconv.Itoa(replicaOf(t, id)))
+		for _, want := range []string{mountLine(timeslice.LimitsMount, filepath.Join(dir, "limits"), true), mountLine(timeslice.StateMount, filepath.Join(dir, "state"), false)} {
+			if !slices.Contains(e.mounts, want) {
+				t.Errorf("the reservation of limited replica %s lacks mount %q: mounts %v", id, want, e.mounts)
+			}
+		}
+		if e.env[share.EnvLibraryPath] != timeslice.LibMount || e.env[timeslice.EnvLimits] != timeslice.LimitsMount || e.env[timeslice.EnvState] != timeslice.StateMount {
+			t.Errorf("the reservation of limited replica %s: env %v", id, e.env)
+		}
+	case has || e.env[timeslice.EnvLimits] != "":
+		t.Errorf("the reservation of %s (not a limited replica) has the limiter: %+v", id, e)
+	}
+}
+
+// replicaOf is n of a share ID ".../timeslice/<n>".
+func replicaOf(t *testing.T, id string) int {
+	t.Helper()
+	_, num, _ := strings.Cut(id, "/timeslice/")
+	n, err := strconv.Atoi(num)
+	if err != nil {
+		t.Fatalf("share %s is not a replica", id)
+	}
+	return n
 }
 
 // cdiSpec runs `gpumux cdi generate --config FILE`.
@@ -701,7 +752,7 @@ func pick(ids []string, n int) []string {
 func (c *nodeCase) testHealth(t *testing.T) {
 	victim := c.ids[0]
 	switch c.m.name {
-	case "exclusive", "timeslice":
+	case "exclusive", "timeslice", "timeslice-unlimited":
 		// A critical XID on the victim's GPU: every share of that GPU is
 		// unhealthy, those of another GPU are not.
 		idx, _ := c.locate(t, share.DeviceOf(victim))
@@ -1169,7 +1220,7 @@ func (c *nodeCase) allProviders(t *testing.T, host *gpu.Host, cfg *nodeconfig.Co
 		exclusive.New(),
 		mig.NewProvider(host, func(string, ...any) {}, mig.WithCheckpoint(mig.CheckpointDir(cfg.StateDir))),
 		mps.NewProvider(mps.NewManager(cfg.StateDir, mps.WithControlBinary(bin))),
-		timeslice.New(),
+		timeslice.New(cfg.StateDir, cfg.LimiterDir),
 	}
 	if cfg.Remote != nil {
 		list = append(list, remote.NewProvider(cfg.Remote, "conformance", hclog.NewNullLogger()))
@@ -1295,6 +1346,20 @@ func writeExecutable(t *testing.T, path string, b []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// stubLimiter writes a stand-in for the limiter's libcuda.so.1 in
+// dir/limiter and returns that limiter_dir.
+func stubLimiter(t *testing.T, dir string) string {
+	t.Helper()
+	limiter := filepath.Join(dir, "limiter")
+	if err := os.MkdirAll(limiter, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(limiter, timeslice.Lib), []byte("not a library: a test's stand-in\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return limiter
 }
 
 // killDaemons ends every stand-in MPS daemon under stateDir: node agents
