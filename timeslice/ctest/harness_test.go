@@ -19,7 +19,7 @@ import (
 )
 
 // The C test programs linked against the limiter (timeslice/limiter/tests).
-var programs = []string{"mem", "threads", "fork", "procaddr", "passthru", "nvml"}
+var programs = []string{"mem", "threads", "fork", "procaddr", "passthru", "nvml", "compute"}
 
 var (
 	buildOnce sync.Once
@@ -152,10 +152,12 @@ func doBuild(root string) (*build, error) {
 	return b, errors.Join(errs...)
 }
 
-// share is one share's host files: its limits file and state directory.
+// share is one share's host files: its limits file and state directory,
+// and the node directory of its GPU (its own, unless a test gives several
+// shares one).
 type share struct {
-	dir, limits, state string
-	limit              uint64
+	dir, limits, state, node string
+	limit                    uint64
 }
 
 // newShare writes a limits file (version 1, the share "GPU-ctest/timeslice/0").
@@ -168,9 +170,12 @@ func newShare(t testing.TB, memory uint64, percent int, policy string) *share {
 func newShareText(t testing.TB, memory uint64, limits string) *share {
 	t.Helper()
 	dir := t.TempDir()
-	s := &share{dir: dir, limits: filepath.Join(dir, "limits"), state: filepath.Join(dir, "state"), limit: memory}
-	if err := os.Mkdir(s.state, 0o755); err != nil {
-		t.Fatal(err)
+	s := &share{dir: dir, limits: filepath.Join(dir, "limits"), state: filepath.Join(dir, "state"),
+		node: filepath.Join(dir, "node"), limit: memory}
+	for _, d := range []string{s.state, s.node} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.WriteFile(s.limits, []byte(limits), 0o444); err != nil {
 		t.Fatal(err)
@@ -201,7 +206,7 @@ func (p program) command(ctx context.Context, t testing.TB) *exec.Cmd {
 	}
 	if p.sh != nil {
 		env = append(env, "GPUMUX_LIMITER_LIMITS="+p.sh.limits, "GPUMUX_LIMITER_STATE="+p.sh.state,
-			fmt.Sprintf("GM_TEST_LIMIT=%d", p.sh.limit))
+			"GPUMUX_LIMITER_NODE="+p.sh.node, fmt.Sprintf("GM_TEST_LIMIT=%d", p.sh.limit))
 	}
 	if os.Getenv("GM_CTEST_SANITIZE") != "" {
 		env = append(env, "ASAN_OPTIONS=detect_leaks=0")

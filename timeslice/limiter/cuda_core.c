@@ -54,6 +54,7 @@ static CUresult init_result = CUDA_SUCCESS;
 
 static void atfork_prepare(void)
 {
+	lim_compute_prefork();
 	lim_track_prefork();
 	lim_acct_prefork();
 }
@@ -62,12 +63,14 @@ static void atfork_parent(void)
 {
 	lim_acct_postfork_parent();
 	lim_track_postfork_parent();
+	lim_compute_postfork_parent();
 }
 
 static void atfork_child(void)
 {
 	lim_acct_forked();
 	lim_track_forked();
+	lim_compute_forked();
 }
 
 static void init(void)
@@ -97,6 +100,7 @@ static void init(void)
 			return;
 		}
 	}
+	lim_compute_init(c);
 }
 
 CUresult lim_cuda_init(void)
@@ -171,6 +175,18 @@ static const struct {
 	OWN(cuDevicePrimaryCtxRelease_v2),
 	OWN(cuDevicePrimaryCtxReset),
 	OWN(cuDevicePrimaryCtxReset_v2),
+	OWN(cuLaunchKernel),
+	OWN(cuLaunchKernel_ptsz),
+	OWN(cuLaunchKernelEx),
+	OWN(cuLaunchKernelEx_ptsz),
+	OWN(cuLaunchCooperativeKernel),
+	OWN(cuLaunchCooperativeKernel_ptsz),
+	OWN(cuLaunchCooperativeKernelMultiDevice),
+	OWN(cuGraphLaunch),
+	OWN(cuGraphLaunch_ptsz),
+	OWN(cuLaunch),
+	OWN(cuLaunchGrid),
+	OWN(cuLaunchGridAsync),
 };
 
 /* swap replaces the real driver's function in *pfn by the limiter's own

@@ -23,6 +23,17 @@ LIM_HIDDEN void lim_track_prefork(void);
 LIM_HIDDEN void lim_track_postfork_parent(void);
 LIM_HIDDEN void lim_track_forked(void);
 
+/* ---- the compute limit (cuda_compute.c) ---- */
+
+/* lim_compute_init turns the compute limit on (policy cap or share). */
+LIM_HIDDEN void lim_compute_init(const struct lim_config *c);
+/* lim_compute_ctx_gone forgets the limiter's events of a context about to
+ * be destroyed (NULL: of every context). */
+LIM_HIDDEN void lim_compute_ctx_gone(CUcontext ctx);
+LIM_HIDDEN void lim_compute_prefork(void);
+LIM_HIDDEN void lim_compute_postfork_parent(void);
+LIM_HIDDEN void lim_compute_forked(void);
+
 /* ---- the entry points (cuda.intercept) ---- */
 
 LIM_EXPORT CUresult cuInit(unsigned int Flags);
@@ -76,6 +87,32 @@ LIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
 LIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 LIM_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 LIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
+
+LIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+				   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+				   unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
+LIM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+					unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+					unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+					void **kernelParams, void **extra);
+LIM_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+LIM_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+					  void **extra);
+LIM_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+					      unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+					      unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+					      void **kernelParams);
+LIM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+						   unsigned int gridDimZ, unsigned int blockDimX,
+						   unsigned int blockDimY, unsigned int blockDimZ,
+						   unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
+LIM_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices,
+							 unsigned int flags);
+LIM_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
+LIM_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+LIM_EXPORT CUresult cuLaunch(CUfunction f);
+LIM_EXPORT CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height);
+LIM_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream);
 
 /* Real driver calls the limiter makes for itself (not intercepted). */
 typedef CUresult (*lim_ctx_get_current_fn)(CUcontext *);

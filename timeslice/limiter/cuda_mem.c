@@ -761,6 +761,7 @@ LIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
 	if (ctx == NULL)
 		return LIM_REAL_CU(cuCtxDestroy_v2)(ctx);
+	lim_compute_ctx_gone(ctx);
 	CTX_DESTROY(LIM_REAL_CU(cuCtxDestroy_v2)(ctx))
 }
 
@@ -768,6 +769,7 @@ LIM_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
 {
 	if (ctx == NULL)
 		return LIM_REAL_CU(cuCtxDestroy)(ctx);
+	lim_compute_ctx_gone(ctx);
 	CTX_DESTROY(LIM_REAL_CU(cuCtxDestroy)(ctx))
 }
 
@@ -791,20 +793,24 @@ static CUresult primary_gone(CUresult r, CUdevice dev)
 
 LIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
+	lim_compute_ctx_gone(NULL); /* the primary context's events may go */
 	return primary_gone(LIM_REAL_CU(cuDevicePrimaryCtxRelease_v2)(dev), dev);
 }
 
 LIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 {
+	lim_compute_ctx_gone(NULL); /* the primary context's events may go */
 	return primary_gone(LIM_REAL_CU(cuDevicePrimaryCtxRelease)(dev), dev);
 }
 
 LIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
+	lim_compute_ctx_gone(NULL); /* the primary context's events may go */
 	return primary_gone(LIM_REAL_CU(cuDevicePrimaryCtxReset_v2)(dev), dev);
 }
 
 LIM_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 {
+	lim_compute_ctx_gone(NULL); /* the primary context's events may go */
 	return primary_gone(LIM_REAL_CU(cuDevicePrimaryCtxReset)(dev), dev);
 }

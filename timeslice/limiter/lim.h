@@ -98,6 +98,15 @@ typedef struct CUmemAllocationProp_st {
 	} allocFlags;
 } CUmemAllocationProp;
 
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUDA_LAUNCH_PARAMS_st CUDA_LAUNCH_PARAMS;
+
+typedef enum CUstreamCaptureMode_enum {
+	CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+	CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+	CU_STREAM_CAPTURE_MODE_RELAXED = 2
+} CUstreamCaptureMode;
+
 /* cuArray3DCreate flags that create an array without memory of its own. */
 #define CUDA_ARRAY3D_SPARSE 0x40
 #define CUDA_ARRAY3D_DEFERRED_MAPPING 0x80
@@ -139,6 +148,7 @@ LIM_HIDDEN int lim_env_path(char *buf, size_t size, const char *name, const char
 
 #define LIM_DEFAULT_LIMITS "/run/gpumux/limiter/limits"
 #define LIM_DEFAULT_STATE "/run/gpumux/limiter/state"
+#define LIM_DEFAULT_NODE "/run/gpumux/limiter/node"
 
 /* lim_memory_limited: the limits file is good, the policy is not off and
  * memory_bytes is set. */
@@ -200,6 +210,32 @@ LIM_HIDDEN void lim_acct_postfork_parent(void);
 LIM_HIDDEN void lim_acct_close(void);
 /* lim_acct_slot_check is the check word of a slot (exposed for tests). */
 LIM_HIDDEN uint64_t lim_acct_slot_check(uint32_t idx, uint64_t bytes, uint64_t tag);
+
+/* ---- the node-wide view of a GPU's replicas (lim_sched.c) ---- */
+
+struct lim_sched_share {
+	char id[96];
+	unsigned pct;
+	int policy; /* LIM_POLICY_CAP or LIM_POLICY_SHARE */
+	int active; /* launched, or waited to, recently */
+	int procs;  /* its processes that are active, this one included */
+};
+
+/* lim_sched_open registers this process (its share, size and policy) in
+ * dir's registry: 0, or -1 with why. */
+LIM_HIDDEN int lim_sched_open(const char *dir, const char *share, unsigned pct, int policy, char *why,
+			      size_t whysize);
+/* lim_sched_touch records that this process's share is active at now. */
+LIM_HIDDEN void lim_sched_touch(uint64_t now);
+/* lim_sched_read lists the live replicas (at most max), this process's
+ * first if alone, sorted by ID; active: seen within recent ns of now. */
+LIM_HIDDEN size_t lim_sched_read(struct lim_sched_share *out, size_t max, uint64_t now, uint64_t recent);
+/* lim_sched_layout is the window [*off, *off + *len) of the replica me in
+ * each period, given the replicas (have_node: s is the registry's view;
+ * else me alone, placed by its replica index). */
+LIM_HIDDEN void lim_sched_layout(const struct lim_sched_share *s, size_t n, const char *me, int have_node,
+				 uint64_t period, uint64_t *off, uint64_t *len);
+LIM_HIDDEN void lim_sched_forked(void);
 
 /* ---- helpers ---- */
 

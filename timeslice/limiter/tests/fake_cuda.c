@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../lim.h"
@@ -98,19 +100,33 @@ static void setup(void)
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 
 /* Fork-safe, as the limiter's tests fork while other threads allocate. */
+static pthread_mutex_t qmu;
+static uint64_t enq, deq;
+static int worker_started;
+
 static void prefork(void)
 {
 	pthread_mutex_lock(&mu);
+	pthread_mutex_lock(&qmu);
 }
 
 static void postfork(void)
 {
+	pthread_mutex_unlock(&qmu);
 	pthread_mutex_unlock(&mu);
+}
+
+static void postfork_child(void)
+{
+	/* No worker thread in the child: it starts one when it launches. */
+	enq = deq = 0;
+	worker_started = 0;
+	postfork();
 }
 
 __attribute__((constructor)) static void fake_init(void)
 {
-	pthread_atfork(prefork, postfork, postfork);
+	pthread_atfork(prefork, postfork, postfork_child);
 }
 
 struct alloc {
@@ -435,10 +451,12 @@ FAKE CUresult cuCtxGetDevice(CUdevice *d)
 	return CUDA_SUCCESS;
 }
 
+static CUresult drain(void);
+
 FAKE CUresult cuCtxSynchronize(void)
 {
 	CALLED();
-	return current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+	return current ? drain() : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 /* ---- memory ---- */
@@ -729,6 +747,265 @@ FAKE CUresult cuGetExportTable(const void **pp, const CUuuid *id)
 	return CUDA_SUCCESS;
 }
 
+/* ---- the GPU: launches run in order on a worker thread ----
+ *
+ * A kernel "runs" for gridDimX microseconds (a graph for its handle's
+ * value in microseconds), holding an exclusive lock on FAKE_CUDA_GPU if
+ * set: the one GPU the test's processes share, which runs one kernel at a
+ * time. Events complete when the worker has passed them. */
+
+#define QCAP 1024
+static pthread_mutex_t qmu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t qcv = PTHREAD_COND_INITIALIZER;
+static uint64_t queue[QCAP]; /* durations in ns; enq, deq: entries queued and completed, ever */
+static uint64_t stamp[QCAP]; /* stamp[n % QCAP]: when deq reached n */
+static int gpu_fd = -1;
+static uint64_t gpu_ns, kernels;
+static __thread int capture_mode;
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *worker(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&qmu);
+	for (;;) {
+		while (deq == enq)
+			pthread_cond_wait(&qcv, &qmu);
+		uint64_t d = queue[deq % QCAP];
+		pthread_mutex_unlock(&qmu);
+		if (d > 0) {
+			if (gpu_fd >= 0)
+				while (flock(gpu_fd, LOCK_EX) != 0)
+					;
+			uint64_t t0 = mono_ns(), t;
+			while ((t = mono_ns()) < t0 + d) {
+				uint64_t left = t0 + d - t;
+				struct timespec ts = {0, (long)left};
+				nanosleep(&ts, NULL);
+			}
+			if (gpu_fd >= 0)
+				flock(gpu_fd, LOCK_UN);
+			pthread_mutex_lock(&qmu);
+			gpu_ns += t - t0;
+			kernels++;
+		} else {
+			pthread_mutex_lock(&qmu);
+		}
+		deq++;
+		stamp[deq % QCAP] = mono_ns();
+		pthread_cond_broadcast(&qcv);
+	}
+	return NULL;
+}
+
+static void start_worker_locked(void)
+{
+	if (worker_started)
+		return;
+	worker_started = 1;
+	const char *g = getenv("FAKE_CUDA_GPU");
+	if (g)
+		gpu_fd = open(g, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+	pthread_t th;
+	pthread_create(&th, NULL, worker, NULL);
+	pthread_detach(th);
+}
+
+static CUresult enqueue(uint64_t us)
+{
+	if (!inited)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (current == NULL)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&qmu);
+	start_worker_locked();
+	while (enq - deq >= QCAP)
+		pthread_cond_wait(&qcv, &qmu);
+	queue[enq % QCAP] = us * 1000;
+	enq++;
+	pthread_cond_broadcast(&qcv);
+	pthread_mutex_unlock(&qmu);
+	return CUDA_SUCCESS;
+}
+
+static CUresult drain(void)
+{
+	pthread_mutex_lock(&qmu);
+	while (deq != enq)
+		pthread_cond_wait(&qcv, &qmu);
+	pthread_mutex_unlock(&qmu);
+	return CUDA_SUCCESS;
+}
+
+FAKE uint64_t fake_gpu_ns(void)
+{
+	pthread_mutex_lock(&qmu);
+	uint64_t v = gpu_ns;
+	pthread_mutex_unlock(&qmu);
+	return v;
+}
+
+FAKE CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+			     unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params,
+			     void **extra)
+{
+	CALLED();
+	(void)f, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)s, (void)params, (void)extra;
+	return enqueue(gx);
+}
+
+FAKE CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+				  unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params,
+				  void **extra)
+{
+	CALLED();
+	(void)f, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)s, (void)params, (void)extra;
+	return enqueue(gx);
+}
+
+FAKE CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+	CALLED();
+	(void)f, (void)params, (void)extra;
+	return c ? enqueue(c->gridDimX) : CUDA_ERROR_INVALID_VALUE;
+}
+
+FAKE CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+					unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem, CUstream s,
+					void **params)
+{
+	CALLED();
+	(void)f, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)s, (void)params;
+	return enqueue(gx);
+}
+
+FAKE CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
+{
+	CALLED();
+	(void)s;
+	return enqueue((uint64_t)(uintptr_t)g);
+}
+
+FAKE CUresult cuLaunchGridAsync(CUfunction f, int w, int h, CUstream s)
+{
+	CALLED();
+	(void)f, (void)h, (void)s;
+	return enqueue((uint64_t)w);
+}
+
+struct fake_event {
+	uint64_t seq;   /* complete once deq reaches it */
+	uint64_t stamp; /* when it completed, if it was at once */
+};
+
+FAKE CUresult cuEventCreate(CUevent *e, unsigned int flags)
+{
+	CALLED();
+	(void)flags;
+	if (current == NULL)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	struct fake_event *ev = calloc(1, sizeof *ev);
+	*e = (CUevent)ev;
+	return ev ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+FAKE CUresult cuEventDestroy_v2(CUevent e)
+{
+	CALLED();
+	free(e);
+	return CUDA_SUCCESS;
+}
+
+FAKE CUresult cuEventRecord(CUevent e, CUstream s)
+{
+	CALLED();
+	(void)s;
+	if (e == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct fake_event *ev = (struct fake_event *)e;
+	pthread_mutex_lock(&qmu);
+	ev->seq = enq;
+	ev->stamp = enq == deq ? mono_ns() : 0;
+	pthread_mutex_unlock(&qmu);
+	return CUDA_SUCCESS;
+}
+
+FAKE CUresult cuEventRecord_ptsz(CUevent e, CUstream s)
+{
+	return cuEventRecord(e, s);
+}
+
+FAKE CUresult cuEventQuery(CUevent e)
+{
+	CALLED();
+	if (e == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&qmu);
+	int done = deq >= ((struct fake_event *)e)->seq;
+	pthread_mutex_unlock(&qmu);
+	return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+/* event_stamp: when the fake GPU passed an event, 0 if it has not (or too
+ * long ago). With qmu held. */
+static uint64_t event_stamp(const struct fake_event *ev)
+{
+	if (ev->stamp)
+		return ev->stamp;
+	if (deq < ev->seq || deq - ev->seq >= QCAP)
+		return 0;
+	return stamp[ev->seq % QCAP];
+}
+
+FAKE CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
+{
+	CALLED();
+	if (a == NULL || b == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&qmu);
+	uint64_t ta = event_stamp((struct fake_event *)a), tb = event_stamp((struct fake_event *)b);
+	pthread_mutex_unlock(&qmu);
+	if (ta == 0 || tb == 0)
+		return CUDA_ERROR_NOT_READY;
+	*ms = (float)((double)((int64_t)(tb - ta)) / 1e6);
+	return CUDA_SUCCESS;
+}
+
+FAKE CUresult cuStreamSynchronize(CUstream s)
+{
+	CALLED();
+	(void)s;
+	return drain();
+}
+
+FAKE CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st)
+{
+	CALLED();
+	(void)s;
+	*st = CU_STREAM_CAPTURE_STATUS_NONE;
+	return CUDA_SUCCESS;
+}
+
+FAKE CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *st)
+{
+	return cuStreamIsCapturing(s, st);
+}
+
+FAKE CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+	CALLED();
+	int old = capture_mode;
+	capture_mode = (int)*mode;
+	*mode = (CUstreamCaptureMode)old;
+	return CUDA_SUCCESS;
+}
+
 /* ---- cuGetProcAddress ---- */
 
 #define FN(name) {#name, (void *)name}
@@ -748,7 +1025,11 @@ static const struct {
 	FN(cuArrayCreate), FN(cuArrayCreate_v2), FN(cuArray3DCreate), FN(cuArray3DCreate_v2), FN(cuArrayDestroy),
 	FN(cuMipmappedArrayCreate), FN(cuMipmappedArrayDestroy), FN(cuMemHostAlloc), FN(cuMemFreeHost),
 	FN(cuOccupancyMaxPotentialBlockSizeWithFlags), FN(cuTexRefSetMipmapLevelBias), FN(cuGetExportTable),
-	FN(cuGetProcAddress), FN(cuGetProcAddress_v2),
+	FN(cuGetProcAddress), FN(cuGetProcAddress_v2), FN(cuLaunchKernel), FN(cuLaunchKernel_ptsz),
+	FN(cuLaunchKernelEx), FN(cuLaunchCooperativeKernel), FN(cuGraphLaunch), FN(cuLaunchGridAsync),
+	FN(cuEventCreate), FN(cuEventDestroy_v2), FN(cuEventRecord), FN(cuEventRecord_ptsz), FN(cuEventQuery), FN(cuEventElapsedTime),
+	FN(cuStreamSynchronize), FN(cuStreamIsCapturing), FN(cuStreamIsCapturing_ptsz),
+	FN(cuThreadExchangeStreamCaptureMode),
 };
 
 /* The newest version of a base name not newer than the caller's CUDA

@@ -27,7 +27,7 @@ static void *worker(void *arg)
 			held[k] = 0;
 			continue;
 		}
-		size_t n = 1 + rand_r(&seed) % (L / 16);
+		size_t n = 1 + rand_r(&seed) % (L / 6);
 		CUresult r = cuMemAlloc_v2(&held[k], n);
 		if (r == CUDA_ERROR_OUT_OF_MEMORY) {
 			__atomic_add_fetch(&refused, 1, __ATOMIC_RELAXED);
