@@ -59,6 +59,7 @@ func TestEditsLimitedReplica(t *testing.T) {
 	wantEnv := map[string]string{
 		"NVIDIA_VISIBLE_DEVICES": g2, "GPUMUX_SHARES": id,
 		"LD_LIBRARY_PATH": timeslice.LibMount, "GPUMUX_LIMITER_LIMITS": timeslice.LimitsMount, "GPUMUX_LIMITER_STATE": timeslice.StateMount,
+		"GPUMUX_LIMITER_NODE": timeslice.NodeMount,
 	}
 	if fmt.Sprint(e.Env) != fmt.Sprint(wantEnv) {
 		t.Errorf("env\n got %v\nwant %v", e.Env, wantEnv)
@@ -67,6 +68,7 @@ func TestEditsLimitedReplica(t *testing.T) {
 		{HostPath: cfg.LimiterDir, ContainerPath: "/run/gpumux/limiter/lib", ReadOnly: true},
 		{HostPath: filepath.Join(dir, "state"), ContainerPath: "/run/gpumux/limiter/state"},
 		{HostPath: filepath.Join(dir, "limits"), ContainerPath: "/run/gpumux/limiter/limits", ReadOnly: true},
+		{HostPath: filepath.Join(cfg.StateDir, "timeslice", g2, "node"), ContainerPath: "/run/gpumux/limiter/node"},
 	}
 	if !slices.Equal(e.Mounts, wantMounts) {
 		t.Errorf("mounts\n got %+v\nwant %+v", e.Mounts, wantMounts)
@@ -80,7 +82,7 @@ func TestEditsLimitedReplica(t *testing.T) {
 	}
 	// The CDI form: the limiter and the limits read-only, the accounting not.
 	ce := node.CDIEdits(e)
-	for i, want := range []string{"rbind,nosuid,nodev,ro", "rbind,nosuid,nodev", "rbind,nosuid,nodev,ro"} {
+	for i, want := range []string{"rbind,nosuid,nodev,ro", "rbind,nosuid,nodev", "rbind,nosuid,nodev,ro", "rbind,nosuid,nodev"} {
 		if got := strings.Join(ce.Mounts[i].Options, ","); got != want {
 			t.Errorf("CDI mount %s: options %s, want %s", ce.Mounts[i].ContainerPath, got, want)
 		}
@@ -91,7 +93,7 @@ func TestEditsLimitedReplica(t *testing.T) {
 	migID := big.UUID + "/timeslice/0"
 	if e, err := edits(migID); err != nil {
 		t.Error(err)
-	} else if e.Env["CUDA_VISIBLE_DEVICES"] != big.UUID || e.Env["LD_LIBRARY_PATH"] != timeslice.LibMount || len(e.Mounts) != 3 ||
+	} else if e.Env["CUDA_VISIBLE_DEVICES"] != big.UUID || e.Env["LD_LIBRARY_PATH"] != timeslice.LibMount || len(e.Mounts) != 4 ||
 		e.Mounts[2].HostPath != filepath.Join(cfg.StateDir, "timeslice", big.UUID, "0", "limits") || len(e.DeviceNodes) != 6 {
 		t.Errorf("MIG replica %s: %+v", migID, e)
 	}

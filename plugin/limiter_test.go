@@ -44,6 +44,7 @@ func TestReserveLimitedReplica(t *testing.T) {
 		{TaskPath: "/run/gpumux/limiter/lib", HostPath: limiter, ReadOnly: true},
 		{TaskPath: "/run/gpumux/limiter/state", HostPath: filepath.Join(dir, "state"), ReadOnly: false},
 		{TaskPath: "/run/gpumux/limiter/limits", HostPath: filepath.Join(dir, "limits"), ReadOnly: true},
+		{TaskPath: "/run/gpumux/limiter/node", HostPath: filepath.Join(stateDir, "timeslice", uuid, "node"), ReadOnly: false},
 	}
 	var got []device.Mount
 	for _, m := range r.Mounts {

@@ -92,6 +92,7 @@ gpu {
 				"/run/gpumux/limiter/lib":    limiter + " ro",
 				"/run/gpumux/limiter/state":  filepath.Join(dir, "state") + " rw",
 				"/run/gpumux/limiter/limits": filepath.Join(dir, "limits") + " ro",
+				"/run/gpumux/limiter/node":   filepath.Join(filepath.Dir(dir), "node") + " rw",
 			}
 			got := map[string]string{}
 			for _, m := range spec.Mounts {

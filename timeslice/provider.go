@@ -27,8 +27,10 @@ const (
 	LibMount    = "/run/gpumux/limiter/lib"    // the limiter's libcuda.so.1 and libnvidia-ml.so.1, read-only
 	LimitsMount = "/run/gpumux/limiter/limits" // the replica's limits, written by gpumux, read-only
 	StateMount  = "/run/gpumux/limiter/state"  // the replica's accounting, shared by its processes
+	NodeMount   = "/run/gpumux/limiter/node"   // the device's registry of busy replicas, shared by all its replicas
 	EnvLimits   = "GPUMUX_LIMITER_LIMITS"
 	EnvState    = "GPUMUX_LIMITER_STATE"
+	EnvNode     = "GPUMUX_LIMITER_NODE"
 	// Lib is the limiter's driver library, in a node's limiter_dir.
 	Lib = "libcuda.so.1"
 )
@@ -126,8 +128,9 @@ func (p Provider) Offers(_ context.Context, node *gpu.Node, as []share.Assignmen
 }
 
 // Edits gives a limited replica's container the limiter: its libraries
-// first on LD_LIBRARY_PATH, the replica's limits (read-only) and its
-// accounting directory. The limiter holds one replica per process, so a
+// first on LD_LIBRARY_PATH, the replica's limits (read-only), its
+// accounting directory, and its device's registry, where the replicas of
+// one GPU (or MIG instance) lay out their windows of GPU time. The limiter holds one replica per process, so a
 // task gets at most one limited replica and nothing else.
 func (p Provider) Edits(mine, all []share.Share, e *share.Edits) error {
 	var limited []share.Share
@@ -153,10 +156,12 @@ func (p Provider) Edits(mine, all []share.Share, e *share.Edits) error {
 	e.Env[share.EnvLibraryPath] = LibMount
 	e.Env[EnvLimits] = LimitsMount
 	e.Env[EnvState] = StateMount
+	e.Env[EnvNode] = NodeMount
 	e.Mounts = append(e.Mounts,
 		share.Mount{HostPath: p.limiterDir, ContainerPath: LibMount, ReadOnly: true},
 		share.Mount{HostPath: filepath.Join(dir, "state"), ContainerPath: StateMount},
 		share.Mount{HostPath: filepath.Join(dir, "limits"), ContainerPath: LimitsMount, ReadOnly: true},
+		share.Mount{HostPath: p.NodeDir(s), ContainerPath: NodeMount},
 	)
 	return nil
 }
@@ -192,17 +197,24 @@ func (p Provider) Dir(s share.Share) string {
 	return filepath.Join(p.stateDir, "timeslice", s.Parent(), strconv.Itoa(s.Replica))
 }
 
+// NodeDir is where the replicas of a share's device register while they
+// launch work: <state_dir>/timeslice/<device UUID>/node.
+func (p Provider) NodeDir(s share.Share) string {
+	return filepath.Join(p.stateDir, "timeslice", s.Parent(), "node")
+}
+
 // writeLimits writes a replica's limits file (atomically, the same bytes
 // for the same replica) and makes its accounting directory, writable by
 // the container's user, whoever that is (sticky, as /tmp).
 func (p Provider) writeLimits(s share.Share) (string, error) {
 	dir := p.Dir(s)
-	state := filepath.Join(dir, "state")
-	if err := os.MkdirAll(state, 0o755); err != nil {
-		return "", err
-	}
-	if err := os.Chmod(state, os.ModeSticky|0o777); err != nil {
-		return "", err
+	for _, shared := range []string{filepath.Join(dir, "state"), p.NodeDir(s)} {
+		if err := os.MkdirAll(shared, 0o755); err != nil {
+			return "", err
+		}
+		if err := os.Chmod(shared, os.ModeSticky|0o777); err != nil {
+			return "", err
+		}
 	}
 	limits := fmt.Sprintf("version=1\nshare=%s\nmemory_bytes=%d\ncompute_percent=%d\npolicy=%s\n", s.ID, s.MemoryMiB<<20, s.TimePercent, s.Limit)
 	path := filepath.Join(dir, "limits")

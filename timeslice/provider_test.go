@@ -278,6 +278,7 @@ func TestEdits(t *testing.T) {
 		share.EnvLibraryPath:    "/run/gpumux/limiter/lib",
 		"GPUMUX_LIMITER_LIMITS": "/run/gpumux/limiter/limits",
 		"GPUMUX_LIMITER_STATE":  "/run/gpumux/limiter/state",
+		"GPUMUX_LIMITER_NODE":   "/run/gpumux/limiter/node",
 	}
 	if fmt.Sprint(e.Env) != fmt.Sprint(wantEnv) {
 		t.Errorf("env\n got %v\nwant %v", e.Env, wantEnv)
@@ -286,7 +287,12 @@ func TestEdits(t *testing.T) {
 		{HostPath: limiter, ContainerPath: "/run/gpumux/limiter/lib", ReadOnly: true},
 		{HostPath: filepath.Join(dir, "state"), ContainerPath: "/run/gpumux/limiter/state", ReadOnly: false},
 		{HostPath: filepath.Join(dir, "limits"), ContainerPath: "/run/gpumux/limiter/limits", ReadOnly: true},
+		{HostPath: filepath.Join(stateDir, "timeslice", "GPU-h0", "node"), ContainerPath: "/run/gpumux/limiter/node", ReadOnly: false},
 	}
+	if p.NodeDir(s) != filepath.Join(stateDir, "timeslice", "GPU-h0", "node") {
+		t.Errorf("NodeDir %s", p.NodeDir(s))
+	}
+	checkStateDir(t, p.NodeDir(s))
 	if fmt.Sprint(e.Mounts) != fmt.Sprint(wantMounts) {
 		t.Errorf("mounts\n got %+v\nwant %+v", e.Mounts, wantMounts)
 	}
@@ -337,7 +343,8 @@ func TestEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	migDir := filepath.Join(stateDir, "timeslice", "MIG-big", "1")
-	if len(e.Mounts) != 3 || e.Mounts[2].HostPath != filepath.Join(migDir, "limits") || e.Mounts[1].HostPath != filepath.Join(migDir, "state") {
+	if len(e.Mounts) != 4 || e.Mounts[2].HostPath != filepath.Join(migDir, "limits") || e.Mounts[1].HostPath != filepath.Join(migDir, "state") ||
+		e.Mounts[3].HostPath != filepath.Join(stateDir, "timeslice", "MIG-big", "node") {
 		t.Errorf("MIG replica mounts %+v, want them under %s", e.Mounts, migDir)
 	}
 	checkLimits(t, migDir, fmt.Sprintf("version=1\nshare=MIG-big/timeslice/1\nmemory_bytes=%d\ncompute_percent=50\npolicy=cap\n", uint64(71424/2)<<20))

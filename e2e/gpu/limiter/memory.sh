@@ -21,10 +21,12 @@ mkdir -p "$work/state"
 printf 'version=1\nshare=GPU-test/timeslice/0\nmemory_bytes=%d\ncompute_percent=50\npolicy=cap\n' $((limit_gib << 30)) >"$work/limits"
 fail() { echo "FAIL: $*"; exit 1; }
 # limited CMD...: runs CMD as a process of the share.
-limited() {
-	LD_LIBRARY_PATH="$LIMITER${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" GPUMUX_LIMITER_LIMITS="$work/limits" \
+# A subshell that execs: a backgrounded "limited CMD &" leaves $! the
+# command's own pid, which kill -9 then reaches.
+limited() (
+	exec env LD_LIBRARY_PATH="$LIMITER${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" GPUMUX_LIMITER_LIMITS="$work/limits" \
 		GPUMUX_LIMITER_STATE="$work/state" GPUMUX_LIMITER_CUDA="$real_cuda" GPUMUX_LIMITER_NVML="$real_nvml" "$@"
-}
+)
 py() { python3 "$here/memory.py" "$@"; }
 
 echo "== without the limiter"; py report
