@@ -13,20 +13,27 @@ mount_rootfs() {
 # (default "sm"), then lists /dev/nvidia* and the NVIDIA_, CUDA_ and
 # GPUMUX_ variables it was given.
 bundle() {
+	bundle_sh "$1" "$2" "$PROBE ${3:-sm}; ls /dev | grep -E '^nvidia' | tr '\n' ' '; echo; env | grep -E '^(NVIDIA|CUDA|GPUMUX)_' | sort"
+}
+
+# bundle_sh NAME ANNOTATIONS-JSON COMMAND: a bundle that runs COMMAND with
+# /bin/sh -c.
+bundle_sh() {
 	mkdir -p "$work/$1" && (cd "$work/$1" && "$RUNC" spec)
-	python3 - "$work/$1/config.json" "$PROBE" "$2" "$work/rootfs" "${3:-sm}" <<'PY'
+	python3 - "$work/$1/config.json" "$2" "$work/rootfs" "$3" <<'PY'
 import json, sys
-path, probe, ann, rootfs, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], sys.argv[5]
+path, ann, rootfs, cmd = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
 spec = json.load(open(path))
 spec["root"] = {"path": rootfs, "readonly": True}
 spec["process"]["terminal"] = False
-spec["process"]["args"] = ["/bin/sh", "-c", probe + " " + args + "; ls /dev | grep -E '^nvidia' | tr '\\n' ' '; echo; env | grep -E '^(NVIDIA|CUDA|GPUMUX)_' | sort"]
+spec["process"]["args"] = ["/bin/sh", "-c", cmd]
 spec["annotations"] = ann
 json.dump(spec, open(path, "w"))
 PY
 }
 
-# run NAME RUNTIME: create (through RUNTIME), start, wait, delete; prints
+# run NAME RUNTIME: create (through RUNTIME), start, wait (2 minutes at
+# most), delete; prints
 # what the container printed. Returns 1 when create fails (its error is
 # printed).
 run() {
@@ -34,7 +41,7 @@ run() {
 		echo "== $1: create failed:"; cat "$work/$1.out"; return 1
 	fi
 	"$RUNC" --root "$work/runc" start "$1"
-	for _ in $(seq 100); do
+	for _ in $(seq 1200); do # up to 2 minutes: PyTorch's import and CUDA's start take seconds
 		[[ $("$RUNC" --root "$work/runc" state "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"])') == stopped ]] && break
 		sleep 0.1
 	done

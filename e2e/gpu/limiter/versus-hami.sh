@@ -33,11 +33,13 @@ if [[ -z $hami_lib ]]; then
 fi
 echo "HAMi-core: ${hami_lib:-not built}"
 
-# ours N PCT MEM_BYTES CMD...: CMD as replica N of gpumux's limiter (cap).
+# ours N PCT MEM_BYTES CMD...: CMD as replica N of gpumux's limiter, with
+# policy $POLICY (default cap); ours_share is the same with policy share.
+ours_share() { POLICY=share ours "$@"; }
 ours() {
 	local n=$1 pct=$2 mem=$3; shift 3
 	mkdir -p "$work/o$n/state" "$work/onode"
-	printf 'version=1\nshare=GPU-vs/timeslice/%d\nmemory_bytes=%d\ncompute_percent=%d\npolicy=cap\n' "$n" "$mem" "$pct" >"$work/o$n/limits"
+	printf 'version=1\nshare=GPU-vs/timeslice/%d\nmemory_bytes=%d\ncompute_percent=%d\npolicy=%s\n' "$n" "$mem" "$pct" "${POLICY:-cap}" >"$work/o$n/limits"
 	LD_LIBRARY_PATH="$LIMITER" GPUMUX_LIMITER_LIMITS="$work/o$n/limits" GPUMUX_LIMITER_STATE="$work/o$n/state" \
 		GPUMUX_LIMITER_NODE="$work/onode" GPUMUX_LIMITER_CUDA="$real_cuda" GPUMUX_LIMITER_NVML="$real_nvml" "$@"
 }
@@ -63,7 +65,7 @@ run_pair() { # run_pair LIMITER A B
 	wait
 	row[$l,$a/$b]="$(pct "$(frac "$(cat "$work/pa")")") / $(pct "$(frac "$(cat "$work/pb")")")"
 }
-limiters=(ours)
+limiters=(ours ours_share)
 [[ -n $hami_lib ]] && limiters+=(hami)
 for l in "${limiters[@]}"; do
 	for split in "50 50" "25 75" "10 90"; do
@@ -95,12 +97,12 @@ for l in "${limiters[@]}"; do
 	row[$l,torch]="$mt ($(python3 -c "print(f'{100*($mt/$plain_torch-1):+.1f}%')"))"
 done
 
-printf '\n%-34s %-22s %-22s\n' "" "gpumux limiter" "HAMi-core"
-printf '%-34s %-22s %-22s\n' "mem_get_info total, 8 GiB limit" "${row[ours,memtotal]:-}" "${row[hami,memtotal]:-}"
-printf '%-34s %-22s %-22s\n' "1 GiB tensors before OOM (of 8)" "${row[ours,filled]:-}" "${row[hami,filled]:-}"
+printf '\n%-34s %-22s %-22s %-22s\n' "" "gpumux limiter, cap" "gpumux limiter, share" "HAMi-core"
+printf '%-34s %-22s %-22s %-22s\n' "mem_get_info total, 8 GiB limit" "${row[ours,memtotal]:-}" "${row[ours_share,memtotal]:-}" "${row[hami,memtotal]:-}"
+printf '%-34s %-22s %-22s %-22s\n' "1 GiB tensors before OOM (of 8)" "${row[ours,filled]:-}" "${row[ours_share,filled]:-}" "${row[hami,filled]:-}"
 for split in 50/50 25/75 10/90; do
-	printf '%-34s %-22s %-22s\n' "GPU time % at $split" "${row[ours,$split]:-}" "${row[hami,$split]:-}"
+	printf '%-34s %-22s %-22s %-22s\n' "GPU time % at $split" "${row[ours,$split]:-}" "${row[ours_share,$split]:-}" "${row[hami,$split]:-}"
 done
-printf '%-34s %-22s %-22s\n' "GPU time % alone at 25" "${row[ours,alone]:-}" "${row[hami,alone]:-}"
-printf '%-34s %-22s %-22s\n' "µs per launch, median of 5 (plain $plain_launch)" "${row[ours,launch]:-}" "${row[hami,launch]:-}"
-printf '%-34s %-22s %-22s\n' "µs per PyTorch op (plain $plain_torch)" "${row[ours,torch]:-}" "${row[hami,torch]:-}"
+printf '%-34s %-22s %-22s %-22s\n' "GPU time % alone at 25" "${row[ours,alone]:-}" "${row[ours_share,alone]:-}" "${row[hami,alone]:-}"
+printf '%-34s %-22s %-22s %-22s\n' "µs per launch, median of 5 (plain $plain_launch)" "${row[ours,launch]:-}" "${row[ours_share,launch]:-}" "${row[hami,launch]:-}"
+printf '%-34s %-22s %-22s %-22s\n' "µs per PyTorch op (plain $plain_torch)" "${row[ours,torch]:-}" "${row[ours_share,torch]:-}" "${row[hami,torch]:-}"

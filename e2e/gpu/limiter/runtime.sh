@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Proves on a GPU machine that a container gpumux-runtime starts on a
+# time-slice replica gets the limiter and is held by it: two runc
+# containers (the host's / read-only as their root) ask by annotation for
+# memory and compute on a GPU split as replica_sizes = ["50%", "25%", "25%"];
+# inside, PyTorch sees its replica's memory and no more, and the two get
+# their parts of the GPU's time while both are busy. Changes no card
+# setting. Usage, from the repository root, as root:
+#
+#   RUNTIME=bin/gpumux-runtime RUNC=runc LIMITER=bin/limiter bash e2e/gpu/limiter/runtime.sh
+set -euo pipefail
+RUNTIME=$(realpath "${RUNTIME:?}") RUNC=$(command -v "${RUNC:-runc}") LIMITER=$(realpath "${LIMITER:?}")
+here=$(dirname "$(realpath "$0")")
+python=$(command -v python3)
+work=$(mktemp -d /tmp/gmxlr.XXXX)
+cleanup() {
+	for c in big small big-spin small-spin; do "$RUNC" --root "$work/runc" delete -f $c >/dev/null 2>&1 || true; done
+	umount -R -l "$work/rootfs" 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+source "$(dirname "$here")/runc-lib.sh"
+mount_rootfs
+fail() { echo "FAIL: $*"; exit 1; }
+nvcc -O2 -o "$work/spin" "$here/../../../timeslice/limiter/tests/gpu/spin.cu"
+cat >"$work/node.hcl" <<HCL
+state_dir   = "$work/state"
+limiter_dir = "$LIMITER"
+gpu {
+  match         = "0"
+  mechanism     = "timeslice"
+  replica_sizes = ["50%", "25%", "25%"]
+}
+HCL
+export GPUMUX_CONFIG="$work/node.hcl" GPUMUX_RUNC="$RUNC"
+total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)   # MiB, as NVML reports it to gpumux
+half_mib=$(( total * 50 / 100 )) quarter_mib=$(( total * 25 / 100 ))
+echo "GPU 0: $total MiB; replicas of $half_mib and $quarter_mib MiB"
+
+# Memory: each container sees its replica and gets no more.
+bundle_sh big '{"gpumux.io/mechanism": "timeslice", "gpumux.io/memory": "40Gi"}' "env | grep -E '^(GPUMUX_SHARES|LD_LIBRARY_PATH)='; $python $here/memory.py report; $python $here/memory.py fill 100"
+bundle_sh small '{"gpumux.io/mechanism": "timeslice", "gpumux.io/compute": "20"}' "env | grep -E '^(GPUMUX_SHARES|LD_LIBRARY_PATH)='; $python $here/memory.py report; $python $here/memory.py fill 100"
+run big "$RUNTIME" | tee "$work/big.txt"
+run small "$RUNTIME" | tee "$work/small.txt"
+for c in big small; do
+	want=$half_mib; [[ $c == small ]] && want=$quarter_mib
+	got=$(grep -o 'total=[0-9]*' "$work/$c.txt" | cut -d= -f2)
+	[[ $got == $((want << 20)) ]] || fail "$c: mem_get_info total $got, want $((want << 20))"
+	filled=$(awk '/^FILLED/ {print $2}' "$work/$c.txt")
+	[[ $filled -le $((want / 1024)) ]] && grep -q '^OOM' "$work/$c.txt" || fail "$c: filled $filled GiB of $((want / 1024))"
+	echo "$c: sees $got bytes, got $filled 1 GiB tensors, then out of memory"
+done
+
+# Time: both busy at once, each gets its part.
+alone=$("$work/spin" run 4 200 | awk '{print $6}')
+at=$(python3 -c 'import time; print(time.time() + 3)')
+bundle_sh big-spin '{"gpumux.io/mechanism": "timeslice", "gpumux.io/memory": "40Gi"}' "START_AT=$at $work/spin run 4 200"
+bundle_sh small-spin '{"gpumux.io/mechanism": "timeslice", "gpumux.io/compute": "20"}' "START_AT=$at $work/spin run 4 200"
+run big-spin "$RUNTIME" >"$work/bs.txt" & run small-spin "$RUNTIME" >"$work/ss.txt"
+wait
+b=$(awk '/GPU_FRAC/ {print $6}' "$work/bs.txt") s=$(awk '/GPU_FRAC/ {print $6}' "$work/ss.txt")
+bp=$(python3 -c "print(f'{100*$b/$alone:.1f}')") sp=$(python3 -c "print(f'{100*$s/$alone:.1f}')")
+echo "GPU time while both are busy (of what one process gets alone, $alone): 50% replica $bp, 25% replica $sp"
+python3 -c "import sys; sys.exit(not (abs($bp-50) <= 5 and abs($sp-25) <= 5))" || fail "outside ±5 points"
+echo PASS
