@@ -158,6 +158,18 @@ func TestRuntimeInjectsShares(t *testing.T) {
 			if gpus != 1 || (caps == 2) != tc.caps {
 				t.Errorf("container sees %d GPU nodes and %d caps nodes; want 1 and caps=%v", gpus, caps, tc.caps)
 			}
+			// A time-slice replica gets the limiter (limit = "cap", the
+			// default): its library, its limits and accounting, its GPU's
+			// registry.
+			limited := strings.Contains(id, "/timeslice/")
+			for _, m := range []string{"/run/gpumux/limiter/lib", "/run/gpumux/limiter/limits", "/run/gpumux/limiter/state", "/run/gpumux/limiter/node"} {
+				if p.HasMount(m) != limited {
+					t.Errorf("mount %s: %v, want %v (share %s)", m, p.HasMount(m), limited, id)
+				}
+			}
+			if got := p.Env["GPUMUX_LIMITER_LIMITS"]; (got == "/run/gpumux/limiter/limits") != limited {
+				t.Errorf("GPUMUX_LIMITER_LIMITS=%q for share %s", got, id)
+			}
 			if _, ok := p.Env["CUDA_MPS_PIPE_DIRECTORY"]; ok != tc.mps || (tc.mps && !p.HasMount("/run/gpumux/mps")) {
 				t.Errorf("MPS settings %v (pipe dir mounted: %v), want them: %v", ok, p.HasMount("/run/gpumux/mps"), tc.mps)
 			}
