@@ -17,31 +17,21 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/gpumux/gpumux/internal/testbin"
 )
 
-// fakeBin is gpumux-fake-mps-control, built once by TestMain.
+// fakeBin is gpumux-fake-mps-control, built once by TestMain (testbin).
 var fakeBin string
 
 func TestMain(m *testing.M) {
-	os.Exit(func() int {
-		// A prebuilt stand-in, for machines without Go (make gpu-bin).
-		if fakeBin = os.Getenv("GPUMUX_FAKE_MPS_CONTROL"); fakeBin != "" {
-			return m.Run()
-		}
-		dir, err := os.MkdirTemp("", "gpumux-fake-mps-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		fakeBin = filepath.Join(dir, "gpumux-fake-mps-control")
-		build := exec.Command("go", "build", "-o", fakeBin, "github.com/gpumux/gpumux/cmd/gpumux-fake-mps-control")
-		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building the fake MPS control daemon: %v\n%s", err, out)
-			return 1
-		}
-		return m.Run()
-	}())
+	bin, err := testbin.BuildFakeMPS()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fakeBin = bin
+	os.Exit(testbin.Main(m))
 }
 
 // The UUIDs of the two test devices.

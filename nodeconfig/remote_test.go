@@ -7,11 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/hcl"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
-	"github.com/zclconf/go-cty/cty/msgpack"
-
+	"github.com/gpumux/gpumux/internal/nomadconf"
 	"github.com/gpumux/gpumux/nodeconfig"
 )
 
@@ -19,25 +15,9 @@ import (
 // plugin: HCL1, Nomad's own hclutils through the schema, msgpack, Decode.
 func nomadDecode(t *testing.T, src string) (*nodeconfig.Config, error) {
 	t.Helper()
-	root, err := hcl.ParseString(src)
+	b, err := nomadconf.Encode(src)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var raw map[string]any
-	if err := hcl.DecodeObject(&raw, root); err != nil {
-		t.Fatal(err)
-	}
-	spec, diags := hclspecutils.Convert(nodeconfig.Spec)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	val, diags, _ := hclutils.ParseHclInterface(raw, spec, nil)
-	if diags.HasErrors() {
-		return nil, diags
-	}
-	b, err := msgpack.Marshal(val, val.Type())
-	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	return nodeconfig.Decode(b)
 }

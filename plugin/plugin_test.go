@@ -12,18 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumux/gpumux/internal/nomadconf"
 	"github.com/gpumux/gpumux/nodeconfig"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
-	"github.com/hashicorp/hcl"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 	"github.com/hashicorp/nomad/plugins/shared/structs"
-	"github.com/zclconf/go-cty/cty/msgpack"
 
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/gpu/sim"
@@ -57,25 +55,7 @@ func dialPlugin(t *testing.T) device.DevicePlugin {
 // encodeConfig turns HCL1 plugin config into what a Nomad agent sends.
 func encodeConfig(t *testing.T, src string) []byte {
 	t.Helper()
-	root, err := hcl.ParseString(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw map[string]any
-	if err := hcl.DecodeObject(&raw, root); err != nil {
-		t.Fatal(err)
-	}
-	p := plugin.New(hclog.NewNullLogger())
-	schema, _ := p.ConfigSchema()
-	spec, diags := hclspecutils.Convert(schema)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	val, diags, _ := hclutils.ParseHclInterface(raw, spec, nil)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	b, err := msgpack.Marshal(val, val.Type())
+	b, err := nomadconf.Encode(src)
 	if err != nil {
 		t.Fatal(err)
 	}

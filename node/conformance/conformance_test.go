@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -21,13 +20,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/hcl"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/opencontainers/runtime-spec/specs-go"
-	"github.com/zclconf/go-cty/cty/msgpack"
 	"golang.org/x/sys/unix"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -35,6 +30,8 @@ import (
 	"github.com/gpumux/gpumux/exclusive"
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/gpu/sim"
+	"github.com/gpumux/gpumux/internal/nomadconf"
+	"github.com/gpumux/gpumux/internal/testbin"
 	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/mps"
 	"github.com/gpumux/gpumux/node"
@@ -216,29 +213,9 @@ func (c *nodeCase) config(t *testing.T) *nodeconfig.Config {
 
 // encodeConfig turns the HCL config into what a Nomad agent sends the
 // plugin: through the plugin's schema to msgpack.
-func encodeConfig(t *testing.T, p *plugin.Plugin, src string) []byte {
+func encodeConfig(t *testing.T, src string) []byte {
 	t.Helper()
-	root, err := hcl.ParseString(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw map[string]any
-	if err := hcl.DecodeObject(&raw, root); err != nil {
-		t.Fatal(err)
-	}
-	schema, err := p.ConfigSchema()
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, diags := hclspecutils.Convert(schema)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	val, diags, _ := hclutils.ParseHclInterface(raw, spec, nil)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	b, err := msgpack.Marshal(val, val.Type())
+	b, err := nomadconf.Encode(src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +231,7 @@ func (c *nodeCase) startPlugin(t *testing.T) {
 		logger = hclog.New(&hclog.LoggerOptions{Name: c.sim + "/" + c.m.name, Level: hclog.Info, Output: os.Stderr})
 	}
 	c.plugin = plugin.New(logger)
-	if err := c.plugin.SetConfig(&base.Config{PluginConfig: encodeConfig(t, c.plugin, c.cfgText)}); err != nil {
+	if err := c.plugin.SetConfig(&base.Config{PluginConfig: encodeConfig(t, c.cfgText)}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -1294,38 +1271,10 @@ func (c *nodeCase) testProviderLifecycles(t *testing.T) {
 // ---------------------------------------------------------------------------
 // Helpers.
 
-var (
-	fakeOnce sync.Once
-	fakePath string
-	fakeErr  error
-	fakeOut  []byte
-)
-
 // fakeMPS returns gpumux's stand-in MPS control daemon, built once.
-func fakeMPS(t *testing.T) string {
-	t.Helper()
-	fakeOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gpumux-conformance-")
-		if err != nil {
-			fakeErr = err
-			return
-		}
-		fakePath = filepath.Join(dir, "gpumux-fake-mps-control")
-		fakeOut, fakeErr = exec.Command("go", "build", "-o", fakePath, "github.com/gpumux/gpumux/cmd/gpumux-fake-mps-control").CombinedOutput()
-	})
-	if fakeErr != nil {
-		t.Fatalf("building the stand-in MPS control daemon: %v\n%s", fakeErr, fakeOut)
-	}
-	return fakePath
-}
+func fakeMPS(t *testing.T) string { return testbin.FakeMPS(t) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if fakePath != "" {
-		os.RemoveAll(filepath.Dir(fakePath))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }
 
 // writeExecutable writes a program. It holds syscall.ForkLock while the
 // file is open for writing, so that no child forked meanwhile by a parallel

@@ -129,7 +129,7 @@ func doBuild(root string) (*build, error) {
 		// acctfuzz links the accounting's sources: it tests hidden
 		// internals.
 		{filepath.Join(b.bin, "acctfuzz"), []string{"-fvisibility=hidden", filepath.Join(tests, "acctfuzz.c"),
-			filepath.Join(src, "lim_acct.c"), filepath.Join(src, "lim_conf.c"), "-ldl", "-lpthread"}},
+			filepath.Join(src, "lim_acct.c"), filepath.Join(src, "lim_conf.c"), filepath.Join(src, "lim_io.c"), "-ldl", "-lpthread"}},
 	}
 	for _, p := range programs {
 		args := []string{filepath.Join(tests, p+".c"), "-L", b.lim, "-l:libcuda.so.1"}

@@ -28,17 +28,8 @@ static CUresult missing_symbol(void)
 
 static void load(void)
 {
-	char why[LIM_PATH_MAX + 256];
-	void *h = lim_open_real("GPUMUX_LIMITER_CUDA", "libcuda.so.1", why, sizeof why);
-	if (h == NULL)
-		lim_log("cannot load the real libcuda.so.1: %s; CUDA calls fail", why);
-	for (unsigned i = 0; i < LIM_CU_COUNT; i++) {
-		void *p = h ? dlsym(h, lim_cu_names[i]) : NULL;
-		if (p == NULL)
-			p = h ? (void *)missing_symbol : (void *)missing_driver;
-		__atomic_store_n(&lim_cu_table[i], p, __ATOMIC_RELEASE);
-	}
-	loaded = h != NULL;
+	loaded = lim_load_table("GPUMUX_LIMITER_CUDA", "libcuda.so.1", "CUDA",
+				lim_cu_names, lim_cu_table, LIM_CU_COUNT, (void *)missing_driver, (void *)missing_symbol);
 }
 
 void *lim_cu_resolve(unsigned i)

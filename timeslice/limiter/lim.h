@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "../../remote/interposer/gm_abi.h"
 
@@ -154,6 +155,16 @@ LIM_HIDDEN int lim_env_path(char *buf, size_t size, const char *name, const char
  * memory_bytes is set. */
 LIM_HIDDEN int lim_memory_limited(void);
 
+/* ---- the shared files' fields (lim_io.c) ---- */
+
+/* Little-endian 64- and 32-bit fields, and a pwrite of all n bytes at off
+ * (0, or -1 on error). */
+LIM_HIDDEN void lim_put64(unsigned char *p, uint64_t v);
+LIM_HIDDEN uint64_t lim_get64(const unsigned char *p);
+LIM_HIDDEN void lim_put32(unsigned char *p, uint32_t v);
+LIM_HIDDEN uint32_t lim_get32(const unsigned char *p);
+LIM_HIDDEN int lim_pwrite_all(int fd, const void *buf, size_t n, off_t off);
+
 /* ---- loading the real library (lim_load.c) ---- */
 
 /* lim_open_real dlopens the real library: the absolute path in the
@@ -162,6 +173,14 @@ LIM_HIDDEN int lim_memory_limited(void);
  * directories, never the limiter's own file. NULL (logged once by the
  * caller with why) when none loads. */
 LIM_HIDDEN void *lim_open_real(const char *env, const char *soname, char *why, size_t whysize);
+
+/* lim_load_table opens the real library (lim_open_real) and fills table
+ * with its count functions named in names: missing_symbol for a name it
+ * lacks, missing_library for every slot when it does not load (logged
+ * once, saying that the API called what fails). It returns whether the
+ * library loaded. */
+LIM_HIDDEN int lim_load_table(const char *env, const char *soname, const char *what, const char *const *names,
+			      void **table, unsigned count, void *missing_library, void *missing_symbol);
 
 /* ---- the shared accounting (lim_acct.c) ---- */
 

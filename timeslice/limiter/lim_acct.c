@@ -72,30 +72,9 @@ uint64_t lim_acct_slot_check(uint32_t idx, uint64_t bytes, uint64_t tag)
 	return x | 1;
 }
 
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
 
-static uint64_t get64(const unsigned char *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
 
-static uint32_t get32(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
 
 static off_t slot_off(unsigned i)
 {
@@ -240,21 +219,6 @@ static void global_unlock(void)
 	fcntl(A.fd, F_SETLK, &l);
 }
 
-static int pwrite_all(const void *buf, size_t n, off_t off)
-{
-	const unsigned char *p = buf;
-	while (n > 0) {
-		ssize_t w = pwrite(A.fd, p, n, off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-		off += w;
-	}
-	return 0;
-}
 
 /* header_locked makes the header and the size right; with the lock held.
  * A wrong header is rewritten: slots are judged one by one anyway. */
@@ -264,10 +228,10 @@ static void header_locked(void)
 		return;
 	unsigned char want[LIM_ACCT_HDR] = {0};
 	memcpy(want, LIM_ACCT_MAGIC, 8);
-	put32(want + 8, LIM_ACCT_VERSION);
-	put32(want + 12, LIM_ACCT_SLOTS);
-	put32(want + 16, LIM_ACCT_SLOT);
-	put32(want + 20, LIM_ACCT_HDR);
+	lim_put32(want + 8, LIM_ACCT_VERSION);
+	lim_put32(want + 12, LIM_ACCT_SLOTS);
+	lim_put32(want + 16, LIM_ACCT_SLOT);
+	lim_put32(want + 20, LIM_ACCT_HDR);
 	unsigned char got[LIM_ACCT_HDR];
 	ssize_t n = pread(A.fd, got, sizeof got, 0);
 	struct stat st;
@@ -275,7 +239,7 @@ static void header_locked(void)
 	if (n == (ssize_t)sizeof got && memcmp(got, want, sizeof want) == 0 && !bad_size)
 		return;
 	int fresh = n == 0;
-	if (pwrite_all(want, sizeof want, 0) != 0 || ftruncate(A.fd, LIM_ACCT_SIZE) != 0) {
+	if (lim_pwrite_all(A.fd, want, sizeof want, 0) != 0 || ftruncate(A.fd, LIM_ACCT_SIZE) != 0) {
 		if (!A.logged_io) {
 			A.logged_io = 1;
 			lim_log("%s: cannot write: %s", A.path, strerror(errno));
@@ -301,12 +265,12 @@ static int write_mine_locked(void)
 	if (A.slot < 0 || A.ro)
 		return A.slot < 0 ? 0 : -1;
 	unsigned char s[LIM_ACCT_SLOT] = {0};
-	put64(s, A.mine);
-	put64(s + 8, A.tag);
-	put64(s + 16, lim_acct_slot_check((uint32_t)A.slot, A.mine, A.tag));
-	put32(s + 24, (uint32_t)getpid());
-	put64(s + 32, A.start);
-	return pwrite_all(s, sizeof s, slot_off((unsigned)A.slot));
+	lim_put64(s, A.mine);
+	lim_put64(s + 8, A.tag);
+	lim_put64(s + 16, lim_acct_slot_check((uint32_t)A.slot, A.mine, A.tag));
+	lim_put32(s + 24, (uint32_t)getpid());
+	lim_put64(s + 32, A.start);
+	return lim_pwrite_all(A.fd, s, sizeof s, slot_off((unsigned)A.slot));
 }
 
 static int claim_locked(void)
@@ -389,14 +353,14 @@ static uint64_t others_locked(void)
 		if ((int)i == A.slot)
 			continue;
 		const unsigned char *s = slots + (size_t)i * LIM_ACCT_SLOT;
-		if (!live[i] && A.reader && me != 0 && get32(s + 24) == me && get64(s + 32) == start)
+		if (!live[i] && A.reader && me != 0 && lim_get32(s + 24) == me && lim_get64(s + 32) == start)
 			live[i] = 1;
 		if (!live[i]) {
 			if (memcmp(s, zero, sizeof zero) != 0 && !A.ro)
-				pwrite_all(zero, sizeof zero, slot_off(i));
+				lim_pwrite_all(A.fd, zero, sizeof zero, slot_off(i));
 			continue;
 		}
-		uint64_t bytes = get64(s), tag = get64(s + 8), check = get64(s + 16);
+		uint64_t bytes = lim_get64(s), tag = lim_get64(s + 8), check = lim_get64(s + 16);
 		if (tag == 0 || check != lim_acct_slot_check(i, bytes, tag)) {
 			/* A reader may see a slot half rewritten: read it
 			 * again before taking it for damage. */
@@ -404,7 +368,7 @@ static uint64_t others_locked(void)
 			for (int k = 0; k < 3 && A.reader; k++) {
 				if (pread(A.fd, again, sizeof again, slot_off(i)) != (ssize_t)sizeof again)
 					break;
-				bytes = get64(again), tag = get64(again + 8), check = get64(again + 16);
+				bytes = lim_get64(again), tag = lim_get64(again + 8), check = lim_get64(again + 16);
 				if (tag != 0 && check == lim_acct_slot_check(i, bytes, tag))
 					break;
 			}

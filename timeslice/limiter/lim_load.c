@@ -93,3 +93,19 @@ void *lim_open_real(const char *env, const char *soname, char *why, size_t whysi
 	}
 	return NULL;
 }
+
+int lim_load_table(const char *env, const char *soname, const char *what, const char *const *names, void **table,
+		   unsigned count, void *missing_library, void *missing_symbol)
+{
+	char why[LIM_PATH_MAX + 256];
+	void *h = lim_open_real(env, soname, why, sizeof why);
+	if (h == NULL)
+		lim_log("cannot load the real %s: %s; %s calls fail", soname, why, what);
+	for (unsigned i = 0; i < count; i++) {
+		void *p = h ? dlsym(h, names[i]) : NULL;
+		if (p == NULL)
+			p = h ? missing_symbol : missing_library;
+		__atomic_store_n(&table[i], p, __ATOMIC_RELEASE);
+	}
+	return h != NULL;
+}

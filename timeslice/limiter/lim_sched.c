@@ -46,30 +46,9 @@ static struct {
 	char path[LIM_PATH_MAX];
 } S = {.fd = -1, .slot = -1};
 
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
 
-static uint64_t get64(const unsigned char *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
 
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
 
-static uint32_t get32(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 static off_t slot_off(unsigned i)
 {
@@ -90,21 +69,6 @@ static uint64_t check_of(unsigned idx, uint32_t pct, uint32_t policy, uint64_t t
 	return x | 1;
 }
 
-static int pwrite_all(const void *buf, size_t n, off_t off)
-{
-	const unsigned char *p = buf;
-	while (n > 0) {
-		ssize_t w = pwrite(S.fd, p, n, off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-		off += w;
-	}
-	return 0;
-}
 
 static int lock1(off_t off)
 {
@@ -149,13 +113,13 @@ int lim_sched_open(const char *dir, const char *share, unsigned pct, int policy,
 		;
 	unsigned char want[SC_HDR] = {0}, got[SC_HDR];
 	memcpy(want, SC_MAGIC, 8);
-	put32(want + 8, 1);
-	put32(want + 12, SC_SLOTS);
-	put32(want + 16, SC_SLOT);
-	put32(want + 20, SC_HDR);
+	lim_put32(want + 8, 1);
+	lim_put32(want + 12, SC_SLOTS);
+	lim_put32(want + 16, SC_SLOT);
+	lim_put32(want + 20, SC_HDR);
 	if (pread(fd, got, sizeof got, 0) != (ssize_t)sizeof got || memcmp(got, want, sizeof want) != 0 ||
 	    fstat(fd, &st) != 0 || st.st_size != (off_t)SC_SIZE) {
-		if (pwrite_all(want, sizeof want, 0) != 0 || ftruncate(fd, SC_SIZE) != 0) {
+		if (lim_pwrite_all(S.fd, want, sizeof want, 0) != 0 || ftruncate(fd, SC_SIZE) != 0) {
 			/* Still usable read-only; this process just will not
 			 * be seen. */
 		}
@@ -170,13 +134,13 @@ int lim_sched_open(const char *dir, const char *share, unsigned pct, int policy,
 			S.tag = lim_now_ns() ^ ((uint64_t)getpid() << 32);
 		S.tag |= 1;
 		unsigned char s[SC_SLOT] = {0};
-		put64(s, lim_now_ns());
-		put32(s + 8, pct);
-		put32(s + 12, (uint32_t)policy);
-		put64(s + 16, S.tag);
+		lim_put64(s, lim_now_ns());
+		lim_put32(s + 8, pct);
+		lim_put32(s + 12, (uint32_t)policy);
+		lim_put64(s + 16, S.tag);
 		memcpy(s + 32, S.share, SC_ID);
-		put64(s + 24, check_of(i, pct, (uint32_t)policy, S.tag, s + 32));
-		pwrite_all(s, sizeof s, slot_off(i));
+		lim_put64(s + 24, check_of(i, pct, (uint32_t)policy, S.tag, s + 32));
+		lim_pwrite_all(S.fd, s, sizeof s, slot_off(i));
 		return 0;
 	}
 	snprintf(why, whysize, "%s: all %u slots are held by live processes", S.path, SC_SLOTS);
@@ -188,8 +152,8 @@ void lim_sched_touch(uint64_t now)
 	if (S.fd < 0 || S.slot < 0)
 		return;
 	unsigned char b[8];
-	put64(b, now);
-	pwrite_all(b, sizeof b, slot_off((unsigned)S.slot));
+	lim_put64(b, now);
+	lim_pwrite_all(S.fd, b, sizeof b, slot_off((unsigned)S.slot));
 }
 
 void lim_sched_forked(void)
@@ -246,9 +210,9 @@ size_t lim_sched_read(struct lim_sched_share *out, size_t max, uint64_t now, uin
 		if (!live[i] || (int)i == S.slot)
 			continue;
 		const unsigned char *s = slots + (size_t)i * SC_SLOT;
-		uint64_t active = get64(s), tag = get64(s + 16);
-		uint32_t pct = get32(s + 8), policy = get32(s + 12);
-		if (tag == 0 || get64(s + 24) != check_of(i, pct, policy, tag, s + 32))
+		uint64_t active = lim_get64(s), tag = lim_get64(s + 16);
+		uint32_t pct = lim_get32(s + 8), policy = lim_get32(s + 12);
+		if (tag == 0 || lim_get64(s + 24) != check_of(i, pct, policy, tag, s + 32))
 			continue;
 		if (pct < 1 || pct > 100 || policy > 1 || memchr(s + 32, '\0', SC_ID) == NULL || s[32] == '\0')
 			continue;

@@ -55,17 +55,8 @@ static nvmlReturn_t missing_function(void)
 
 static void load(void)
 {
-	char why[LIM_PATH_MAX + 256];
-	void *h = lim_open_real("GPUMUX_LIMITER_NVML", "libnvidia-ml.so.1", why, sizeof why);
-	if (h == NULL)
-		lim_log("cannot load the real libnvidia-ml.so.1: %s; NVML calls fail", why);
-	for (unsigned i = 0; i < LIM_NVML_COUNT; i++) {
-		void *p = h ? dlsym(h, lim_nvml_names[i]) : NULL;
-		if (p == NULL)
-			p = h ? (void *)missing_function : (void *)missing_library;
-		__atomic_store_n(&lim_nvml_table[i], p, __ATOMIC_RELEASE);
-	}
-	loaded = h != NULL;
+	loaded = lim_load_table("GPUMUX_LIMITER_NVML", "libnvidia-ml.so.1", "NVML",
+				lim_nvml_names, lim_nvml_table, LIM_NVML_COUNT, (void *)missing_library, (void *)missing_function);
 }
 
 void *lim_nvml_resolve(unsigned i)
