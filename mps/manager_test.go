@@ -636,11 +636,20 @@ func TestWarnsWhenClientsCannotReachThePipeDirectory(t *testing.T) {
 		return buf.Write(p)
 	})})
 	m := newManager(t, dir, WithLogger(log))
-	if err := m.Reconcile(context.Background(), []Device{{UUID: gpuA}}); err != nil {
+	if err := m.Reconcile(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
 	out := buf.String()
+	mu.Unlock()
+	if strings.Contains(out, "WITHOUT MPS") {
+		t.Errorf("warned about the pipe directory on a node with no MPS GPU:\n%s", out)
+	}
+	if err := m.Reconcile(context.Background(), []Device{{UUID: gpuA}}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	out = buf.String()
 	mu.Unlock()
 	if !strings.Contains(out, "WITHOUT MPS") || !strings.Contains(out, "directory="+dir) {
 		t.Errorf("no warning about %s (0700):\n%s", dir, out)

@@ -35,7 +35,7 @@ func (m *Manager) Reconcile(ctx context.Context, want []Device) error {
 	if err := ensureDir(m.root(), 0o755); err != nil {
 		return fmt.Errorf("mps: %w", err)
 	}
-	if dir := closedAncestor(m.root()); dir != "" && !m.warnedClosed {
+	if dir := closedAncestor(m.root()); dir != "" && len(want) > 0 && !m.warnedClosed {
 		m.warnedClosed = true
 		m.log.Warn("MPS clients that do not run as root cannot reach their pipe directory, and CUDA runs them WITHOUT MPS (whole GPU, no limits): give others search permission (o+x) on this directory",
 			"directory", dir)
