@@ -23,7 +23,8 @@
 
 #include "cuda_lim.h"
 
-#define MARK_NS 250000ull   /* the slow path runs at least this often */
+#define MARK_NS 250000ull   /* the slow path runs at least this often in part of a period */
+#define MARK_WHOLE_NS 2000000ull /* and this often with the whole period, where allow bounds the queue */
 #define QUEUE_NS 10000000ull /* queued work kept under 10 ms in a partial window */
 #define WAIT_STEP_NS 100000ull
 #define BOOT_OUTSTANDING 4 /* launches in flight before a launch's cost is known */
@@ -73,13 +74,14 @@ static struct {
 	 * markers the GPU passed without a gap (prev: the last one passed). */
 	uint64_t done_seq, cost;
 	uint64_t boot;   /* launches allowed in flight while cost is 0 */
-	uint64_t mark_t; /* when the last marker was recorded */
+	uint64_t mark_t;     /* when the last marker was recorded */
+	uint64_t mark_every; /* the fast path's time after it: MARK_NS or MARK_WHOLE_NS */
 	struct marker prev;
 	struct marker m[MAX_MARKERS];
 	int nm;
 	struct pooled pool[MAX_POOL];
 	int np;
-} C = {.mu = PTHREAD_MUTEX_INITIALIZER};
+} C = {.mu = PTHREAD_MUTEX_INITIALIZER, .mark_every = MARK_NS};
 
 /* The fast path: launches numbered up to fast_launches may go before
  * fast_until (CLOCK_MONOTONIC ns) without the slow path. */
@@ -172,7 +174,7 @@ static void poll_locked(void)
 }
 
 /* settle counts as done the launches after the last marker once they
- * must have run: the fast path issued them within MARK_NS of it. Without
+ * must have run: the fast path issued them within mark_every of it. Without
  * it they would count as queued until the next marker. With C.mu held. */
 static void settle_locked(uint64_t now, uint64_t cur)
 {
@@ -180,7 +182,7 @@ static void settle_locked(uint64_t now, uint64_t cur)
 		return;
 	uint64_t after = cur - 1 - C.done_seq;
 	uint64_t need = C.cost ? (after > UINT64_MAX / 2 / C.cost ? UINT64_MAX / 2 : after * C.cost) : 0;
-	if (now >= C.mark_t + MARK_NS + need)
+	if (now >= C.mark_t + C.mark_every + need)
 		C.done_seq = cur - 1;
 }
 
@@ -340,7 +342,10 @@ static uint64_t slow(CUstream s, int ptsz, uint64_t seq)
 			if (allow > MAX_ALLOW)
 				allow = MAX_ALLOW;
 		}
-		uint64_t until = now + MARK_NS;
+		/* The slow path's cost (a marker, event queries) spread
+		 * over more launches when nothing ends the window early. */
+		C.mark_every = whole ? MARK_WHOLE_NS : MARK_NS;
+		uint64_t until = now + C.mark_every;
 		if (!whole && until > we)
 			until = we;
 		mark = seq | (C.nm > 0 ? MARK_CONT : 0);
