@@ -109,7 +109,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		backendName = fs.String("backend", "cuda", "`name` of what runs the calls: "+backendNames())
 		fakeDevices = fs.Int("fake-devices", fakecuda.DefaultDevices, "number of fake GPUs (--backend fake)")
 		fakeMemory  = fs.String("fake-memory", "16GiB", "memory of each fake GPU (--backend fake), a `quantity`: "+share.QuantityRule)
-		maxClients  = fs.Int("max-clients", server.DefaultMaxClients, "connections served at once; more are refused at their handshake")
+		maxClients  = fs.Int("max-clients", server.DefaultMaxClients, "logged-in connections served at once; more are refused at their handshake (connections still in their handshake do not count)")
+		maxShakes   = fs.Int("max-handshakes", server.DefaultMaxHandshakes, "connections whose handshake is under way at once; one more closes the oldest of them")
+		maxPeer     = fs.Int("max-handshakes-per-peer", server.DefaultMaxHandshakesPerPeer, "handshakes under way at once from one peer (an IP address, an IPv6 /64, or a user ID on the unix socket); one more closes that peer's oldest")
 		handshake   = fs.Duration("handshake-timeout", server.DefaultHandshakeTimeout, "how long a new connection has to send its handshake")
 		logLevel    = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 		cudaLib     = fs.String("cuda-lib", cudabackend.DefaultLibrary, "the driver `library` the cuda backend loads")
@@ -173,6 +175,12 @@ Flags:
 	if *maxClients < 1 {
 		return usageError{fmt.Errorf("--max-clients %d: want at least 1", *maxClients)}
 	}
+	if *maxShakes < 1 {
+		return usageError{fmt.Errorf("--max-handshakes %d: want at least 1", *maxShakes)}
+	}
+	if *maxPeer < 1 {
+		return usageError{fmt.Errorf("--max-handshakes-per-peer %d: want at least 1", *maxPeer)}
+	}
 	if *handshake <= 0 {
 		return usageError{fmt.Errorf("--handshake-timeout %v: want more than 0", *handshake)}
 	}
@@ -185,7 +193,8 @@ Flags:
 	}
 
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	opts := []server.Option{server.WithLogger(log), server.WithMaxClients(*maxClients), server.WithHandshakeTimeout(*handshake)}
+	opts := []server.Option{server.WithLogger(log), server.WithMaxClients(*maxClients), server.WithMaxHandshakes(*maxShakes),
+		server.WithMaxHandshakesPerPeer(*maxPeer), server.WithHandshakeTimeout(*handshake)}
 	if *insecure {
 		if !*worker {
 			fmt.Fprintln(stderr, "gpumux-remoted: WARNING: --insecure-no-auth: ANY client that can reach this server gets the GPUs, without a token or quota. Use it for tests only.")

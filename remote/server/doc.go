@@ -9,13 +9,16 @@
 // a connection must be the handshake (proto.Hello) within the handshake
 // timeout: the server checks the protocol version and the client's token
 // (package token) before anything else and answers proto.Welcome, closing
-// the connection on refusal (CUDA_ERROR_NOT_PERMITTED and a message). Each
-// admitted connection is one session: a reader goroutine reads frames,
-// bounded in size and count, and a worker goroutine locked to its OS
-// thread runs the calls in order through proto.Dispatch, so the backend
-// sees one thread per client and the thread's current context is the
-// session's. A malformed frame, a broken data stream or a transport error
-// closes that connection only.
+// the connection on refusal (CUDA_ERROR_NOT_PERMITTED and a message).
+// Handshakes under way are bounded apart from the clients served, in all
+// and per peer, and a connection past a bound closes the oldest handshake
+// waiting, so connections that stall in theirs cannot keep clients out
+// (limits.go). Each admitted connection is one session: a reader
+// goroutine reads frames, bounded in size and count, and a worker
+// goroutine locked to its OS thread runs the calls in order through
+// proto.Dispatch, so the backend sees one thread per client and the
+// thread's current context is the session's. A malformed frame, a broken
+// data stream or a transport error closes that connection only.
 //
 // # Isolation
 //

@@ -138,6 +138,8 @@ func TestServeRefusesUnusableOptions(t *testing.T) {
 		{"short secret", []server.Option{server.WithSecret([]byte("short"))}, "at least 16"},
 		{"no clients", []server.Option{server.WithInsecureNoAuth(), server.WithMaxClients(0)}, "max clients"},
 		{"no handshake time", []server.Option{server.WithInsecureNoAuth(), server.WithHandshakeTimeout(0)}, "handshake timeout"},
+		{"no handshakes", []server.Option{server.WithInsecureNoAuth(), server.WithMaxHandshakes(0)}, "max handshakes 0"},
+		{"no handshakes per peer", []server.Option{server.WithInsecureNoAuth(), server.WithMaxHandshakesPerPeer(0)}, "max handshakes per peer 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,8 +7,10 @@ import (
 
 // Defaults of New.
 const (
-	DefaultMaxClients       = 256
-	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultMaxClients           = 256
+	DefaultMaxHandshakes        = 256
+	DefaultMaxHandshakesPerPeer = 32
+	DefaultHandshakeTimeout     = 3 * time.Second
 )
 
 // Option configures a Server.
@@ -27,10 +29,20 @@ func WithInsecureNoAuth() Option { return func(s *Server) { s.insecure = true } 
 // WithLogger sets the logger (default: slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
 
-// WithMaxClients bounds the connections served at once, handshakes
-// included (default DefaultMaxClients); one more is refused at its
-// handshake.
+// WithMaxClients bounds the logged-in connections served at once (default
+// DefaultMaxClients); one more is refused at its handshake. Connections
+// still in their handshake do not count (WithMaxHandshakes).
 func WithMaxClients(n int) Option { return func(s *Server) { s.maxClients = n } }
+
+// WithMaxHandshakes bounds the connections whose handshake is under way
+// (default DefaultMaxHandshakes): one more closes the oldest of them.
+func WithMaxHandshakes(n int) Option { return func(s *Server) { s.maxHandshakes = n } }
+
+// WithMaxHandshakesPerPeer bounds the handshakes under way from one peer:
+// one IP address over TCP (IPv6: one /64), one user ID over a unix socket
+// (default DefaultMaxHandshakesPerPeer). One more closes the oldest of
+// that peer's.
+func WithMaxHandshakesPerPeer(n int) Option { return func(s *Server) { s.maxHandshakesPerPeer = n } }
 
 // WithHandshakeTimeout bounds the wait for a connection's handshake
 // (default DefaultHandshakeTimeout).

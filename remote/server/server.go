@@ -20,26 +20,33 @@ import (
 
 // Server serves the remote protocol on a Backend. Create it with New; one
 // Server may Serve several listeners at once (a TCP port and a unix
-// socket), which share its client limit and quotas.
+// socket), which share its limits and quotas.
 type Server struct {
-	backend          Backend
-	secret           []byte
-	insecure         bool
-	log              *slog.Logger
-	maxClients       int
-	handshakeTimeout time.Duration
-	now              func() time.Time
+	backend              Backend
+	secret               []byte
+	insecure             bool
+	log                  *slog.Logger
+	maxClients           int
+	maxHandshakes        int
+	maxHandshakesPerPeer int
+	handshakeTimeout     time.Duration
+	now                  func() time.Time
 
 	initOnce sync.Once
 	initErr  error
 	nDevices int32 // the backend's, counted once at start
 
-	mu         sync.Mutex
-	conns      int
-	quotas     map[string]*quota
-	anonQuotas map[*quota]struct{} // the quotas of connections without a token ID
-	nextID     uint64
-	tenants    map[string]*tenant
+	mu sync.Mutex
+	// conns counts the logged-in connections.
+	conns int
+	// handshakes are the connections waiting for their Hello, oldest
+	// first, and handshakesByPeer counts them by peer (limits.go).
+	handshakes       []*handshaking
+	handshakesByPeer map[string]int
+	quotas           map[string]*quota
+	anonQuotas       map[*quota]struct{} // the quotas of connections without a token ID
+	nextID           uint64
+	tenants          map[string]*tenant
 	// admitted and devMemory: see admission.go.
 	admitted  map[string]admitted
 	devMemory []uint64
@@ -57,17 +64,20 @@ type Server struct {
 // New returns a server for backend.
 func New(backend Backend, opts ...Option) *Server {
 	s := &Server{
-		backend:          backend,
-		log:              slog.Default(),
-		maxClients:       DefaultMaxClients,
-		handshakeTimeout: DefaultHandshakeTimeout,
-		now:              time.Now,
-		quotas:           map[string]*quota{},
-		anonQuotas:       map[*quota]struct{}{},
-		tenants:          map[string]*tenant{},
-		admitted:         map[string]admitted{},
-		workers:          map[*tenant]struct{}{},
-		counts:           newCounters(),
+		backend:              backend,
+		log:                  slog.Default(),
+		maxClients:           DefaultMaxClients,
+		maxHandshakes:        DefaultMaxHandshakes,
+		maxHandshakesPerPeer: DefaultMaxHandshakesPerPeer,
+		handshakeTimeout:     DefaultHandshakeTimeout,
+		now:                  time.Now,
+		handshakesByPeer:     map[string]int{},
+		quotas:               map[string]*quota{},
+		anonQuotas:           map[*quota]struct{}{},
+		tenants:              map[string]*tenant{},
+		admitted:             map[string]admitted{},
+		workers:              map[*tenant]struct{}{},
+		counts:               newCounters(),
 	}
 	for _, o := range opts {
 		o(s)
@@ -90,6 +100,10 @@ func (s *Server) ready() error {
 			s.initErr = fmt.Errorf("%w: token secret of %d bytes, want at least %d", ErrConfig, len(s.secret), token.MinSecret)
 		case s.maxClients < 1:
 			s.initErr = fmt.Errorf("%w: max clients %d, want at least 1", ErrConfig, s.maxClients)
+		case s.maxHandshakes < 1:
+			s.initErr = fmt.Errorf("%w: max handshakes %d, want at least 1", ErrConfig, s.maxHandshakes)
+		case s.maxHandshakesPerPeer < 1:
+			s.initErr = fmt.Errorf("%w: max handshakes per peer %d, want at least 1", ErrConfig, s.maxHandshakesPerPeer)
 		case s.handshakeTimeout <= 0:
 			s.initErr = fmt.Errorf("%w: handshake timeout %v, want more than 0", ErrConfig, s.handshakeTimeout)
 		default:
@@ -158,34 +172,28 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			continue
 		}
 		backoff = 0
+		hs := s.startHandshake(conn) // here, so that the oldest is the first accepted
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.serveConn(ctx, conn)
+			s.serveConn(ctx, conn, hs)
 		}()
 	}
 }
 
 // serveConn runs one connection: handshake, then a session.
-func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
+func (s *Server) serveConn(ctx context.Context, conn net.Conn, hs *handshaking) {
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 
 	s.mu.Lock()
-	s.conns++
-	full := s.conns > s.maxClients
 	s.nextID++
 	id := s.nextID
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.conns--
-		s.mu.Unlock()
-	}()
 
 	br := bufio.NewReaderSize(conn, 64<<10)
-	hello, claims, err := s.handshake(conn, br, full)
+	hello, claims, err := s.handshake(conn, br, hs)
 	peer := conn.RemoteAddr().String()
 	if peer == "" || peer == "@" {
 		peer = "unix"
@@ -194,6 +202,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		s.log.Warn("handshake refused", "conn", id, "peer", peer, "identity", clean(hello.Identity), "err", err)
 		return
 	}
+	defer s.logout()
 	if s.tenantCmd != nil {
 		if err := s.handOff(ctx, conn, br, hello, claims, id, peer); err != nil {
 			s.log.Error("handing the connection to its tenant's worker", "conn", id, "peer", peer, "token", claims.ID, "err", err)
@@ -219,11 +228,19 @@ func (s *Server) runSession(conn net.Conn, br *bufio.Reader, q *quota, claims to
 // errRefused means a connection's handshake was refused.
 var errRefused = errors.New("handshake refused")
 
-// handshake reads the client's Hello, checks it and answers Welcome.
-func (s *Server) handshake(conn net.Conn, br *bufio.Reader, full bool) (proto.Hello, token.Claims, error) {
+// errEvicted means a handshake was closed to make room for a newer one.
+var errEvicted = errors.New("closed to make room for newer handshakes")
+
+// handshake reads the client's Hello, checks it and logs the client in
+// (then the caller must logout).
+func (s *Server) handshake(conn net.Conn, br *bufio.Reader, hs *handshaking) (proto.Hello, token.Claims, error) {
 	conn.SetDeadline(time.Now().Add(s.handshakeTimeout))
 	defer conn.SetDeadline(time.Time{})
 	h, p, err := proto.ReadFrame(br, make([]byte, 0, 512))
+	if s.endHandshake(hs) {
+		s.counts.refused[refusedEvicted].Add(1)
+		return proto.Hello{}, token.Claims{}, fmt.Errorf("reading the handshake: %w", errEvicted)
+	}
 	if err != nil {
 		s.counts.refused[readRefusal(err)].Add(1)
 		return proto.Hello{}, token.Claims{}, fmt.Errorf("reading the handshake: %w", err)
@@ -259,10 +276,11 @@ func (s *Server) handshake(conn net.Conn, br *bufio.Reader, full bool) (proto.He
 			return refuse(hello, refusedNoSuchGPU, "the token names GPU %d, this server has %d", claims.Device, s.nDevices)
 		}
 	}
-	if full {
+	if !s.login() {
 		return refuse(hello, refusedFull, "the server serves its limit of %d clients", s.maxClients)
 	}
 	if err := s.admit(claims); err != nil {
+		s.logout()
 		s.counts.admissions[claims.Device].Add(1)
 		return refuse(hello, refusedAdmission, "%v", err)
 	}

@@ -108,6 +108,7 @@ type refusal uint8
 
 const (
 	refusedTimeout   refusal = iota // no handshake within the timeout
+	refusedEvicted                  // closed to make room for newer handshakes
 	refusedClosed                   // the connection ended or failed first
 	refusedMalformed                // not a handshake, or an undecodable one
 	refusedVersion                  // another protocol version
@@ -123,6 +124,7 @@ const (
 
 var refusalNames = [numRefusals]string{
 	refusedTimeout:   "timeout",
+	refusedEvicted:   "evicted",
 	refusedClosed:    "closed",
 	refusedMalformed: "malformed",
 	refusedVersion:   "version",
