@@ -87,6 +87,14 @@ type Header struct {
 // ReadFrame reads one frame into buf (grown as needed) and returns its
 // header and payload, which aliases buf.
 func ReadFrame(r io.Reader, buf []byte) (Header, []byte, error) {
+	return ReadFrameMax(r, buf, MaxPayload)
+}
+
+// ReadFrameMax is ReadFrame for frames of at most max payload bytes (at
+// most MaxPayload): a longer one is ErrTooLarge as soon as its header is
+// read, before anything of its payload is read or room made for it.
+func ReadFrameMax(r io.Reader, buf []byte, max int) (Header, []byte, error) {
+	max = min(max, MaxPayload)
 	var hb [HeaderSize]byte
 	if _, err := io.ReadFull(r, hb[:]); err != nil {
 		return Header{}, nil, err
@@ -96,8 +104,8 @@ func ReadFrame(r io.Reader, buf []byte) (Header, []byte, error) {
 		return Header{}, nil, fmt.Errorf("%w: length %d is shorter than the header", ErrMalformed, n)
 	}
 	size := int(n) - (HeaderSize - 4)
-	if size > MaxPayload {
-		return Header{}, nil, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, size, MaxPayload)
+	if size > max {
+		return Header{}, nil, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, size, max)
 	}
 	h := Header{
 		Op:    Op(binary.LittleEndian.Uint16(hb[4:])),

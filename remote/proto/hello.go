@@ -2,6 +2,11 @@ package proto
 
 import "fmt"
 
+// MaxHello bounds a handshake's payload: its magic, its version, and a
+// token and an identity of at most MaxString bytes each. A server reads
+// nothing larger before the handshake is through.
+const MaxHello = 4 + 4 + 2*(4+MaxString)
+
 // Hello is the client's handshake, the first frame of every connection.
 type Hello struct {
 	Version  uint16

@@ -3,9 +3,12 @@ package proto
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -70,6 +73,53 @@ func TestReadFrameLimits(t *testing.T) {
 	}
 	if _, _, err := ReadFrame(bytes.NewReader(good[:len(good)-1]), nil); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("truncated: %v, want io.ErrUnexpectedEOF", err)
+	}
+}
+
+// TestReadFrameMax: a frame announcing more than the bound is refused
+// once its header is read: nothing of its payload is read, and no room is
+// made for it.
+func TestReadFrameMax(t *testing.T) {
+	tests := []struct {
+		name     string
+		announce int // payload bytes the header announces
+		wantErr  error
+	}{
+		{"at the bound", MaxHello, nil},
+		{"one byte past", MaxHello + 1, ErrTooLarge},
+		{"a chunk", ChunkSize, ErrTooLarge},
+		{"a whole frame", MaxPayload, ErrTooLarge},
+		{"past any frame", 1 << 30, ErrTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hdr := AppendHeader(nil, Header{Op: OpHello}, 0)
+			binary.LittleEndian.PutUint32(hdr, uint32(HeaderSize-4+tt.announce))
+			const sent = 64 // of the payload, or of what follows the header
+			r := bytes.NewReader(append(hdr, make([]byte, min(tt.announce, sent))...))
+			var stats runtime.MemStats
+			runtime.ReadMemStats(&stats)
+			before := stats.TotalAlloc
+			_, _, err := ReadFrameMax(r, nil, MaxHello)
+			runtime.ReadMemStats(&stats)
+			if !errors.Is(err, tt.wantErr) && !(tt.wantErr == nil && errors.Is(err, io.ErrUnexpectedEOF)) {
+				t.Fatalf("ReadFrameMax: %v, want %v", err, tt.wantErr)
+			}
+			if tt.wantErr == nil {
+				return
+			}
+			if r.Len() != min(tt.announce, sent) {
+				t.Errorf("read %d bytes of the payload, want none", min(tt.announce, sent)-r.Len())
+			}
+			if got := stats.TotalAlloc - before; got > 4<<10 {
+				t.Errorf("allocated %d bytes refusing a frame, want next to none", got)
+			}
+		})
+	}
+	// A handshake with the longest token and identity fits.
+	h := Hello{Version: Version, Token: strings.Repeat("t", MaxString), Identity: strings.Repeat("i", MaxString)}
+	if n := len(h.Encode()); n != MaxHello {
+		t.Errorf("the largest handshake takes %d bytes, MaxHello is %d", n, MaxHello)
 	}
 }
 

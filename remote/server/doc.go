@@ -13,12 +13,14 @@
 // Handshakes under way are bounded apart from the clients served, in all
 // and per peer, and a connection past a bound closes the oldest handshake
 // waiting, so connections that stall in theirs cannot keep clients out
-// (limits.go). Each admitted connection is one session: a reader
-// goroutine reads frames, bounded in size and count, and a worker
-// goroutine locked to its OS thread runs the calls in order through
-// proto.Dispatch, so the backend sees one thread per client and the
-// thread's current context is the session's. A malformed frame, a broken
-// data stream or a transport error closes that connection only.
+// (limits.go). Before login the server reads nothing past the Hello, and
+// refuses a frame announcing more than proto.MaxHello when its header
+// arrives. Each admitted connection is one session: a reader goroutine
+// reads frames, bounded in size and count, and a worker goroutine locked
+// to its OS thread runs the calls in order through proto.Dispatch, so the
+// backend sees one thread per client and the thread's current context is
+// the session's. A malformed frame, a broken data stream or a transport
+// error closes that connection only.
 //
 // # Isolation
 //

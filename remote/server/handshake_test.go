@@ -2,8 +2,11 @@ package server_test
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -187,5 +190,54 @@ func TestTokenDeviceIsOrdinalZero(t *testing.T) {
 	ok(t, "cuDeviceGetName")(r, err)
 	if name != "gpum" {
 		t.Errorf("name truncated to 5 bytes with its NUL: %q, want %q", name, "gpum")
+	}
+}
+
+// TestPreLoginFrameBound: before the handshake is through the server reads
+// no frame larger than a handshake. One announcing more is refused when
+// its header arrives (counted as malformed, logged as too large), without
+// the server waiting for its payload or making room for it: 64 of them
+// cost it next to no memory.
+func TestPreLoginFrameBound(t *testing.T) {
+	e := start(t, envConfig{tcp: true, srv: []server.Option{server.WithSecret(testSecret), server.WithHandshakeTimeout(time.Minute)}})
+	header := func(announce int) []byte {
+		h := proto.AppendHeader(nil, proto.Header{Op: proto.OpHello}, 0)
+		binary.LittleEndian.PutUint32(h, uint32(proto.HeaderSize-4+announce))
+		return h
+	}
+	sizes := []int{proto.MaxHello + 1, 64 << 10, proto.ChunkSize, proto.MaxPayload, 1 << 30}
+	for _, n := range sizes {
+		t.Run(fmt.Sprintf("%d bytes", n), func(t *testing.T) {
+			if err := closedByPeer(stallFrom(t, e, nil, header(n))); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if got := e.srv.Stats().Refused["malformed"]; got != uint64(len(sizes)) {
+		t.Errorf("%d handshakes refused as malformed, want %d", got, len(sizes))
+	}
+	if got := strings.Count(e.logs.String(), "frame too large"); got != len(sizes) {
+		t.Errorf("%d refusals logged as a frame too large, want %d:\n%s", got, len(sizes), e.logs)
+	}
+
+	const conns = 64
+	var stats runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&stats)
+	before := stats.TotalAlloc
+	cs := make([]net.Conn, conns)
+	for i := range cs {
+		cs[i] = stallFrom(t, e, loopback(i), header(proto.MaxPayload))
+	}
+	for _, c := range cs {
+		if err := closedByPeer(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&stats)
+	t.Logf("%d connections announcing a %d-byte frame: %d KiB allocated", conns, proto.MaxPayload, (stats.TotalAlloc-before)>>10)
+	if got := stats.TotalAlloc - before; got > conns*16<<10 {
+		t.Errorf("%d connections announcing a %d-byte frame cost the server %d KiB, want under 16 KiB each",
+			conns, proto.MaxPayload, got>>10)
 	}
 }

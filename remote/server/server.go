@@ -192,8 +192,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn, hs *handshaking) 
 	id := s.nextID
 	s.mu.Unlock()
 
-	br := bufio.NewReaderSize(conn, 64<<10)
-	hello, claims, err := s.handshake(conn, br, hs)
+	hello, claims, err := s.handshake(conn, hs)
 	peer := conn.RemoteAddr().String()
 	if peer == "" || peer == "@" {
 		peer = "unix"
@@ -204,7 +203,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn, hs *handshaking) 
 	}
 	defer s.logout()
 	if s.tenantCmd != nil {
-		if err := s.handOff(ctx, conn, br, hello, claims, id, peer); err != nil {
+		if err := s.handOff(ctx, conn, hello, claims, id, peer); err != nil {
 			s.log.Error("handing the connection to its tenant's worker", "conn", id, "peer", peer, "token", claims.ID, "err", err)
 		}
 		return
@@ -215,7 +214,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn, hs *handshaking) 
 		s.log.Warn("handshake failed", "conn", id, "peer", peer, "err", err)
 		return
 	}
-	s.runSession(conn, br, q, claims, id, peer, hello.Identity)
+	s.runSession(conn, bufio.NewReaderSize(conn, 64<<10), q, claims, id, peer, hello.Identity)
 }
 
 // runSession serves one admitted connection in this process.
@@ -232,11 +231,13 @@ var errRefused = errors.New("handshake refused")
 var errEvicted = errors.New("closed to make room for newer handshakes")
 
 // handshake reads the client's Hello, checks it and logs the client in
-// (then the caller must logout).
-func (s *Server) handshake(conn net.Conn, br *bufio.Reader, hs *handshaking) (proto.Hello, token.Claims, error) {
+// (then the caller must logout). It reads the Hello straight from conn,
+// nothing past it, and refuses a frame larger than a Hello before reading
+// its payload: nothing larger is read or buffered before login.
+func (s *Server) handshake(conn net.Conn, hs *handshaking) (proto.Hello, token.Claims, error) {
 	conn.SetDeadline(time.Now().Add(s.handshakeTimeout))
 	defer conn.SetDeadline(time.Time{})
-	h, p, err := proto.ReadFrame(br, make([]byte, 0, 512))
+	h, p, err := proto.ReadFrameMax(conn, nil, proto.MaxHello)
 	if s.endHandshake(hs) {
 		s.counts.refused[refusedEvicted].Add(1)
 		return proto.Hello{}, token.Claims{}, fmt.Errorf("reading the handshake: %w", errEvicted)

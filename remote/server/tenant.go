@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -60,8 +59,6 @@ type handoff struct {
 	Peer     string       `json:"peer"`
 	Identity string       `json:"identity"`
 	Claims   token.Claims `json:"claims"`
-	// Buffered is what the front read past the handshake.
-	Buffered []byte `json:"buffered,omitempty"`
 }
 
 // workerMsg is a worker's message to the front.
@@ -95,7 +92,7 @@ func (s *Server) Tenants() map[string]int {
 
 // handOff gives a checked connection to its tenant's worker, starting the
 // worker first if needed, and answers the handshake.
-func (s *Server) handOff(ctx context.Context, conn net.Conn, br *bufio.Reader, hello proto.Hello, claims token.Claims, id uint64, peer string) error {
+func (s *Server) handOff(ctx context.Context, conn net.Conn, hello proto.Hello, claims token.Claims, id uint64, peer string) error {
 	key := claims.ID
 	if key == "" { // insecure mode: every connection is a tenant
 		key = fmt.Sprintf("conn-%d", id)
@@ -121,8 +118,9 @@ func (s *Server) handOff(ctx context.Context, conn net.Conn, br *bufio.Reader, h
 	if err := s.welcome(conn, claims); err != nil {
 		return err
 	}
-	buffered, _ := br.Peek(br.Buffered())
-	msg, err := json.Marshal(handoff{Conn: id, Peer: peer, Identity: hello.Identity, Claims: claims, Buffered: buffered})
+	// The front read the handshake and nothing past it (Server.handshake):
+	// the worker reads the rest from the connection.
+	msg, err := json.Marshal(handoff{Conn: id, Peer: peer, Identity: hello.Identity, Claims: claims})
 	if err != nil {
 		return err
 	}
@@ -322,9 +320,8 @@ func (s *Server) ServeTenant(ctx context.Context, ctrl *net.UnixConn) error {
 		wg.Go(func() {
 			stop := context.AfterFunc(ctx, func() { conn.Close() })
 			defer stop()
-			br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(h.Buffered), conn), 64<<10)
 			q := s.joinQuota(h.Claims)
-			s.runSession(conn, br, q, h.Claims, h.Conn, h.Peer, h.Identity)
+			s.runSession(conn, bufio.NewReaderSize(conn, 64<<10), q, h.Claims, h.Conn, h.Peer, h.Identity)
 			s.leaveQuota(q)
 			mu.Lock()
 			active--
