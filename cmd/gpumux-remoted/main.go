@@ -109,7 +109,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		backendName = fs.String("backend", "cuda", "`name` of what runs the calls: "+backendNames())
 		fakeDevices = fs.Int("fake-devices", fakecuda.DefaultDevices, "number of fake GPUs (--backend fake)")
 		fakeMemory  = fs.String("fake-memory", "16GiB", "memory of each fake GPU (--backend fake), a `quantity`: "+share.QuantityRule)
-		maxClients  = fs.Int("max-clients", server.DefaultMaxClients, "logged-in connections served at once; more are refused at their handshake (connections still in their handshake do not count)")
+		maxClients  = fs.Int("max-clients", server.DefaultMaxClients, "logged-in connections served at once, with or without --tenant-processes; more are refused at their handshake (connections still in their handshake do not count)")
+		maxTenant   = fs.Int("max-tenant-connections", server.DefaultMaxTenantConnections, "logged-in connections served at once that present one token ID; more are refused at their handshake")
 		maxShakes   = fs.Int("max-handshakes", server.DefaultMaxHandshakes, "connections whose handshake is under way at once; one more closes the oldest of them")
 		maxPeer     = fs.Int("max-handshakes-per-peer", server.DefaultMaxHandshakesPerPeer, "handshakes under way at once from one peer (an IP address, an IPv6 /64, or a user ID on the unix socket); one more closes that peer's oldest")
 		handshake   = fs.Duration("handshake-timeout", server.DefaultHandshakeTimeout, "how long a new connection has to send its handshake")
@@ -175,6 +176,9 @@ Flags:
 	if *maxClients < 1 {
 		return usageError{fmt.Errorf("--max-clients %d: want at least 1", *maxClients)}
 	}
+	if *maxTenant < 1 {
+		return usageError{fmt.Errorf("--max-tenant-connections %d: want at least 1", *maxTenant)}
+	}
 	if *maxShakes < 1 {
 		return usageError{fmt.Errorf("--max-handshakes %d: want at least 1", *maxShakes)}
 	}
@@ -193,7 +197,8 @@ Flags:
 	}
 
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	opts := []server.Option{server.WithLogger(log), server.WithMaxClients(*maxClients), server.WithMaxHandshakes(*maxShakes),
+	opts := []server.Option{server.WithLogger(log), server.WithMaxClients(*maxClients), server.WithMaxTenantConnections(*maxTenant),
+		server.WithMaxHandshakes(*maxShakes),
 		server.WithMaxHandshakesPerPeer(*maxPeer), server.WithHandshakeTimeout(*handshake)}
 	if *insecure {
 		if !*worker {

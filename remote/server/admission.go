@@ -12,8 +12,8 @@ import (
 // token ID only while the quotas of the IDs it serves on that GPU, plus
 // the new one, fit in the GPU's memory; the handshake of one that does not
 // fit is refused with the figures. An ID stays admitted while it has a
-// connection (or, with tenant processes, a worker). Tokens without a quota
-// (hand-made ones, insecure mode) are not counted.
+// logged-in connection (or, with tenant processes, a worker). Tokens
+// without a quota (hand-made ones, insecure mode) are not counted.
 
 // admitted is one token ID's claim on a GPU.
 type admitted struct {
@@ -48,9 +48,9 @@ func (s *Server) admit(c token.Claims) error {
 }
 
 // releaseLocked forgets id's admission once nothing serves it: no
-// connection's quota and no worker. s.mu is held.
+// logged-in connection, no connection's quota and no worker. s.mu is held.
 func (s *Server) releaseLocked(id string) {
-	if s.quotas[id] == nil && s.tenants[id] == nil {
+	if s.tenantConns[id] == 0 && s.quotas[id] == nil && s.tenants[id] == nil {
 		delete(s.admitted, id)
 	}
 }

@@ -112,25 +112,6 @@ func TestHandshakeRefusals(t *testing.T) {
 	}
 }
 
-func TestMaxClients(t *testing.T) {
-	e := start(t, envConfig{srv: []server.Option{server.WithSecret(testSecret), server.WithMaxClients(2)}})
-	tok := e.token(t, "job", 0)
-	a := e.dial(t, tok)
-	e.dial(t, tok)
-	_, err := proto.Dial(t.Context(), e.network, e.addr, proto.Hello{Token: tok}, 5*time.Second)
-	if !errors.Is(err, proto.ErrRefused) || !strings.Contains(err.Error(), "limit of 2") {
-		t.Fatalf("third client: %v, want refused at the limit of 2", err)
-	}
-	a.Close()
-	eventually(t, "a slot to free up", func() bool {
-		c, err := proto.Dial(t.Context(), e.network, e.addr, proto.Hello{Token: tok}, 5*time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-}
-
 func TestServeRefusesUnusableOptions(t *testing.T) {
 	tests := []struct {
 		name string
@@ -141,6 +122,7 @@ func TestServeRefusesUnusableOptions(t *testing.T) {
 		{"short secret", []server.Option{server.WithSecret([]byte("short"))}, "at least 16"},
 		{"no clients", []server.Option{server.WithInsecureNoAuth(), server.WithMaxClients(0)}, "max clients"},
 		{"no handshake time", []server.Option{server.WithInsecureNoAuth(), server.WithHandshakeTimeout(0)}, "handshake timeout"},
+		{"no tenant connections", []server.Option{server.WithInsecureNoAuth(), server.WithMaxTenantConnections(0)}, "max tenant connections 0"},
 		{"no handshakes", []server.Option{server.WithInsecureNoAuth(), server.WithMaxHandshakes(0)}, "max handshakes 0"},
 		{"no handshakes per peer", []server.Option{server.WithInsecureNoAuth(), server.WithMaxHandshakesPerPeer(0)}, "max handshakes per peer 0"},
 	}

@@ -5,6 +5,8 @@ import (
 	"net"
 	"slices"
 	"syscall"
+
+	"github.com/gpumux/gpumux/remote/token"
 )
 
 // Connection limits. A connection is first a handshake: from its accept
@@ -14,8 +16,13 @@ import (
 // one peer (peerKey), each within WithHandshakeTimeout. A connection past
 // either bound closes the oldest handshake still waiting, of its peer or
 // of all: a client sends its Hello as soon as it connects, so it is never
-// the oldest for long, while a stalled connection soon is. Only then,
-// logged in, does a connection count against WithMaxClients.
+// the oldest for long, while a stalled connection soon is.
+//
+// Once its Hello checks out, a connection is logged in until it ends: it
+// counts against WithMaxClients, and against WithMaxTenantConnections
+// with the others presenting its token ID. With tenant processes the
+// front keeps counting a connection it handed to a worker until the
+// worker says it has ended ({"closed":…}) or exits.
 
 // handshaking is a connection whose Hello has not been read yet.
 type handshaking struct {
@@ -103,21 +110,38 @@ func peerKey(conn net.Conn) string {
 	return "unix"
 }
 
-// login counts a connection whose handshake checked out, or reports false
-// if the server serves its limit of clients.
-func (s *Server) login() bool {
+// login counts a connection whose handshake checked out, or says why it
+// is refused.
+func (s *Server) login(c token.Claims) (refusal, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conns >= s.maxClients {
-		return false
+		return refusedFull, fmt.Errorf("the server serves its limit of %d clients", s.maxClients)
+	}
+	if c.ID != "" && s.tenantConns[c.ID] >= s.maxTenantConns {
+		return refusedTenantFull, fmt.Errorf("token ID %s has its limit of %d connections", c.ID, s.maxTenantConns)
 	}
 	s.conns++
-	return true
+	if c.ID != "" {
+		s.tenantConns[c.ID]++
+	}
+	return 0, nil
 }
 
-// logout stops counting a logged-in connection.
-func (s *Server) logout() {
+// logout stops counting a logged-in connection presenting token ID id.
+func (s *Server) logout(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.logoutLocked(id)
+}
+
+func (s *Server) logoutLocked(id string) {
 	s.conns--
+	if id == "" {
+		return
+	}
+	if s.tenantConns[id]--; s.tenantConns[id] <= 0 {
+		delete(s.tenantConns, id)
+		s.releaseLocked(id)
+	}
 }

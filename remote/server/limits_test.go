@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -152,6 +154,95 @@ func TestHandshakeLimits(t *testing.T) {
 				t.Errorf("%d handshakes counted as evicted, want %d", got, len(want))
 			}
 			primary(t, e.dial(t, e.token(t, "job", 0)))
+		})
+	}
+}
+
+// withMode returns the options of a server in mode (modes), with opts.
+func withMode(srv []server.Option, opts ...server.Option) []server.Option {
+	if srv == nil {
+		srv = []server.Option{server.WithSecret(testSecret)}
+	}
+	return slices.Concat(srv, opts)
+}
+
+// TestMaxClients: WithMaxClients bounds the logged-in connections, in
+// both modes; a client's slot frees when it goes.
+func TestMaxClients(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			e := start(t, envConfig{srv: withMode(mode.srv, server.WithMaxClients(2))})
+			a := e.dial(t, e.token(t, "a", 0))
+			e.dial(t, e.token(t, "b", 0))
+			_, err := proto.Dial(t.Context(), e.network, e.addr, proto.Hello{Token: e.token(t, "c", 0)}, 5*time.Second)
+			if !errors.Is(err, proto.ErrRefused) || !strings.Contains(err.Error(), "limit of 2") {
+				t.Fatalf("third client: %v, want refused at the limit of 2", err)
+			}
+			a.Close()
+			eventually(t, "a slot to free up", func() bool {
+				c, err := proto.Dial(t.Context(), e.network, e.addr, proto.Hello{Token: e.token(t, "c", 0)}, 5*time.Second)
+				if err == nil {
+					c.Close()
+				}
+				return err == nil
+			})
+		})
+	}
+}
+
+// TestMaxTenantConnections: WithMaxTenantConnections bounds the logged-in
+// connections of one token ID, in both modes, beside other IDs'; an ID's
+// slots free when its clients go, or when its worker dies.
+func TestMaxTenantConnections(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			e := start(t, envConfig{srv: withMode(mode.srv, server.WithMaxTenantConnections(2))})
+			dial := func(id string) (*proto.Client, error) {
+				cl, err := proto.Dial(t.Context(), e.network, e.addr, proto.Hello{Token: e.token(t, id, 1<<20)}, 5*time.Second)
+				if err == nil {
+					t.Cleanup(func() { cl.Close() })
+				}
+				return cl, err
+			}
+			a1, err1 := dial("a")
+			_, err2 := dial("a")
+			if err := errors.Join(err1, err2); err != nil {
+				t.Fatalf("two clients of a: %v", err)
+			}
+			_, err := dial("a")
+			if !errors.Is(err, proto.ErrRefused) || !strings.Contains(err.Error(), "token ID a has its limit of 2 connections") {
+				t.Fatalf("a third client of a: %v, want refused at a's limit of 2", err)
+			}
+			if _, err := dial("b"); err != nil {
+				t.Fatalf("a client of b beside a's two: %v", err)
+			}
+			if got := e.srv.Stats().Refused["too_many_tenant_connections"]; got != 1 {
+				t.Errorf("%d refusals counted for the tenant limit, want 1", got)
+			}
+			a1.Close()
+			eventually(t, "a's slot to free up", func() bool {
+				cl, err := dial("a")
+				if err == nil {
+					primary(t, cl)
+				}
+				return err == nil
+			})
+			if mode.srv == nil {
+				return
+			}
+			if err := syscall.Kill(e.srv.Tenants()["a"], syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "a's slots to go with its worker", func() bool {
+				cl1, err1 := dial("a")
+				cl2, err2 := dial("a")
+				for _, cl := range []*proto.Client{cl1, cl2} {
+					if cl != nil {
+						cl.Close()
+					}
+				}
+				return err1 == nil && err2 == nil
+			})
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 // Defaults of New.
 const (
 	DefaultMaxClients           = 256
+	DefaultMaxTenantConnections = 32
 	DefaultMaxHandshakes        = 256
 	DefaultMaxHandshakesPerPeer = 32
 	DefaultHandshakeTimeout     = 3 * time.Second
@@ -33,6 +34,12 @@ func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
 // DefaultMaxClients); one more is refused at its handshake. Connections
 // still in their handshake do not count (WithMaxHandshakes).
 func WithMaxClients(n int) Option { return func(s *Server) { s.maxClients = n } }
+
+// WithMaxTenantConnections bounds the logged-in connections presenting one
+// token ID (default DefaultMaxTenantConnections); one more is refused at
+// its handshake. Connections without a token ID (WithInsecureNoAuth) are
+// bounded by WithMaxClients only.
+func WithMaxTenantConnections(n int) Option { return func(s *Server) { s.maxTenantConns = n } }
 
 // WithMaxHandshakes bounds the connections whose handshake is under way
 // (default DefaultMaxHandshakes): one more closes the oldest of them.

@@ -27,6 +27,7 @@ type Server struct {
 	insecure             bool
 	log                  *slog.Logger
 	maxClients           int
+	maxTenantConns       int
 	maxHandshakes        int
 	maxHandshakesPerPeer int
 	handshakeTimeout     time.Duration
@@ -37,8 +38,10 @@ type Server struct {
 	nDevices int32 // the backend's, counted once at start
 
 	mu sync.Mutex
-	// conns counts the logged-in connections.
-	conns int
+	// conns counts the logged-in connections, tenantConns those with a
+	// token ID by ID (limits.go).
+	conns       int
+	tenantConns map[string]int
 	// handshakes are the connections waiting for their Hello, oldest
 	// first, and handshakesByPeer counts them by peer (limits.go).
 	handshakes       []*handshaking
@@ -67,11 +70,13 @@ func New(backend Backend, opts ...Option) *Server {
 		backend:              backend,
 		log:                  slog.Default(),
 		maxClients:           DefaultMaxClients,
+		maxTenantConns:       DefaultMaxTenantConnections,
 		maxHandshakes:        DefaultMaxHandshakes,
 		maxHandshakesPerPeer: DefaultMaxHandshakesPerPeer,
 		handshakeTimeout:     DefaultHandshakeTimeout,
 		now:                  time.Now,
 		handshakesByPeer:     map[string]int{},
+		tenantConns:          map[string]int{},
 		quotas:               map[string]*quota{},
 		anonQuotas:           map[*quota]struct{}{},
 		tenants:              map[string]*tenant{},
@@ -100,6 +105,8 @@ func (s *Server) ready() error {
 			s.initErr = fmt.Errorf("%w: token secret of %d bytes, want at least %d", ErrConfig, len(s.secret), token.MinSecret)
 		case s.maxClients < 1:
 			s.initErr = fmt.Errorf("%w: max clients %d, want at least 1", ErrConfig, s.maxClients)
+		case s.maxTenantConns < 1:
+			s.initErr = fmt.Errorf("%w: max tenant connections %d, want at least 1", ErrConfig, s.maxTenantConns)
 		case s.maxHandshakes < 1:
 			s.initErr = fmt.Errorf("%w: max handshakes %d, want at least 1", ErrConfig, s.maxHandshakes)
 		case s.maxHandshakesPerPeer < 1:
@@ -201,13 +208,15 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn, hs *handshaking) 
 		s.log.Warn("handshake refused", "conn", id, "peer", peer, "identity", clean(hello.Identity), "err", err)
 		return
 	}
-	defer s.logout()
 	if s.tenantCmd != nil {
+		// The worker serves the connection, and handOff passes it the
+		// login too (it ends when the worker says so).
 		if err := s.handOff(ctx, conn, hello, claims, id, peer); err != nil {
 			s.log.Error("handing the connection to its tenant's worker", "conn", id, "peer", peer, "token", claims.ID, "err", err)
 		}
 		return
 	}
+	defer s.logout(claims.ID)
 	q := s.joinQuota(claims)
 	defer s.leaveQuota(q)
 	if err := s.welcome(conn, claims); err != nil {
@@ -277,11 +286,11 @@ func (s *Server) handshake(conn net.Conn, hs *handshaking) (proto.Hello, token.C
 			return refuse(hello, refusedNoSuchGPU, "the token names GPU %d, this server has %d", claims.Device, s.nDevices)
 		}
 	}
-	if !s.login() {
-		return refuse(hello, refusedFull, "the server serves its limit of %d clients", s.maxClients)
+	if why, err := s.login(claims); err != nil {
+		return refuse(hello, why, "%v", err)
 	}
 	if err := s.admit(claims); err != nil {
-		s.logout()
+		s.logout(claims.ID)
 		s.counts.admissions[claims.Device].Add(1)
 		return refuse(hello, refusedAdmission, "%v", err)
 	}

@@ -107,34 +107,36 @@ func latencyBucket(d time.Duration) int {
 type refusal uint8
 
 const (
-	refusedTimeout   refusal = iota // no handshake within the timeout
-	refusedEvicted                  // closed to make room for newer handshakes
-	refusedClosed                   // the connection ended or failed first
-	refusedMalformed                // not a handshake, or an undecodable one
-	refusedVersion                  // another protocol version
-	refusedNoToken                  // no token
-	refusedBadToken                 // a token that does not check out
-	refusedExpired                  // an expired token
-	refusedNoSuchGPU                // a token naming a GPU the server lacks
-	refusedFull                     // the server serves its limit of clients
-	refusedAdmission                // the quota would overcommit the GPU
-	refusedWorker                   // the tenant's worker would not start
+	refusedTimeout    refusal = iota // no handshake within the timeout
+	refusedEvicted                   // closed to make room for newer handshakes
+	refusedClosed                    // the connection ended or failed first
+	refusedMalformed                 // not a handshake, or an undecodable one
+	refusedVersion                   // another protocol version
+	refusedNoToken                   // no token
+	refusedBadToken                  // a token that does not check out
+	refusedExpired                   // an expired token
+	refusedNoSuchGPU                 // a token naming a GPU the server lacks
+	refusedFull                      // the server serves its limit of clients
+	refusedTenantFull                // the token ID has its limit of connections
+	refusedAdmission                 // the quota would overcommit the GPU
+	refusedWorker                    // the tenant's worker would not start
 	numRefusals
 )
 
 var refusalNames = [numRefusals]string{
-	refusedTimeout:   "timeout",
-	refusedEvicted:   "evicted",
-	refusedClosed:    "closed",
-	refusedMalformed: "malformed",
-	refusedVersion:   "version",
-	refusedNoToken:   "no_token",
-	refusedBadToken:  "bad_token",
-	refusedExpired:   "expired",
-	refusedNoSuchGPU: "no_such_gpu",
-	refusedFull:      "too_many_clients",
-	refusedAdmission: "admission",
-	refusedWorker:    "worker_failed",
+	refusedTimeout:    "timeout",
+	refusedEvicted:    "evicted",
+	refusedClosed:     "closed",
+	refusedMalformed:  "malformed",
+	refusedVersion:    "version",
+	refusedNoToken:    "no_token",
+	refusedBadToken:   "bad_token",
+	refusedExpired:    "expired",
+	refusedNoSuchGPU:  "no_such_gpu",
+	refusedFull:       "too_many_clients",
+	refusedTenantFull: "too_many_tenant_connections",
+	refusedAdmission:  "admission",
+	refusedWorker:     "worker_failed",
 }
 
 // RefusalReasons returns the reasons Stats.Refused counts.

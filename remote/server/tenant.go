@@ -31,8 +31,8 @@ import (
 //
 // The front and a worker talk over a SOCK_SEQPACKET socket pair, the
 // worker's file descriptor 3: the worker sends {"ready":true} once its
-// backend is up, {"idle":N} when its connections have all ended after N
-// handoffs, and its statistics ({"stats":…}, see stats.go) with any
+// backend is up, {"closed":C} when connection C has ended (with
+// "idle":N when that was its last, after N handoffs), and its statistics ({"stats":…}, see stats.go) with any
 // message and every statsInterval while they change; the front sends one
 // handoff message per connection with the descriptor attached
 // (SCM_RIGHTS), and closes the pair to make it exit.
@@ -63,9 +63,10 @@ type handoff struct {
 
 // workerMsg is a worker's message to the front.
 type workerMsg struct {
-	Ready bool   `json:"ready,omitempty"`
-	Idle  uint64 `json:"idle,omitempty"`
-	Stats *Stats `json:"stats,omitempty"`
+	Ready  bool   `json:"ready,omitempty"`
+	Closed uint64 `json:"closed,omitempty"` // a handoff's Conn
+	Idle   uint64 `json:"idle,omitempty"`
+	Stats  *Stats `json:"stats,omitempty"`
 }
 
 // tenant is the front's view of one worker process.
@@ -74,8 +75,12 @@ type tenant struct {
 	cmd    *exec.Cmd
 	ctrl   *net.UnixConn
 	handed uint64 // guarded by Server.mu
-	last   Stats  // what the worker reported last; guarded by Server.mu
-	done   chan struct{}
+	// live are the connections handed over that the worker has not said
+	// are closed, with their token IDs: they stay logged in (limits.go).
+	// Guarded by Server.mu.
+	live map[uint64]string
+	last Stats // what the worker reported last; guarded by Server.mu
+	done chan struct{}
 }
 
 // Tenants reports the live workers' process IDs by tenant, for tests and
@@ -90,32 +95,36 @@ func (s *Server) Tenants() map[string]int {
 	return out
 }
 
-// handOff gives a checked connection to its tenant's worker, starting the
-// worker first if needed, and answers the handshake.
+// handOff gives a logged-in connection to its tenant's worker, starting
+// the worker first if needed, and answers the handshake. The login goes
+// with the connection: it ends when the worker says the connection has,
+// or exits; or here, if the handoff fails.
 func (s *Server) handOff(ctx context.Context, conn net.Conn, hello proto.Hello, claims token.Claims, id uint64, peer string) error {
 	key := claims.ID
 	if key == "" { // insecure mode: every connection is a tenant
 		key = fmt.Sprintf("conn-%d", id)
 	}
+	// The login keeps the ID admitted, also if the worker found goes idle
+	// and a new one starts.
 	t, err := s.tenant(ctx, key)
 	if err != nil {
-		s.release(claims.ID)
+		s.logout(claims.ID)
 		s.refuse(conn, refusedWorker, fmt.Sprintf("starting the tenant's worker: %v", err))
 		return err
 	}
-	// Admitted at the handshake; again in case the worker it found went
-	// idle and was forgotten since (then this one is new).
-	s.admit(claims)
 	fc, ok := conn.(interface{ File() (*os.File, error) })
 	if !ok {
+		s.logout(claims.ID)
 		return fmt.Errorf("cannot pass a %T to a worker", conn)
 	}
 	f, err := fc.File()
 	if err != nil {
+		s.logout(claims.ID)
 		return fmt.Errorf("passing the connection: %w", err)
 	}
 	defer f.Close()
 	if err := s.welcome(conn, claims); err != nil {
+		s.logout(claims.ID)
 		return err
 	}
 	// The front read the handshake and nothing past it (Server.handshake):
@@ -126,11 +135,27 @@ func (s *Server) handOff(ctx context.Context, conn net.Conn, hello proto.Hello, 
 	}
 	s.mu.Lock()
 	t.handed++
+	t.live[id] = claims.ID
 	s.mu.Unlock()
 	if _, _, err := t.ctrl.WriteMsgUnix(msg, syscall.UnixRights(int(f.Fd())), nil); err != nil {
+		s.closed(t, id)
 		return fmt.Errorf("handing the connection to worker %d: %w", t.cmd.Process.Pid, err)
 	}
 	return nil
+}
+
+// closed logs out connection id of t's, unless that was done already.
+func (s *Server) closed(t *tenant, id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closedLocked(t, id)
+}
+
+func (s *Server) closedLocked(t *tenant, id uint64) {
+	if claimsID, ok := t.live[id]; ok {
+		delete(t.live, id)
+		s.logoutLocked(claimsID)
+	}
 }
 
 // tenant returns the worker of tenant key, starting it if there is none.
@@ -163,7 +188,7 @@ func (s *Server) tenant(ctx context.Context, key string) (*tenant, error) {
 		ctrl.Close()
 		return nil, fmt.Errorf("%s: %w", cmd.Path, err)
 	}
-	t = &tenant{id: key, cmd: cmd, ctrl: ctrl, done: make(chan struct{})}
+	t = &tenant{id: key, cmd: cmd, ctrl: ctrl, live: map[uint64]string{}, done: make(chan struct{})}
 	go func() { cmd.Wait(); close(t.done) }()
 
 	ctrl.SetReadDeadline(time.Now().Add(tenantStartTimeout))
@@ -194,9 +219,10 @@ func (s *Server) tenant(ctx context.Context, key string) (*tenant, error) {
 }
 
 // watchTenant follows a worker until it exits: it keeps the statistics
-// the worker reports; an idle worker that got every handoff is told to go;
-// a worker that dies is reported. Once the worker has exited, its
-// counters join those of the workers gone before.
+// the worker reports and logs out the connections it says are closed; an
+// idle worker that got every handoff is told to go; a worker that dies is
+// reported. Once the worker has exited, its connections are logged out
+// and its counters join those of the workers gone before.
 func (s *Server) watchTenant(ctx context.Context, t *tenant) {
 	stop := context.AfterFunc(ctx, func() { t.ctrl.Close() })
 	defer stop()
@@ -214,6 +240,9 @@ func (s *Server) watchTenant(ctx context.Context, t *tenant) {
 	}
 	t.ctrl.Close()
 	s.mu.Lock()
+	for id := range t.live {
+		s.closedLocked(t, id)
+	}
 	crashed := s.tenants[t.id] == t
 	if crashed {
 		delete(s.tenants, t.id)
@@ -249,6 +278,9 @@ func (s *Server) readWorker(t *tenant) {
 		s.mu.Lock()
 		if m.Stats != nil {
 			t.last = *m.Stats
+		}
+		if m.Closed != 0 {
+			s.closedLocked(t, m.Closed)
 		}
 		if m.Idle != 0 && s.tenants[t.id] == t && t.handed == m.Idle {
 			delete(s.tenants, t.id) // the next connection starts a new worker
@@ -325,11 +357,12 @@ func (s *Server) ServeTenant(ctx context.Context, ctrl *net.UnixConn) error {
 			s.leaveQuota(q)
 			mu.Lock()
 			active--
-			idle, total := active == 0, received
-			mu.Unlock()
-			if idle {
-				front.tell(workerMsg{Idle: total})
+			m := workerMsg{Closed: h.Conn}
+			if active == 0 {
+				m.Idle = received
 			}
+			mu.Unlock()
+			front.tell(m)
 		})
 	}
 }
