@@ -21,25 +21,38 @@ type admitted struct {
 	quota uint64
 }
 
-// admit records c's quota on its GPU, or says why it does not fit. An ID
-// already admitted is admitted again at no cost.
+// admit records c's quota on its GPU, or says why it does not fit. A token
+// of an ID already admitted costs nothing if its quota is no larger than
+// the ID's; a larger one raises the ID's if the rise fits (the ID's pool
+// takes the largest quota of its tokens, quota.go). A token of an ID
+// admitted on another GPU is refused: an ID's pool is on one GPU.
 func (s *Server) admit(c token.Claims) error {
 	if c.Quota == 0 || c.ID == "" {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.admitted[c.ID]; ok {
+	was, ok := s.admitted[c.ID]
+	if ok && was.dev != c.Device {
+		return fmt.Errorf("token ID %s is admitted on GPU %d; a token of it for GPU %d is refused until the ID's connections are gone",
+			c.ID, was.dev, c.Device)
+	}
+	if ok && c.Quota <= was.quota {
 		return nil
 	}
-	var held uint64
-	for _, a := range s.admitted {
-		if a.dev == c.Device {
+	var held uint64 // by the other IDs
+	for id, a := range s.admitted {
+		if a.dev == c.Device && id != c.ID {
 			held += a.quota
 		}
 	}
 	total := s.devMemory[c.Device]
-	if held+c.Quota > total {
+	switch {
+	case held+c.Quota <= total:
+	case ok:
+		return fmt.Errorf("GPU %d cannot raise token ID %s's quota from %d MiB to %d MiB: the other tenants it serves hold quotas of %d MiB of its %d MiB",
+			c.Device, c.ID, was.quota>>20, c.Quota>>20, held>>20, total>>20)
+	default:
 		return fmt.Errorf("GPU %d cannot take a quota of %d MiB: the tenants it serves hold quotas of %d MiB of its %d MiB",
 			c.Device, c.Quota>>20, held>>20, total>>20)
 	}

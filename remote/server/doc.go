@@ -50,13 +50,16 @@
 //
 // # Quota
 //
-// The connections presenting tokens with the same ID share the token's
-// memory quota across the server: cuMemAlloc past it is
-// CUDA_ERROR_OUT_OF_MEMORY; cuMemGetInfo reports free as the smaller of
-// the device's free memory and what is left of the quota, and total as the
-// quota, and cuDeviceTotalMem reports the smaller of the quota and the
-// device's memory. The quota counts requested bytes, not the backend's
-// rounding, and not module globals.
+// The connections presenting tokens with the same ID share a pool across
+// the server, as large as the largest quota of those tokens (what
+// admission counts for the ID), and the connections presenting one token
+// are also held, together, to that token's own quota (quota.go says how
+// tokens of one ID combine). cuMemAlloc past either is
+// CUDA_ERROR_OUT_OF_MEMORY; a connection's quota is the smaller of the two:
+// cuMemGetInfo reports free as the smallest of the device's free memory
+// and what is left of each, and total as the quota, and cuDeviceTotalMem
+// reports the smaller of the quota and the device's memory. Quotas count
+// requested bytes, not the backend's rounding, and not module globals.
 //
 // # Asynchronous calls and kernels
 //

@@ -266,8 +266,8 @@ func (s *session) check(t *testing.T, fake *fakecuda.Backend) {
 		used += a.size
 		plain++
 	}
-	if s.quota.used != used || s.inUse != used {
-		t.Fatalf("quota used %d, allocations %d", s.quota.used, used)
+	if s.quota.q.used != used || s.quota.g.used != used || s.inUse != used {
+		t.Fatalf("quota used %d, token's grant %d, allocations %d", s.quota.q.used, s.quota.g.used, used)
 	}
 	for _, f := range s.funcs {
 		if s.mods[f.mod.h] != f.mod {
@@ -356,7 +356,7 @@ func FuzzDispatch(f *testing.F) {
 		fake.Init()
 		log := slog.New(slog.DiscardHandler)
 		srv := New(fake, WithInsecureNoAuth(), WithLogger(log))
-		q := &quota{limit: 4 << 20, refs: 1}
+		q := &share{q: &quota{limit: 4 << 20, refs: 1}, g: &grant{limit: 3 << 20, refs: 1}}
 		s := newSession(srv, q, []int32{0, 1}, log)
 		var out bytes.Buffer
 		var readErr error
@@ -383,8 +383,8 @@ func FuzzDispatch(f *testing.F) {
 			checkOutput(t, call, out.Bytes())
 		}
 		s.cleanup()
-		if st := fake.Stats(); st != (fakecuda.Stats{}) || q.used != 0 {
-			t.Fatalf("after cleanup the backend holds %+v, the quota %d", st, q.used)
+		if st := fake.Stats(); st != (fakecuda.Stats{}) || q.q.used != 0 || q.g.used != 0 {
+			t.Fatalf("after cleanup the backend holds %+v, the quota %d, the grant %d", st, q.q.used, q.g.used)
 		}
 	})
 }

@@ -176,6 +176,67 @@ func TestQuotaShared(t *testing.T) {
 	alloc(t, c1, x1, quota)
 }
 
+// TestTokensOfOneIDCombine: connections presenting tokens of one ID share
+// a pool, the largest of the tokens' quotas, and each token's holders also
+// stay within that token's own quota: a later 1 MiB token of an ID first
+// seen with 2 MiB cannot allocate 2 MiB (docs/remote.md, "How tokens of
+// one ID combine").
+func TestTokensOfOneIDCombine(t *testing.T) {
+	const mib = 1 << 20
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			e := start(t, envConfig{srv: withMode(mode.srv)})
+			big := e.dial(t, e.token(t, "job", 2*mib))
+			small := e.dial(t, e.token(t, "job", mib))
+			xb, xs := primary(t, big), primary(t, small)
+			limits := func(what string, cl *proto.Client, ctx proto.Handle, wantFree, wantTotal uint64) {
+				t.Helper()
+				free, total, r, err := cl.MemGetInfoV2(ctx)
+				ok(t, what+": cuMemGetInfo")(r, err)
+				devTotal, r, err := cl.DeviceTotalMemV2(ctx, 0)
+				ok(t, what+": cuDeviceTotalMem")(r, err)
+				if free != wantFree || total != wantTotal || devTotal != wantTotal {
+					t.Errorf("%s: cuMemGetInfo %d of %d, cuDeviceTotalMem %d; want %d of %d", what, free, total, devTotal, wantFree, wantTotal)
+				}
+			}
+
+			limits("the 1 MiB token", small, xs, mib, mib)
+			alloc(t, small, xs, mib/2)
+			_, r, err := small.MemAllocV2(xs, mib/2+1)
+			is(t, "the 1 MiB token past its quota", proto.ErrOutOfMemory)(r, err)
+			alloc(t, small, xs, mib/2) // its quota, exactly
+			limits("the 1 MiB token, full", small, xs, 0, mib)
+			_, r, err = small.MemAllocV2(xs, 1)
+			is(t, "a byte past the 1 MiB token's quota", proto.ErrOutOfMemory)(r, err)
+
+			// The 2 MiB token has what is left of the pool.
+			limits("the 2 MiB token", big, xb, mib, 2*mib)
+			_, r, err = big.MemAllocV2(xb, mib+1)
+			is(t, "the 2 MiB token past the pool", proto.ErrOutOfMemory)(r, err)
+			alloc(t, big, xb, mib)
+
+			// A later 3 MiB token raises the pool to 3 MiB; the others stay
+			// within their own quotas.
+			large := e.dial(t, e.token(t, "job", 3*mib))
+			xl := primary(t, large)
+			limits("the 3 MiB token", large, xl, mib, 3*mib)
+			_, r, err = small.MemAllocV2(xs, 1)
+			is(t, "the full 1 MiB token, with room in the raised pool", proto.ErrOutOfMemory)(r, err)
+			p := alloc(t, large, xl, mib)
+			_, r, err = large.MemAllocV2(xl, 1)
+			is(t, "a byte past the pool", proto.ErrOutOfMemory)(r, err)
+			ok(t, "cuMemFree")(large.MemFreeV2(xl, p))
+
+			// A connection's memory comes back to its token and the pool.
+			small.Close()
+			eventually(t, "the 1 MiB token's memory to come back", func() bool {
+				_, r, err := large.MemAllocV2(xl, 2*mib)
+				return err == nil && r == proto.Success
+			})
+		})
+	}
+}
+
 // TestQuotaUnlimited: quota 0 reports the device.
 func TestQuotaUnlimited(t *testing.T) {
 	e := start(t, envConfig{})

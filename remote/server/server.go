@@ -227,7 +227,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn, hs *handshaking) 
 }
 
 // runSession serves one admitted connection in this process.
-func (s *Server) runSession(conn net.Conn, br *bufio.Reader, q *quota, claims token.Claims, id uint64, peer, identity string) {
+func (s *Server) runSession(conn net.Conn, br *bufio.Reader, q *share, claims token.Claims, id uint64, peer, identity string) {
 	sess := newSession(s, q, s.devices(claims), s.log.With(
 		"conn", id, "peer", peer, "identity", clean(identity), "token", claims.ID))
 	sess.serve(conn, br)

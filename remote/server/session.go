@@ -161,7 +161,7 @@ func (w *wire) write(h proto.Header, p []byte, flush bool) error {
 type session struct {
 	be    Backend
 	log   *slog.Logger
-	quota *quota
+	quota *share
 	// devs maps the client's device ordinals to the backend's.
 	devs []int32
 
@@ -181,7 +181,7 @@ type sessionStats struct {
 	peakMemory uint64
 }
 
-func newSession(srv *Server, q *quota, devs []int32, log *slog.Logger) *session {
+func newSession(srv *Server, q *share, devs []int32, log *slog.Logger) *session {
 	s := &session{be: srv.backend, log: log, quota: q, devs: devs, counts: srv.counts}
 	s.objects.init()
 	return s
@@ -204,7 +204,8 @@ func (s *session) serve(conn net.Conn, br *bufio.Reader) {
 	}
 	s.wire = wire{in: in, readErr: &readErr, bw: bufio.NewWriterSize(conn, 64<<10), conn: conn}
 	go readFrames(br, in, &readErr, done)
-	s.log.Info("client connected", "quota", s.quota.limit)
+	limit, _ := s.quota.left()
+	s.log.Info("client connected", "quota", limit)
 
 	err := s.run(in, &readErr)
 	conn.Close()

@@ -39,7 +39,10 @@ var (
 
 // Claims is what a token grants.
 type Claims struct {
-	// ID names the reservation; connections with the same ID share Quota.
+	// ID names the reservation. The connections presenting tokens with
+	// the same ID share one pool of memory on the server, as large as the
+	// largest of their quotas, within which each token's holders stay
+	// within its own Quota (docs/remote.md).
 	ID string
 	// Quota is the device memory limit in bytes; 0 means no limit.
 	Quota uint64
