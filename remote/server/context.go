@@ -7,6 +7,9 @@ import (
 // use makes ctx current on the worker thread, calling the backend only
 // when another context is current.
 func (s *session) use(ctx *ctxState) proto.Result {
+	if r := s.refusal(); r != proto.Success {
+		return r // after the token's expiry nothing runs (expiry.go)
+	}
 	if s.curOK && s.cur == ctx.raw {
 		return proto.Success
 	}

@@ -61,6 +61,14 @@
 // reports the smaller of the quota and the device's memory. Quotas count
 // requested bytes, not the backend's rounding, and not module globals.
 //
+// # Expiry
+//
+// A token's expiry holds for the connections that presented it: when it
+// passes, the session frees everything its client held and answers every
+// call from then on with CUDA_ERROR_NOT_PERMITTED, without running it (an
+// asynchronous call's failure comes with the next synchronous call), logs
+// that once, and closes the connection a minute later (expiry.go).
+//
 // # Asynchronous calls and kernels
 //
 // An async call (launches, memsets, async copies) gets no reply: its first

@@ -31,6 +31,7 @@ type Server struct {
 	maxHandshakes        int
 	maxHandshakesPerPeer int
 	handshakeTimeout     time.Duration
+	expiredLinger        time.Duration
 	now                  func() time.Time
 
 	initOnce sync.Once
@@ -74,6 +75,7 @@ func New(backend Backend, opts ...Option) *Server {
 		maxHandshakes:        DefaultMaxHandshakes,
 		maxHandshakesPerPeer: DefaultMaxHandshakesPerPeer,
 		handshakeTimeout:     DefaultHandshakeTimeout,
+		expiredLinger:        expiredLinger,
 		now:                  time.Now,
 		handshakesByPeer:     map[string]int{},
 		tenantConns:          map[string]int{},
@@ -230,6 +232,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn, hs *handshaking) 
 func (s *Server) runSession(conn net.Conn, br *bufio.Reader, q *share, claims token.Claims, id uint64, peer, identity string) {
 	sess := newSession(s, q, s.devices(claims), s.log.With(
 		"conn", id, "peer", peer, "identity", clean(identity), "token", claims.ID))
+	sess.expires = claims.Expires
 	sess.serve(conn, br)
 }
 

@@ -172,6 +172,14 @@ type session struct {
 	stats  sessionStats
 	counts *counters // the server's
 	bufs   [2][]byte // the copy buffers (chunk)
+
+	// expires is when the client's token expires (zero: never); once it
+	// has, expired is set (expiry.go).
+	expires    time.Time
+	now        func() time.Time // the server's clock
+	linger     time.Duration    // from the expiry to the close
+	expired    bool
+	freedEarly freed // what expiring freed
 }
 
 type sessionStats struct {
@@ -182,7 +190,7 @@ type sessionStats struct {
 }
 
 func newSession(srv *Server, q *share, devs []int32, log *slog.Logger) *session {
-	s := &session{be: srv.backend, log: log, quota: q, devs: devs, counts: srv.counts}
+	s := &session{be: srv.backend, log: log, quota: q, devs: devs, counts: srv.counts, now: srv.now, linger: srv.expiredLinger}
 	s.objects.init()
 	return s
 }
@@ -211,6 +219,7 @@ func (s *session) serve(conn net.Conn, br *bufio.Reader) {
 	conn.Close()
 	close(done)
 	freed := s.cleanup()
+	freed.add(s.freedEarly)
 
 	reason := "disconnected"
 	if err != nil {
@@ -225,17 +234,36 @@ func (s *session) serve(conn net.Conn, br *bufio.Reader) {
 }
 
 // run executes the calls in order until the queue ends (the reader's
-// error, nil at EOF) or a call breaks the protocol.
+// error, nil at EOF), a call breaks the protocol, or the close after the
+// token's expiry is due.
 func (s *session) run(in <-chan frame, readErr *error) error {
-	for f := range in {
-		if err := s.call(f); err != nil {
-			return err
+	var expiry <-chan time.Time
+	timer := s.expiryTimer()
+	if timer != nil {
+		defer timer.Stop()
+		expiry = timer.C
+	}
+	for {
+		select {
+		case f, ok := <-in:
+			if !ok {
+				if err := *readErr; err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+					return err
+				}
+				return nil
+			}
+			if !s.expired && s.pastExpiry() {
+				s.expire(timer)
+			}
+			if err := s.call(f); err != nil {
+				return err
+			}
+		case <-expiry:
+			if err := s.expiryDue(timer); err != nil {
+				return err
+			}
 		}
 	}
-	if err := *readErr; err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-		return err
-	}
-	return nil
 }
 
 // call runs one call frame.
@@ -252,6 +280,9 @@ func (s *session) call(f frame) error {
 		return fmt.Errorf("%w: %s sent with async=%v", proto.ErrMalformed, info.Name, async)
 	}
 	s.stats.calls++
+	if r := s.refusal(); r != proto.Success {
+		s.deferred = r // answered instead of running; see expiry.go
+	}
 	s.wire.op, s.wire.seq = f.h.Op, f.h.Seq
 	c := &proto.Call{Op: f.h.Op, Seq: f.h.Seq, Ctx: f.h.Ctx, T: &s.wire, Deferred: &s.deferred}
 	start := time.Now()
