@@ -33,11 +33,13 @@ func TestUnit(t *testing.T) {
 
 // The interposer's messages the programs cause on purpose.
 var expectedLog = map[string]bool{
-	"dark: gpumux: cuGetExportTable(5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a) is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED": true,
-	"dark: gpumux: private table cudart slot 3 (cuGetExportTable) is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED":         true,
-	"ctx: gpumux: cuCtxCreate_v3 with execution affinity parameters is not supported; it returns CUDA_ERROR_NOT_SUPPORTED":                               true,
-	"ctx: gpumux: cuCtxCreate_v4 with CUctxCreateParams is not supported; it returns CUDA_ERROR_NOT_SUPPORTED":                                           true,
-	"launchex: gpumux: a launch configuration with 33 attributes (gpumux forwards at most 32)":                                                           true,
+	"dark: gpumux: cuGetExportTable(5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a) is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED":                                                      true,
+	"dark: gpumux: private table cudart slot 3 (cuGetExportTable) is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED":                                                              true,
+	"ctx: gpumux: cuCtxCreate_v3 with execution affinity parameters is not supported; it returns CUDA_ERROR_NOT_SUPPORTED":                                                                                    true,
+	"ctx: gpumux: cuCtxCreate_v4 with CUctxCreateParams is not supported; it returns CUDA_ERROR_NOT_SUPPORTED":                                                                                                true,
+	"launchex: gpumux: a launch configuration with 33 attributes (gpumux forwards at most 32)":                                                                                                                true,
+	"torchcalls: gpumux: cuMemHostGetDevicePointer_v2 is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED":                                                                          true,
+	"torchcalls: gpumux: cuPointerGetAttribute of a device address for host memory, or of a P2P, IPC, pool or handle attribute is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED": true,
 }
 
 // TestPrograms runs the functional test programs over both transports.

@@ -481,6 +481,51 @@ static const void *gm_tab_checks[15] = {
 	(const void *)gm_stub_checks_14,
 };
 
+/* ---- {1734dc26-800d-4745-8726-c0f1e7dd8bca}: 17 slots ----
+ * Asked by cuBLASLt (bf16 and fp16 matmuls under autocast). Traced on the
+ * H200 (run.sh corpus with CORPUS_TRACE=1): slot 4 writes two new host
+ * objects through its first two arguments, slot 13 takes them back; what
+ * they hold is not known, so nothing is answered: every slot is a stub
+ * that fails (logged once), which cuBLASLt takes as "not available",
+ * whereas refusing the whole table crashes it (a NULL table it does not
+ * check). */
+GM_STUB(lt, 1)
+GM_STUB(lt, 2)
+GM_STUB(lt, 3)
+GM_STUB(lt, 4)
+GM_STUB(lt, 5)
+GM_STUB(lt, 6)
+GM_STUB(lt, 7)
+GM_STUB(lt, 8)
+GM_STUB(lt, 9)
+GM_STUB(lt, 10)
+GM_STUB(lt, 11)
+GM_STUB(lt, 12)
+GM_STUB(lt, 13)
+GM_STUB(lt, 14)
+GM_STUB(lt, 15)
+GM_STUB(lt, 16)
+
+static const void *gm_tab_lt[17] = {
+	(const void *)(uintptr_t)sizeof gm_tab_lt,
+	(const void *)gm_stub_lt_1,
+	(const void *)gm_stub_lt_2,
+	(const void *)gm_stub_lt_3,
+	(const void *)gm_stub_lt_4,
+	(const void *)gm_stub_lt_5,
+	(const void *)gm_stub_lt_6,
+	(const void *)gm_stub_lt_7,
+	(const void *)gm_stub_lt_8,
+	(const void *)gm_stub_lt_9,
+	(const void *)gm_stub_lt_10,
+	(const void *)gm_stub_lt_11,
+	(const void *)gm_stub_lt_12,
+	(const void *)gm_stub_lt_13,
+	(const void *)gm_stub_lt_14,
+	(const void *)gm_stub_lt_15,
+	(const void *)gm_stub_lt_16,
+};
+
 /* ---- INTEGRITY {d4082055-bde6-704b-8d34-ba123c66e1f2}: 3 ----
  * slot 1 (runtime version, unix seconds, out[16]) answers an HMAC-MD2 (RFC
  * 1319 MD2, RFC 2104 HMAC over its 16-byte block) keyed with a constant the
@@ -563,6 +608,7 @@ static const struct {
 	{{0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2},
 	 gm_tab_integrity},
 	{{0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}, gm_tab_toolsctx},
+	{{0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca}, gm_tab_lt},
 };
 
 GM_EXPORT CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)

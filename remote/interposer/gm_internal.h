@@ -93,7 +93,12 @@ CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
 	X(cuMemcpyAsync_ptsz)                                \
 	X(cuModuleGetGlobal_v2)                              \
 	X(cuFuncGetParamInfo)                                \
-	X(cuCtxGetLimit)
+	X(cuCtxGetLimit)                                     \
+	X(cuCtxGetApiVersion)                                \
+	X(cuMemHostRegister_v2)                              \
+	X(cuMemHostUnregister)                               \
+	X(cuPointerGetAttribute)                             \
+	X(cuPointerGetAttributes)
 
 /* Fork handlers of gm_more.c (its host allocation table's lock). */
 void gm_more_atfork_prepare(void);

@@ -132,12 +132,20 @@ GM_EXPORT CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int
 	return gm_rpc_cuFuncSetAttribute((CUfunction)kernel, attrib, val);
 }
 
-/* ---- page-locked host memory: plain host memory, page-aligned ---- */
+/* ---- page-locked host memory: plain host memory, page-aligned ----
+ *
+ * Memory the client pins or registers stays in the client: copies stream
+ * it to the server whatever it is. CU_MEMHOSTALLOC_DEVICEMAP and
+ * CU_MEMHOSTREGISTER_DEVICEMAP are accepted (frameworks and cuDNN ask for
+ * them as a matter of course), but the remote GPU cannot reach the
+ * client's memory: cuMemHostGetDevicePointer stays unsupported, and a
+ * pointer's device address (cuPointerGetAttribute) is none. */
 
 struct gm_host {
 	char *p;
 	size_t n;
 	unsigned int flags;
+	int registered; /* the caller's memory (cuMemHostRegister): not ours to free */
 };
 
 static pthread_mutex_t gm_host_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -171,16 +179,13 @@ static struct gm_host *gm_host_find(const void *p)
 	return NULL;
 }
 
+static CUresult gm_host_add(struct gm_host h);
+
 GM_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
 	if (pp == NULL || bytesize == 0 ||
 	    (Flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED)))
 		return CUDA_ERROR_INVALID_VALUE;
-	/* Mapped memory would need a device address for host memory. */
-	if (Flags & CU_MEMHOSTALLOC_DEVICEMAP) {
-		gm_debug_local("cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP)", CUDA_ERROR_NOT_SUPPORTED);
-		return CUDA_ERROR_NOT_SUPPORTED;
-	}
 	if (gm_current_ctx() == 0) {
 		gm_debug_local("cuMemHostAlloc", CUDA_ERROR_INVALID_CONTEXT);
 		return CUDA_ERROR_INVALID_CONTEXT;
@@ -188,21 +193,67 @@ GM_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned i
 	void *p = NULL;
 	if (posix_memalign(&p, 4096, bytesize) != 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult r = gm_host_add((struct gm_host){p, bytesize, Flags, 0});
+	if (r != CUDA_SUCCESS) {
+		free(p);
+		return r;
+	}
+	*pp = p;
+	return CUDA_SUCCESS;
+}
+
+/* gm_host_add records an allocation or registration; CUDA_ERROR_INVALID_VALUE
+ * when it overlaps one already recorded (CUDA's answer for registering
+ * memory twice: CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, which the caller
+ * substitutes). */
+static CUresult gm_host_add(struct gm_host h)
+{
 	pthread_mutex_lock(&gm_host_mu);
+	for (size_t i = 0; i < gm_nhosts; i++) {
+		if (h.p < gm_hosts[i].p + gm_hosts[i].n && gm_hosts[i].p < h.p + h.n) {
+			pthread_mutex_unlock(&gm_host_mu);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+	}
 	if (gm_nhosts == gm_caphosts) {
 		size_t cap = gm_caphosts ? 2 * gm_caphosts : 64;
-		struct gm_host *h = realloc(gm_hosts, cap * sizeof *h);
-		if (h == NULL) {
+		struct gm_host *n = realloc(gm_hosts, cap * sizeof *n);
+		if (n == NULL) {
 			pthread_mutex_unlock(&gm_host_mu);
-			free(p);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
-		gm_hosts = h;
+		gm_hosts = n;
 		gm_caphosts = cap;
 	}
-	gm_hosts[gm_nhosts++] = (struct gm_host){p, bytesize, Flags};
+	gm_hosts[gm_nhosts++] = h;
 	pthread_mutex_unlock(&gm_host_mu);
-	*pp = p;
+	return CUDA_SUCCESS;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+	if (p == NULL || bytesize == 0 ||
+	    (Flags & ~(unsigned)(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_READ_ONLY)))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (gm_current_ctx() == 0) {
+		gm_debug_local("cuMemHostRegister", CUDA_ERROR_INVALID_CONTEXT);
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	CUresult r = gm_host_add((struct gm_host){p, bytesize, Flags, 1});
+	return r == CUDA_ERROR_INVALID_VALUE ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED : r;
+}
+
+/* Only memory cuMemHostRegister registered, by its start. */
+GM_EXPORT CUresult CUDAAPI cuMemHostUnregister(void *p)
+{
+	pthread_mutex_lock(&gm_host_mu);
+	struct gm_host *h = gm_host_find(p);
+	if (h == NULL || h->p != p || !h->registered) {
+		pthread_mutex_unlock(&gm_host_mu);
+		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	}
+	*h = gm_hosts[--gm_nhosts];
+	pthread_mutex_unlock(&gm_host_mu);
 	return CUDA_SUCCESS;
 }
 
@@ -216,7 +267,7 @@ GM_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
 {
 	pthread_mutex_lock(&gm_host_mu);
 	struct gm_host *h = gm_host_find(p);
-	if (h == NULL || h->p != p) {
+	if (h == NULL || h->p != p || h->registered) {
 		pthread_mutex_unlock(&gm_host_mu);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -236,6 +287,164 @@ GM_EXPORT CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p)
 		*pFlags = h->flags;
 	pthread_mutex_unlock(&gm_host_mu);
 	return h != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- pointer attributes ----
+ *
+ * Answered here from what the interposer knows: host memory it pinned or
+ * registered, and device memory by the server's address ranges (a round
+ * trip). The context and device ordinal of device memory are the calling
+ * thread's current ones (a tenant's allocations live in its contexts on
+ * its one GPU). Attributes gpumux cannot answer truthfully (P2P tokens,
+ * legacy IPC, memory pools, handles) are CUDA_ERROR_NOT_SUPPORTED from
+ * cuPointerGetAttribute and zero from cuPointerGetAttributes, which, as
+ * CUDA documents, does not fail for a pointer CUDA does not know. */
+struct gm_ptr {
+	int kind; /* 0: unknown to CUDA, CU_MEMORYTYPE_HOST or _DEVICE */
+	char *host_base;
+	size_t host_size;
+	CUdeviceptr base;
+	size_t size;
+};
+
+/* gm_ptr_attr_size: the size of an attribute's value, as cuda.h gives
+ * it (0: not an attribute CUDA 13 knows). */
+static size_t gm_ptr_attr_size(CUpointer_attribute a)
+{
+	switch ((int)a) {
+	case 1:  /* CONTEXT */
+	case 3:  /* DEVICE_POINTER */
+	case 4:  /* HOST_POINTER */
+	case 7:  /* BUFFER_ID */
+	case 11: /* RANGE_START_ADDR */
+	case 12: /* RANGE_SIZE */
+	case 14: /* ALLOWED_HANDLE_TYPES */
+	case 17: /* MEMPOOL_HANDLE */
+	case 18: /* MAPPING_SIZE */
+	case 19: /* MAPPING_BASE_ADDR */
+	case 20: /* MEMORY_BLOCK_ID */
+		return 8;
+	case 5: /* P2P_TOKENS: a struct of two 64-bit tokens */
+		return 16;
+	case 2: case 6: case 8: case 9: case 10: case 13: case 15: case 16: case 21:
+		return 4;
+	default:
+		return 0;
+	}
+}
+
+static CUresult gm_ptr_info(CUdeviceptr ptr, struct gm_ptr *pi)
+{
+	memset(pi, 0, sizeof *pi);
+	pthread_mutex_lock(&gm_host_mu);
+	struct gm_host *h = gm_host_find((const void *)(uintptr_t)ptr);
+	if (h != NULL) {
+		pi->kind = CU_MEMORYTYPE_HOST;
+		pi->host_base = h->p;
+		pi->host_size = h->n;
+	}
+	pthread_mutex_unlock(&gm_host_mu);
+	if (pi->kind != 0 || gm_current_ctx() == 0)
+		return CUDA_SUCCESS;
+	CUresult r = gm_rpc_cuMemGetAddressRange_v2(&pi->base, &pi->size, ptr);
+	if (r == CUDA_SUCCESS)
+		pi->kind = CU_MEMORYTYPE_DEVICE;
+	return r == CUDA_ERROR_INVALID_VALUE ? CUDA_SUCCESS : r;
+}
+
+/* gm_ptr_attr writes one attribute's value (of the size CUDA gives it) to
+ * data; CUDA_ERROR_NOT_SUPPORTED for those gpumux does not answer. */
+static CUresult gm_ptr_attr(const struct gm_ptr *pi, CUpointer_attribute a, CUdeviceptr ptr, void *data)
+{
+	int dev = pi->kind == CU_MEMORYTYPE_DEVICE;
+	switch (a) {
+	case CU_POINTER_ATTRIBUTE_CONTEXT: {
+		CUcontext c = NULL;
+		if (dev)
+			c = (CUcontext)(uintptr_t)gm_current_ctx();
+		*(CUcontext *)data = c;
+		return CUDA_SUCCESS;
+	}
+	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+		*(unsigned int *)data = (unsigned int)pi->kind;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+		*(CUdeviceptr *)data = dev ? ptr : 0;
+		return dev ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+		*(void **)data = pi->kind == CU_MEMORYTYPE_HOST ? (void *)(uintptr_t)ptr : NULL;
+		return pi->kind == CU_MEMORYTYPE_HOST ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+		*(int *)data = 0;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+		/* Unique among live allocations: the start of the allocation. */
+		*(unsigned long long *)data = dev ? (unsigned long long)pi->base : (unsigned long long)(uintptr_t)pi->host_base;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: {
+		CUdevice d = 0;
+		CUresult r = dev ? gm_rpc_cuCtxGetDevice(&d) : CUDA_SUCCESS;
+		*(int *)data = d;
+		return r;
+	}
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+		*(CUdeviceptr *)data = dev ? pi->base : (CUdeviceptr)(uintptr_t)pi->host_base;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+		*(size_t *)data = dev ? pi->size : pi->host_size;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MAPPED:
+		*(int *)data = dev;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
+GM_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+	if (data == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct gm_ptr pi;
+	CUresult r = gm_ptr_info(ptr, &pi);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (pi.kind == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = gm_ptr_attr(&pi, attribute, ptr, data);
+	if (r == CUDA_ERROR_NOT_SUPPORTED) {
+		static unsigned char once;
+		return gm_not_supported("cuPointerGetAttribute of a device address for host memory, or of a P2P, IPC, pool or handle attribute", &once);
+	}
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
+						  void **data, CUdeviceptr ptr)
+{
+	if (numAttributes == 0 || attributes == NULL || data == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct gm_ptr pi;
+	CUresult r = gm_ptr_info(ptr, &pi);
+	if (r != CUDA_SUCCESS)
+		return r;
+	for (unsigned int i = 0; i < numAttributes; i++) {
+		if (data[i] == NULL)
+			continue;
+		size_t n = gm_ptr_attr_size(attributes[i]);
+		if (n == 0)
+			return CUDA_ERROR_INVALID_VALUE;
+		/* What cannot be answered is left at CUDA's default, zero. */
+		unsigned char buf[16] = {0};
+		r = gm_ptr_attr(&pi, attributes[i], ptr, buf);
+		if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_SUPPORTED && r != CUDA_ERROR_INVALID_VALUE)
+			return r;
+		if (r != CUDA_SUCCESS)
+			memset(buf, 0, sizeof buf);
+		memcpy(data[i], buf, n);
+	}
+	return CUDA_SUCCESS;
 }
 
 /* ---- unified copies: cuMemcpy, cuMemcpyAsync ----
@@ -334,6 +543,21 @@ GM_EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex
 			*paramSize = size;
 	}
 	return r;
+}
+
+/* cuCtxGetApiVersion: the driver creates every context, primary or not,
+ * with the API version of cuCtxCreate_v2, 3020 (what the real 580 driver
+ * answers, e2e/gpu/remote/check.c); the runtime asks it of each thread's
+ * context, autograd's device threads included. A context handle is
+ * checked where it is used, by the server. */
+GM_EXPORT CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+	if (version == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ctx == NULL && gm_current_ctx() == 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*version = 3020;
+	return CUDA_SUCCESS;
 }
 
 /* cuCtxGetLimit: the server's answer for the current context. */

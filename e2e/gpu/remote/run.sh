@@ -13,6 +13,10 @@
 #   e2e/gpu/remote/run.sh torch   # PyTorch (torch_check.py) locally and through gpumux-remoted, diffed
 #   e2e/gpu/remote/run.sh cublas  # cublasCreate and an SGEMM (cublas.cu): locally, under darktrace,
 #                                 # and through gpumux-remoted
+#   e2e/gpu/remote/run.sh corpus [PROGRAM...]
+#                                 # the PyTorch corpus (corpus.py) locally, over TCP and over unix:
+#                                 # outputs compared exactly, a table of results and step times;
+#                                 # CORPUS_TRACE=1 also runs each under darktrace (private tables)
 # GPUMUX_REMOTE_DEBUG=1 makes the interposer log every failing call.
 #
 # It starts gpumux-remoted (backend cuda) on 127.0.0.1 and a unix socket,
@@ -122,6 +126,62 @@ if [[ $mode == torch ]]; then
 	echo "== gpumux-remoted (warnings and errors)"
 	grep -iE 'level=(warn|error)' "$out/remoted.log" | tail -10 || true
 	diff -u "$out/torch.local.txt" "$out/torch.tcp.txt" && echo "torch: output through gpumux-remoted identical to local"
+	exit 0
+fi
+if [[ $mode == corpus ]]; then
+	py=${PYTHON:-python3}
+	shift
+	progs=("$@")
+	[[ ${#progs[@]} -gt 0 ]] || read -ra progs <<<"$("$py" e2e/gpu/remote/corpus.py list)"
+	mkdir -p "$out/corpus"
+	[[ -n ${CORPUS_TRACE:-} ]] && darktrace
+	start_server
+	# runs P HOW: one program, locally (local), under darktrace (trace)
+	# or through the server (tcp, unix); its output without timings in
+	# $out/corpus/P.HOW, stderr in P.HOW.err; prints the exit status.
+	runs() {
+		local p=$1 how=$2 pre=()
+		case $how in
+		tcp) pre=(remote "127.0.0.1:$port") ;;
+		unix) pre=(remote "unix:$work/remoted.sock") ;;
+		trace) pre=(env LD_LIBRARY_PATH="$work/trace" DARKTRACE_REAL="$real") ;;
+		esac
+		local rc=0
+		GPUMUX_REMOTE_TIMEOUT=120 "${pre[@]}" timeout "${CORPUS_TIMEOUT:-600}" "$py" e2e/gpu/remote/corpus.py "$p" \
+			>"$out/corpus/$p.$how.raw" 2>"$out/corpus/$p.$how.err" || rc=$?
+		grep -v '^STEP_MS' "$out/corpus/$p.$how.raw" >"$out/corpus/$p.$how" || true
+		echo "$rc"
+	}
+	ms() { awk '/^STEP_MS/ {print $2}' "$out/corpus/$1.$2.raw"; }
+	printf '%-16s %-10s %-10s %-10s %-12s %-12s %-12s\n' program local tcp unix "local ms" "tcp ×" "unix ×"
+	for p in "${progs[@]}"; do
+		[[ -n ${CORPUS_TRACE:-} ]] && runs "$p" trace >/dev/null
+		row=("$p")
+		lrc=$(runs "$p" local)
+		row+=("$([[ $lrc == 0 ]] && echo ok || echo "exit $lrc")")
+		for how in tcp unix; do
+			rc=$(runs "$p" $how)
+			if [[ $rc != 0 ]]; then
+				row+=("exit $rc")
+			elif [[ $lrc == 0 ]] && cmp -s "$out/corpus/$p.local" "$out/corpus/$p.$how"; then
+				row+=(same)
+			else
+				row+=(DIFFERS)
+			fi
+		done
+		l=$(ms "$p" local) t=$(ms "$p" tcp) u=$(ms "$p" unix)
+		ratio() { [[ -n $1 && -n $2 ]] && python3 -c "print(f'{$2/$1:.2f}')" || echo -; }
+		printf '%-16s %-10s %-10s %-10s %-12s %-12s %-12s\n' "${row[@]}" "${l:--}" "$(ratio "$l" "$t")" "$(ratio "$l" "$u")"
+	done
+	for p in "${progs[@]}"; do
+		for how in tcp unix; do
+			if ! cmp -s "$out/corpus/$p.local" "$out/corpus/$p.$how"; then
+				echo "== $p over $how: first differences, and the interposer's messages"
+				diff "$out/corpus/$p.local" "$out/corpus/$p.$how" | head -8
+				grep -v '^\s*$' "$out/corpus/$p.$how.err" | sort | uniq -c | sort -rn | head -25
+			fi
+		done
+	done
 	exit 0
 fi
 if [[ $mode == cublas ]]; then

@@ -30,6 +30,13 @@ CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
 CUresult cuMemFreeHost(void *p);
 CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p);
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
+CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags);
+CUresult cuMemHostUnregister(void *p);
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags);
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
+CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data,
+				CUdeviceptr ptr);
+CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version);
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 
 #define P(x) ((CUdeviceptr)(uintptr_t)(x))
@@ -121,10 +128,71 @@ int main(void)
 	ASSERT(hf == 0);
 	int local = 0;
 	EXPECT(cuMemHostGetFlags(&hf, &local), CUDA_ERROR_INVALID_VALUE);
-	EXPECT(cuMemHostAlloc(&w, 100, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_ERROR_NOT_SUPPORTED);
+	/* Mapped host memory (cuDNN and the runtime's default pinned memory
+	 * ask for it) is host memory the remote GPU cannot reach: no device
+	 * address. */
+	void *mapped = NULL;
+	CHECK(cuMemHostAlloc(&mapped, 100, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+	CUdeviceptr md = 1;
+	EXPECT(cuMemHostGetDevicePointer_v2(&md, mapped, 0), CUDA_ERROR_NOT_SUPPORTED);
 	EXPECT(cuMemHostAlloc(&w, 0, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuMemHostAlloc(&w, 100, 0x80), CUDA_ERROR_INVALID_VALUE);
+
+	/* Registered memory: the caller's, pinned in place; not freed by
+	 * cuMemFreeHost, registered once, unregistered by its start. */
+	static char reg[8192];
+	CHECK(cuMemHostRegister_v2(reg, sizeof reg, CU_MEMHOSTREGISTER_DEVICEMAP));
+	EXPECT(cuMemHostRegister_v2(reg + 100, 10, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+	EXPECT(cuMemHostRegister_v2(reg, 10, 0x40), CUDA_ERROR_INVALID_VALUE);
+	CHECK(cuMemHostGetFlags(&hf, reg + 10));
+	ASSERT(hf == CU_MEMHOSTREGISTER_DEVICEMAP);
+	EXPECT(cuMemFreeHost(reg), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuMemHostUnregister(mapped), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+
+	/* Pointer attributes: host memory pinned here, device memory by the
+	 * server's records, memory CUDA does not know. */
 	CUdeviceptr d;
 	CHECK(cuMemAlloc_v2(&d, 10000));
+	unsigned int mt = 99;
+	CHECK(cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, P(reg + 5)));
+	ASSERT(mt == CU_MEMORYTYPE_HOST);
+	CHECK(cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d + 5));
+	ASSERT(mt == CU_MEMORYTYPE_DEVICE);
+	CUdeviceptr start = 0;
+	size_t rsize = 0;
+	CHECK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, d + 5));
+	CHECK(cuPointerGetAttribute(&rsize, CU_POINTER_ATTRIBUTE_RANGE_SIZE, d + 5));
+	ASSERT(start == d && rsize == 10000);
+	EXPECT(cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, P(&local)), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, P(mapped)), CUDA_ERROR_NOT_SUPPORTED);
+	{
+		CUpointer_attribute as[4] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+					     CU_POINTER_ATTRIBUTE_HOST_POINTER, CU_POINTER_ATTRIBUTE_IS_MANAGED};
+		unsigned int type = 99;
+		CUdeviceptr dp = 99;
+		void *hp = NULL;
+		int managed = 99;
+		void *vals[4] = {&type, &dp, &hp, &managed};
+		CHECK(cuPointerGetAttributes(4, as, vals, P(mapped)));
+		ASSERT(type == CU_MEMORYTYPE_HOST && dp == 0 && hp == mapped && managed == 0);
+		CHECK(cuPointerGetAttributes(4, as, vals, d));
+		ASSERT(type == CU_MEMORYTYPE_DEVICE && dp == d && hp == NULL && managed == 0);
+		type = 99;
+		CHECK(cuPointerGetAttributes(4, as, vals, P(&local))); /* unknown: defaults, no error */
+		ASSERT(type == 0 && dp == 0 && hp == NULL);
+		CUpointer_attribute bad = (CUpointer_attribute)99;
+		EXPECT(cuPointerGetAttributes(1, &bad, vals, d), CUDA_ERROR_INVALID_VALUE);
+	}
+	CHECK(cuMemHostUnregister(reg));
+	EXPECT(cuMemHostUnregister(reg), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+	CHECK(cuMemFreeHost(mapped));
+
+	/* The runtime asks each thread's context for its API version. */
+	unsigned int api = 0;
+	CHECK(cuCtxGetApiVersion(NULL, &api));
+	ASSERT(api == 3020);
+	EXPECT(cuCtxGetApiVersion(NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+
 	memset(h, 0x5a, 10000);
 	CHECK(cuMemcpyHtoDAsync_v2(d, h, 10000, s));
 	memset(h, 0, 10000);
