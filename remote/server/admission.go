@@ -68,13 +68,6 @@ func (s *Server) releaseLocked(id string) {
 	}
 }
 
-// release is releaseLocked for callers without s.mu.
-func (s *Server) release(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.releaseLocked(id)
-}
-
 // Admitted reports the admitted quotas in bytes by token ID, for tests and
 // metrics.
 func (s *Server) Admitted() map[string]uint64 {

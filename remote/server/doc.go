@@ -87,9 +87,10 @@
 //
 // Stats reports the server's counters (calls by op and result and their
 // latency, bytes copied, refused handshakes and admissions, tenant worker
-// starts and deaths) and gauges (sessions and memory by tenant, workers
-// running). Tenant workers send theirs to the front, whose Stats covers
-// them (stats.go). Package metrics serves them to Prometheus.
+// starts and deaths) and gauges (sessions and memory by tenant,
+// handshakes under way, workers running). Tenant workers send theirs to
+// the front, whose Stats covers them (stats.go). Package metrics serves
+// them to Prometheus.
 //
 // # Cleanup
 //

@@ -76,14 +76,6 @@ func (s *Server) dropHandshakeLocked(h *handshaking) {
 	}
 }
 
-// Handshakes reports the connections whose handshake is under way, for
-// tests and metrics.
-func (s *Server) Handshakes() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.handshakes)
-}
-
 // peerKey names the peer a connection's handshake counts against: its IP
 // address over TCP (IPv6: its /64, which one host usually has whole); its
 // user ID over a unix socket (every unix client is "unix" where the kernel

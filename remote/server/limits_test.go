@@ -147,7 +147,7 @@ func TestHandshakeLimits(t *testing.T) {
 				}
 			}
 			eventually(t, "the oldest handshakes to be closed", func() bool { return slices.Equal(closed(conns), want) })
-			if got := e.srv.Handshakes(); got != n-len(want) {
+			if got := e.srv.Stats().Handshakes; got != n-len(want) {
 				t.Errorf("%d handshakes under way, want %d", got, n-len(want))
 			}
 			if got := e.srv.Stats().Refused["evicted"]; got != uint64(len(want)) {

@@ -42,6 +42,9 @@ type Stats struct {
 	// quota would overcommit its GPU, by the backend's device ordinal;
 	// every device is present.
 	AdmissionsRefused map[int]uint64 `json:"admissions_refused,omitempty"`
+	// Handshakes is the number of connections whose handshake is under
+	// way (limits.go).
+	Handshakes int `json:"handshakes,omitempty"`
 	// Workers is the number of tenant worker processes running;
 	// WorkerStarts counts those started, WorkerDeaths those that exited
 	// while serving their tenant (a crash or a kill, not an idle exit or
@@ -280,6 +283,7 @@ func (s *Server) Stats() Stats {
 		st.add(t.last)
 	}
 	st.Workers = len(s.workers)
+	st.Handshakes = len(s.handshakes)
 	return st
 }
 

@@ -31,11 +31,12 @@ import (
 //
 // The front and a worker talk over a SOCK_SEQPACKET socket pair, the
 // worker's file descriptor 3: the worker sends {"ready":true} once its
-// backend is up, {"closed":C} when connection C has ended (with
-// "idle":N when that was its last, after N handoffs), and its statistics ({"stats":…}, see stats.go) with any
-// message and every statsInterval while they change; the front sends one
-// handoff message per connection with the descriptor attached
-// (SCM_RIGHTS), and closes the pair to make it exit.
+// backend is up, {"closed":C} when connection C has ended (with "idle":N
+// when that was its last, after N handoffs), and its statistics
+// ({"stats":…}, see stats.go) with any message and every statsInterval
+// while they change; the front sends one handoff message per connection
+// with the descriptor attached (SCM_RIGHTS), and closes the pair to make
+// it exit.
 
 // TenantFD is the worker's control socket descriptor.
 const TenantFD = 3
@@ -131,6 +132,7 @@ func (s *Server) handOff(ctx context.Context, conn net.Conn, hello proto.Hello, 
 	// the worker reads the rest from the connection.
 	msg, err := json.Marshal(handoff{Conn: id, Peer: peer, Identity: hello.Identity, Claims: claims})
 	if err != nil {
+		s.logout(claims.ID)
 		return err
 	}
 	s.mu.Lock()

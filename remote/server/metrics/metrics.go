@@ -70,6 +70,8 @@ var (
 		"Connections refused at the handshake, by reason.", []string{"reason"}, nil)
 	admissionsDesc = prometheus.NewDesc(ns+"_admissions_refused_total",
 		"Token IDs refused because their quota would overcommit the GPU's memory, by GPU (the server's device ordinal).", []string{"gpu"}, nil)
+	handshakesDesc = prometheus.NewDesc(ns+"_handshakes",
+		"Connections whose handshake is under way.", nil, nil)
 	workersDesc = prometheus.NewDesc(ns+"_workers",
 		"Tenant worker processes running.", nil, nil)
 	workerStartsDesc = prometheus.NewDesc(ns+"_worker_starts_total",
@@ -91,7 +93,7 @@ func newCollector(src Source) *collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{sessionsDesc, callsDesc, latencyDesc, bytesDesc, memoryDesc, quotaDesc,
-		refusedDesc, admissionsDesc, workersDesc, workerStartsDesc, workerDeathsDesc} {
+		refusedDesc, admissionsDesc, handshakesDesc, workersDesc, workerStartsDesc, workerDeathsDesc} {
 		ch <- d
 	}
 }
@@ -125,6 +127,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for dev, n := range st.AdmissionsRefused {
 		counter(admissionsDesc, n, strconv.Itoa(dev))
 	}
+	gauge(handshakesDesc, float64(st.Handshakes))
 	gauge(workersDesc, float64(st.Workers))
 	counter(workerStartsDesc, st.WorkerStarts)
 	counter(workerDeathsDesc, st.WorkerDeaths)

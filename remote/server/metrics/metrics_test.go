@@ -95,3 +95,13 @@ func TestTenants(t *testing.T) {
 		}
 	}
 }
+
+// TestGauges: the server-wide gauges are series without labels.
+func TestGauges(t *testing.T) {
+	fams := get(t, fixed{Handshakes: 3, Workers: 2})
+	for family, want := range map[string]float64{"gpumux_remote_handshakes": 3, "gpumux_remote_workers": 2} {
+		if ms := fams[family].GetMetric(); len(ms) != 1 || ms[0].GetGauge().GetValue() != want {
+			t.Errorf("%s: %v, want one series of %v", family, ms, want)
+		}
+	}
+}
