@@ -127,7 +127,9 @@ func (s *Server) ready() error {
 			}
 			s.nDevices = n
 			s.devMemory = make([]uint64, n)
+			s.mu.Lock() // Stats may read the counters before Serve is ready
 			s.counts.admissions = make([]atomic.Uint64, n)
+			s.mu.Unlock()
 			for i := range s.devMemory {
 				if s.devMemory[i], r = s.backend.DeviceTotalMem(int32(i)); r != proto.Success {
 					s.initErr = fmt.Errorf("backend: cuDeviceTotalMem(%d): %v", i, r)

@@ -269,9 +269,9 @@ func addCounts[K comparable](dst, src map[K]uint64) map[K]uint64 {
 // include what its workers last reported (at most statsInterval ago) and
 // the counters of its workers that have exited.
 func (s *Server) Stats() Stats {
-	st := s.counts.snapshot()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	st := s.counts.snapshot() // under s.mu: the admission counters are set up when Serve starts
 	for _, q := range s.quotas {
 		q.addTo(&st)
 	}
