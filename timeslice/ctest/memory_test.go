@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpumux/gpumux/internal/namelist"
 )
 
 const limit = 64 << 20 // memory_bytes of most tests
@@ -37,27 +39,8 @@ func TestStubsUpToDate(t *testing.T) {
 	}
 }
 
-// TestReadNames: the lists' syntax.
-func TestReadNames(t *testing.T) {
-	dir := t.TempDir()
-	for _, tc := range []struct{ src, want, err string }{
-		{"# c\ncuA\n\n  cuB # why\n", "cuA,cuB", ""},
-		{"cuA\ncuA\n", "", "already listed on line 1"},
-		{"cu A\n", "", "not a C identifier"},
-	} {
-		p := filepath.Join(dir, "list")
-		os.WriteFile(p, []byte(tc.src), 0o644)
-		names, err := ReadNames(p)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("ReadNames(%q) = %v, want an error containing %q", tc.src, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || strings.Join(names, ",") != tc.want {
-			t.Errorf("ReadNames(%q) = %v, %v; want %s", tc.src, names, err, tc.want)
-		}
-	}
+// TestGenerateStubs refuses an intercepted name the library does not export.
+func TestGenerateStubs(t *testing.T) {
 	if _, _, err := GenerateStubs(Library{Intercept: "x"}, []string{"cuA"}, []string{"cuB"}); err == nil {
 		t.Error("GenerateStubs accepted an intercepted name the library does not export")
 	}
@@ -69,7 +52,7 @@ func TestExports(t *testing.T) {
 	root := repoRoot(t)
 	for _, lib := range Libraries {
 		t.Run(lib.Soname, func(t *testing.T) {
-			want, err := ReadNames(filepath.Join(root, lib.Symbols))
+			want, err := namelist.ReadFile(filepath.Join(root, lib.Symbols))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,13 +1,12 @@
 package ctest
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
+
+	"github.com/gpumux/gpumux/internal/namelist"
 )
 
 // A Library is one of the limiter's two libraries, as the stub generator
@@ -35,40 +34,6 @@ var Libraries = []Library{
 		Intercept: "timeslice/limiter/nvml.intercept",
 		Out:       "timeslice/limiter/zz_nvml.c",
 	},
-}
-
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// ReadNames reads a list of C identifiers, one a line; '#' starts a
-// comment. Duplicates and anything but an identifier are errors.
-func ReadNames(path string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var names []string
-	seen := map[string]int{}
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
-		}
-		if !identRE.MatchString(line) {
-			return nil, fmt.Errorf("%s:%d: %q is not a C identifier", path, n, line)
-		}
-		if prev, ok := seen[line]; ok {
-			return nil, fmt.Errorf("%s:%d: %s already listed on line %d", path, n, line, prev)
-		}
-		seen[line] = n
-		names = append(names, line)
-	}
-	return names, sc.Err()
 }
 
 // GenerateStubs writes the C file and header of a library's pass-through
@@ -185,11 +150,11 @@ func GenerateStubs(lib Library, names, intercepted []string) (c, h []byte, err e
 // Generate reads a library's lists (paths relative to root) and returns
 // its generated files.
 func Generate(root string, lib Library) (c, h []byte, err error) {
-	names, err := ReadNames(root + "/" + lib.Symbols)
+	names, err := namelist.ReadFile(root + "/" + lib.Symbols)
 	if err != nil {
 		return nil, nil, err
 	}
-	own, err := ReadNames(root + "/" + lib.Intercept)
+	own, err := namelist.ReadFile(root + "/" + lib.Intercept)
 	if err != nil {
 		return nil, nil, err
 	}

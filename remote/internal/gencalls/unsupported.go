@@ -1,10 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/gpumux/gpumux/internal/namelist"
 )
 
 // parseUnsupported reads the list of CUDA driver entry points the
@@ -15,31 +16,17 @@ func parseUnsupported(name string, r io.Reader, calls []Call) ([]string, error) 
 	for _, c := range calls {
 		forwarded[c.Name] = true
 	}
-	var names []string
-	seen := map[string]int{}
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
-		}
-		switch {
-		case !identRE.MatchString(line) || !strings.HasPrefix(line, "cu"):
-			return nil, fmt.Errorf("%s:%d: %q is not a CUDA driver entry point name", name, n, line)
-		case forwarded[line]:
-			return nil, fmt.Errorf("%s:%d: %s is forwarded (calls.def)", name, n, line)
-		case seen[line] != 0:
-			return nil, fmt.Errorf("%s:%d: %s is already listed on line %d", name, n, line, seen[line])
-		}
-		seen[line] = n
-		names = append(names, line)
+	entryPoint := func(s string) bool { return namelist.CIdent(s) && strings.HasPrefix(s, "cu") }
+	entries, err := namelist.Read(name, r, entryPoint, "CUDA driver entry point name")
+	if err != nil {
+		return nil, err
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		if forwarded[e.Name] {
+			return nil, fmt.Errorf("%s:%d: %s is forwarded (calls.def)", name, e.Line, e.Name)
+		}
+		names[i] = e.Name
 	}
 	return names, nil
 }
