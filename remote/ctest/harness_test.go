@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumux/gpumux/internal/cbuild"
 	"github.com/gpumux/gpumux/internal/syncbuf"
 	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/proto"
@@ -77,27 +77,14 @@ func serveForever(path string, sec []byte) {
 	}
 }
 
-// repoRoot is the module's root, two levels up from this package.
+// repoRoot is the module's root.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs("../..")
+	root, err := cbuild.Root()
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatalf("module root: %v", err)
 	}
 	return root
-}
-
-// compiler is the C compiler: $GM_CTEST_CC, else $CC, else cc.
-func compiler() string {
-	for _, v := range []string{"GM_CTEST_CC", "CC"} {
-		if cc := os.Getenv(v); cc != "" {
-			return cc
-		}
-	}
-	return "cc"
 }
 
 // build makes the library with `make interposer` (into a temporary
@@ -106,71 +93,36 @@ func compiler() string {
 // the interposer is part of the build.
 func build(t *testing.T) string {
 	t.Helper()
-	root := repoRoot(t)
-	buildOnce.Do(func() { buildDir, buildErr = doBuild(root) })
+	buildOnce.Do(func() { buildDir, buildErr = doBuild() })
 	if buildErr != nil {
 		t.Fatalf("building the interposer and its C tests: %v", buildErr)
 	}
 	return buildDir
 }
 
-func doBuild(root string) (string, error) {
-	cc := compiler()
-	if _, err := exec.LookPath(cc); err != nil {
-		return "", fmt.Errorf("no C compiler %q (install gcc, `make deps`, or set CC): %w", cc, err)
-	}
-	if _, err := exec.LookPath("make"); err != nil {
-		return "", fmt.Errorf("no make (install make, `make deps`): %w", err)
+func doBuild() (string, error) {
+	e, err := cbuild.Setup()
+	if err != nil {
+		return "", err
 	}
 	dir, err := os.MkdirTemp("", "gpumux-ctest-")
 	if err != nil {
 		return "", err
 	}
-	run := func(name string, args ...string) error {
-		cmd := exec.Command(name, args...)
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-		return nil
-	}
-	// GM_CTEST_SANITIZE=1 builds everything with AddressSanitizer and
-	// UndefinedBehaviorSanitizer.
-	var extra []string
-	if os.Getenv("GM_CTEST_SANITIZE") != "" {
-		extra = []string{"-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"}
-	}
-	lib := filepath.Join(dir, "libcuda.so.1")
-	if err := run("make", "--no-print-directory", "-C", root, "interposer", "INTERPOSER_OUT="+lib, "CC="+cc,
-		"INTERPOSER_EXTRA_CFLAGS="+strings.Join(extra, " ")); err != nil {
+	if err := e.Make("interposer", "INTERPOSER_EXTRA_CFLAGS", "INTERPOSER_OUT="+filepath.Join(dir, "libcuda.so.1")); err != nil {
 		return dir, err
 	}
-	src := filepath.Join(root, "remote", "interposer")
-	cflags := append([]string{"-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-I", src}, extra...)
-	var wg sync.WaitGroup
-	errs := make([]error, len(programs)+1)
-	for i, p := range programs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			args := append(append([]string{}, cflags...), "-o", filepath.Join(dir, p),
-				filepath.Join(src, "tests", p+".c"), "-L", dir, "-l:libcuda.so.1", "-lpthread")
-			errs[i] = run(cc, args...)
-		}()
+	src := filepath.Join(e.Root, "remote", "interposer")
+	var jobs [][]string
+	for _, p := range programs {
+		jobs = append(jobs, []string{"-o", filepath.Join(dir, p), filepath.Join(src, "tests", p+".c"),
+			"-L", dir, "-l:libcuda.so.1", "-lpthread"})
 	}
 	// unit links the sources themselves: it tests hidden internals.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		srcs, _ := filepath.Glob(filepath.Join(src, "*.c"))
-		args := append(append([]string{}, cflags...), "-fvisibility=hidden", "-o", filepath.Join(dir, "unit"),
-			filepath.Join(src, "tests", "unit.c"))
-		args = append(append(args, srcs...), "-lpthread")
-		errs[len(programs)] = run(cc, args...)
-	}()
-	wg.Wait()
-	return dir, errors.Join(errs...)
+	srcs, _ := filepath.Glob(filepath.Join(src, "*.c"))
+	unit := []string{"-fvisibility=hidden", "-o", filepath.Join(dir, "unit"), filepath.Join(src, "tests", "unit.c")}
+	jobs = append(jobs, append(append(unit, srcs...), "-lpthread"))
+	return dir, e.CompileAll([]string{"-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-I", src}, jobs)
 }
 
 // env is gpumux-remoted on the fake backend, on a unix socket and on TCP

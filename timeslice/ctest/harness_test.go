@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumux/gpumux/internal/cbuild"
 	"github.com/gpumux/gpumux/internal/syncbuf"
 )
 
@@ -42,27 +42,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// repoRoot is the module's root, two levels up from this package.
+// repoRoot is the module's root.
 func repoRoot(t testing.TB) string {
 	t.Helper()
-	root, err := filepath.Abs("../..")
+	root, err := cbuild.Root()
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatalf("module root: %v", err)
 	}
 	return root
-}
-
-// compiler is the C compiler: $GM_CTEST_CC, else $CC, else cc.
-func compiler() string {
-	for _, v := range []string{"GM_CTEST_CC", "CC"} {
-		if cc := os.Getenv(v); cc != "" {
-			return cc
-		}
-	}
-	return "cc"
 }
 
 // getBuild builds the limiter with `make limiter` (into a temporary
@@ -70,20 +57,17 @@ func compiler() string {
 // binary. A missing compiler or make is a failure, not a skip.
 func getBuild(t testing.TB) *build {
 	t.Helper()
-	buildOnce.Do(func() { built, buildErr = doBuild(repoRoot(t)) })
+	buildOnce.Do(func() { built, buildErr = doBuild() })
 	if buildErr != nil {
 		t.Fatalf("building the limiter and its C tests: %v", buildErr)
 	}
 	return built
 }
 
-func doBuild(root string) (*build, error) {
-	cc := compiler()
-	if _, err := exec.LookPath(cc); err != nil {
-		return nil, fmt.Errorf("no C compiler %q (install gcc, `make deps`, or set CC): %w", cc, err)
-	}
-	if _, err := exec.LookPath("make"); err != nil {
-		return nil, fmt.Errorf("no make (install make, `make deps`): %w", err)
+func doBuild() (*build, error) {
+	e, err := cbuild.Setup()
+	if err != nil {
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "gpumux-limiter-ctest-")
 	if err != nil {
@@ -95,61 +79,31 @@ func doBuild(root string) (*build, error) {
 			return b, err
 		}
 	}
-	run := func(name string, args ...string) error {
-		cmd := exec.Command(name, args...)
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-		return nil
-	}
-	var extra []string
-	if os.Getenv("GM_CTEST_SANITIZE") != "" {
-		extra = []string{"-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"}
-	}
-	if err := run("make", "--no-print-directory", "-C", root, "limiter", "LIMITER_OUT_DIR="+b.lim, "CC="+cc,
-		"LIMITER_EXTRA_CFLAGS="+strings.Join(extra, " ")); err != nil {
+	if err := e.Make("limiter", "LIMITER_EXTRA_CFLAGS", "LIMITER_OUT_DIR="+b.lim); err != nil {
 		return b, err
 	}
-	src := filepath.Join(root, "timeslice", "limiter")
+	src := filepath.Join(e.Root, "timeslice", "limiter")
 	tests := filepath.Join(src, "tests")
-	cflags := append([]string{"-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror"}, extra...)
-	type job struct {
-		out  string
-		args []string
-	}
-	jobs := []job{
+	jobs := [][]string{
 		// The fakes bind their own symbols (-Bsymbolic): the limiter,
 		// first in the global scope, must not answer their calls.
-		{filepath.Join(b.fake, "libcuda.so.1"), []string{"-fPIC", "-shared", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1",
-			filepath.Join(tests, "fake_cuda.c"), "-ldl", "-lpthread"}},
-		{filepath.Join(b.fake, "libnvidia-ml.so.1"), []string{"-fPIC", "-shared", "-Wl,-Bsymbolic",
-			"-Wl,-soname,libnvidia-ml.so.1", filepath.Join(tests, "fake_nvml.c")}},
+		{"-o", filepath.Join(b.fake, "libcuda.so.1"), "-fPIC", "-shared", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1",
+			filepath.Join(tests, "fake_cuda.c"), "-ldl", "-lpthread"},
+		{"-o", filepath.Join(b.fake, "libnvidia-ml.so.1"), "-fPIC", "-shared", "-Wl,-Bsymbolic",
+			"-Wl,-soname,libnvidia-ml.so.1", filepath.Join(tests, "fake_nvml.c")},
 		// acctfuzz links the accounting's sources: it tests hidden
 		// internals.
-		{filepath.Join(b.bin, "acctfuzz"), []string{"-fvisibility=hidden", filepath.Join(tests, "acctfuzz.c"),
-			filepath.Join(src, "lim_acct.c"), filepath.Join(src, "lim_conf.c"), filepath.Join(src, "lim_io.c"), "-ldl", "-lpthread"}},
+		{"-o", filepath.Join(b.bin, "acctfuzz"), "-fvisibility=hidden", filepath.Join(tests, "acctfuzz.c"),
+			filepath.Join(src, "lim_acct.c"), filepath.Join(src, "lim_conf.c"), filepath.Join(src, "lim_io.c"), "-ldl", "-lpthread"},
 	}
 	for _, p := range programs {
-		args := []string{filepath.Join(tests, p+".c"), "-L", b.lim, "-l:libcuda.so.1"}
+		args := []string{"-o", filepath.Join(b.bin, p), filepath.Join(tests, p+".c"), "-L", b.lim, "-l:libcuda.so.1"}
 		if p == "nvml" {
 			args = append(args, "-l:libnvidia-ml.so.1")
 		}
-		jobs = append(jobs, job{filepath.Join(b.bin, p), append(args, "-ldl", "-lpthread")})
+		jobs = append(jobs, append(args, "-ldl", "-lpthread"))
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(jobs))
-	for i, j := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			args := append(append(append([]string{}, cflags...), "-o", j.out), j.args...)
-			errs[i] = run(cc, args...)
-		}()
-	}
-	wg.Wait()
-	return b, errors.Join(errs...)
+	return b, e.CompileAll([]string{"-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror"}, jobs)
 }
 
 // share is one share's host files: its limits file and state directory,
