@@ -366,6 +366,19 @@ static int repitch(uint64_t guess, uint64_t real)
 	return 0;
 }
 
+/* pitched records a pitched allocation the driver made: its real size
+ * (pitch × height) replaces the guess counted before the call, or, when
+ * that no longer fits, the allocation is undone and out of memory. */
+static CUresult pitched(uint64_t key, uint64_t real, uint64_t guess, CUcontext ctx, CUdevice dev, undo_fn undo)
+{
+	if (repitch(guess, real) != 0) {
+		undo(key);
+		lim_acct_release(guess);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return end(CUDA_SUCCESS, LIM_KIND_PTR, key, real, ctx, dev, undo);
+}
+
 static uint64_t pitch_guess(uint64_t width, uint64_t height)
 {
 	uint64_t row = add_sat(width, PITCH_GUESS - 1) / PITCH_GUESS * PITCH_GUESS;
@@ -386,15 +399,8 @@ LIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t
 	CUdevice dev;
 	where(&ctx, &dev);
 	r = LIM_REAL_CU(cuMemAllocPitch_v2)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-	if (r != CUDA_SUCCESS)
-		return end(r, LIM_KIND_PTR, 0, guess, ctx, dev, undo_free);
-	uint64_t real = mul_sat(*pPitch, Height);
-	if (repitch(guess, real) != 0) {
-		undo_free(*dptr);
-		lim_acct_release(guess);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	return end(r, LIM_KIND_PTR, *dptr, real, ctx, dev, undo_free);
+	return r == CUDA_SUCCESS ? pitched(*dptr, mul_sat(*pPitch, Height), guess, ctx, dev, undo_free)
+				 : end(r, LIM_KIND_PTR, 0, guess, ctx, dev, undo_free);
 }
 
 LIM_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
@@ -411,15 +417,8 @@ LIM_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, 
 	CUdevice dev;
 	where(&ctx, &dev);
 	r = LIM_REAL_CU(cuMemAllocPitch)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-	if (r != CUDA_SUCCESS)
-		return end(r, LIM_KIND_PTR, 0, guess, ctx, dev, undo_free_v1);
-	uint64_t real = mul_sat(*pPitch, Height);
-	if (repitch(guess, real) != 0) {
-		undo_free_v1(*dptr);
-		lim_acct_release(guess);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	return end(r, LIM_KIND_PTR, *dptr, real, ctx, dev, undo_free_v1);
+	return r == CUDA_SUCCESS ? pitched(*dptr, mul_sat(*pPitch, Height), guess, ctx, dev, undo_free_v1)
+				 : end(r, LIM_KIND_PTR, 0, guess, ctx, dev, undo_free_v1);
 }
 
 /* Stream-ordered allocations count from the call that allocates to the
@@ -589,42 +588,34 @@ static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *a, unsigned levels)
 	r = LIM_REAL_CU(name)(__VA_ARGS__);                                                    \
 	return end(r, kind, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*(out) : 0, n, ctx, dev, undo);
 
+/* The bytes an array descriptor asks for; the _v1 descriptors have the
+ * same fields in narrower types. */
+#define ARRAY_BYTES(d) ((d) ? array_bytes((d)->Width, (d)->Height, 1, (d)->Format, (d)->NumChannels, 0) : 0)
+#define ARRAY3D_BYTES(d) \
+	((d) ? array_bytes((d)->Width, (d)->Height, (d)->Depth, (d)->Format, (d)->NumChannels, (d)->Flags) : 0)
+
 LIM_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
-	ARRAY_CREATE(cuArrayCreate_v2, LIM_KIND_ARRAY, undo_array,
-		     pAllocateArray ? array_bytes(pAllocateArray->Width, pAllocateArray->Height, 1,
-						  pAllocateArray->Format, pAllocateArray->NumChannels, 0)
-				    : 0,
-		     pHandle, pHandle, pAllocateArray)
+	ARRAY_CREATE(cuArrayCreate_v2, LIM_KIND_ARRAY, undo_array, ARRAY_BYTES(pAllocateArray), pHandle, pHandle,
+		     pAllocateArray)
 }
 
 LIM_EXPORT CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAllocateArray)
 {
-	ARRAY_CREATE(cuArrayCreate, LIM_KIND_ARRAY, undo_array,
-		     pAllocateArray ? array_bytes(pAllocateArray->Width, pAllocateArray->Height, 1,
-						  pAllocateArray->Format, pAllocateArray->NumChannels, 0)
-				    : 0,
-		     pHandle, pHandle, pAllocateArray)
+	ARRAY_CREATE(cuArrayCreate, LIM_KIND_ARRAY, undo_array, ARRAY_BYTES(pAllocateArray), pHandle, pHandle,
+		     pAllocateArray)
 }
 
 LIM_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
-	ARRAY_CREATE(cuArray3DCreate_v2, LIM_KIND_ARRAY, undo_array,
-		     pAllocateArray ? array_bytes(pAllocateArray->Width, pAllocateArray->Height,
-						  pAllocateArray->Depth, pAllocateArray->Format,
-						  pAllocateArray->NumChannels, pAllocateArray->Flags)
-				    : 0,
-		     pHandle, pHandle, pAllocateArray)
+	ARRAY_CREATE(cuArray3DCreate_v2, LIM_KIND_ARRAY, undo_array, ARRAY3D_BYTES(pAllocateArray), pHandle, pHandle,
+		     pAllocateArray)
 }
 
 LIM_EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAllocateArray)
 {
-	ARRAY_CREATE(cuArray3DCreate, LIM_KIND_ARRAY, undo_array,
-		     pAllocateArray ? array_bytes(pAllocateArray->Width, pAllocateArray->Height,
-						  pAllocateArray->Depth, pAllocateArray->Format,
-						  pAllocateArray->NumChannels, pAllocateArray->Flags)
-				    : 0,
-		     pHandle, pHandle, pAllocateArray)
+	ARRAY_CREATE(cuArray3DCreate, LIM_KIND_ARRAY, undo_array, ARRAY3D_BYTES(pAllocateArray), pHandle, pHandle,
+		     pAllocateArray)
 }
 
 LIM_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
