@@ -30,6 +30,7 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
+source "$here/checks.sh"
 fail() {
 	echo "FAIL: $*"
 	grep -i gpumux "$work/agent.log" | grep -v DEBUG | tail -20
@@ -161,17 +162,9 @@ done
 }
 
 for j in big small; do
-	want=$half_mib
-	[[ $j == small ]] && want=$quarter_mib
 	grep -q '^LD_LIBRARY_PATH=/run/gpumux/limiter/lib' "$work/$j.txt" || fail "$j: the limiter is not first on the library path"
-	got=$(grep -o 'total=[0-9]*' "$work/$j.txt" | cut -d= -f2)
-	[[ $got == $((want << 20)) ]] || fail "$j: mem_get_info total $got, want $((want << 20))"
-	filled=$(awk '/^FILLED/ {print $2}' "$work/$j.txt")
-	[[ $filled -le $((want / 1024)) ]] && grep -q '^OOM' "$work/$j.txt" || fail "$j: filled $filled GiB of $((want / 1024))"
-	echo "$j: sees $got bytes, got $filled 1 GiB tensors, then out of memory"
 done
-b=$(awk '/GPU_FRAC/ {print $6}' "$work/big.txt") s=$(awk '/GPU_FRAC/ {print $6}' "$work/small.txt")
-bp=$(python3 -c "print(f'{100*$b/$alone:.1f}')") sp=$(python3 -c "print(f'{100*$s/$alone:.1f}')")
-echo "GPU time while both are busy (of what one process gets alone, $alone): 50% replica $bp, 25% replica $sp"
-python3 -c "import sys; sys.exit(not (abs($bp-50) <= 5 and abs($sp-25) <= 5))" || fail "outside ±5 points"
+check_held big "$half_mib" "$work/big.txt"
+check_held small "$quarter_mib" "$work/small.txt"
+check_split "$work/big.txt" "$work/small.txt" "$alone"
 echo PASS

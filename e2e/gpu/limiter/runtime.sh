@@ -26,6 +26,7 @@ cleanup() {
 }
 trap cleanup EXIT
 source "$(dirname "$here")/runc-lib.sh"
+source "$here/checks.sh"
 mount_rootfs
 fail() { echo "FAIL: $*"; exit 1; }
 nvcc -O2 -o "$work/spin" "$here/../../../timeslice/limiter/tests/gpu/spin.cu"
@@ -71,14 +72,8 @@ echo "GPU 0: $total MiB; replicas of $half_mib and $quarter_mib MiB"
 # Memory: each container sees its replica and gets no more.
 launch big '{"gpumux.io/mechanism": "timeslice", "gpumux.io/memory": "40Gi"}' "env | grep -E '^(GPUMUX_SHARES|LD_LIBRARY_PATH)='; $python $here/memory.py report; $python $here/memory.py fill 100" | tee "$work/big.txt"
 launch small '{"gpumux.io/mechanism": "timeslice", "gpumux.io/compute": "20"}' "env | grep -E '^(GPUMUX_SHARES|LD_LIBRARY_PATH)='; $python $here/memory.py report; $python $here/memory.py fill 100" | tee "$work/small.txt"
-for c in big small; do
-	want=$half_mib; [[ $c == small ]] && want=$quarter_mib
-	got=$(grep -o 'total=[0-9]*' "$work/$c.txt" | cut -d= -f2)
-	[[ $got == $((want << 20)) ]] || fail "$c: mem_get_info total $got, want $((want << 20))"
-	filled=$(awk '/^FILLED/ {print $2}' "$work/$c.txt")
-	[[ $filled -le $((want / 1024)) ]] && grep -q '^OOM' "$work/$c.txt" || fail "$c: filled $filled GiB of $((want / 1024))"
-	echo "$c: sees $got bytes, got $filled 1 GiB tensors, then out of memory"
-done
+check_held big "$half_mib" "$work/big.txt"
+check_held small "$quarter_mib" "$work/small.txt"
 
 # Time: both busy at once, each gets its part.
 alone=$("$work/spin" run 4 200 | awk '{print $6}')
@@ -87,8 +82,5 @@ launch big-spin '{"gpumux.io/mechanism": "timeslice", "gpumux.io/memory": "40Gi"
 big_spin=$!
 launch small-spin '{"gpumux.io/mechanism": "timeslice", "gpumux.io/compute": "20"}' "START_AT=$at $work/spin run 4 200" >"$work/ss.txt"
 wait "$big_spin" # not containerd's
-b=$(awk '/GPU_FRAC/ {print $6}' "$work/bs.txt") s=$(awk '/GPU_FRAC/ {print $6}' "$work/ss.txt")
-bp=$(python3 -c "print(f'{100*$b/$alone:.1f}')") sp=$(python3 -c "print(f'{100*$s/$alone:.1f}')")
-echo "GPU time while both are busy (of what one process gets alone, $alone): 50% replica $bp, 25% replica $sp"
-python3 -c "import sys; sys.exit(not (abs($bp-50) <= 5 and abs($sp-25) <= 5))" || fail "outside ±5 points"
+check_split "$work/bs.txt" "$work/ss.txt" "$alone"
 echo PASS
