@@ -66,6 +66,9 @@ CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
 CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
 CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
 CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
+CUresult cuCtxGetDevice(CUdevice *device);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
 #endif
 
 /* The entry points of gm_more.c that cuGetProcAddress hands out. */

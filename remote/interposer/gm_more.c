@@ -384,7 +384,7 @@ static CUresult gm_ptr_attr(const struct gm_ptr *pi, CUpointer_attribute a, CUde
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: {
 		CUdevice d = 0;
-		CUresult r = dev ? gm_rpc_cuCtxGetDevice(&d) : CUDA_SUCCESS;
+		CUresult r = dev ? cuCtxGetDevice(&d) : CUDA_SUCCESS;
 		*(int *)data = d;
 		return r;
 	}

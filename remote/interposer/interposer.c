@@ -127,6 +127,69 @@ GM_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ct
 	return cuCtxCreate_v2(pctx, flags, dev);
 }
 
+/* ---- the current context's device ----
+ * The runtime asks for it around nearly every call (cudaGetDevice: about
+ * 300 times a training step of a small PyTorch model). A context's device
+ * never changes and the server never reuses a handle within a connection,
+ * so each context's device is asked of the server once; destroying a
+ * context, or releasing or resetting a primary one, forgets the answers
+ * (a forked child, a new connection, starts empty). The lock is never held
+ * across a round trip. */
+#define GM_CTXDEV 64
+static pthread_mutex_t gm_ctxdev_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	uint64_t ctx;
+	CUdevice dev;
+} gm_ctxdev[GM_CTXDEV];
+static int gm_nctxdev;
+
+static void gm_ctxdev_forget(void)
+{
+	pthread_mutex_lock(&gm_ctxdev_mu);
+	gm_nctxdev = 0;
+	pthread_mutex_unlock(&gm_ctxdev_mu);
+}
+
+GM_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
+{
+	uint64_t ctx = gm_current_ctx();
+	if (device == NULL || ctx == 0)
+		return gm_rpc_cuCtxGetDevice(device); /* the server's error */
+	pthread_mutex_lock(&gm_ctxdev_mu);
+	for (int i = 0; i < gm_nctxdev; i++) {
+		if (gm_ctxdev[i].ctx == ctx) {
+			*device = gm_ctxdev[i].dev;
+			pthread_mutex_unlock(&gm_ctxdev_mu);
+			return CUDA_SUCCESS;
+		}
+	}
+	pthread_mutex_unlock(&gm_ctxdev_mu);
+	CUresult r = gm_rpc_cuCtxGetDevice(device);
+	if (r != CUDA_SUCCESS)
+		return r;
+	pthread_mutex_lock(&gm_ctxdev_mu);
+	if (gm_nctxdev == GM_CTXDEV)
+		gm_nctxdev = 0;
+	gm_ctxdev[gm_nctxdev].ctx = ctx;
+	gm_ctxdev[gm_nctxdev++].dev = *device;
+	pthread_mutex_unlock(&gm_ctxdev_mu);
+	return CUDA_SUCCESS;
+}
+
+GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	CUresult r = gm_rpc_cuDevicePrimaryCtxRelease_v2(dev);
+	gm_ctxdev_forget();
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	CUresult r = gm_rpc_cuDevicePrimaryCtxReset_v2(dev);
+	gm_ctxdev_forget();
+	return r;
+}
+
 /* The destroyed context leaves this thread's stack. Other threads that
  * still have it current get CUDA_ERROR_INVALID_CONTEXT from the server. */
 GM_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
@@ -134,6 +197,7 @@ GM_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 	if (ctx == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUresult r = gm_rpc_cuCtxDestroy_v2(ctx);
+	gm_ctxdev_forget();
 	if (r != CUDA_SUCCESS)
 		return r;
 	int j = 0;
@@ -173,7 +237,7 @@ GM_EXPORT CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 	int pushed;
 	CUresult r = gm_with_ctx(ctx, &pushed);
 	if (r == CUDA_SUCCESS)
-		r = gm_rpc_cuCtxGetDevice(device);
+		r = cuCtxGetDevice(device);
 	if (pushed)
 		gm_ctx_depth--;
 	return r;
@@ -894,7 +958,7 @@ GM_EXPORT CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx)
 
 GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
 {
-	return gm_rpc_cuDevicePrimaryCtxRelease_v2(dev);
+	return cuDevicePrimaryCtxRelease_v2(dev);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
@@ -904,7 +968,7 @@ GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int
 
 GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
 {
-	return gm_rpc_cuDevicePrimaryCtxReset_v2(dev);
+	return cuDevicePrimaryCtxReset_v2(dev);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
@@ -1039,6 +1103,9 @@ static const gm_proc gm_manual_procs[] = {
 	GM_PROC(cuCtxDestroy_v2)
 	GM_PROC(cuCtxSynchronize_v2)
 	GM_PROC(cuCtxGetDevice_v2)
+	GM_PROC(cuCtxGetDevice)
+	GM_PROC(cuDevicePrimaryCtxRelease_v2)
+	GM_PROC(cuDevicePrimaryCtxReset_v2)
 	GM_PROC(cuLaunchKernel)
 	GM_PROC(cuModuleLoadDataEx)
 	GM_PROC(cuModuleLoadFatBinary)
@@ -1286,12 +1353,14 @@ GM_EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int 
 void gm_interposer_atfork_prepare(void)
 {
 	gm_more_atfork_prepare();
+	pthread_mutex_lock(&gm_ctxdev_mu);
 	gm_layout_fork_locked = pthread_mutex_trylock(&gm_layout_mu) == 0;
 }
 
 void gm_interposer_atfork_parent(void)
 {
 	gm_more_atfork_parent();
+	pthread_mutex_unlock(&gm_ctxdev_mu);
 	if (gm_layout_fork_locked)
 		pthread_mutex_unlock(&gm_layout_mu);
 	gm_layout_fork_locked = 0;
@@ -1302,6 +1371,8 @@ void gm_interposer_atfork_parent(void)
 void gm_interposer_atfork_child(void)
 {
 	gm_more_atfork_child();
+	gm_nctxdev = 0;
+	pthread_mutex_unlock(&gm_ctxdev_mu);
 	for (int i = 0; i < GM_LAYOUT_BUCKETS; i++) {
 		struct gm_layout *l = gm_layouts[i];
 		while (gm_layout_fork_locked && l != NULL) {

@@ -364,11 +364,6 @@ CUresult gm_rpc_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 	return r;
 }
 
-GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
-{
-	return gm_rpc_cuDevicePrimaryCtxRelease_v2(dev);
-}
-
 CUresult gm_rpc_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
 	gm_msg q;
@@ -420,11 +415,6 @@ CUresult gm_rpc_cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	r = gm_call(&q);
 	gm_msg_free(&q);
 	return r;
-}
-
-GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
-{
-	return gm_rpc_cuDevicePrimaryCtxReset_v2(dev);
 }
 
 CUresult gm_rpc_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
@@ -485,11 +475,6 @@ CUresult gm_rpc_cuCtxGetDevice(CUdevice *device)
 	}
 	gm_msg_free(&q);
 	return r;
-}
-
-GM_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
-{
-	return gm_rpc_cuCtxGetDevice(device);
 }
 
 CUresult gm_rpc_cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)

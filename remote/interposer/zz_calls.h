@@ -148,12 +148,9 @@ CUresult gm_rpc_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigne
 	X(cuDeviceGetUuid) \
 	X(cuDeviceGetUuid_v2) \
 	X(cuDevicePrimaryCtxRetain) \
-	X(cuDevicePrimaryCtxRelease_v2) \
 	X(cuDevicePrimaryCtxGetState) \
 	X(cuDevicePrimaryCtxSetFlags_v2) \
-	X(cuDevicePrimaryCtxReset_v2) \
 	X(cuCtxSynchronize) \
-	X(cuCtxGetDevice) \
 	X(cuCtxGetStreamPriorityRange) \
 	X(cuMemAlloc_v2) \
 	X(cuMemFree_v2) \

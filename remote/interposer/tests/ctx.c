@@ -97,6 +97,9 @@ int main(void)
 	/* A destroyed context is gone for the server too. */
 	CHECK(cuCtxDestroy_v2(b));
 	CHECK(cuCtxSetCurrent(b));
+	/* Its device was asked above and is kept for the context's life, not
+	 * after it. */
+	EXPECT(cuCtxGetDevice(&dev), CUDA_ERROR_INVALID_CONTEXT);
 	CUdeviceptr p;
 	EXPECT(cuMemAlloc_v2(&p, 64), CUDA_ERROR_INVALID_CONTEXT);
 	EXPECT(cuCtxDestroy_v2(b), CUDA_ERROR_INVALID_CONTEXT);
