@@ -107,7 +107,7 @@ static CUresult gm_cudart_primary(CUcontext *pctx, CUdevice dev)
 	pthread_mutex_lock(&gm_dark_mu);
 	CUresult r = CUDA_SUCCESS;
 	if (gm_primary[dev] == NULL)
-		r = gm_rpc_cuDevicePrimaryCtxRetain(&gm_primary[dev], dev);
+		r = cuDevicePrimaryCtxRetain(&gm_primary[dev], dev);
 	*pctx = gm_primary[dev];
 	pthread_mutex_unlock(&gm_dark_mu);
 	return r;

@@ -69,6 +69,9 @@ CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
 CUresult cuCtxGetDevice(CUdevice *device);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active);
+CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags);
 #endif
 
 /* The entry points of gm_more.c that cuGetProcAddress hands out. */

@@ -133,8 +133,9 @@ GM_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ct
  * never changes and the server never reuses a handle within a connection,
  * so each context's device is asked of the server once; destroying a
  * context, or releasing or resetting a primary one, forgets the answers
- * (a forked child, a new connection, starts empty). The lock is never held
- * across a round trip. */
+ * (a forked child, a new connection, starts empty). The lock, which also
+ * guards the primary contexts' state below, is never held across a round
+ * trip. */
 #define GM_CTXDEV 64
 static pthread_mutex_t gm_ctxdev_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -176,9 +177,85 @@ GM_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 	return CUDA_SUCCESS;
 }
 
+/* ---- primary contexts' state ----
+ * The runtime asks cuDevicePrimaryCtxGetState about as often as the
+ * device (some 100 times a step). While this process holds a retain of a
+ * device's primary context the context is active, and its flags are the
+ * ones the server last answered: they change only by cuDevicePrimaryCtx-
+ * SetFlags, after which the next question goes to the server again.
+ * Without a retain held here (another process of the tenant may hold
+ * one), every question goes to the server. */
+#define GM_PRIMARY_DEVS 64
+static struct {
+	int held;	   /* retains this process holds */
+	int known;	   /* flags below are the server's last answer */
+	unsigned int flags;
+} gm_prim[GM_PRIMARY_DEVS];
+
+static int gm_prim_dev(CUdevice dev)
+{
+	return dev >= 0 && dev < GM_PRIMARY_DEVS;
+}
+
+GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	CUresult r = gm_rpc_cuDevicePrimaryCtxRetain(pctx, dev);
+	if (r == CUDA_SUCCESS && gm_prim_dev(dev)) {
+		pthread_mutex_lock(&gm_ctxdev_mu);
+		gm_prim[dev].held++;
+		pthread_mutex_unlock(&gm_ctxdev_mu);
+	}
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+	if (flags != NULL && active != NULL && gm_prim_dev(dev)) {
+		pthread_mutex_lock(&gm_ctxdev_mu);
+		int hit = gm_prim[dev].held > 0 && gm_prim[dev].known;
+		if (hit) {
+			*flags = gm_prim[dev].flags;
+			*active = 1;
+		}
+		pthread_mutex_unlock(&gm_ctxdev_mu);
+		if (hit)
+			return CUDA_SUCCESS;
+	}
+	CUresult r = gm_rpc_cuDevicePrimaryCtxGetState(dev, flags, active);
+	if (r == CUDA_SUCCESS && flags != NULL && gm_prim_dev(dev)) {
+		pthread_mutex_lock(&gm_ctxdev_mu);
+		gm_prim[dev].flags = *flags;
+		gm_prim[dev].known = 1;
+		pthread_mutex_unlock(&gm_ctxdev_mu);
+	}
+	return r;
+}
+
+/* gm_prim_change notes a change of dev's primary context: held retains
+ * move by delta (down to none when reset), and its flags are asked again. */
+static void gm_prim_change(CUdevice dev, int delta, int reset)
+{
+	if (!gm_prim_dev(dev))
+		return;
+	pthread_mutex_lock(&gm_ctxdev_mu);
+	gm_prim[dev].held += delta;
+	if (reset || gm_prim[dev].held < 0)
+		gm_prim[dev].held = 0;
+	gm_prim[dev].known = 0;
+	pthread_mutex_unlock(&gm_ctxdev_mu);
+}
+
+GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+	CUresult r = gm_rpc_cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+	gm_prim_change(dev, 0, 0);
+	return r;
+}
+
 GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
 	CUresult r = gm_rpc_cuDevicePrimaryCtxRelease_v2(dev);
+	gm_prim_change(dev, r == CUDA_SUCCESS ? -1 : 0, 0);
 	gm_ctxdev_forget();
 	return r;
 }
@@ -186,6 +263,7 @@ GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
 	CUresult r = gm_rpc_cuDevicePrimaryCtxReset_v2(dev);
+	gm_prim_change(dev, 0, 1);
 	gm_ctxdev_forget();
 	return r;
 }
@@ -963,7 +1041,7 @@ GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
 
 GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
 {
-	return gm_rpc_cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+	return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
@@ -1106,6 +1184,9 @@ static const gm_proc gm_manual_procs[] = {
 	GM_PROC(cuCtxGetDevice)
 	GM_PROC(cuDevicePrimaryCtxRelease_v2)
 	GM_PROC(cuDevicePrimaryCtxReset_v2)
+	GM_PROC(cuDevicePrimaryCtxRetain)
+	GM_PROC(cuDevicePrimaryCtxGetState)
+	GM_PROC(cuDevicePrimaryCtxSetFlags_v2)
 	GM_PROC(cuLaunchKernel)
 	GM_PROC(cuModuleLoadDataEx)
 	GM_PROC(cuModuleLoadFatBinary)
@@ -1372,6 +1453,7 @@ void gm_interposer_atfork_child(void)
 {
 	gm_more_atfork_child();
 	gm_nctxdev = 0;
+	memset(gm_prim, 0, sizeof gm_prim); /* a new connection: nothing retained */
 	pthread_mutex_unlock(&gm_ctxdev_mu);
 	for (int i = 0; i < GM_LAYOUT_BUCKETS; i++) {
 		struct gm_layout *l = gm_layouts[i];

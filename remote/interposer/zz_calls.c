@@ -348,11 +348,6 @@ CUresult gm_rpc_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	return r;
 }
 
-GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
-{
-	return gm_rpc_cuDevicePrimaryCtxRetain(pctx, dev);
-}
-
 CUresult gm_rpc_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
 	gm_msg q;
@@ -384,11 +379,6 @@ CUresult gm_rpc_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, in
 	return r;
 }
 
-GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
-{
-	return gm_rpc_cuDevicePrimaryCtxGetState(dev, flags, active);
-}
-
 CUresult gm_rpc_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
 	gm_msg q;
@@ -399,11 +389,6 @@ CUresult gm_rpc_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 	r = gm_call(&q);
 	gm_msg_free(&q);
 	return r;
-}
-
-GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
-{
-	return gm_rpc_cuDevicePrimaryCtxSetFlags_v2(dev, flags);
 }
 
 CUresult gm_rpc_cuDevicePrimaryCtxReset_v2(CUdevice dev)

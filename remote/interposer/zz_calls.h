@@ -147,9 +147,6 @@ CUresult gm_rpc_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigne
 	X(cuDeviceGetAttribute) \
 	X(cuDeviceGetUuid) \
 	X(cuDeviceGetUuid_v2) \
-	X(cuDevicePrimaryCtxRetain) \
-	X(cuDevicePrimaryCtxGetState) \
-	X(cuDevicePrimaryCtxSetFlags_v2) \
 	X(cuCtxSynchronize) \
 	X(cuCtxGetStreamPriorityRange) \
 	X(cuMemAlloc_v2) \

@@ -97,6 +97,16 @@ int main(void)
 	CHECK(cuStreamDestroy_v2(s));
 	EXPECT(cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE);
 	CHECK(cuCtxSynchronize());
+
+	/* The primary context's state, answered here while it is retained:
+	 * new flags and the last release are seen. */
+	CHECK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+	ASSERT(active == 1);
+	CHECK(cuDevicePrimaryCtxSetFlags_v2(0, 0x4)); /* CU_CTX_SCHED_BLOCKING_SYNC */
+	CHECK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+	ASSERT(active == 1 && flags == 0x4);
 	CHECK(cuDevicePrimaryCtxRelease_v2(0));
+	CHECK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+	ASSERT(active == 0);
 	return t_done("basic");
 }
