@@ -83,6 +83,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--unix", sock, "--insecure-no-auth", "--fake-devices", "2"}, 2, `--fake-devices applies only to --backend fake, not "cuda"`},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--max-clients", "0"}, 2, "--max-clients 0"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--handshake-timeout", "0s"}, 2, "--handshake-timeout 0s"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--busy-poll", "20ms"}, 2, "--busy-poll 20ms: want 0 to 10ms"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--max-tenant-connections", "0"}, 2, "--max-tenant-connections 0"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--max-handshakes", "0"}, 2, "--max-handshakes 0"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--max-handshakes-per-peer", "0"}, 2, "--max-handshakes-per-peer 0"},
@@ -116,7 +117,7 @@ func TestHelp(t *testing.T) {
 		t.Errorf("--help exits %d", code)
 	}
 	for _, want := range []string{"--listen", "-unix", "-token-file", "-insecure-no-auth", "-backend", "-fake-devices",
-		"-fake-memory", "-max-clients", "-max-tenant-connections", "-max-handshakes", "-max-handshakes-per-peer", "-handshake-timeout", "-log-level", "-cuda-lib", "-tenant-processes", "worker process of its own",
+		"-fake-memory", "-max-clients", "-max-tenant-connections", "-max-handshakes", "-max-handshakes-per-peer", "-handshake-timeout", "-busy-poll", "-log-level", "-cuda-lib", "-tenant-processes", "worker process of its own",
 		"-metrics-addr", "Prometheus metrics", "/metrics", "every tenant worker", "off by default"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("--help does not mention %q:\n%s", want, stderr.String())

@@ -31,6 +31,7 @@ type Server struct {
 	maxHandshakes        int
 	maxHandshakesPerPeer int
 	handshakeTimeout     time.Duration
+	busyPoll             time.Duration
 	expiredLinger        time.Duration
 	now                  func() time.Time
 
@@ -75,6 +76,7 @@ func New(backend Backend, opts ...Option) *Server {
 		maxHandshakes:        DefaultMaxHandshakes,
 		maxHandshakesPerPeer: DefaultMaxHandshakesPerPeer,
 		handshakeTimeout:     DefaultHandshakeTimeout,
+		busyPoll:             DefaultBusyPoll,
 		expiredLinger:        expiredLinger,
 		now:                  time.Now,
 		handshakesByPeer:     map[string]int{},
@@ -115,6 +117,8 @@ func (s *Server) ready() error {
 			s.initErr = fmt.Errorf("%w: max handshakes per peer %d, want at least 1", ErrConfig, s.maxHandshakesPerPeer)
 		case s.handshakeTimeout <= 0:
 			s.initErr = fmt.Errorf("%w: handshake timeout %v, want more than 0", ErrConfig, s.handshakeTimeout)
+		case s.busyPoll < 0 || s.busyPoll > MaxBusyPoll:
+			s.initErr = fmt.Errorf("%w: busy poll %v, want 0 to %v", ErrConfig, s.busyPoll, MaxBusyPoll)
 		default:
 			if r := s.backend.Init(); r != proto.Success {
 				s.initErr = fmt.Errorf("backend: cuInit: %v", r)

@@ -16,8 +16,11 @@
 #   e2e/gpu/remote/run.sh corpus [PROGRAM...]
 #                                 # the PyTorch corpus (corpus.py) locally, over TCP and over unix:
 #                                 # outputs compared exactly, a table of results and step times;
-#                                 # CORPUS_TRACE=1 also runs each under darktrace (private tables)
-# GPUMUX_REMOTE_DEBUG=1 makes the interposer log every failing call.
+#                                 # CORPUS_TRACE=1 also runs each under darktrace (private tables);
+#                                 # CORPUS_CALLS=1 prints the calls each made over TCP (callcounts.py);
+#                                 # CORPUS_ENV="K=V ..." sets variables for every run (local ones too)
+# GPUMUX_REMOTE_DEBUG=1 makes the interposer log every failing call; REMOTED_FLAGS adds
+# flags to gpumux-remoted's (e.g. REMOTED_FLAGS="--busy-poll 0").
 #
 # It starts gpumux-remoted (backend cuda) on 127.0.0.1 and a unix socket,
 # with a fresh pool secret, and stops it on exit. It changes no GPU setting.
@@ -47,7 +50,7 @@ start_server() {
 	chmod 600 "$work/pool.key"
 	port=$((20000 + RANDOM % 20000))
 	.devbin/gpumux-remoted --backend cuda --listen "127.0.0.1:$port" --unix "$work/remoted.sock" \
-		--token-file "$work/pool.key" "$@" >>"$out/remoted.log" 2>&1 &
+		--token-file "$work/pool.key" ${REMOTED_FLAGS:-} "$@" >>"$out/remoted.log" 2>&1 &
 	server=$!
 	trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 	for _ in $(seq 100); do [[ -S $work/remoted.sock ]] && break; sleep 0.1; done
@@ -135,7 +138,13 @@ if [[ $mode == corpus ]]; then
 	[[ ${#progs[@]} -gt 0 ]] || read -ra progs <<<"$("$py" e2e/gpu/remote/corpus.py list)"
 	mkdir -p "$out/corpus"
 	[[ -n ${CORPUS_TRACE:-} ]] && darktrace
-	start_server
+	metrics=()
+	if [[ -n ${CORPUS_CALLS:-} ]]; then
+		mport=$((20000 + RANDOM % 20000))
+		metrics=(--metrics-addr "127.0.0.1:$mport")
+	fi
+	start_server "${metrics[@]}"
+	read -ra corpus_env <<<"${CORPUS_ENV:-}"
 	# runs P HOW: one program, locally (local), under darktrace (trace)
 	# or through the server (tcp, unix); its output without timings in
 	# $out/corpus/P.HOW, stderr in P.HOW.err; prints the exit status.
@@ -146,9 +155,14 @@ if [[ $mode == corpus ]]; then
 		unix) pre=(remote "unix:$work/remoted.sock") ;;
 		trace) pre=(env LD_LIBRARY_PATH="$work/trace" DARKTRACE_REAL="$real") ;;
 		esac
-		local rc=0
-		GPUMUX_REMOTE_TIMEOUT=120 "${pre[@]}" timeout "${CORPUS_TIMEOUT:-600}" "$py" e2e/gpu/remote/corpus.py "$p" \
-			>"$out/corpus/$p.$how.raw" 2>"$out/corpus/$p.$how.err" || rc=$?
+		local rc=0 scrape=
+		[[ $how == tcp && -n ${CORPUS_CALLS:-} ]] && scrape=http://127.0.0.1:$mport/metrics
+		[[ -z $scrape ]] || "$py" e2e/gpu/remote/callcounts.py scrape "$scrape" "$out/corpus/$p.calls.before"
+		(
+			for kv in "${corpus_env[@]}"; do export "${kv?}"; done
+			GPUMUX_REMOTE_TIMEOUT=120 "${pre[@]}" timeout "${CORPUS_TIMEOUT:-600}" "$py" e2e/gpu/remote/corpus.py "$p"
+		) >"$out/corpus/$p.$how.raw" 2>"$out/corpus/$p.$how.err" || rc=$?
+		[[ -z $scrape ]] || "$py" e2e/gpu/remote/callcounts.py scrape "$scrape" "$out/corpus/$p.calls.after"
 		grep -v '^STEP_MS' "$out/corpus/$p.$how.raw" >"$out/corpus/$p.$how" || true
 		echo "$rc"
 	}
@@ -174,6 +188,10 @@ if [[ $mode == corpus ]]; then
 		printf '%-16s %-10s %-10s %-10s %-12s %-12s %-12s\n' "${row[@]}" "${l:--}" "$(ratio "$l" "$t")" "$(ratio "$l" "$u")"
 	done
 	for p in "${progs[@]}"; do
+		if [[ -n ${CORPUS_CALLS:-} ]]; then
+			echo "== $p over tcp: the calls it made most"
+			"$py" e2e/gpu/remote/callcounts.py diff "$out/corpus/$p.calls.before" "$out/corpus/$p.calls.after"
+		fi
 		for how in tcp unix; do
 			if ! cmp -s "$out/corpus/$p.local" "$out/corpus/$p.$how"; then
 				echo "== $p over $how: first differences, and the interposer's messages"
