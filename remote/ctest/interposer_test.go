@@ -476,7 +476,8 @@ func TestProtocolErrors(t *testing.T) {
 }
 
 // TestCache: repeats of the calls calls.def marks cache never reach the
-// server; the others always do.
+// server, until an uncache call forgets those about modules and functions;
+// the others always do.
 func TestCache(t *testing.T) {
 	var mu sync.Mutex
 	count := map[proto.Op]int{}
@@ -484,16 +485,23 @@ func TestCache(t *testing.T) {
 		mu.Lock()
 		count[h.Op]++
 		mu.Unlock()
-		if h.Op == proto.OpCtxSynchronize {
+		switch h.Op {
+		case proto.OpCtxSynchronize, proto.OpFuncSetAttribute, proto.OpModuleUnload:
 			w.Write(reply(h, proto.Success))
-			return
+		case proto.OpModuleGetFunction:
+			w.Write(reply(h, proto.Success, 7, 0)) // a function handle
+		default:
+			w.Write(reply(h, proto.Success, 12080))
 		}
-		w.Write(reply(h, proto.Success, 12080))
 	})
 	program{name: "protoerr", args: []string{"cache"}, addr: addr}.run(t)
 	mu.Lock()
 	defer mu.Unlock()
-	want := map[proto.Op]int{proto.OpDriverGetVersion: 1, proto.OpDeviceGetAttribute: 2, proto.OpCtxSynchronize: 5}
+	// Three passes of three calls about one function: an attribute set
+	// after the first and an unload after the second forget them.
+	want := map[proto.Op]int{proto.OpDriverGetVersion: 1, proto.OpDeviceGetAttribute: 2, proto.OpCtxSynchronize: 5,
+		proto.OpModuleGetFunction: 3, proto.OpFuncGetAttribute: 3,
+		proto.OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags: 3, proto.OpFuncSetAttribute: 1, proto.OpModuleUnload: 1}
 	for op, n := range want {
 		if count[op] != n {
 			t.Errorf("%s reached the server %d times, want %d", proto.Calls[op].Name, count[op], n)

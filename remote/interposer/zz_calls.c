@@ -817,7 +817,7 @@ CUresult gm_rpc_cuModuleUnload(CUmodule hmod)
 {
 	gm_msg q;
 	CUresult r;
-	gm_msg_init(&q, GM_OP_cuModuleUnload, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuModuleUnload, GM_SYNC | GM_UNCACHE);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hmod);
 	r = gm_call(&q);
 	gm_msg_free(&q);
@@ -837,7 +837,7 @@ CUresult gm_rpc_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char
 		return gm_refuse("cuModuleGetFunction", "hfunc", CUDA_ERROR_INVALID_VALUE);
 	if (name == NULL)
 		return gm_refuse("cuModuleGetFunction", "name", CUDA_ERROR_INVALID_VALUE);
-	gm_msg_init(&q, GM_OP_cuModuleGetFunction, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuModuleGetFunction, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hmod);
 	gm_put_str(&q, name);
 	r = gm_call(&q);
@@ -885,7 +885,7 @@ CUresult gm_rpc_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *p
 		return gm_refuse("cuFuncGetParamInfo", "paramOffset", CUDA_ERROR_INVALID_VALUE);
 	if (paramSize == NULL)
 		return gm_refuse("cuFuncGetParamInfo", "paramSize", CUDA_ERROR_INVALID_VALUE);
-	gm_msg_init(&q, GM_OP_cuFuncGetParamInfo, GM_SYNC | GM_CACHE);
+	gm_msg_init(&q, GM_OP_cuFuncGetParamInfo, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u64(&q, (uint64_t)paramIndex);
 	r = gm_call(&q);
@@ -904,7 +904,7 @@ CUresult gm_rpc_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunct
 	CUresult r;
 	if (pi == NULL)
 		return gm_refuse("cuFuncGetAttribute", "pi", CUDA_ERROR_INVALID_VALUE);
-	gm_msg_init(&q, GM_OP_cuFuncGetAttribute, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuFuncGetAttribute, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u32(&q, (uint32_t)attrib);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hfunc);
 	r = gm_call(&q);
@@ -947,7 +947,7 @@ CUresult gm_rpc_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib
 {
 	gm_msg q;
 	CUresult r;
-	gm_msg_init(&q, GM_OP_cuFuncSetAttribute, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuFuncSetAttribute, GM_SYNC | GM_UNCACHE);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hfunc);
 	gm_put_u32(&q, (uint32_t)attrib);
 	gm_put_u32(&q, (uint32_t)value);
@@ -967,7 +967,7 @@ CUresult gm_rpc_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlo
 	CUresult r;
 	if (numBlocks == NULL)
 		return gm_refuse("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "numBlocks", CUDA_ERROR_INVALID_VALUE);
-	gm_msg_init(&q, GM_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u32(&q, (uint32_t)blockSize);
 	gm_put_u64(&q, (uint64_t)dynamicSMemSize);
@@ -992,7 +992,7 @@ CUresult gm_rpc_cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize,
 	CUresult r;
 	if (dynamicSmemSize == NULL)
 		return gm_refuse("cuOccupancyAvailableDynamicSMemPerBlock", "dynamicSmemSize", CUDA_ERROR_INVALID_VALUE);
-	gm_msg_init(&q, GM_OP_cuOccupancyAvailableDynamicSMemPerBlock, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuOccupancyAvailableDynamicSMemPerBlock, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u32(&q, (uint32_t)numBlocks);
 	gm_put_u32(&q, (uint32_t)blockSize);
@@ -1018,7 +1018,7 @@ CUresult gm_rpc_cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, 
 		return gm_refuse("cuOccupancyMaxActiveClusters", "numClusters", CUDA_ERROR_INVALID_VALUE);
 	if (attrs == NULL && attrs_len != 0)
 		return gm_refuse("cuOccupancyMaxActiveClusters", "attrs", CUDA_ERROR_INVALID_VALUE);
-	gm_msg_init(&q, GM_OP_cuOccupancyMaxActiveClusters, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuOccupancyMaxActiveClusters, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u32(&q, (uint32_t)gridDimX);
 	gm_put_u32(&q, (uint32_t)gridDimY);
@@ -1071,7 +1071,7 @@ CUresult gm_rpc_cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction 
 		return gm_refuse("cuOccupancyMaxPotentialClusterSize", "clusterSize", CUDA_ERROR_INVALID_VALUE);
 	if (attrs == NULL && attrs_len != 0)
 		return gm_refuse("cuOccupancyMaxPotentialClusterSize", "attrs", CUDA_ERROR_INVALID_VALUE);
-	gm_msg_init(&q, GM_OP_cuOccupancyMaxPotentialClusterSize, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuOccupancyMaxPotentialClusterSize, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u32(&q, (uint32_t)gridDimX);
 	gm_put_u32(&q, (uint32_t)gridDimY);

@@ -109,17 +109,17 @@ var Calls = map[Op]CallInfo{
 	OpMemGetAddressRangeV2:       {Name: "cuMemGetAddressRange_v2", Async: false, Cache: false},
 	OpModuleLoadData:             {Name: "cuModuleLoadData", Async: false, Cache: false},
 	OpModuleUnload:               {Name: "cuModuleUnload", Async: false, Cache: false},
-	OpModuleGetFunction:          {Name: "cuModuleGetFunction", Async: false, Cache: false},
+	OpModuleGetFunction:          {Name: "cuModuleGetFunction", Async: false, Cache: true},
 	OpModuleGetGlobalV2:          {Name: "cuModuleGetGlobal_v2", Async: false, Cache: false},
 	OpFuncGetParamInfo:           {Name: "cuFuncGetParamInfo", Async: false, Cache: true},
-	OpFuncGetAttribute:           {Name: "cuFuncGetAttribute", Async: false, Cache: false},
+	OpFuncGetAttribute:           {Name: "cuFuncGetAttribute", Async: false, Cache: true},
 	OpLaunchKernel:               {Name: "cuLaunchKernel", Async: true, Cache: false},
 	OpFuncSetAttribute:           {Name: "cuFuncSetAttribute", Async: false, Cache: false},
-	OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags: {Name: "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", Async: false, Cache: false},
-	OpOccupancyAvailableDynamicSMemPerBlock:              {Name: "cuOccupancyAvailableDynamicSMemPerBlock", Async: false, Cache: false},
-	OpOccupancyMaxActiveClusters:                         {Name: "cuOccupancyMaxActiveClusters", Async: false, Cache: false},
+	OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags: {Name: "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", Async: false, Cache: true},
+	OpOccupancyAvailableDynamicSMemPerBlock:              {Name: "cuOccupancyAvailableDynamicSMemPerBlock", Async: false, Cache: true},
+	OpOccupancyMaxActiveClusters:                         {Name: "cuOccupancyMaxActiveClusters", Async: false, Cache: true},
 	OpLaunchKernelEx:                                     {Name: "cuLaunchKernelEx", Async: true, Cache: false},
-	OpOccupancyMaxPotentialClusterSize:                   {Name: "cuOccupancyMaxPotentialClusterSize", Async: false, Cache: false},
+	OpOccupancyMaxPotentialClusterSize:                   {Name: "cuOccupancyMaxPotentialClusterSize", Async: false, Cache: true},
 	OpStreamCreate:                                       {Name: "cuStreamCreate", Async: false, Cache: false},
 	OpStreamDestroyV2:                                    {Name: "cuStreamDestroy_v2", Async: false, Cache: false},
 	OpStreamSynchronize:                                  {Name: "cuStreamSynchronize", Async: false, Cache: false},
@@ -1517,7 +1517,7 @@ func (cl *Client) ModuleLoadData(cur Handle, image []byte) (module Handle, r Res
 func (cl *Client) ModuleUnload(cur Handle, hmod Handle) (r Result, err error) {
 	var e Encoder
 	e.U64(uint64(hmod))
-	req := Request{Op: OpModuleUnload, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpModuleUnload, Ctx: cur, Async: false, Cache: false, Payload: e.Payload(), Uncache: true}
 	_, r, err = cl.Do(req)
 	return
 }
@@ -1527,7 +1527,7 @@ func (cl *Client) ModuleGetFunction(cur Handle, hmod Handle, name string) (hfunc
 	var e Encoder
 	e.U64(uint64(hmod))
 	e.Str(name)
-	req := Request{Op: OpModuleGetFunction, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpModuleGetFunction, Ctx: cur, Async: false, Cache: true, Payload: e.Payload(), CacheObject: true}
 	d, r, err := cl.Do(req)
 	if err != nil || r != Success {
 		return
@@ -1558,7 +1558,7 @@ func (cl *Client) FuncGetParamInfo(cur Handle, fn Handle, paramIndex uint64) (pa
 	var e Encoder
 	e.U64(uint64(fn))
 	e.U64(paramIndex)
-	req := Request{Op: OpFuncGetParamInfo, Ctx: cur, Async: false, Cache: true, Payload: e.Payload()}
+	req := Request{Op: OpFuncGetParamInfo, Ctx: cur, Async: false, Cache: true, Payload: e.Payload(), CacheObject: true}
 	d, r, err := cl.Do(req)
 	if err != nil || r != Success {
 		return
@@ -1574,7 +1574,7 @@ func (cl *Client) FuncGetAttribute(cur Handle, attrib int32, hfunc Handle) (pi i
 	var e Encoder
 	e.I32(attrib)
 	e.U64(uint64(hfunc))
-	req := Request{Op: OpFuncGetAttribute, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpFuncGetAttribute, Ctx: cur, Async: false, Cache: true, Payload: e.Payload(), CacheObject: true}
 	d, r, err := cl.Do(req)
 	if err != nil || r != Success {
 		return
@@ -1608,7 +1608,7 @@ func (cl *Client) FuncSetAttribute(cur Handle, hfunc Handle, attrib int32, value
 	e.U64(uint64(hfunc))
 	e.I32(attrib)
 	e.I32(value)
-	req := Request{Op: OpFuncSetAttribute, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpFuncSetAttribute, Ctx: cur, Async: false, Cache: false, Payload: e.Payload(), Uncache: true}
 	_, r, err = cl.Do(req)
 	return
 }
@@ -1620,7 +1620,7 @@ func (cl *Client) OccupancyMaxActiveBlocksPerMultiprocessorWithFlags(cur Handle,
 	e.I32(blockSize)
 	e.U64(dynamicSMemSize)
 	e.U32(flags)
-	req := Request{Op: OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, Ctx: cur, Async: false, Cache: true, Payload: e.Payload(), CacheObject: true}
 	d, r, err := cl.Do(req)
 	if err != nil || r != Success {
 		return
@@ -1636,7 +1636,7 @@ func (cl *Client) OccupancyAvailableDynamicSMemPerBlock(cur Handle, fn Handle, n
 	e.U64(uint64(fn))
 	e.I32(numBlocks)
 	e.I32(blockSize)
-	req := Request{Op: OpOccupancyAvailableDynamicSMemPerBlock, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpOccupancyAvailableDynamicSMemPerBlock, Ctx: cur, Async: false, Cache: true, Payload: e.Payload(), CacheObject: true}
 	d, r, err := cl.Do(req)
 	if err != nil || r != Success {
 		return
@@ -1659,7 +1659,7 @@ func (cl *Client) OccupancyMaxActiveClusters(cur Handle, fn Handle, gridDimX uin
 	e.U32(sharedMemBytes)
 	e.U64(uint64(hStream))
 	e.Bytes(attrs)
-	req := Request{Op: OpOccupancyMaxActiveClusters, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpOccupancyMaxActiveClusters, Ctx: cur, Async: false, Cache: true, Payload: e.Payload(), CacheObject: true}
 	d, r, err := cl.Do(req)
 	if err != nil || r != Success {
 		return
@@ -1701,7 +1701,7 @@ func (cl *Client) OccupancyMaxPotentialClusterSize(cur Handle, fn Handle, gridDi
 	e.U32(sharedMemBytes)
 	e.U64(uint64(hStream))
 	e.Bytes(attrs)
-	req := Request{Op: OpOccupancyMaxPotentialClusterSize, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpOccupancyMaxPotentialClusterSize, Ctx: cur, Async: false, Cache: true, Payload: e.Payload(), CacheObject: true}
 	d, r, err := cl.Do(req)
 	if err != nil || r != Success {
 		return
