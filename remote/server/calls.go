@@ -369,11 +369,12 @@ func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n
 		s.counts.bytesToHost.Add(n)
 		return ok
 	}
-	// Two buffers: the GPU fills one while the other goes to the client.
-	free := make(chan []byte, 2)
-	free <- s.chunk(0)
-	free <- s.chunk(1)
-	full := make(chan []byte, 1)
+	// The GPU fills one buffer while the others go to the client.
+	free := make(chan []byte, copyBuffers)
+	for i := range copyBuffers {
+		free <- s.chunk(i)
+	}
+	full := make(chan []byte, copyBuffers)
 	sent := make(chan error, 1)
 	go func() {
 		var err error
@@ -387,7 +388,7 @@ func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n
 	}()
 	r = ok
 	for off := uint64(0); off < n; {
-		buf := <-free
+		buf, _ := recv(free, s.busyPoll)
 		k := min(n-off, uint64(len(buf)))
 		if r = s.be.MemcpyDtoH(buf[:k], src+proto.DevPtr(off), st); r != ok {
 			break
@@ -404,7 +405,11 @@ func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n
 	return r
 }
 
-// chunk returns the session's copy buffer i (0 or 1).
+// copyBuffers is the number of chunk buffers a device-to-host copy
+// cycles through.
+const copyBuffers = 4
+
+// chunk returns the session's copy buffer i (below copyBuffers).
 func (s *session) chunk(i int) []byte {
 	if s.bufs[i] == nil {
 		s.bufs[i] = make([]byte, proto.ChunkSize)

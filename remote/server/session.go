@@ -87,6 +87,8 @@ type wire struct {
 	err  error // the first transport error; sticky
 	// result is what the last reply said.
 	result proto.Result
+	// busyPoll is how long ReadData polls for a data frame (pollRecv).
+	busyPoll time.Duration
 }
 
 var _ proto.Transport = (*wire)(nil)
@@ -98,7 +100,7 @@ func (w *wire) ReadData() ([]byte, error) {
 		return nil, w.err
 	}
 	w.held.release()
-	f, ok := <-w.in
+	f, ok := recv(w.in, w.busyPoll)
 	if !ok {
 		err := *w.readErr
 		if err == nil || errors.Is(err, io.EOF) {
@@ -173,7 +175,7 @@ type session struct {
 	counts *counters // the server's
 	// busyPoll is how long run polls for the next call before it sleeps.
 	busyPoll time.Duration
-	bufs     [2][]byte // the copy buffers (chunk)
+	bufs     [copyBuffers][]byte // the copy buffers (chunk)
 
 	// expires is when the client's token expires (zero: never); once it
 	// has, expired is set (expiry.go).
@@ -212,7 +214,7 @@ func (s *session) serve(conn net.Conn, br *bufio.Reader) {
 		tc.SetWriteBuffer(4 * proto.ChunkSize)
 		tc.SetReadBuffer(4 * proto.ChunkSize)
 	}
-	s.wire = wire{in: in, readErr: &readErr, bw: bufio.NewWriterSize(conn, 64<<10), conn: conn}
+	s.wire = wire{in: in, readErr: &readErr, bw: bufio.NewWriterSize(conn, 64<<10), conn: conn, busyPoll: s.busyPoll}
 	go readFrames(br, in, &readErr, done)
 	limit, _ := s.quota.left()
 	s.log.Info("client connected", "quota", limit)
@@ -246,7 +248,7 @@ func (s *session) run(in <-chan frame, readErr *error) error {
 		expiry = timer.C
 	}
 	for {
-		if f, ok, polled := s.poll(in); polled {
+		if f, ok, polled := pollRecv(in, s.busyPoll); polled {
 			if err := s.next(f, ok, readErr, timer); err != nil || !ok {
 				return err
 			}
@@ -274,30 +276,40 @@ func (s *session) run(in <-chan frame, readErr *error) error {
 	}
 }
 
-// poll waits up to s.busyPoll for the next frame on in without sleeping;
-// polled is false if none came. A locked worker that sleeps on the channel
-// is woken through the scheduler and the OS, several microseconds more on
-// each waiting call than a socket round trip (docs/benchmarks.md).
-func (s *session) poll(in <-chan frame) (f frame, ok, polled bool) {
-	if s.busyPoll <= 0 {
-		return frame{}, false, false
+// pollRecv receives from ch like `v, ok := <-ch`, but only if a value
+// comes within d, polling without sleeping; got is false if none came. A
+// locked worker that sleeps on a channel is woken through the scheduler
+// and the OS, several microseconds more on each waiting call, and on each
+// chunk of a copy, than a socket round trip (docs/benchmarks.md).
+func pollRecv[T any](ch <-chan T, d time.Duration) (v T, ok, got bool) {
+	if d <= 0 {
+		return v, false, false
 	}
 	var start time.Time
 	for i := 0; ; i++ {
 		select {
-		case f, ok = <-in:
-			return f, ok, true
+		case v, ok = <-ch:
+			return v, ok, true
 		default:
 		}
 		// Reading the clock every few polls keeps the loop cheap.
 		if i%16 == 0 {
 			if i == 0 {
 				start = time.Now()
-			} else if time.Since(start) > s.busyPoll {
-				return frame{}, false, false
+			} else if time.Since(start) > d {
+				return v, false, false
 			}
 		}
 	}
+}
+
+// recv receives from ch, polling for up to d first (pollRecv).
+func recv[T any](ch <-chan T, d time.Duration) (T, bool) {
+	if v, ok, got := pollRecv(ch, d); got {
+		return v, ok
+	}
+	v, ok := <-ch
+	return v, ok
 }
 
 // next runs the frame the reader queued; ok false means the queue ended
