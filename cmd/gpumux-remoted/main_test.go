@@ -117,7 +117,7 @@ func TestHelp(t *testing.T) {
 		t.Errorf("--help exits %d", code)
 	}
 	for _, want := range []string{"--listen", "-unix", "-token-file", "-insecure-no-auth", "-backend", "-fake-devices",
-		"-fake-memory", "-max-clients", "-max-tenant-connections", "-max-handshakes", "-max-handshakes-per-peer", "-handshake-timeout", "-busy-poll", "-log-level", "-cuda-lib", "-tenant-processes", "worker process of its own",
+		"-fake-memory", "-max-clients", "-max-tenant-connections", "-max-handshakes", "-max-handshakes-per-peer", "-handshake-timeout", "-busy-poll", "-cpu-profile", "-log-level", "-cuda-lib", "-tenant-processes", "worker process of its own",
 		"-metrics-addr", "Prometheus metrics", "/metrics", "every tenant worker", "off by default"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("--help does not mention %q:\n%s", want, stderr.String())

@@ -231,15 +231,16 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn, hs *handshaking) 
 		s.log.Warn("handshake failed", "conn", id, "peer", peer, "err", err)
 		return
 	}
-	s.runSession(conn, bufio.NewReaderSize(conn, 64<<10), q, claims, id, peer, hello.Identity)
+	s.runSession(conn, q, claims, id, peer, hello.Identity)
 }
 
-// runSession serves one admitted connection in this process.
-func (s *Server) runSession(conn net.Conn, br *bufio.Reader, q *share, claims token.Claims, id uint64, peer, identity string) {
+// runSession serves one admitted connection in this process; nothing of
+// it has been read past the handshake.
+func (s *Server) runSession(conn net.Conn, q *share, claims token.Claims, id uint64, peer, identity string) {
 	sess := newSession(s, q, s.devices(claims), s.log.With(
 		"conn", id, "peer", peer, "identity", clean(identity), "token", claims.ID))
 	sess.expires = claims.Expires
-	sess.serve(conn, br)
+	sess.serve(conn, bufio.NewReaderSize(newPollingReader(conn, s.busyPoll), 64<<10))
 }
 
 // errRefused means a connection's handshake was refused.

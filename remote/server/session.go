@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/gpumux/gpumux/remote/proto"
@@ -23,10 +22,35 @@ const queueFrames = 8
 // larger ones keep their pooled buffer.
 const smallFrame = 4 << 10
 
-var bufPool = sync.Pool{New: func() any {
-	b := make([]byte, proto.MaxPayload)
-	return &b
-}}
+// pooledFrames is the number of frame buffers kept for reuse between
+// copies, in the whole process.
+const pooledFrames = 32
+
+// bufPool keeps up to pooledFrames buffers of proto.MaxPayload bytes. Not
+// a sync.Pool: that one is emptied by every collection, and each new
+// buffer is a megabyte to clear, on the reader's path of every chunk.
+var bufPool = framePool{free: make(chan *[]byte, pooledFrames)}
+
+type framePool struct{ free chan *[]byte }
+
+// Get returns a kept buffer or a new one.
+func (p framePool) Get() *[]byte {
+	select {
+	case b := <-p.free:
+		return b
+	default:
+		b := make([]byte, proto.MaxPayload)
+		return &b
+	}
+}
+
+// Put keeps b for reuse if fewer than pooledFrames are kept.
+func (p framePool) Put(b *[]byte) {
+	select {
+	case p.free <- b:
+	default:
+	}
+}
 
 // frame is one frame read from the client.
 type frame struct {
@@ -47,7 +71,7 @@ func (f *frame) release() {
 // then in is closed) or done.
 func readFrames(r io.Reader, in chan<- frame, errp *error, done <-chan struct{}) {
 	defer close(in)
-	buf := bufPool.Get().(*[]byte)
+	buf := bufPool.Get()
 	defer func() { bufPool.Put(buf) }()
 	for {
 		h, p, err := proto.ReadFrame(r, *buf)
@@ -60,7 +84,7 @@ func readFrames(r io.Reader, in chan<- frame, errp *error, done <-chan struct{})
 			f.p = append([]byte(nil), p...)
 		} else {
 			f.p, f.buf = p, buf
-			buf = bufPool.Get().(*[]byte)
+			buf = bufPool.Get()
 		}
 		select {
 		case in <- f:
