@@ -424,11 +424,13 @@ func (s *session) copyDD(c *proto.Call, dst, src proto.DevPtr, n uint64, hs prot
 	if n == 0 {
 		return ok
 	}
-	if r := s.span(dst, n); r != ok {
-		return r
+	da, sa := s.find(dst, n), s.find(src, n)
+	if da == nil || sa == nil {
+		return proto.ErrInvalidValue
 	}
-	if r := s.span(src, n); r != ok {
-		return r
+	if da.ctx.dev != sa.ctx.dev {
+		// Memory of two devices (unified addressing): a peer copy.
+		return s.be.MemcpyPeer(dst, da.ctx.raw, src, sa.ctx.raw, n, st, async)
 	}
 	return s.be.MemcpyDtoD(dst, src, n, st, async)
 }
