@@ -152,6 +152,13 @@ typedef enum CUpointer_attribute_enum {
 	CU_POINTER_ATTRIBUTE_MAPPED = 13
 } CUpointer_attribute;
 
+typedef enum CUdevice_P2PAttribute_enum {
+	CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK = 0x01,
+	CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED = 0x02,
+	CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED = 0x03,
+	CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED = 0x04
+} CUdevice_P2PAttribute;
+
 typedef struct CUctxCreateParams_st CUctxCreateParams;
 typedef struct CUexecAffinityParam_st CUexecAffinityParam;
 
