@@ -446,8 +446,10 @@ GM_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CU
  *
  * A pointer is device memory when it lies in one of the client's
  * allocations, as the server's records say (cuMemGetAddressRange, which
- * knows every cuMemAlloc result and module global of this client); any
- * other pointer is host memory of this process. The client's host and the
+ * knows every cuMemAlloc result and module global of this client, on any
+ * of its devices); any other pointer is host memory of this process. A
+ * device-to-device copy between two devices' memory is the server's to
+ * run as a peer copy. The client's host and the
  * server's device addresses are separate address spaces, so a host pointer
  * that happens to equal an address inside one of the client's allocations
  * is taken for device memory. */
