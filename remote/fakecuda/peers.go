@@ -22,10 +22,7 @@ const (
 func (b *Backend) DeviceCanAccessPeer(dev, peer int32) (int32, proto.Result) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, r := b.dev(dev); r != proto.Success {
-		return 0, r
-	}
-	if _, r := b.dev(peer); r != proto.Success {
+	if r := b.devPair(dev, peer); r != proto.Success {
 		return 0, r
 	}
 	if dev == peer {
@@ -39,10 +36,7 @@ func (b *Backend) DeviceCanAccessPeer(dev, peer int32) (int32, proto.Result) {
 func (b *Backend) DeviceP2PAttribute(attr uint32, src, dst int32) (int32, proto.Result) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, r := b.dev(src); r != proto.Success {
-		return 0, r
-	}
-	if _, r := b.dev(dst); r != proto.Success {
+	if r := b.devPair(src, dst); r != proto.Success {
 		return 0, r
 	}
 	if src == dst {
@@ -55,6 +49,15 @@ func (b *Backend) DeviceP2PAttribute(attr uint32, src, dst int32) (int32, proto.
 		return 1, proto.Success
 	}
 	return 0, proto.ErrInvalidValue
+}
+
+// devPair checks two device ordinals; the caller holds mu.
+func (b *Backend) devPair(a, c int32) proto.Result {
+	if _, r := b.dev(a); r != proto.Success {
+		return r
+	}
+	_, r := b.dev(c)
+	return r
 }
 
 // peerArgs checks a current context and a peer context for

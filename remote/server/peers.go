@@ -88,11 +88,7 @@ func (s *session) MemcpyPeerAsync(c *proto.Call, dst proto.DevPtr, dstCtx proto.
 // stream of it, two of the client's contexts, and n bytes of the client's
 // memory at each address, on the device of the context named with it.
 func (s *session) copyPeer(c *proto.Call, dst proto.DevPtr, hdst proto.Handle, src proto.DevPtr, hsrc proto.Handle, n uint64, hs proto.Handle, async bool) proto.Result {
-	ctx, r := s.current(c)
-	if r != ok {
-		return r
-	}
-	st, r := s.stream(ctx, hs)
+	_, st, r := s.currentStream(c, hs)
 	if r != ok {
 		return r
 	}
