@@ -194,6 +194,7 @@ func TestServesFakeOnUnixSocket(t *testing.T) {
 	if err != nil || r != proto.Success || total != 1<<30 {
 		t.Errorf("cuDeviceTotalMem: %d %v %v, want 1 GiB", total, r, err)
 	}
+	peerCopy(t, cl)
 	if code := stop(); code != 0 {
 		t.Errorf("exit %d after a signal, want 0; stderr:\n%s", code, stderr.String())
 	}
@@ -205,6 +206,36 @@ func TestServesFakeOnUnixSocket(t *testing.T) {
 	}
 	if _, _, err := cl.DeviceGetName(0, 64, 0); err == nil {
 		t.Error("a client call succeeded after the daemon stopped")
+	}
+}
+
+// peerCopy copies bytes from the client's device 0 to its device 1 and
+// reads them back.
+func peerCopy(t *testing.T, cl *proto.Client) {
+	t.Helper()
+	var ctx [2]proto.Handle
+	var mem [2]proto.DevPtr
+	for dev := range 2 {
+		h, r, err := cl.DevicePrimaryCtxRetain(0, int32(dev))
+		if err != nil || r != proto.Success {
+			t.Fatalf("cuDevicePrimaryCtxRetain(%d): %v %v", dev, r, err)
+		}
+		p, r, err := cl.MemAllocV2(h, 4096)
+		if err != nil || r != proto.Success {
+			t.Fatalf("cuMemAlloc on device %d: %v %v", dev, r, err)
+		}
+		ctx[dev], mem[dev] = h, p
+	}
+	data := bytes.Repeat([]byte("two GPUs"), 512)
+	if r, err := cl.MemcpyHtoDV2(ctx[0], mem[0], data, 4096); err != nil || r != proto.Success {
+		t.Fatalf("cuMemcpyHtoD: %v %v", r, err)
+	}
+	if r, err := cl.MemcpyPeer(ctx[0], mem[1], ctx[1], mem[0], ctx[0], 4096); err != nil || r != proto.Success {
+		t.Fatalf("cuMemcpyPeer 0→1: %v %v", r, err)
+	}
+	got := make([]byte, 4096)
+	if r, err := cl.MemcpyDtoHV2(ctx[1], got, mem[1], 4096); err != nil || r != proto.Success || !bytes.Equal(got, data) {
+		t.Fatalf("device 1 after cuMemcpyPeer: %v %v, equal %v", r, err, bytes.Equal(got, data))
 	}
 }
 

@@ -29,7 +29,7 @@ var secret = []byte("ctest-secret-0123456789abcdef")
 // The C test programs linked against the library (remote/interposer/tests).
 var programs = []string{
 	"basic", "ctx", "mem", "module", "dark", "threads", "fork", "unsupported",
-	"quota", "cross", "dead", "unreachable", "protoerr", "torchcalls", "launchex",
+	"quota", "cross", "dead", "unreachable", "protoerr", "torchcalls", "launchex", "peer",
 }
 
 // Environment variables of the server subprocess (TestMain).
@@ -137,7 +137,13 @@ type env struct {
 
 func startServer(t *testing.T, opts ...server.Option) *env {
 	t.Helper()
-	fake, err := fakecuda.New(fakecuda.WithMemory(1 << 30))
+	return startServerOn(t, 1, opts...)
+}
+
+// startServerOn is startServer with devices fake devices.
+func startServerOn(t *testing.T, devices int, opts ...server.Option) *env {
+	t.Helper()
+	fake, err := fakecuda.New(fakecuda.WithMemory(1<<30), fakecuda.WithDevices(devices))
 	if err != nil {
 		t.Fatal(err)
 	}

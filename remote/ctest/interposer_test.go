@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
 )
@@ -107,6 +108,34 @@ func TestQuota(t *testing.T) {
 	const quota = 64 << 20
 	program{name: "quota", addr: e.unix, token: mint(t, "ctest-quota", quota),
 		env: []string{fmt.Sprintf("GM_TEST_QUOTA=%d", quota)}}.run(t)
+}
+
+// TestTwoDevices: a program using two GPUs as a two-GPU PyTorch program
+// does (tests/peer.c), with a token of both GPUs and one quota over them,
+// over both transports; the server holds nothing of it afterwards.
+func TestTwoDevices(t *testing.T) {
+	e := startServerOn(t, 2)
+	const quota = 8 << 20
+	tok, err := token.Mint(secret, token.Claims{ID: "ctest-peer", Quota: quota, Device: 0, MoreDevices: []int{1},
+		Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []string{e.unix, e.tcp} {
+		_, stderr := program{name: "peer", args: []string{fmt.Sprint(quota)}, addr: addr, token: tok}.run(t)
+		if strings.Contains(stderr, "gpumux: ") {
+			t.Errorf("unexpected interposer messages:\n%s", stderr)
+		}
+	}
+	var st fakecuda.Stats
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if st = e.fake.Stats(); st.Contexts == 0 && st.Allocations == 0 {
+			break
+		}
+	}
+	if st.Contexts != 0 || st.Allocations != 0 || st.ImplicitFrees != 0 {
+		t.Errorf("after the programs: %+v; want nothing left and nothing freed implicitly", st)
+	}
 }
 
 // TestCrossClient: a second process given the first's device pointer can

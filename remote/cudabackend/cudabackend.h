@@ -120,7 +120,13 @@ typedef struct CUlaunchConfig_st {
 	O(cuLaunchKernelEx)                                                    \
 	O(cuOccupancyMaxActiveClusters)                                        \
 	O(cuOccupancyMaxPotentialClusterSize)                                  \
-	O(cuCtxGetLimit)
+	O(cuCtxGetLimit)                                                        \
+	O(cuDeviceCanAccessPeer)                                               \
+	O(cuDeviceGetP2PAttribute)                                             \
+	O(cuCtxEnablePeerAccess)                                               \
+	O(cuCtxDisablePeerAccess)                                              \
+	O(cuMemcpyPeer)                                                        \
+	O(cuMemcpyPeerAsync)
 
 typedef struct gm_cuda {
 	void *lib;
@@ -190,6 +196,14 @@ typedef struct gm_cuda {
 	CUresult (*cuOccupancyMaxActiveClusters)(int *n, CUfunction fn, const CUlaunchConfig *config);
 	CUresult (*cuOccupancyMaxPotentialClusterSize)(int *n, CUfunction fn, const CUlaunchConfig *config);
 	CUresult (*cuCtxGetLimit)(size_t *value, int limit);
+	CUresult (*cuDeviceCanAccessPeer)(int *can, CUdevice dev, CUdevice peer);
+	/* attrib: a CUdevice_P2PAttribute, int-sized */
+	CUresult (*cuDeviceGetP2PAttribute)(int *value, int attrib, CUdevice src, CUdevice dst);
+	CUresult (*cuCtxEnablePeerAccess)(CUcontext peer, unsigned int flags);
+	CUresult (*cuCtxDisablePeerAccess)(CUcontext peer);
+	CUresult (*cuMemcpyPeer)(CUdeviceptr dst, CUcontext dstCtx, CUdeviceptr src, CUcontext srcCtx, size_t n);
+	CUresult (*cuMemcpyPeerAsync)(CUdeviceptr dst, CUcontext dstCtx, CUdeviceptr src, CUcontext srcCtx, size_t n,
+				      CUstream s);
 } gm_cuda;
 
 /* gm_open's results. */
@@ -287,5 +301,13 @@ CUresult gm_launch_ex(const gm_cuda *t, uintptr_t fn, const unsigned int *dims, 
 		      unsigned int nattrs, void *params, size_t nparams);
 CUresult gm_cluster_occupancy(const gm_cuda *t, int which, uintptr_t fn, const unsigned int *dims, uintptr_t s,
 			      const void *attrs, unsigned int nattrs, int *n);
+
+/* Several devices: dev, peer, src and dst are ordinals. */
+CUresult gm_device_can_access_peer(const gm_cuda *t, int dev, int peer, int *can);
+CUresult gm_device_p2p_attribute(const gm_cuda *t, int attrib, int src, int dst, int *value);
+CUresult gm_ctx_enable_peer(const gm_cuda *t, uintptr_t peer, unsigned int flags);
+CUresult gm_ctx_disable_peer(const gm_cuda *t, uintptr_t peer);
+CUresult gm_memcpy_peer(const gm_cuda *t, CUdeviceptr dst, uintptr_t dst_ctx, CUdeviceptr src, uintptr_t src_ctx,
+			size_t n, uintptr_t s, int async);
 
 #endif

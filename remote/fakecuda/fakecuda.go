@@ -69,6 +69,9 @@ type context struct {
 	id    uintptr
 	dev   *device
 	flags uint32
+	// peers are the contexts whose memory this one's kernels may access
+	// (CtxEnablePeerAccess).
+	peers map[*context]bool
 }
 
 // New returns a fake driver with its devices. It is not initialised: call
@@ -261,6 +264,9 @@ func (b *Backend) CtxDestroy(ctx uintptr) proto.Result {
 		if cur == ctx {
 			delete(b.current, tid)
 		}
+	}
+	for _, o := range b.ctxs {
+		delete(o.peers, c)
 	}
 	delete(b.ctxs, ctx)
 	return proto.Success

@@ -243,6 +243,17 @@ func (b *Backend) MemcpyDtoD(dst, src proto.DevPtr, n uint64, stream uintptr, as
 	if r != proto.Success {
 		return r
 	}
+	if da.ctx.dev != sa.ctx.dev {
+		// CUDA's unified addressing would copy between devices here;
+		// the server must ask for a peer copy (MemcpyPeer) instead.
+		return proto.ErrInvalidValue
+	}
+	copyAlloc(da, doff, sa, soff, n)
+	return proto.Success
+}
+
+// copyAlloc copies n bytes from offset soff of sa to offset doff of da.
+func copyAlloc(da *allocation, doff uint64, sa *allocation, soff uint64, n uint64) {
 	buf := make([]byte, min(n, 1<<20))
 	for n > 0 {
 		k := min(n, uint64(len(buf)))
@@ -250,7 +261,6 @@ func (b *Backend) MemcpyDtoD(dst, src proto.DevPtr, n uint64, stream uintptr, as
 		da.write(doff, buf[:k])
 		n, soff, doff = n-k, soff+k, doff+k
 	}
-	return proto.Success
 }
 
 // MemsetD8 sets n bytes at dst to v.

@@ -613,10 +613,11 @@ func (b *Backend) run(c *context, k kernelDef, params []byte) proto.Result {
 		copy(v, params[p.offset:p.offset+p.size])
 		return binary.LittleEndian.Uint64(v)
 	}
-	// span returns the bytes [p, p+n) of one of c's allocations.
+	// span returns the bytes [p, p+n) of an allocation c's kernels may
+	// access.
 	span := func(p, n uint64) (*allocation, uint64, bool) {
 		a, off, ok := b.mem.find(p, n)
-		if !ok || a.ctx != c {
+		if !ok || !c.canReach(a.ctx) {
 			return nil, 0, false
 		}
 		return a, off, true

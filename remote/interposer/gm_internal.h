@@ -104,7 +104,10 @@ CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags);
 	X(cuMemHostRegister_v2)                              \
 	X(cuMemHostUnregister)                               \
 	X(cuPointerGetAttribute)                             \
-	X(cuPointerGetAttributes)
+	X(cuPointerGetAttributes)                            \
+	X(cuDeviceGetP2PAttribute)                           \
+	X(cuMemcpyPeer_ptds)                                 \
+	X(cuMemcpyPeerAsync_ptsz)
 
 /* Fork handlers of gm_more.c (its host allocation table's lock). */
 void gm_more_atfork_prepare(void);

@@ -135,6 +135,20 @@ const char *gm_op_name(int op)
 		return "cuStreamIsCapturing";
 	case 95:
 		return "cuEventRecordWithFlags";
+	case 170:
+		return "cuDeviceCanAccessPeer";
+	case 171:
+		return "cuDeviceGetP2PAttribute";
+	case 172:
+		return "cuCtxEnablePeerAccess";
+	case 173:
+		return "cuCtxDisablePeerAccess";
+	case 174:
+		return "cuMemcpyPeer";
+	case 175:
+		return "cuMemcpyPeerAsync";
+	case 176:
+		return "cuPointerGetAttributes";
 	}
 	return "unknown call";
 }
@@ -1389,5 +1403,147 @@ CUresult gm_rpc_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigne
 GM_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
 	return gm_rpc_cuEventRecordWithFlags(hEvent, hStream, flags);
+}
+
+CUresult gm_rpc_cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+	gm_msg q;
+	CUresult r;
+	if (canAccessPeer == NULL)
+		return gm_refuse("cuDeviceCanAccessPeer", "canAccessPeer", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuDeviceCanAccessPeer, GM_SYNC | GM_CACHE);
+	gm_put_u32(&q, (uint32_t)dev);
+	gm_put_u32(&q, (uint32_t)peerDev);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*canAccessPeer = (int)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+	return gm_rpc_cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev);
+}
+
+CUresult gm_rpc_cuDeviceGetP2PAttribute(int *value, unsigned int attrib, CUdevice srcDevice, CUdevice dstDevice)
+{
+	gm_msg q;
+	CUresult r;
+	if (value == NULL)
+		return gm_refuse("cuDeviceGetP2PAttribute", "value", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuDeviceGetP2PAttribute, GM_SYNC | GM_CACHE);
+	gm_put_u32(&q, (uint32_t)attrib);
+	gm_put_u32(&q, (uint32_t)srcDevice);
+	gm_put_u32(&q, (uint32_t)dstDevice);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*value = (int)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuCtxEnablePeerAccess, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)peerContext);
+	gm_put_u32(&q, (uint32_t)Flags);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+	return gm_rpc_cuCtxEnablePeerAccess(peerContext, Flags);
+}
+
+CUresult gm_rpc_cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuCtxDisablePeerAccess, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)peerContext);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+	return gm_rpc_cuCtxDisablePeerAccess(peerContext);
+}
+
+CUresult gm_rpc_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuMemcpyPeer, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)dstDevice);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)dstContext);
+	gm_put_u64(&q, (uint64_t)srcDevice);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)srcContext);
+	gm_put_u64(&q, (uint64_t)ByteCount);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+	return gm_rpc_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+}
+
+CUresult gm_rpc_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuMemcpyPeerAsync, GM_ASYNC);
+	gm_put_u64(&q, (uint64_t)dstDevice);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)dstContext);
+	gm_put_u64(&q, (uint64_t)srcDevice);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)srcContext);
+	gm_put_u64(&q, (uint64_t)ByteCount);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
+{
+	return gm_rpc_cuMemcpyPeerAsync(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
+}
+
+CUresult gm_rpc_cuPointerGetAttributes(CUdeviceptr *base, size_t *size, CUcontext *context, CUdevice *device, CUdeviceptr ptr)
+{
+	gm_msg q;
+	CUresult r;
+	if (base == NULL)
+		return gm_refuse("cuPointerGetAttributes", "base", CUDA_ERROR_INVALID_VALUE);
+	if (size == NULL)
+		return gm_refuse("cuPointerGetAttributes", "size", CUDA_ERROR_INVALID_VALUE);
+	if (context == NULL)
+		return gm_refuse("cuPointerGetAttributes", "context", CUDA_ERROR_INVALID_VALUE);
+	if (device == NULL)
+		return gm_refuse("cuPointerGetAttributes", "device", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuPointerGetAttributes, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)ptr);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*base = (CUdeviceptr)gm_get_u64(&q);
+		*size = (size_t)gm_get_u64(&q);
+		*context = (CUcontext)(uintptr_t)gm_get_u64(&q);
+		*device = (CUdevice)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
 }
 

@@ -69,6 +69,13 @@ enum gm_op {
 	GM_OP_cuStreamGetFlags = 93,
 	GM_OP_cuStreamIsCapturing = 94,
 	GM_OP_cuEventRecordWithFlags = 95,
+	GM_OP_cuDeviceCanAccessPeer = 170,
+	GM_OP_cuDeviceGetP2PAttribute = 171,
+	GM_OP_cuCtxEnablePeerAccess = 172,
+	GM_OP_cuCtxDisablePeerAccess = 173,
+	GM_OP_cuMemcpyPeer = 174,
+	GM_OP_cuMemcpyPeerAsync = 175,
+	GM_OP_cuPointerGetAttributes = 176,
 };
 
 /* gm_rpc_<name> forwards one call. */
@@ -135,6 +142,13 @@ CUresult gm_rpc_cuStreamGetPriority(CUstream hStream, int *priority);
 CUresult gm_rpc_cuStreamGetFlags(CUstream hStream, unsigned int *flags);
 CUresult gm_rpc_cuStreamIsCapturing(CUstream hStream, int *captureStatus);
 CUresult gm_rpc_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags);
+CUresult gm_rpc_cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
+CUresult gm_rpc_cuDeviceGetP2PAttribute(int *value, unsigned int attrib, CUdevice srcDevice, CUdevice dstDevice);
+CUresult gm_rpc_cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags);
+CUresult gm_rpc_cuCtxDisablePeerAccess(CUcontext peerContext);
+CUresult gm_rpc_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+CUresult gm_rpc_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
+CUresult gm_rpc_cuPointerGetAttributes(CUdeviceptr *base, size_t *size, CUcontext *context, CUdevice *device, CUdeviceptr ptr);
 
 /* The calls whose public entry point is generated, for cuGetProcAddress. */
 #define GM_GENERATED_EXPORTS(X) \
@@ -185,6 +199,11 @@ CUresult gm_rpc_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigne
 	X(cuStreamGetPriority) \
 	X(cuStreamGetFlags) \
 	X(cuEventRecordWithFlags) \
+	X(cuDeviceCanAccessPeer) \
+	X(cuCtxEnablePeerAccess) \
+	X(cuCtxDisablePeerAccess) \
+	X(cuMemcpyPeer) \
+	X(cuMemcpyPeerAsync) \
 	/* end */
 
 /* gm_op_name returns a call's name for logs. */

@@ -30,6 +30,10 @@ const (
 	ErrUnknown          Result = 999
 	ErrInvalidPTX       Result = 218
 	ErrLaunchOutOfResrc Result = 701
+
+	ErrPeerAccessUnsupported    Result = 217
+	ErrPeerAccessAlreadyEnabled Result = 704
+	ErrPeerAccessNotEnabled     Result = 705
 )
 
 var resultNames = map[Result]string{
@@ -55,6 +59,10 @@ var resultNames = map[Result]string{
 	ErrUnknown:          "CUDA_ERROR_UNKNOWN",
 	ErrInvalidPTX:       "CUDA_ERROR_INVALID_PTX",
 	ErrLaunchOutOfResrc: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+
+	ErrPeerAccessUnsupported:    "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+	ErrPeerAccessAlreadyEnabled: "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+	ErrPeerAccessNotEnabled:     "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
 }
 
 func (r Result) String() string {

@@ -69,6 +69,13 @@ const (
 	OpStreamGetFlags                                     Op = 93
 	OpStreamIsCapturing                                  Op = 94
 	OpEventRecordWithFlags                               Op = 95
+	OpDeviceCanAccessPeer                                Op = 170
+	OpDeviceGetP2PAttribute                              Op = 171
+	OpCtxEnablePeerAccess                                Op = 172
+	OpCtxDisablePeerAccess                               Op = 173
+	OpMemcpyPeer                                         Op = 174
+	OpMemcpyPeerAsync                                    Op = 175
+	OpPointerGetAttributes                               Op = 176
 )
 
 // Calls describes every forwarded call by wire number.
@@ -136,6 +143,13 @@ var Calls = map[Op]CallInfo{
 	OpStreamGetFlags:                                     {Name: "cuStreamGetFlags", Async: false, Cache: false},
 	OpStreamIsCapturing:                                  {Name: "cuStreamIsCapturing", Async: false, Cache: false},
 	OpEventRecordWithFlags:                               {Name: "cuEventRecordWithFlags", Async: true, Cache: false},
+	OpDeviceCanAccessPeer:                                {Name: "cuDeviceCanAccessPeer", Async: false, Cache: true},
+	OpDeviceGetP2PAttribute:                              {Name: "cuDeviceGetP2PAttribute", Async: false, Cache: true},
+	OpCtxEnablePeerAccess:                                {Name: "cuCtxEnablePeerAccess", Async: false, Cache: false},
+	OpCtxDisablePeerAccess:                               {Name: "cuCtxDisablePeerAccess", Async: false, Cache: false},
+	OpMemcpyPeer:                                         {Name: "cuMemcpyPeer", Async: false, Cache: false},
+	OpMemcpyPeerAsync:                                    {Name: "cuMemcpyPeerAsync", Async: true, Cache: false},
+	OpPointerGetAttributes:                               {Name: "cuPointerGetAttributes", Async: false, Cache: false},
 }
 
 // Handler executes forwarded calls. A method gets the call's decoded
@@ -204,6 +218,13 @@ type Handler interface {
 	StreamGetFlags(c *Call, hStream Handle) (flags uint32, r Result)
 	StreamIsCapturing(c *Call, hStream Handle) (captureStatus int32, r Result)
 	EventRecordWithFlags(c *Call, hEvent Handle, hStream Handle, flags uint32) Result
+	DeviceCanAccessPeer(c *Call, dev int32, peerDev int32) (canAccessPeer int32, r Result)
+	DeviceGetP2PAttribute(c *Call, attrib uint32, srcDevice int32, dstDevice int32) (value int32, r Result)
+	CtxEnablePeerAccess(c *Call, peerContext Handle, flags uint32) Result
+	CtxDisablePeerAccess(c *Call, peerContext Handle) Result
+	MemcpyPeer(c *Call, dstDevice DevPtr, dstContext Handle, srcDevice DevPtr, srcContext Handle, byteCount uint64) Result
+	MemcpyPeerAsync(c *Call, dstDevice DevPtr, dstContext Handle, srcDevice DevPtr, srcContext Handle, byteCount uint64, hStream Handle) Result
+	PointerGetAttributes(c *Call, ptr DevPtr) (base DevPtr, size uint64, context Handle, device int32, r Result)
 }
 
 // Dispatch decodes one call frame, runs it on h and replies (sync calls)
@@ -1077,6 +1098,102 @@ func Dispatch(h Handler, c *Call, payload []byte) error {
 		r := h.EventRecordWithFlags(c, hEvent, hStream, flags)
 		c.deferResult(r)
 		return nil
+	case OpDeviceCanAccessPeer:
+		dev := d.I32()
+		peerDev := d.I32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuDeviceCanAccessPeer: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		canAccessPeer, r := h.DeviceCanAccessPeer(c, dev, peerDev)
+		var e Encoder
+		if r == Success {
+			e.I32(canAccessPeer)
+		}
+		return c.reply(r, &e)
+	case OpDeviceGetP2PAttribute:
+		attrib := d.U32()
+		srcDevice := d.I32()
+		dstDevice := d.I32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuDeviceGetP2PAttribute: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		value, r := h.DeviceGetP2PAttribute(c, attrib, srcDevice, dstDevice)
+		var e Encoder
+		if r == Success {
+			e.I32(value)
+		}
+		return c.reply(r, &e)
+	case OpCtxEnablePeerAccess:
+		peerContext := Handle(d.U64())
+		flags := d.U32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuCtxEnablePeerAccess: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.CtxEnablePeerAccess(c, peerContext, flags)
+		return c.reply(r, nil)
+	case OpCtxDisablePeerAccess:
+		peerContext := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuCtxDisablePeerAccess: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.CtxDisablePeerAccess(c, peerContext)
+		return c.reply(r, nil)
+	case OpMemcpyPeer:
+		dstDevice := DevPtr(d.U64())
+		dstContext := Handle(d.U64())
+		srcDevice := DevPtr(d.U64())
+		srcContext := Handle(d.U64())
+		byteCount := d.U64()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemcpyPeer: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.MemcpyPeer(c, dstDevice, dstContext, srcDevice, srcContext, byteCount)
+		return c.reply(r, nil)
+	case OpMemcpyPeerAsync:
+		dstDevice := DevPtr(d.U64())
+		dstContext := Handle(d.U64())
+		srcDevice := DevPtr(d.U64())
+		srcContext := Handle(d.U64())
+		byteCount := d.U64()
+		hStream := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemcpyPeerAsync: %w", err)
+		}
+		r := h.MemcpyPeerAsync(c, dstDevice, dstContext, srcDevice, srcContext, byteCount, hStream)
+		c.deferResult(r)
+		return nil
+	case OpPointerGetAttributes:
+		ptr := DevPtr(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuPointerGetAttributes: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		base, size, context, device, r := h.PointerGetAttributes(c, ptr)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(base))
+			e.U64(size)
+			e.U64(uint64(context))
+			e.I32(device)
+		}
+		return c.reply(r, &e)
 	}
 	return fmt.Errorf("%w: op %d", ErrUnknownOp, c.Op)
 }
@@ -1894,5 +2011,99 @@ func (cl *Client) EventRecordWithFlags(cur Handle, hEvent Handle, hStream Handle
 	e.U32(flags)
 	req := Request{Op: OpEventRecordWithFlags, Ctx: cur, Async: true, Cache: false, Payload: e.Payload()}
 	_, r, err = cl.Do(req)
+	return
+}
+
+// DeviceCanAccessPeer forwards cuDeviceCanAccessPeer.
+func (cl *Client) DeviceCanAccessPeer(cur Handle, dev int32, peerDev int32) (canAccessPeer int32, r Result, err error) {
+	var e Encoder
+	e.I32(dev)
+	e.I32(peerDev)
+	req := Request{Op: OpDeviceCanAccessPeer, Ctx: cur, Async: false, Cache: true, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	canAccessPeer = d.I32()
+	err = d.Finish()
+	return
+}
+
+// DeviceGetP2PAttribute forwards cuDeviceGetP2PAttribute.
+func (cl *Client) DeviceGetP2PAttribute(cur Handle, attrib uint32, srcDevice int32, dstDevice int32) (value int32, r Result, err error) {
+	var e Encoder
+	e.U32(attrib)
+	e.I32(srcDevice)
+	e.I32(dstDevice)
+	req := Request{Op: OpDeviceGetP2PAttribute, Ctx: cur, Async: false, Cache: true, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	value = d.I32()
+	err = d.Finish()
+	return
+}
+
+// CtxEnablePeerAccess forwards cuCtxEnablePeerAccess.
+func (cl *Client) CtxEnablePeerAccess(cur Handle, peerContext Handle, flags uint32) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(peerContext))
+	e.U32(flags)
+	req := Request{Op: OpCtxEnablePeerAccess, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// CtxDisablePeerAccess forwards cuCtxDisablePeerAccess.
+func (cl *Client) CtxDisablePeerAccess(cur Handle, peerContext Handle) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(peerContext))
+	req := Request{Op: OpCtxDisablePeerAccess, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// MemcpyPeer forwards cuMemcpyPeer.
+func (cl *Client) MemcpyPeer(cur Handle, dstDevice DevPtr, dstContext Handle, srcDevice DevPtr, srcContext Handle, byteCount uint64) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(dstDevice))
+	e.U64(uint64(dstContext))
+	e.U64(uint64(srcDevice))
+	e.U64(uint64(srcContext))
+	e.U64(byteCount)
+	req := Request{Op: OpMemcpyPeer, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// MemcpyPeerAsync forwards cuMemcpyPeerAsync without waiting: its result comes with the next reply.
+func (cl *Client) MemcpyPeerAsync(cur Handle, dstDevice DevPtr, dstContext Handle, srcDevice DevPtr, srcContext Handle, byteCount uint64, hStream Handle) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(dstDevice))
+	e.U64(uint64(dstContext))
+	e.U64(uint64(srcDevice))
+	e.U64(uint64(srcContext))
+	e.U64(byteCount)
+	e.U64(uint64(hStream))
+	req := Request{Op: OpMemcpyPeerAsync, Ctx: cur, Async: true, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// PointerGetAttributes forwards cuPointerGetAttributes.
+func (cl *Client) PointerGetAttributes(cur Handle, ptr DevPtr) (base DevPtr, size uint64, context Handle, device int32, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(ptr))
+	req := Request{Op: OpPointerGetAttributes, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	base = DevPtr(d.U64())
+	size = d.U64()
+	context = Handle(d.U64())
+	device = d.I32()
+	err = d.Finish()
 	return
 }

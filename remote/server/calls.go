@@ -300,13 +300,20 @@ func (s *session) stream(ctx *ctxState, h proto.Handle) (uintptr, proto.Result) 
 	return st.raw, ok
 }
 
-// copyIn streams host data to dst chunk by chunk.
-func (s *session) copyIn(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n uint64, hs proto.Handle, async bool) proto.Result {
+// currentStream validates the call's current context and a stream of it
+// (stream), and makes the context current.
+func (s *session) currentStream(c *proto.Call, hs proto.Handle) (*ctxState, uintptr, proto.Result) {
 	ctx, r := s.current(c)
 	if r != ok {
-		return r
+		return nil, 0, r
 	}
 	st, r := s.stream(ctx, hs)
+	return ctx, st, r
+}
+
+// copyIn streams host data to dst chunk by chunk.
+func (s *session) copyIn(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n uint64, hs proto.Handle, async bool) proto.Result {
+	_, st, r := s.currentStream(c, hs)
 	if r != ok {
 		return r
 	}
@@ -342,11 +349,7 @@ func (s *session) copyIn(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n ui
 
 // copyOut streams device memory at src back chunk by chunk.
 func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n uint64, hs proto.Handle) proto.Result {
-	ctx, r := s.current(c)
-	if r != ok {
-		return r
-	}
-	st, r := s.stream(ctx, hs)
+	_, st, r := s.currentStream(c, hs)
 	if r != ok {
 		return r
 	}
@@ -418,22 +421,20 @@ func (s *session) chunk(i int) []byte {
 }
 
 func (s *session) copyDD(c *proto.Call, dst, src proto.DevPtr, n uint64, hs proto.Handle, async bool) proto.Result {
-	ctx, r := s.current(c)
-	if r != ok {
-		return r
-	}
-	st, r := s.stream(ctx, hs)
+	_, st, r := s.currentStream(c, hs)
 	if r != ok {
 		return r
 	}
 	if n == 0 {
 		return ok
 	}
-	if r := s.span(dst, n); r != ok {
-		return r
+	da, sa := s.find(dst, n), s.find(src, n)
+	if da == nil || sa == nil {
+		return proto.ErrInvalidValue
 	}
-	if r := s.span(src, n); r != ok {
-		return r
+	if da.ctx.dev != sa.ctx.dev {
+		// Memory of two devices (unified addressing): a peer copy.
+		return s.be.MemcpyPeer(dst, da.ctx.raw, src, sa.ctx.raw, n, st, async)
 	}
 	return s.be.MemcpyDtoD(dst, src, n, st, async)
 }
@@ -464,11 +465,7 @@ func (s *session) MemcpyDtoDAsyncV2(c *proto.Call, dst, src proto.DevPtr, n uint
 
 // memset checks and runs cuMemsetD8/D32 (width 1 or 4 bytes).
 func (s *session) memset(c *proto.Call, dst proto.DevPtr, v uint32, n uint64, width uint64, hs proto.Handle, async bool) proto.Result {
-	ctx, r := s.current(c)
-	if r != ok {
-		return r
-	}
-	st, r := s.stream(ctx, hs)
+	_, st, r := s.currentStream(c, hs)
 	if r != ok {
 		return r
 	}

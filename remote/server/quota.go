@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/gpumux/gpumux/remote/token"
@@ -34,7 +35,7 @@ type quota struct {
 // grantKey names one token of an ID by its claims.
 type grantKey struct {
 	quota   uint64
-	device  int
+	devices string // the token's GPUs, in order
 	expires int64
 }
 
@@ -126,7 +127,7 @@ func (s *Server) joinQuota(c token.Claims) *share {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.limit = max(q.limit, c.Quota) // admit counted it
-	k := grantKey{quota: c.Quota, device: c.Device, expires: c.Expires.Unix()}
+	k := grantKey{quota: c.Quota, devices: fmt.Sprint(c.Devices()), expires: c.Expires.Unix()}
 	g := q.grants[k]
 	if g == nil {
 		g = &grant{key: k, limit: c.Quota}

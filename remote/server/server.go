@@ -292,16 +292,18 @@ func (s *Server) handshake(conn net.Conn, hs *handshaking) (proto.Hello, token.C
 			}
 			return refuse(hello, why, "token: %v", err)
 		}
-		if claims.Device >= int(s.nDevices) {
-			return refuse(hello, refusedNoSuchGPU, "the token names GPU %d, this server has %d", claims.Device, s.nDevices)
+		for _, dev := range claims.Devices() {
+			if dev >= int(s.nDevices) {
+				return refuse(hello, refusedNoSuchGPU, "the token names GPU %d, this server has %d", dev, s.nDevices)
+			}
 		}
 	}
 	if why, err := s.login(claims); err != nil {
 		return refuse(hello, why, "%v", err)
 	}
-	if err := s.admit(claims); err != nil {
+	if dev, err := s.admit(claims); err != nil {
 		s.logout(claims.ID)
-		s.counts.admissions[claims.Device].Add(1)
+		s.counts.admissions[dev].Add(1)
 		return refuse(hello, refusedAdmission, "%v", err)
 	}
 	return hello, claims, nil
@@ -339,10 +341,16 @@ func (s *Server) welcome(conn net.Conn, claims token.Claims) error {
 	return nil
 }
 
-// devices returns the backend devices a client sees, by client ordinal.
+// devices returns the backend devices a client sees, by client ordinal:
+// the GPUs its token grants, in the token's order, or every device
+// without authentication.
 func (s *Server) devices(c token.Claims) []int32 {
 	if !s.insecure {
-		return []int32{int32(c.Device)}
+		var devs []int32
+		for _, d := range c.Devices() {
+			devs = append(devs, int32(d))
+		}
+		return devs
 	}
 	devs := make([]int32, s.nDevices)
 	for i := range devs {

@@ -1,0 +1,118 @@
+package server
+
+import "github.com/gpumux/gpumux/remote/proto"
+
+// Several devices. A client sees the devices it is granted (its token's,
+// every device of the server with WithInsecureNoAuth) as ordinals 0, 1, …
+// in order; session.devs maps them to the backend's. Each of its contexts
+// is on one of them and each of its allocations in one context, so the
+// server knows the device of every address the client holds: a copy
+// between memory of two devices reaches the backend as a peer copy naming
+// the two contexts (the fake refuses anything else, and cuMemcpyPeer is
+// what CUDA documents for it), and a peer copy must name contexts of the
+// devices its memory is on. Every allocation, on whichever device, counts
+// against the client's one quota.
+
+// DeviceCanAccessPeer is the driver's answer for two of the client's
+// devices.
+func (s *session) DeviceCanAccessPeer(c *proto.Call, dev, peerDev int32) (int32, proto.Result) {
+	d, p, r := s.devicePair(dev, peerDev)
+	if r != ok {
+		return 0, r
+	}
+	return s.be.DeviceCanAccessPeer(d, p)
+}
+
+// DeviceGetP2PAttribute is the driver's answer for the link between two of
+// the client's devices; the attribute is a plain number the driver checks.
+func (s *session) DeviceGetP2PAttribute(c *proto.Call, attrib uint32, src, dst int32) (int32, proto.Result) {
+	d, p, r := s.devicePair(src, dst)
+	if r != ok {
+		return 0, r
+	}
+	return s.be.DeviceP2PAttribute(attrib, d, p)
+}
+
+// devicePair maps two client device ordinals to the backend's.
+func (s *session) devicePair(a, b int32) (int32, int32, proto.Result) {
+	ra, r := s.device(a)
+	if r != ok {
+		return 0, 0, r
+	}
+	rb, r := s.device(b)
+	return ra, rb, r
+}
+
+// peerCtx resolves the peer context of cuCtxEnablePeerAccess and
+// cuCtxDisablePeerAccess, one of the client's, and makes the current
+// context current.
+func (s *session) peerCtx(c *proto.Call, h proto.Handle) (*ctxState, proto.Result) {
+	if _, r := s.current(c); r != ok {
+		return nil, r
+	}
+	peer := s.ctxs[h]
+	if peer == nil {
+		return nil, proto.ErrInvalidContext
+	}
+	return peer, ok
+}
+
+// CtxEnablePeerAccess lets the current context reach the memory of
+// another of the client's contexts; the driver checks the pair.
+func (s *session) CtxEnablePeerAccess(c *proto.Call, h proto.Handle, flags uint32) proto.Result {
+	peer, r := s.peerCtx(c, h)
+	if r != ok {
+		return r
+	}
+	return s.be.CtxEnablePeerAccess(peer.raw, flags)
+}
+
+// CtxDisablePeerAccess takes that access away.
+func (s *session) CtxDisablePeerAccess(c *proto.Call, h proto.Handle) proto.Result {
+	peer, r := s.peerCtx(c, h)
+	if r != ok {
+		return r
+	}
+	return s.be.CtxDisablePeerAccess(peer.raw)
+}
+
+func (s *session) MemcpyPeer(c *proto.Call, dst proto.DevPtr, dstCtx proto.Handle, src proto.DevPtr, srcCtx proto.Handle, n uint64) proto.Result {
+	return s.copyPeer(c, dst, dstCtx, src, srcCtx, n, 0, false)
+}
+
+func (s *session) MemcpyPeerAsync(c *proto.Call, dst proto.DevPtr, dstCtx proto.Handle, src proto.DevPtr, srcCtx proto.Handle, n uint64, hs proto.Handle) proto.Result {
+	return s.copyPeer(c, dst, dstCtx, src, srcCtx, n, hs, true)
+}
+
+// copyPeer checks and runs cuMemcpyPeer[Async]: a current context and a
+// stream of it, two of the client's contexts, and n bytes of the client's
+// memory at each address, on the device of the context named with it.
+func (s *session) copyPeer(c *proto.Call, dst proto.DevPtr, hdst proto.Handle, src proto.DevPtr, hsrc proto.Handle, n uint64, hs proto.Handle, async bool) proto.Result {
+	_, st, r := s.currentStream(c, hs)
+	if r != ok {
+		return r
+	}
+	dctx, sctx := s.ctxs[hdst], s.ctxs[hsrc]
+	if dctx == nil || sctx == nil {
+		return proto.ErrInvalidContext
+	}
+	if n == 0 {
+		return ok
+	}
+	da, sa := s.find(dst, n), s.find(src, n)
+	if da == nil || sa == nil || da.ctx.dev != dctx.dev || sa.ctx.dev != sctx.dev {
+		return proto.ErrInvalidValue
+	}
+	return s.be.MemcpyPeer(dst, dctx.raw, src, sctx.raw, n, st, async)
+}
+
+// PointerGetAttributes answers what the interposer's cuPointerGetAttribute
+// asks of an address: the client's allocation holding it, and that
+// allocation's context and device.
+func (s *session) PointerGetAttributes(c *proto.Call, p proto.DevPtr) (proto.DevPtr, uint64, proto.Handle, int32, proto.Result) {
+	a := s.find(p, 0)
+	if a == nil {
+		return 0, 0, 0, 0, proto.ErrInvalidValue
+	}
+	return a.base, a.size, a.ctx.h, a.ctx.dev, ok
+}
