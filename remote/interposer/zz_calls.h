@@ -69,6 +69,7 @@ enum gm_op {
 	GM_OP_cuStreamGetFlags = 93,
 	GM_OP_cuStreamIsCapturing = 94,
 	GM_OP_cuEventRecordWithFlags = 95,
+	GM_OP_cuGpumuxShareMemory = 190,
 };
 
 /* gm_rpc_<name> forwards one call. */
@@ -135,6 +136,7 @@ CUresult gm_rpc_cuStreamGetPriority(CUstream hStream, int *priority);
 CUresult gm_rpc_cuStreamGetFlags(CUstream hStream, unsigned int *flags);
 CUresult gm_rpc_cuStreamIsCapturing(CUstream hStream, int *captureStatus);
 CUresult gm_rpc_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags);
+CUresult gm_rpc_cuGpumuxShareMemory(CUdevice dev, unsigned long long *total, unsigned long long *used, unsigned long long *own, unsigned int *contexts);
 
 /* The calls whose public entry point is generated, for cuGetProcAddress. */
 #define GM_GENERATED_EXPORTS(X) \

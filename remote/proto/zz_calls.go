@@ -69,6 +69,7 @@ const (
 	OpStreamGetFlags                                     Op = 93
 	OpStreamIsCapturing                                  Op = 94
 	OpEventRecordWithFlags                               Op = 95
+	OpGpumuxShareMemory                                  Op = 190
 )
 
 // Calls describes every forwarded call by wire number.
@@ -136,6 +137,7 @@ var Calls = map[Op]CallInfo{
 	OpStreamGetFlags:                                     {Name: "cuStreamGetFlags", Async: false, Cache: false},
 	OpStreamIsCapturing:                                  {Name: "cuStreamIsCapturing", Async: false, Cache: false},
 	OpEventRecordWithFlags:                               {Name: "cuEventRecordWithFlags", Async: true, Cache: false},
+	OpGpumuxShareMemory:                                  {Name: "cuGpumuxShareMemory", Async: false, Cache: false},
 }
 
 // Handler executes forwarded calls. A method gets the call's decoded
@@ -204,6 +206,7 @@ type Handler interface {
 	StreamGetFlags(c *Call, hStream Handle) (flags uint32, r Result)
 	StreamIsCapturing(c *Call, hStream Handle) (captureStatus int32, r Result)
 	EventRecordWithFlags(c *Call, hEvent Handle, hStream Handle, flags uint32) Result
+	GpumuxShareMemory(c *Call, dev int32) (total uint64, used uint64, own uint64, contexts uint32, r Result)
 }
 
 // Dispatch decodes one call frame, runs it on h and replies (sync calls)
@@ -1077,6 +1080,23 @@ func Dispatch(h Handler, c *Call, payload []byte) error {
 		r := h.EventRecordWithFlags(c, hEvent, hStream, flags)
 		c.deferResult(r)
 		return nil
+	case OpGpumuxShareMemory:
+		dev := d.I32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGpumuxShareMemory: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		total, used, own, contexts, r := h.GpumuxShareMemory(c, dev)
+		var e Encoder
+		if r == Success {
+			e.U64(total)
+			e.U64(used)
+			e.U64(own)
+			e.U32(contexts)
+		}
+		return c.reply(r, &e)
 	}
 	return fmt.Errorf("%w: op %d", ErrUnknownOp, c.Op)
 }
@@ -1894,5 +1914,22 @@ func (cl *Client) EventRecordWithFlags(cur Handle, hEvent Handle, hStream Handle
 	e.U32(flags)
 	req := Request{Op: OpEventRecordWithFlags, Ctx: cur, Async: true, Cache: false, Payload: e.Payload()}
 	_, r, err = cl.Do(req)
+	return
+}
+
+// GpumuxShareMemory forwards cuGpumuxShareMemory.
+func (cl *Client) GpumuxShareMemory(cur Handle, dev int32) (total uint64, used uint64, own uint64, contexts uint32, r Result, err error) {
+	var e Encoder
+	e.I32(dev)
+	req := Request{Op: OpGpumuxShareMemory, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	total = d.U64()
+	used = d.U64()
+	own = d.U64()
+	contexts = d.U32()
+	err = d.Finish()
 	return
 }
