@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 		serveForever(path, []byte(os.Getenv(secretEnv)))
 		return
 	}
+	if lib := os.Getenv(goNVMLEnv); lib != "" {
+		os.Exit(goNVMLChild(lib))
+	}
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
@@ -87,9 +90,10 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// build makes the library with `make interposer` (into a temporary
-// directory, not bin/) and compiles the test programs against it, once
-// per test binary. A missing compiler or make is a failure, not a skip:
+// build makes the library with `make interposer` and the NVML library of
+// remote shares with `make remote-nvml` (into a temporary directory, not
+// bin/) and compiles the test programs against them, once per test
+// binary. A missing compiler or make is a failure, not a skip:
 // the interposer is part of the build.
 func build(t *testing.T) string {
 	t.Helper()
@@ -112,12 +116,19 @@ func doBuild() (string, error) {
 	if err := e.Make("interposer", "INTERPOSER_EXTRA_CFLAGS", "INTERPOSER_OUT="+filepath.Join(dir, "libcuda.so.1")); err != nil {
 		return dir, err
 	}
+	// The NVML library of remote shares goes next to it, as in a container.
+	if err := e.Make("remote-nvml", "NVML_EXTRA_CFLAGS", "NVML_OUT="+filepath.Join(dir, "libnvidia-ml.so.1")); err != nil {
+		return dir, err
+	}
 	src := filepath.Join(e.Root, "remote", "interposer")
 	var jobs [][]string
 	for _, p := range programs {
 		jobs = append(jobs, []string{"-o", filepath.Join(dir, p), filepath.Join(src, "tests", p+".c"),
 			"-L", dir, "-l:libcuda.so.1", "-lpthread"})
 	}
+	nvml := filepath.Join(e.Root, "remote", "nvml")
+	jobs = append(jobs, []string{"-I", nvml, "-I", filepath.Join(src, "tests"), "-o", filepath.Join(dir, "nvml"),
+		filepath.Join(nvml, "tests", "nvml.c"), "-L", dir, "-l:libnvidia-ml.so.1", "-l:libcuda.so.1", "-lpthread"})
 	// unit links the sources themselves: it tests hidden internals.
 	srcs, _ := filepath.Glob(filepath.Join(src, "*.c"))
 	unit := []string{"-fvisibility=hidden", "-o", filepath.Join(dir, "unit"), filepath.Join(src, "tests", "unit.c")}

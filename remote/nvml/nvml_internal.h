@@ -122,6 +122,7 @@ struct nvml_cuda {
 	CUresult (*DeviceGetUuid)(CUuuid *uuid, CUdevice dev);
 	CUresult (*DeviceGetAttribute)(int *pi, CUdevice_attribute attrib, CUdevice dev);
 	CUresult (*GetExportTable)(const void **table, const CUuuid *id);
+	CUresult (*GetErrorName)(CUresult error, const char **name);
 	/* gm_share.h's memory call */
 	CUresult (*ShareMemory)(CUdevice dev, unsigned long long *total, unsigned long long *used,
 				unsigned long long *own, unsigned int *contexts);

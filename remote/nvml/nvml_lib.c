@@ -134,6 +134,7 @@ static int load(void)
 		{"cuDeviceGetUuid", offsetof(struct nvml_cuda, DeviceGetUuid)},
 		{"cuDeviceGetAttribute", offsetof(struct nvml_cuda, DeviceGetAttribute)},
 		{"cuGetExportTable", offsetof(struct nvml_cuda, GetExportTable)},
+		{"cuGetErrorName", offsetof(struct nvml_cuda, GetErrorName)},
 	};
 	struct nvml_cuda cu = {0};
 	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
@@ -193,10 +194,14 @@ static nvmlReturn_t init(unsigned int flags)
 		if (r == CUDA_SUCCESS && !devices_known)
 			r = find_devices();
 		ret = nvml_from_cuda(r);
-		if (r != CUDA_SUCCESS && __atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED) == 0)
-			nvml_log("NVML: the remote GPU cannot be reached (CUDA error %d; the interposer's message "
-				 "says why); nvmlInit returns %s",
-				 (int)r, nvmlErrorString(ret));
+		if (r != CUDA_SUCCESS && __atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED) == 0) {
+			const char *name = NULL;
+			if (nvml_cu.GetErrorName(r, &name) != CUDA_SUCCESS || name == NULL)
+				name = "an unknown CUDA error";
+			nvml_log("NVML: the remote GPU cannot be used (%s; the interposer's message says why); "
+				 "nvmlInit returns %d (%s)",
+				 name, (int)ret, nvmlErrorString(ret));
+		}
 	}
 	/* NVML_INIT_FLAG_NO_GPUS: a share whose server is out of reach has no
 	 * GPU, which this flag asks not to fail on. */
