@@ -259,6 +259,62 @@ func (p program) run(t *testing.T) (stdout, stderr string) {
 	return o.String(), e.String()
 }
 
+// background is a program running while the test goes on, its stdin
+// open.
+type background struct {
+	p      program
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	sc     *bufio.Scanner
+	out    strings.Builder // stdout read so far
+	stderr bytes.Buffer
+}
+
+// start runs the program in the background and reads its stdout up to the
+// first line that starts with prefix, whose rest it returns; the test ends
+// if no such line comes. finish ends it.
+func (p program) start(ctx context.Context, t *testing.T, prefix string) (*background, string) {
+	t.Helper()
+	b := &background{p: p, cmd: p.command(ctx, t)}
+	var err error
+	if b.stdin, err = b.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := b.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cmd.Stderr = &b.stderr
+	if err := b.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b.sc = bufio.NewScanner(stdout)
+	for b.sc.Scan() {
+		b.out.WriteString(b.sc.Text() + "\n")
+		if rest, ok := strings.CutPrefix(b.sc.Text(), prefix); ok {
+			return b, rest
+		}
+	}
+	b.cmd.Process.Kill()
+	b.cmd.Wait()
+	t.Fatalf("%s %s printed no %q line:\n%s\nstderr:\n%s", p.name, strings.Join(p.args, " "), prefix, b.out.String(), b.stderr.String())
+	return nil, ""
+}
+
+// finish sends the program a line ("go") and the end of its stdin, and
+// fails the test if the program then fails.
+func (b *background) finish(t *testing.T) {
+	t.Helper()
+	b.stdin.Write([]byte("go\n"))
+	b.stdin.Close()
+	for b.sc.Scan() {
+		b.out.WriteString(b.sc.Text() + "\n")
+	}
+	if err := b.cmd.Wait(); err != nil {
+		t.Errorf("%s %s: %v\n%s\nstderr:\n%s", b.p.name, strings.Join(b.p.args, " "), err, b.out.String(), b.stderr.String())
+	}
+}
+
 // stubServer accepts connections and, if welcome, admits them
 // (handshake) and then never answers; otherwise it does not even answer
 // the handshake. It holds every connection open until the test ends.

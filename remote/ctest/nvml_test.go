@@ -1,10 +1,8 @@
 package ctest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpumux/gpumux/internal/cbuild"
 	"github.com/gpumux/gpumux/internal/namelist"
 )
 
@@ -78,31 +77,17 @@ func TestNVMLWithoutServer(t *testing.T) {
 // libnvidia-ml.so.1 (driver 580.159.04), so that programs linked against
 // NVML load, and nothing else.
 func TestNVMLExports(t *testing.T) {
-	dir := build(t)
-	f, err := elf.Open(filepath.Join(dir, "libnvidia-ml.so.1"))
+	exported, others, err := cbuild.Exports(filepath.Join(build(t), "libnvidia-ml.so.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	syms, err := f.DynamicSymbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var exported []string
-	for _, s := range syms {
-		if s.Section == elf.SHN_UNDEF || elf.ST_BIND(s.Info) == elf.STB_LOCAL {
-			continue
-		}
-		if elf.ST_TYPE(s.Info) != elf.STT_FUNC {
-			t.Errorf("exports %s (type %v): only functions may be", s.Name, elf.ST_TYPE(s.Info))
-		}
-		exported = append(exported, s.Name)
+	if len(others) > 0 {
+		t.Errorf("exports %v: only functions may be", others)
 	}
 	want, err := namelist.ReadFile(filepath.Join(repoRoot(t), "timeslice", "limiter", "libnvidia-ml-580.159.04.symbols"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	slices.Sort(exported)
 	slices.Sort(want)
 	if !slices.Equal(exported, want) {
 		t.Errorf("exports %d functions, want the real library's %d", len(exported), len(want))
@@ -164,29 +149,8 @@ func TestNVMLGoNVML(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	holder := program{name: "nvml", args: []string{"hold", strconv.Itoa(held)}, addr: e.unix, token: tok}.command(ctx, t)
-	stdin, err := holder.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := holder.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var holderErr bytes.Buffer
-	holder.Stderr = &holderErr
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		if err := holder.Wait(); err != nil {
-			t.Errorf("holder: %v\n%s", err, holderErr.String())
-		}
-	}()
-	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "READY\n" {
-		t.Fatalf("holder: %q\n%s", line, holderErr.String())
-	}
+	holder, _ := program{name: "nvml", args: []string{"hold", strconv.Itoa(held)}, addr: e.unix, token: tok}.start(ctx, t, "READY")
+	defer holder.finish(t)
 
 	name, _ := e.fake.DeviceName(0)
 	u, _ := e.fake.DeviceUUID(0)

@@ -21,15 +21,6 @@
 #include "gm_share.h"
 #include "nvml_internal.h"
 
-NVML_EXPORT nvmlReturn_t nvmlInit(void);
-NVML_EXPORT nvmlReturn_t nvmlInit_v2(void);
-NVML_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags);
-NVML_EXPORT nvmlReturn_t nvmlShutdown(void);
-NVML_EXPORT const char *nvmlErrorString(nvmlReturn_t result);
-NVML_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion);
-NVML_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion);
-NVML_EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length);
-
 void nvml_log(const char *fmt, ...)
 {
 	char buf[1024] = "gpumux: ";

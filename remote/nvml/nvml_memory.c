@@ -8,27 +8,6 @@
 
 #include "nvml_internal.h"
 
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
-							      nvmlProcessInfo_v1_t *infos);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
-								 nvmlProcessInfo_v2_t *infos);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-								 nvmlProcessInfo_v2_t *infos);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
-							       nvmlProcessInfo_v1_t *infos);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
-								  nvmlProcessInfo_v2_t *infos);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-								  nvmlProcessInfo_v2_t *infos);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
-								 nvmlProcessInfo_v1_t *infos);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
-								    nvmlProcessInfo_v2_t *infos);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-								    nvmlProcessInfo_v2_t *infos);
-
 /* The server's answer for one device. */
 struct share_memory {
 	unsigned long long total, used, own;
@@ -47,23 +26,9 @@ static nvmlReturn_t share_memory(nvmlDevice_t device, struct share_memory *m)
 	return r;
 }
 
-/* nvmlDeviceGetMemoryInfo: total = the share (its quota, or the GPU if
+/* nvmlDeviceGetMemoryInfo_v2: total = the share (its quota, or the GPU if
  * smaller), used = what the share's processes hold together, free = the
- * rest. */
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
-{
-	struct share_memory m;
-	nvmlReturn_t r = share_memory(device, &m);
-	if (r != NVML_SUCCESS)
-		return r;
-	if (memory == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	*memory = (nvmlMemory_t){.total = m.total, .free = m.total - m.used, .used = m.used};
-	return NVML_SUCCESS;
-}
-
-/* nvmlDeviceGetMemoryInfo_v2: the same; nothing of the share is reserved
- * for the system. */
+ * rest; nothing of the share is reserved for the system. */
 NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
 	struct share_memory m;
@@ -79,7 +44,15 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMem
 	return NVML_SUCCESS;
 }
 
-enum proc_kind { COMPUTE, OTHER };
+/* nvmlDeviceGetMemoryInfo: the same, in version 1's struct. */
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+	nvmlMemory_v2_t m = {.version = nvmlMemory_v2};
+	nvmlReturn_t r = nvmlDeviceGetMemoryInfo_v2(device, memory != NULL ? &m : NULL);
+	if (r == NVML_SUCCESS)
+		*memory = (nvmlMemory_t){.total = m.total, .free = m.free, .used = m.used};
+	return r;
+}
 
 /* processes fills a list of running processes, NVML's way: *infoCount in
  * is the room in infos, out the number of entries (or, with
@@ -89,7 +62,7 @@ enum proc_kind { COMPUTE, OTHER };
  * namespace). The share's other processes are not seen. Graphics and MPS
  * lists are empty: a remote share has neither. v2 selects
  * nvmlProcessInfo_v2_t entries. */
-static nvmlReturn_t processes(nvmlDevice_t device, unsigned int *infoCount, void *infos, int v2, enum proc_kind kind)
+static nvmlReturn_t processes(nvmlDevice_t device, unsigned int *infoCount, void *infos, int v2, int compute)
 {
 	struct nvmlDevice_st *d;
 	nvmlReturn_t r = nvml_device(device, &d);
@@ -99,7 +72,7 @@ static nvmlReturn_t processes(nvmlDevice_t device, unsigned int *infoCount, void
 		return NVML_ERROR_INVALID_ARGUMENT;
 	unsigned n = 0;
 	struct share_memory m = {0};
-	if (kind == COMPUTE) {
+	if (compute) {
 		if ((r = share_memory(device, &m)) != NVML_SUCCESS)
 			return r;
 		n = m.contexts > 0;
@@ -121,56 +94,9 @@ static nvmlReturn_t processes(nvmlDevice_t device, unsigned int *infoCount, void
 	return NVML_SUCCESS;
 }
 
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
-							      nvmlProcessInfo_v1_t *infos)
-{
-	return processes(device, infoCount, infos, 0, COMPUTE);
-}
-
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
-								 nvmlProcessInfo_v2_t *infos)
-{
-	return processes(device, infoCount, infos, 1, COMPUTE);
-}
-
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-								 nvmlProcessInfo_v2_t *infos)
-{
-	return processes(device, infoCount, infos, 1, COMPUTE);
-}
-
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
-							       nvmlProcessInfo_v1_t *infos)
-{
-	return processes(device, infoCount, infos, 0, OTHER);
-}
-
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
-								  nvmlProcessInfo_v2_t *infos)
-{
-	return processes(device, infoCount, infos, 1, OTHER);
-}
-
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-								  nvmlProcessInfo_v2_t *infos)
-{
-	return processes(device, infoCount, infos, 1, OTHER);
-}
-
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
-								 nvmlProcessInfo_v1_t *infos)
-{
-	return processes(device, infoCount, infos, 0, OTHER);
-}
-
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
-								    nvmlProcessInfo_v2_t *infos)
-{
-	return processes(device, infoCount, infos, 1, OTHER);
-}
-
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-								    nvmlProcessInfo_v2_t *infos)
-{
-	return processes(device, infoCount, infos, 1, OTHER);
-}
+#define PROCESS_LIST(name, info_t, v2, compute)                                           \
+	NVML_EXPORT nvmlReturn_t name(nvmlDevice_t device, unsigned int *infoCount, info_t *infos) \
+	{                                                                                        \
+		return processes(device, infoCount, infos, v2, compute);                        \
+	}
+NVML_PROCESS_LISTS(PROCESS_LIST)
