@@ -8,6 +8,7 @@
  *   nvml noserver    no server: nvmlInit fails clearly; NO_GPUS gives none
  *   nvml hold BYTES  allocate BYTES, print READY, wait for a line on stdin
  */
+#include <pthread.h>
 #include <unistd.h>
 
 #include "nvml_internal.h"
@@ -144,6 +145,24 @@ static void memory(nvmlDevice_t h, unsigned long long quota, unsigned long long 
 	NEXPECT(nvmlDeviceGetComputeRunningProcesses_v3(h, &n, NULL), NVML_ERROR_INVALID_ARGUMENT);
 }
 
+/* hammer: a thread's nvmlInit, queries and nvmlShutdown, over and over,
+ * beside the others'; it counts its failures in *arg. */
+static void *hammer(void *arg)
+{
+	int *bad = arg;
+	for (int i = 0; i < 50; i++) {
+		nvmlDevice_t h;
+		nvmlMemory_t m;
+		unsigned n;
+		char uuid[80];
+		if (nvmlInit_v2() != NVML_SUCCESS || nvmlDeviceGetCount_v2(&n) != NVML_SUCCESS || n != 1 ||
+		    nvmlDeviceGetHandleByIndex_v2(0, &h) != NVML_SUCCESS || nvmlDeviceGetMemoryInfo(h, &m) != NVML_SUCCESS ||
+		    nvmlDeviceGetUUID(h, uuid, sizeof uuid) != NVML_SUCCESS || nvmlShutdown() != NVML_SUCCESS)
+			(*bad)++;
+	}
+	return NULL;
+}
+
 static int check(void)
 {
 	const char *q = getenv("GM_TEST_QUOTA");
@@ -210,6 +229,16 @@ static int check(void)
 	}
 	ASSERT(strcmp(nvmlErrorString(NVML_ERROR_NOT_SUPPORTED), "Not Supported") == 0);
 	ASSERT(strcmp(nvmlErrorString((nvmlReturn_t)12345), "Unknown Error") == 0);
+
+	/* Threads: each initializes and shuts down on its own. */
+	pthread_t th[8];
+	int failures[8] = {0};
+	for (int i = 0; i < 8; i++)
+		ASSERT(pthread_create(&th[i], NULL, hammer, &failures[i]) == 0);
+	for (int i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		ASSERT(failures[i] == 0);
+	}
 
 	/* Reference counted: every nvmlInit needs its nvmlShutdown. */
 	NCHECK(nvmlInit());
