@@ -145,46 +145,11 @@ func TestCrossClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	owner := program{name: "cross", args: []string{"owner"}, addr: e.tcp, token: mint(t, "ctest-owner", 0)}
-	cmd := owner.command(ctx, t)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(stdout)
-	var ptr string
-	var out strings.Builder
-	for sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-		if p, ok := strings.CutPrefix(sc.Text(), "PTR "); ok {
-			ptr = p
-			break
-		}
-	}
-	if ptr == "" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("the owner printed no pointer:\n%s\nstderr:\n%s", out.String(), stderr.String())
-	}
+	bg, ptr := owner.start(ctx, t, "PTR ")
 	// Another client with another token, and one with the same token.
 	program{name: "cross", args: []string{"intruder", ptr}, addr: e.unix, token: mint(t, "ctest-intruder", 0)}.run(t)
 	program{name: "cross", args: []string{"intruder", ptr}, addr: e.tcp, token: owner.token}.run(t)
-	stdin.Write([]byte("go\n"))
-	stdin.Close()
-	for sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("owner: %v\n%s\nstderr:\n%s", err, out.String(), stderr.String())
-	}
+	bg.finish(t)
 }
 
 // TestUnreachable: without a usable server cuInit and every forwarded

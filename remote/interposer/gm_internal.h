@@ -52,6 +52,11 @@ typedef struct gm_proc {
 extern const gm_proc gm_unsupported_procs[];
 extern const int gm_unsupported_count;
 
+/* gpumux's own export table (gm_share.c; its layout is gm_share.h's
+ * gm_share_table), which cuGetExportTable hands out. */
+struct gm_share_table;
+extern const struct gm_share_table gm_share;
+
 /* The entry points of gm_dark.c that cuGetProcAddress hands out. */
 #ifndef GM_USE_CUDA_H
 CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);

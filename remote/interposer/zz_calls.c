@@ -149,6 +149,8 @@ const char *gm_op_name(int op)
 		return "cuMemcpyPeerAsync";
 	case 176:
 		return "cuPointerGetAttributes";
+	case 190:
+		return "cuGpumuxShareMemory";
 	}
 	return "unknown call";
 }
@@ -1541,6 +1543,32 @@ CUresult gm_rpc_cuPointerGetAttributes(CUdeviceptr *base, size_t *size, CUcontex
 		*size = (size_t)gm_get_u64(&q);
 		*context = (CUcontext)(uintptr_t)gm_get_u64(&q);
 		*device = (CUdevice)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGpumuxShareMemory(CUdevice dev, unsigned long long *total, unsigned long long *used, unsigned long long *own, unsigned int *contexts)
+{
+	gm_msg q;
+	CUresult r;
+	if (total == NULL)
+		return gm_refuse("cuGpumuxShareMemory", "total", CUDA_ERROR_INVALID_VALUE);
+	if (used == NULL)
+		return gm_refuse("cuGpumuxShareMemory", "used", CUDA_ERROR_INVALID_VALUE);
+	if (own == NULL)
+		return gm_refuse("cuGpumuxShareMemory", "own", CUDA_ERROR_INVALID_VALUE);
+	if (contexts == NULL)
+		return gm_refuse("cuGpumuxShareMemory", "contexts", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuGpumuxShareMemory, GM_SYNC);
+	gm_put_u32(&q, (uint32_t)dev);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*total = (unsigned long long)gm_get_u64(&q);
+		*used = (unsigned long long)gm_get_u64(&q);
+		*own = (unsigned long long)gm_get_u64(&q);
+		*contexts = (unsigned int)gm_get_u32(&q);
 		r = gm_reply_done(&q);
 	}
 	gm_msg_free(&q);

@@ -76,6 +76,7 @@ enum gm_op {
 	GM_OP_cuMemcpyPeer = 174,
 	GM_OP_cuMemcpyPeerAsync = 175,
 	GM_OP_cuPointerGetAttributes = 176,
+	GM_OP_cuGpumuxShareMemory = 190,
 };
 
 /* gm_rpc_<name> forwards one call. */
@@ -149,6 +150,7 @@ CUresult gm_rpc_cuCtxDisablePeerAccess(CUcontext peerContext);
 CUresult gm_rpc_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
 CUresult gm_rpc_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
 CUresult gm_rpc_cuPointerGetAttributes(CUdeviceptr *base, size_t *size, CUcontext *context, CUdevice *device, CUdeviceptr ptr);
+CUresult gm_rpc_cuGpumuxShareMemory(CUdevice dev, unsigned long long *total, unsigned long long *used, unsigned long long *own, unsigned int *contexts);
 
 /* The calls whose public entry point is generated, for cuGetProcAddress. */
 #define GM_GENERATED_EXPORTS(X) \

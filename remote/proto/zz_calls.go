@@ -76,6 +76,7 @@ const (
 	OpMemcpyPeer                                         Op = 174
 	OpMemcpyPeerAsync                                    Op = 175
 	OpPointerGetAttributes                               Op = 176
+	OpGpumuxShareMemory                                  Op = 190
 )
 
 // Calls describes every forwarded call by wire number.
@@ -150,6 +151,7 @@ var Calls = map[Op]CallInfo{
 	OpMemcpyPeer:                                         {Name: "cuMemcpyPeer", Async: false, Cache: false},
 	OpMemcpyPeerAsync:                                    {Name: "cuMemcpyPeerAsync", Async: true, Cache: false},
 	OpPointerGetAttributes:                               {Name: "cuPointerGetAttributes", Async: false, Cache: false},
+	OpGpumuxShareMemory:                                  {Name: "cuGpumuxShareMemory", Async: false, Cache: false},
 }
 
 // Handler executes forwarded calls. A method gets the call's decoded
@@ -225,6 +227,7 @@ type Handler interface {
 	MemcpyPeer(c *Call, dstDevice DevPtr, dstContext Handle, srcDevice DevPtr, srcContext Handle, byteCount uint64) Result
 	MemcpyPeerAsync(c *Call, dstDevice DevPtr, dstContext Handle, srcDevice DevPtr, srcContext Handle, byteCount uint64, hStream Handle) Result
 	PointerGetAttributes(c *Call, ptr DevPtr) (base DevPtr, size uint64, context Handle, device int32, r Result)
+	GpumuxShareMemory(c *Call, dev int32) (total uint64, used uint64, own uint64, contexts uint32, r Result)
 }
 
 // Dispatch decodes one call frame, runs it on h and replies (sync calls)
@@ -1194,6 +1197,23 @@ func Dispatch(h Handler, c *Call, payload []byte) error {
 			e.I32(device)
 		}
 		return c.reply(r, &e)
+	case OpGpumuxShareMemory:
+		dev := d.I32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGpumuxShareMemory: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		total, used, own, contexts, r := h.GpumuxShareMemory(c, dev)
+		var e Encoder
+		if r == Success {
+			e.U64(total)
+			e.U64(used)
+			e.U64(own)
+			e.U32(contexts)
+		}
+		return c.reply(r, &e)
 	}
 	return fmt.Errorf("%w: op %d", ErrUnknownOp, c.Op)
 }
@@ -2104,6 +2124,23 @@ func (cl *Client) PointerGetAttributes(cur Handle, ptr DevPtr) (base DevPtr, siz
 	size = d.U64()
 	context = Handle(d.U64())
 	device = d.I32()
+	err = d.Finish()
+	return
+}
+
+// GpumuxShareMemory forwards cuGpumuxShareMemory.
+func (cl *Client) GpumuxShareMemory(cur Handle, dev int32) (total uint64, used uint64, own uint64, contexts uint32, r Result, err error) {
+	var e Encoder
+	e.I32(dev)
+	req := Request{Op: OpGpumuxShareMemory, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	total = d.U64()
+	used = d.U64()
+	own = d.U64()
+	contexts = d.U32()
 	err = d.Finish()
 	return
 }

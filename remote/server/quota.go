@@ -105,6 +105,13 @@ func (sh *share) left() (limit, left uint64) {
 	return min(limit, g.limit), min(left, gLeft)
 }
 
+// used returns what the connections of the share's token ID hold together.
+func (sh *share) used() uint64 {
+	sh.q.mu.Lock()
+	defer sh.q.mu.Unlock()
+	return sh.q.used
+}
+
 // joinQuota returns a connection's share in the quota of c's token ID,
 // shared with the live connections presenting tokens of that ID, and in
 // its token's grant; c's quota raises the pool's limit if it is larger.

@@ -2,7 +2,8 @@
 # Remote GPUs on a real GPU machine (docs/validation.md, docs/benchmarks.md).
 #
 # Needs, carried from a build machine (`make gpu-bin`): .devbin/gpumux-remoted,
-# .devbin/gpumux and bin/remote/libcuda.so.1; and here nvcc and a C compiler.
+# .devbin/gpumux and bin/remote (libcuda.so.1, libnvidia-ml.so.1); and here
+# nvcc and a C compiler.
 #
 #   e2e/gpu/remote/run.sh check   # milestone programs: local vs remote output, diffed
 #   e2e/gpu/remote/run.sh bench   # local CUDA, gpumux-remoted over TCP and unix, plain sockets
@@ -11,6 +12,8 @@
 #   e2e/gpu/remote/run.sh steal   # a tenant's kernel on another tenant's address, with and
 #                                 # without --tenant-processes
 #   e2e/gpu/remote/run.sh torch   # PyTorch (torch_check.py) locally and through gpumux-remoted, diffed
+#   e2e/gpu/remote/run.sh nvml    # gpumux's NVML for remote shares: nvidia-smi and PyTorch/NVML
+#                                 # (nvml_check.py) through it, with an 8 GiB quota
 #   e2e/gpu/remote/run.sh cublas  # cublasCreate and an SGEMM (cublas.cu): locally, under darktrace,
 #                                 # and through gpumux-remoted
 #   e2e/gpu/remote/run.sh corpus [PROGRAM...]
@@ -114,6 +117,30 @@ if [[ $mode == trace ]]; then
 	"$cuda/bin/nvcc" -arch=sm_90 -o "$work/vectoradd" e2e/gpu/remote/vectoradd.cu
 	LD_LIBRARY_PATH="$work/trace" DARKTRACE_REAL=$real "$work/vectoradd" 2>"$out/trace.txt" || echo "vectoradd under darktrace: exit $?"
 	grep -v cuGetProcAddress "$out/trace.txt" | head -150
+	exit 0
+fi
+if [[ $mode == nvml ]]; then
+	py=${PYTHON:-python3}
+	start_server
+	quota=$((8 << 30))
+	token=$(.devbin/gpumux remote token --secret-file "$work/pool.key" --id nvml --quota 8Gi --ttl 1h)
+	addr="127.0.0.1:$port"
+	echo "== local nvidia-smi"
+	nvidia-smi --query-gpu=name,uuid,pci.bus_id,memory.total,memory.used --format=csv || true
+	for args in "-L" "--query-gpu=name,uuid,pci.bus_id,memory.total,memory.used --format=csv" ""; do
+		echo "== nvidia-smi $args, through gpumux's NVML"
+		# shellcheck disable=SC2086
+		remote "$addr" timeout 60 nvidia-smi $args || echo "nvidia-smi $args: exit $?"
+	done
+	echo "== PyTorch and NVML (nvml_check.py), through gpumux's NVML"
+	GM_QUOTA=$quota GPUMUX_REMOTE_TIMEOUT=120 remote "$addr" timeout 150 "$py" e2e/gpu/remote/nvml_check.py ||
+		echo "nvml_check.py: exit $?"
+	echo "== PYTORCH_NVML_BASED_CUDA_CHECK=1"
+	PYTORCH_NVML_BASED_CUDA_CHECK=1 remote "$addr" timeout 60 "$py" -c \
+		'import torch; print("is_available", torch.cuda.is_available(), "device_count", torch.cuda.device_count())' ||
+		echo "exit $?"
+	echo "== gpumux-remoted (warnings and errors)"
+	grep -iE 'level=(warn|error)' "$out/remoted.log" | tail -10 || true
 	exit 0
 fi
 if [[ $mode == torch ]]; then
