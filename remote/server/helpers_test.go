@@ -222,14 +222,14 @@ func primary(t testing.TB, cl *proto.Client) proto.Handle {
 	return h
 }
 
-func alloc(t *testing.T, cl *proto.Client, ctx proto.Handle, n uint64) proto.DevPtr {
+func alloc(t testing.TB, cl *proto.Client, ctx proto.Handle, n uint64) proto.DevPtr {
 	t.Helper()
 	p, r, err := cl.MemAllocV2(ctx, n)
 	ok(t, "cuMemAlloc")(r, err)
 	return p
 }
 
-func upload(t *testing.T, cl *proto.Client, ctx proto.Handle, p proto.DevPtr, data []byte) {
+func upload(t testing.TB, cl *proto.Client, ctx proto.Handle, p proto.DevPtr, data []byte) {
 	t.Helper()
 	r, err := cl.MemcpyHtoDV2(ctx, p, data, uint64(len(data)))
 	ok(t, "cuMemcpyHtoD")(r, err)
