@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,7 +30,7 @@ var secret = []byte("ctest-secret-0123456789abcdef")
 // The C test programs linked against the library (remote/interposer/tests).
 var programs = []string{
 	"basic", "ctx", "mem", "module", "dark", "threads", "fork", "unsupported",
-	"quota", "cross", "dead", "unreachable", "protoerr", "torchcalls", "launchex",
+	"quota", "cross", "dead", "unreachable", "protoerr", "torchcalls", "launchex", "copybench",
 }
 
 // Environment variables of the server subprocess (TestMain).
@@ -121,7 +122,7 @@ func doBuild() (string, error) {
 	// unit links the sources themselves: it tests hidden internals.
 	srcs, _ := filepath.Glob(filepath.Join(src, "*.c"))
 	unit := []string{"-fvisibility=hidden", "-o", filepath.Join(dir, "unit"), filepath.Join(src, "tests", "unit.c")}
-	jobs = append(jobs, append(append(unit, srcs...), "-lpthread"))
+	jobs = append(jobs, append(append(unit, srcs...), "-l:libbearssl.a", "-lpthread"))
 	return dir, e.CompileAll([]string{"-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-I", src}, jobs)
 }
 
@@ -136,6 +137,13 @@ type env struct {
 }
 
 func startServer(t *testing.T, opts ...server.Option) *env {
+	t.Helper()
+	return startServerTLS(t, nil, opts...)
+}
+
+// startServerTLS is startServer with TLS on its TCP listener, if config
+// is set.
+func startServerTLS(t *testing.T, config *tls.Config, opts ...server.Option) *env {
 	t.Helper()
 	fake, err := fakecuda.New(fakecuda.WithMemory(1 << 30))
 	if err != nil {
@@ -160,14 +168,19 @@ func startServer(t *testing.T, opts ...server.Option) *env {
 	e.unix, e.tcp = "unix:"+sock, tl.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for _, ln := range []net.Listener{ul, tl} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := e.srv.Serve(ctx, ln); err != nil {
+	serve := map[net.Listener]func() error{
+		ul: func() error { return e.srv.Serve(ctx, ul) },
+		tl: func() error { return e.srv.Serve(ctx, tl) },
+	}
+	if config != nil {
+		serve[tl] = func() error { return e.srv.ServeTLS(ctx, tl, config) }
+	}
+	for _, run := range serve {
+		wg.Go(func() {
+			if err := run(); err != nil {
 				t.Errorf("Serve: %v", err)
 			}
-		}()
+		})
 	}
 	t.Cleanup(func() {
 		cancel()

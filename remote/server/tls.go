@@ -218,6 +218,8 @@ func (s *Server) tlsHandshake(tc *tls.Conn, hs *handshaking) error {
 	plaintext := errors.As(err, &rhe) && rhe.Conn != nil
 	if plaintext {
 		refusePlaintext(rhe) // still a handshake: bounded as one
+	} else {
+		drain(tc.NetConn()) // so that the client reads the alert crypto/tls sent
 	}
 	if s.endHandshake(hs) {
 		s.counts.refused[refusedEvicted].Add(1)
@@ -250,10 +252,7 @@ const plaintextRefusal = "this gpumux-remoted port speaks TLS: give the client t
 // refusePlaintext answers, in clear, a client that sent a gpumux Hello to
 // a TLS port, so that it can say what it lacks; anything else gets no
 // answer. crypto/tls read the frame's first 5 bytes as a record header
-// (and maybe more of it). After the answer, the server's side is shut and
-// what the client sends is read until it closes, or the handshake's
-// deadline: closing with unread data would reset the connection, and the
-// client might lose the answer.
+// (and maybe more of it).
 func refusePlaintext(rhe tls.RecordHeaderError) {
 	h := rhe.RecordHeader
 	n := binary.LittleEndian.Uint32(h[:4]) // the frame's length after its length field
@@ -264,8 +263,17 @@ func refusePlaintext(rhe tls.RecordHeaderError) {
 	if _, err := rhe.Conn.Write(proto.AppendFrame(nil, proto.Header{Op: proto.OpHello, Flags: proto.FlagReply}, w.Encode())); err != nil {
 		return
 	}
-	if cw, ok := rhe.Conn.(interface{ CloseWrite() error }); ok {
+	drain(rhe.Conn)
+}
+
+// drain shuts the server's side of a refused connection and reads what
+// the client sends (some of a handshake at most) until it closes, or the
+// handshake's deadline: closing a socket with unread data resets the
+// connection, and the client might lose what the server said last (an
+// alert, a refusal) before reading it.
+func drain(conn net.Conn) {
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
-	io.Copy(io.Discard, io.LimitReader(rhe.Conn, proto.MaxHello))
+	io.Copy(io.Discard, io.LimitReader(conn, 64<<10))
 }
