@@ -247,7 +247,7 @@ func tlsRefusal(err error) refusal {
 }
 
 // plaintextRefusal is the answer to a client that does not speak TLS.
-const plaintextRefusal = "this gpumux-remoted port speaks TLS: give the client the CA certificate that signed the server's (GPUMUX_REMOTE_CA)"
+const plaintextRefusal = "this gpumux-remoted port speaks TLS: give the client the CA certificate that signed the server's (GPUMUX_REMOTE_TLS_CA)"
 
 // refusePlaintext answers, in clear, a client that sent a gpumux Hello to
 // a TLS port, so that it can say what it lacks; anything else gets no

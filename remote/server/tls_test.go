@@ -127,8 +127,8 @@ func TestTLSRefusals(t *testing.T) {
 
 	t.Run("a client without TLS", func(t *testing.T) {
 		_, err := proto.Dial(t.Context(), "tcp", e.addr, proto.Hello{Token: e.token(t, "job", 1<<20)}, 5*time.Second)
-		if !errors.Is(err, proto.ErrRefused) || !strings.Contains(err.Error(), "speaks TLS") || !strings.Contains(err.Error(), "GPUMUX_REMOTE_CA") {
-			t.Errorf("plaintext handshake: %v, want a refusal that names TLS and GPUMUX_REMOTE_CA", err)
+		if !errors.Is(err, proto.ErrRefused) || !strings.Contains(err.Error(), "speaks TLS") || !strings.Contains(err.Error(), "GPUMUX_REMOTE_TLS_CA") {
+			t.Errorf("plaintext handshake: %v, want a refusal that names TLS and GPUMUX_REMOTE_TLS_CA", err)
 		}
 		// Garbage gets nothing back but a close.
 		c := e.raw(t)
