@@ -30,7 +30,7 @@ var secret = []byte("ctest-secret-0123456789abcdef")
 // The C test programs linked against the library (remote/interposer/tests).
 var programs = []string{
 	"basic", "ctx", "mem", "module", "dark", "threads", "fork", "unsupported",
-	"quota", "cross", "dead", "unreachable", "protoerr", "torchcalls", "launchex", "copybench",
+	"quota", "cross", "dead", "unreachable", "protoerr", "torchcalls", "launchex", "wirebench",
 }
 
 // Environment variables of the server subprocess (TestMain).
@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(serveEnv); path != "" {
 		serveForever(path, []byte(os.Getenv(secretEnv)))
 		return
+	}
+	if os.Getenv(workerEnv) != "" {
+		os.Exit(serveTenant())
 	}
 	code := m.Run()
 	if buildDir != "" {
@@ -76,6 +79,37 @@ func serveForever(path string, sec []byte) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// workerEnv makes the test binary a tenant worker (tenantProcesses).
+const workerEnv = "GM_CTEST_TENANT_WORKER"
+
+// tenantProcesses runs each tenant in a worker process, as gpumux-remoted
+// does by default: this test binary with workerEnv.
+func tenantProcesses() server.Option {
+	return server.WithTenantProcesses(func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), workerEnv+"=1")
+		cmd.Stderr = os.Stderr
+		return cmd
+	})
+}
+
+// serveTenant is a tenant worker's main.
+func serveTenant() int {
+	fake, err := fakecuda.New(fakecuda.WithMemory(1 << 30))
+	if err != nil {
+		return 1
+	}
+	c, err := net.FileConn(os.NewFile(server.TenantFD, "ctrl"))
+	if err != nil {
+		return 1
+	}
+	srv := server.New(fake, server.WithSecret(secret), server.WithLogger(slog.New(slog.DiscardHandler)))
+	if err := srv.ServeTenant(context.Background(), c.(*net.UnixConn)); err != nil {
+		return 1
+	}
+	return 0
 }
 
 // repoRoot is the module's root.

@@ -1,6 +1,7 @@
-/* Copies through the interposer. "copybench MIB ROUNDS": ROUNDS copies of
- * MIB MiB each way (host to device, device to host) of a buffer that
- * repeats "gpumux-plaintext-marker", checked on the way back; prints
+/* What the wire costs. "wirebench MIB ROUNDS": 2000 synchronous calls
+ * (cuCtxSynchronize), then ROUNDS copies of MIB MiB each way (host to
+ * device, device to host) of a buffer that repeats
+ * "gpumux-plaintext-marker", checked on the way back; prints sync_rtt_us=…,
  * h2d_gbps=… and d2h_gbps=… (remote/ctest compares TLS and plain TCP, and
  * looks for the marker on the wire). */
 #include "t.h"
@@ -24,6 +25,11 @@ int main(int argc, char **argv)
 	CHECK(cuCtxSetCurrent(ctx));
 	CHECK(cuMemAlloc_v2(&p, size));
 	CHECK(cuMemcpyHtoD_v2(p, src, size)); /* warm up */
+	const int calls = 2000;
+	double s0 = t_now();
+	for (int i = 0; i < calls; i++)
+		CHECK(cuCtxSynchronize());
+	printf("sync_rtt_us=%.2f\n", (t_now() - s0) / calls * 1e6);
 	double t0 = t_now();
 	for (int i = 0; i < rounds; i++)
 		CHECK(cuMemcpyHtoD_v2(p, src, size));
@@ -38,5 +44,5 @@ int main(int argc, char **argv)
 	CHECK(cuDevicePrimaryCtxRelease_v2(0));
 	free(src);
 	free(dst);
-	return t_done("copybench");
+	return t_done("wirebench");
 }
