@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumux/gpumux/internal/syncbuf"
 	"github.com/gpumux/gpumux/internal/tlstest"
 	"github.com/gpumux/gpumux/remote/server"
 )
@@ -158,20 +159,7 @@ func TestTLSFailures(t *testing.T) {
 // recorder is a TCP proxy to a server that keeps every byte it passes.
 type recorder struct {
 	addr string
-	mu   sync.Mutex
-	seen bytes.Buffer
-}
-
-func (r *recorder) Write(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.seen.Write(p)
-}
-
-func (r *recorder) bytes() []byte {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return bytes.Clone(r.seen.Bytes())
+	seen syncbuf.Buffer
 }
 
 func record(t *testing.T, target string) *recorder {
@@ -195,7 +183,7 @@ func record(t *testing.T, target string) *recorder {
 			}
 			for _, d := range [][2]net.Conn{{c, s}, {s, c}} {
 				wg.Go(func() {
-					io.Copy(io.MultiWriter(d[1], r), d[0])
+					io.Copy(io.MultiWriter(d[1], &r.seen), d[0])
 					c.Close()
 					s.Close()
 				})
@@ -225,7 +213,7 @@ func TestTLSKeepsTokensOffTheWire(t *testing.T) {
 			tok := mint(t, "wire-"+strings.ReplaceAll(tc.name, " ", "-"), 0)
 			_, stderr := program{name: "wirebench", args: []string{"2", "2"}, addr: r.addr, token: tok, env: tc.env}.run(t)
 			checkLog(t, stderr)
-			seen := r.bytes()
+			seen := []byte(r.seen.String())
 			if len(seen) < 10<<20 {
 				t.Fatalf("the proxy saw %d bytes, want the copies' 10 MiB and more", len(seen))
 			}

@@ -22,7 +22,6 @@
 #include <arpa/inet.h>
 #include <bearssl.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,30 +116,22 @@ static int gm_pem_read(const char *env, const char *path, gm_pem *objs, size_t *
 {
 	char eb[128];
 	*nobjs = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
+	FILE *f = fopen(path, "re");
+	if (f == NULL) {
 		snprintf(why, wl, "%s=%s: %s", env, path, strerror_r(errno, eb, sizeof eb));
 		return -1;
 	}
 	struct stat st;
-	if (fstat(fd, &st) < 0 || st.st_size > (off_t)GM_TLS_MAX_FILE) {
-		close(fd);
+	if (fstat(fileno(f), &st) < 0 || st.st_size > (off_t)GM_TLS_MAX_FILE) {
+		fclose(f);
 		snprintf(why, wl, "%s=%s: not a PEM file of at most %u bytes", env, path, GM_TLS_MAX_FILE);
 		return -1;
 	}
 	size_t size = (size_t)st.st_size;
 	unsigned char *text = malloc(size + 1);
-	size_t got = 0;
-	while (text != NULL && got < size) {
-		ssize_t k = read(fd, text + got, size - got);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			break;
-		got += (size_t)k;
-	}
-	close(fd);
-	if (text == NULL || got != size) {
+	int ok = text != NULL && fread(text, 1, size, f) == size;
+	fclose(f);
+	if (!ok) {
 		free(text);
 		snprintf(why, wl, "%s=%s: cannot read it", env, path);
 		return -1;
