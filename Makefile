@@ -69,7 +69,11 @@ INTERPOSER_OUT ?= $(BIN_DIR)/remote/libcuda.so.1
 INTERPOSER_SRCS := $(sort $(wildcard $(INTERPOSER_DIR)/*.c))
 INTERPOSER_HDRS := $(sort $(wildcard $(INTERPOSER_DIR)/*.h))
 INTERPOSER_CFLAGS ?= -std=gnu11 -fPIC -O2 -g -Wall -Wextra -Werror -fvisibility=hidden
-INTERPOSER_LDFLAGS ?= -shared -Wl,-soname,libcuda.so.1 -Wl,-z,defs -Wl,-z,now -lpthread
+INTERPOSER_LDFLAGS ?= -shared -Wl,-soname,libcuda.so.1 -Wl,-z,defs -Wl,-z,now -Wl,-z,text -Wl,--exclude-libs,ALL -lpthread
+# The interposer's TLS client (gm_tls.c) is BearSSL (Debian: libbearssl-dev),
+# linked statically: the interposer runs in any container, whatever its
+# libssl. --exclude-libs keeps BearSSL's symbols out of libcuda.so.1's.
+BEARSSL_LIBS ?= -l:libbearssl.a
 # More flags, e.g. -fsanitize=address,undefined (remote/ctest's GM_CTEST_SANITIZE).
 INTERPOSER_EXTRA_CFLAGS ?=
 
@@ -79,7 +83,8 @@ interposer: $(INTERPOSER_OUT)
 $(INTERPOSER_OUT): $(INTERPOSER_SRCS) $(INTERPOSER_HDRS)
 	@command -v $(CC) >/dev/null 2>&1 || { echo "interposer: no C compiler ($(CC)); run 'make deps' or set CC" >&2; exit 1; }
 	@mkdir -p $(@D)
-	$(CC) $(INTERPOSER_CFLAGS) $(INTERPOSER_EXTRA_CFLAGS) -o $@.tmp $(INTERPOSER_SRCS) $(INTERPOSER_LDFLAGS)
+	@printf '#include <bearssl.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 || { echo "interposer: no BearSSL headers (bearssl.h); run 'make deps' (Debian package libbearssl-dev)" >&2; exit 1; }
+	$(CC) $(INTERPOSER_CFLAGS) $(INTERPOSER_EXTRA_CFLAGS) -o $@.tmp $(INTERPOSER_SRCS) $(BEARSSL_LIBS) $(INTERPOSER_LDFLAGS)
 	@mv -f $@.tmp $@
 
 # The NVML library of remote shares: libnvidia-ml.so.1 next to the

@@ -42,6 +42,10 @@ var remoteSpec = hclspec.NewBlock("remote", false, hclspec.NewObject(map[string]
 	"token_ttl":        hclspec.NewDefault(hclspec.NewAttr("token_ttl", "string", false), hclspec.NewLiteral(`"`+defaultRemoteTokenText+`"`)),
 	"shares":           hclspec.NewDefault(hclspec.NewAttr("shares", "number", false), hclspec.NewLiteral(strconv.Itoa(DefaultRemoteShares))),
 	"interposer_dir":   hclspec.NewDefault(hclspec.NewAttr("interposer_dir", "string", false), hclspec.NewLiteral(`"`+DefaultInterposerDir+`"`)),
+	"tls_ca_file":      hclspec.NewAttr("tls_ca_file", "string", false),
+	"tls_cert_file":    hclspec.NewAttr("tls_cert_file", "string", false),
+	"tls_key_file":     hclspec.NewAttr("tls_key_file", "string", false),
+	"tls_server_name":  hclspec.NewAttr("tls_server_name", "string", false),
 }))
 
 // Remote is the remote { … } block: GPUs of other hosts, served by
@@ -67,6 +71,19 @@ type Remote struct {
 	// InterposerDir holds the interposer's libcuda.so.1 and the NVML
 	// library of remote shares (libnvidia-ml.so.1), mounted into tasks.
 	InterposerDir string `codec:"interposer_dir"`
+	// TLSCAFile, if set, holds the CA certificate (PEM) that signed the
+	// servers' (gpumux-remoted --tls-cert-file): TCP servers are then
+	// reached over TLS, by the pool's probes and by tasks, into which the
+	// file is mounted read-only.
+	TLSCAFile string `codec:"tls_ca_file"`
+	// TLSCertFile and TLSKeyFile are a client certificate and its key for
+	// servers that ask for one (--tls-client-ca-file): the probes present
+	// it, and tasks too (both files are mounted into them).
+	TLSCertFile string `codec:"tls_cert_file"`
+	TLSKeyFile  string `codec:"tls_key_file"`
+	// TLSServerName is the name checked in every server's certificate
+	// instead of the host of its address.
+	TLSServerName string `codec:"tls_server_name"`
 
 	ttl time.Duration // parsed TokenTTL
 }
@@ -150,10 +167,47 @@ func (r *Remote) Validate() error {
 	if r.Shares < 1 || r.Shares > share.MaxRemoteShares {
 		bad("shares", r.Shares, "want 1 to %d shares per remote GPU", share.MaxRemoteShares)
 	}
+	errs = append(errs, r.validateTLS()...)
 	if !filepath.IsAbs(r.InterposerDir) {
 		bad("interposer_dir", r.InterposerDir, "want the absolute path of the directory holding the interposer's libcuda.so.1 and libnvidia-ml.so.1 (default %s)", DefaultInterposerDir)
 	}
 	return errors.Join(errs...)
+}
+
+// dnsName is a DNS name a certificate can carry (letters, digits, dashes
+// and dots, a label at most 63 bytes).
+var dnsName = regexp.MustCompile(`^(?i:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(?:\.(?i:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?))*$`)
+
+// validateTLS checks the tls_* settings.
+func (r *Remote) validateTLS() []error {
+	var errs []error
+	bad := func(field string, value any, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("remote block: %s = %s: %s", field, quote(value), fmt.Sprintf(format, args...)))
+	}
+	for _, f := range []struct{ field, value, what string }{
+		{"tls_ca_file", r.TLSCAFile, "the CA certificate (PEM) that signed the servers' certificates"},
+		{"tls_cert_file", r.TLSCertFile, "a client certificate (PEM)"},
+		{"tls_key_file", r.TLSKeyFile, "the client certificate's key (PEM)"},
+	} {
+		if f.value != "" && !filepath.IsAbs(f.value) {
+			bad(f.field, f.value, "want the absolute path of %s", f.what)
+		}
+	}
+	if (r.TLSCertFile == "") != (r.TLSKeyFile == "") {
+		errs = append(errs, fmt.Errorf("remote block: tls_cert_file = %s and tls_key_file = %s: set both (mutual TLS) or neither", quote(r.TLSCertFile), quote(r.TLSKeyFile)))
+	}
+	if r.TLSCAFile == "" {
+		if r.TLSCertFile != "" {
+			bad("tls_cert_file", r.TLSCertFile, "needs tls_ca_file: a client certificate is presented over TLS only")
+		}
+		if r.TLSServerName != "" {
+			bad("tls_server_name", r.TLSServerName, "needs tls_ca_file: the name is checked over TLS only")
+		}
+	}
+	if n := r.TLSServerName; n != "" && net.ParseIP(n) == nil && (len(n) > 253 || !dnsName.MatchString(n)) {
+		bad("tls_server_name", n, "want a DNS name or an IP address that the servers' certificates carry")
+	}
+	return errs
 }
 
 // CheckServerAddr checks a gpumux-remoted address: "host:port" (a port from

@@ -135,6 +135,12 @@ func TestRemoteBlockErrors(t *testing.T) {
 		{"ttl too short", key + "discover = true\ntoken_ttl = \"10s\"", []string{`token_ttl = "10s": want a duration from 1m0s to 8760h, e.g. "720h"`}},
 		{"ttl not a duration", key + "discover = true\ntoken_ttl = \"a week\"", []string{`token_ttl = "a week": want a duration`}},
 		{"relative interposer dir", key + "discover = true\ninterposer_dir = \"lib\"", []string{`interposer_dir = "lib": want the absolute path`, "libcuda.so.1"}},
+		{"relative tls_ca_file", key + "discover = true\ntls_ca_file = \"ca.pem\"", []string{`tls_ca_file = "ca.pem": want the absolute path of the CA certificate`}},
+		{"relative tls_cert_file", key + "discover = true\ntls_ca_file = \"/ca.pem\"\ntls_cert_file = \"c.pem\"\ntls_key_file = \"/k.pem\"", []string{`tls_cert_file = "c.pem": want the absolute path of a client certificate`}},
+		{"tls cert without key", key + "discover = true\ntls_ca_file = \"/ca.pem\"\ntls_cert_file = \"/c.pem\"", []string{`tls_cert_file = "/c.pem" and tls_key_file = "": set both (mutual TLS) or neither`}},
+		{"tls cert without CA", key + "discover = true\ntls_cert_file = \"/c.pem\"\ntls_key_file = \"/k.pem\"", []string{`tls_cert_file = "/c.pem": needs tls_ca_file`}},
+		{"tls server name without CA", key + "discover = true\ntls_server_name = \"gpu.example.com\"", []string{`tls_server_name = "gpu.example.com": needs tls_ca_file`}},
+		{"bad tls server name", key + "discover = true\ntls_ca_file = \"/ca.pem\"\ntls_server_name = \"gpu host\"", []string{`tls_server_name = "gpu host": want a DNS name or an IP address`}},
 		{"unknown key", key + "discover = true\nserver = [\"a:1\"]", []string{`server`}},
 		{"every problem at once", `servers = ["x"]` + "\nshares = 0", []string{`servers[0] = "x"`, "token_file: missing", "shares = 0"}},
 	}

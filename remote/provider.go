@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,7 +32,18 @@ const Mount = "/run/gpumux/remote"
 const (
 	EnvAddr  = "GPUMUX_REMOTE_ADDR"
 	EnvToken = "GPUMUX_REMOTE_TOKEN"
+	// With the remote block's tls_* settings, for a TCP server: the CA
+	// certificate, the client certificate and key (mutual TLS), as paths
+	// under TLSMount, and the name to check.
+	EnvTLSCA         = "GPUMUX_REMOTE_TLS_CA"
+	EnvTLSCert       = "GPUMUX_REMOTE_TLS_CERT"
+	EnvTLSKey        = "GPUMUX_REMOTE_TLS_KEY"
+	EnvTLSServerName = "GPUMUX_REMOTE_TLS_SERVER_NAME"
 )
+
+// TLSMount is the directory of the TLS files mounted into a container
+// (each file on its own, read-only): ca.pem, client.pem, client-key.pem.
+const TLSMount = "/run/gpumux/tls"
 
 // ScanTimeout bounds one look at the pool (Nomad's answer, then the
 // servers' probes, which run concurrently).
@@ -323,5 +336,31 @@ func (p *Provider) Edits(mine, all []share.Share, e *share.Edits) error {
 	e.Env[EnvToken] = tok
 	e.Env[share.EnvLibraryPath] = Mount
 	e.Mounts = append(e.Mounts, share.Mount{HostPath: p.cfg.InterposerDir, ContainerPath: Mount, ReadOnly: true})
+	tlsEdits(p.cfg, g.Addr, e)
 	return nil
+}
+
+// tlsEdits gives a container what its interposer needs to reach a TCP
+// server over TLS: the remote block's CA (and client certificate and key)
+// mounted read-only under TLSMount, and their paths there (and the name to
+// check) in its environment. A unix socket needs none of it.
+func tlsEdits(cfg *nodeconfig.Remote, addr string, e *share.Edits) {
+	if cfg.TLSCAFile == "" || strings.HasPrefix(addr, "unix:") {
+		return
+	}
+	for _, f := range []struct{ env, host, name string }{
+		{EnvTLSCA, cfg.TLSCAFile, "ca.pem"},
+		{EnvTLSCert, cfg.TLSCertFile, "client.pem"},
+		{EnvTLSKey, cfg.TLSKeyFile, "client-key.pem"},
+	} {
+		if f.host == "" {
+			continue
+		}
+		in := path.Join(TLSMount, f.name)
+		e.Env[f.env] = in
+		e.Mounts = append(e.Mounts, share.Mount{HostPath: f.host, ContainerPath: in, ReadOnly: true})
+	}
+	if cfg.TLSServerName != "" {
+		e.Env[EnvTLSServerName] = cfg.TLSServerName
+	}
 }

@@ -13,10 +13,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/internal/tlstest"
 	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/remote"
 	"github.com/gpumux/gpumux/remote/fakecuda"
+	remotepool "github.com/gpumux/gpumux/remote/pool"
 	"github.com/gpumux/gpumux/remote/pool/pooltest"
+	"github.com/gpumux/gpumux/remote/server"
 	"github.com/gpumux/gpumux/remote/token"
 	"github.com/gpumux/gpumux/share"
 )
@@ -343,5 +346,98 @@ func TestProviderWithoutSecret(t *testing.T) {
 	good.TokenFile = bad.TokenFile
 	if c := scan(t, r, &gpu.Node{}); c.Len() != 8 {
 		t.Errorf("with the secret file gone: %d shares", c.Len())
+	}
+}
+
+// TestProviderTLS: with the remote block's tls_* settings the pool probes
+// a mutual TLS server, and a task's edits carry the CA, the client
+// certificate and key (mounted read-only) and the name to check; without
+// them the server is down, with its refusal as the reason.
+func TestProviderTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir, "ca")
+	clients := tlstest.NewCA(t, dir, "clients")
+	pair := ca.Server(t, "server", []string{"gpu.example.com"}, tlstest.Options{})
+	files, err := server.LoadTLS(server.TLSPaths{Cert: pair.CertFile, Key: pair.KeyFile, ClientCA: clients.CertFile}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := pooltest.Start(t, pooltest.Options{TLS: files.Config(), Fake: []fakecuda.Option{fakecuda.WithDevices(1), fakecuda.WithName("NVIDIA H200")}})
+	client := clients.Client(t, "node", tlstest.Options{})
+	block := fmt.Sprintf("servers = [%q]\ntoken_file = %q\ninterposer_dir = %q\n", srv.Addr, pooltest.WriteSecret(t, dir), pooltest.WriteInterposer(t, dir))
+	parse := func(more string) *nodeconfig.Remote {
+		cfg, err := nodeconfig.ParseConfig([]byte("remote {\n" + block + more + "}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Remote
+	}
+
+	plain := remote.NewProvider(parse(""), "runtime", hclog.NewNullLogger())
+	if _, err := plain.Offers(context.Background(), &gpu.Node{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	mtls := parse(fmt.Sprintf("tls_ca_file = %q\ntls_cert_file = %q\ntls_key_file = %q\ntls_server_name = \"gpu.example.com\"\n",
+		ca.CertFile, client.CertFile, client.KeyFile))
+	p := remote.NewProvider(mtls, "runtime", hclog.NewNullLogger())
+	c := scan(t, p, &gpu.Node{})
+	if c.Len() != 4 {
+		t.Fatalf("%d shares over mutual TLS, want 4", c.Len())
+	}
+	s := c.Shares()[:1]
+	e := share.Edits{Env: map[string]string{}}
+	if err := p.Edits(s, s, &e); err != nil {
+		t.Fatal(err)
+	}
+	for env, want := range map[string]string{
+		remote.EnvTLSCA: remote.TLSMount + "/ca.pem", remote.EnvTLSCert: remote.TLSMount + "/client.pem",
+		remote.EnvTLSKey: remote.TLSMount + "/client-key.pem", remote.EnvTLSServerName: "gpu.example.com",
+	} {
+		if e.Env[env] != want {
+			t.Errorf("%s=%q, want %q", env, e.Env[env], want)
+		}
+	}
+	wantMounts := []share.Mount{
+		{HostPath: mtls.InterposerDir, ContainerPath: remote.Mount, ReadOnly: true},
+		{HostPath: ca.CertFile, ContainerPath: remote.TLSMount + "/ca.pem", ReadOnly: true},
+		{HostPath: client.CertFile, ContainerPath: remote.TLSMount + "/client.pem", ReadOnly: true},
+		{HostPath: client.KeyFile, ContainerPath: remote.TLSMount + "/client-key.pem", ReadOnly: true},
+	}
+	if !slices.Equal(e.Mounts, wantMounts) {
+		t.Errorf("mounts\n got %+v\nwant %+v", e.Mounts, wantMounts)
+	}
+
+	// A unix server's shares get none of it.
+	unix := *s[0].Remote
+	unix.Addr = "unix:/run/gpumux/remoted.sock"
+	u := slices.Clone(s)
+	u[0].Remote = &unix
+	e = share.Edits{Env: map[string]string{}}
+	if err := p.Edits(u, u, &e); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.Env[remote.EnvTLSCA]; ok || len(e.Mounts) != 1 {
+		t.Errorf("a unix server's edits: env %v, mounts %+v", e.Env, e.Mounts)
+	}
+
+	// Without TLS, or without the client certificate, the server is down,
+	// and the pool says why.
+	for _, tc := range []struct{ name, block, why string }{
+		{"plain", "", "speaks TLS"},
+		{"no client certificate", fmt.Sprintf("tls_ca_file = %q\ntls_server_name = \"gpu.example.com\"\n", ca.CertFile), "certificate"},
+		{"another name", fmt.Sprintf("tls_ca_file = %q\n", ca.CertFile), "TLS: tls: failed to verify certificate"},
+	} {
+		cfg, err := remotepool.FromNodeConfig(parse(tc.block))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl, err := remotepool.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := pl.Scan(context.Background())
+		if err := sc.Down[srv.Addr]; len(sc.GPUs) != 0 || err == nil || !strings.Contains(err.Error(), tc.why) {
+			t.Errorf("%s: %d GPUs, down: %v; want none, and %q", tc.name, len(sc.GPUs), err, tc.why)
+		}
 	}
 }

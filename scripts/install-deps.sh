@@ -9,6 +9,8 @@
 #   make             the Makefile.
 #   ca-certificates  HTTPS to the Go module proxy.
 #   util-linux       flock, mount (Essential on Debian; listed for clarity).
+#   libbearssl-dev   BearSSL, the interposer's TLS client (remote/interposer/
+#                    gm_tls.c), linked statically into its libcuda.so.1.
 #   containerd runc  e2e/ctrd runs a private containerd (its own config,
 #                    sockets and state in a temp dir) with the runc shim, and
 #                    gpumux-runtime wraps runc (Debian 12: containerd 1.6.20,
@@ -25,6 +27,7 @@ PACKAGES=(
 	make
 	ca-certificates
 	util-linux
+	libbearssl-dev
 	containerd
 	runc
 )

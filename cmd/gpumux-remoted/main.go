@@ -122,16 +122,21 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		cudaLib     = fs.String("cuda-lib", cudabackend.DefaultLibrary, "the driver `library` the cuda backend loads")
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus metrics over HTTP on `host:port` at /metrics (e.g. 127.0.0.1:9401; off by default); they count the calls of every tenant worker (docs/remote.md lists them)")
 		tenantProcs = fs.Bool("tenant-processes", true, "run each tenant (token ID) in a worker process of its own; contexts of one process share one GPU address space, so only separate processes keep tenants' kernels apart")
+		tlsCert     = fs.String("tls-cert-file", "", "serve --listen over TLS with this certificate `file` (PEM, the chain leaf first); reloaded when it changes and on SIGHUP")
+		tlsKey      = fs.String("tls-key-file", "", "the `file` holding --tls-cert-file's private key (PEM)")
+		tlsClientCA = fs.String("tls-client-ca-file", "", "mutual TLS: accept only clients whose certificate a CA in this `file` (PEM) signed")
 		worker      = fs.Bool("tenant-worker", false, "internal: serve the connections handed over descriptor 3 (started by gpumux-remoted itself)")
 	)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: gpumux-remoted (--listen host:port | --unix path) (--token-file file | --insecure-no-auth) [flags]
+		fmt.Fprint(stderr, `Usage: gpumux-remoted (--listen host:port [--tls-cert-file file --tls-key-file file] | --unix path) (--token-file file | --insecure-no-auth) [flags]
 
 gpumux-remoted serves a GPU's CUDA driver API to gpumux's interposer
 (libcuda.so.1 in containers on GPU-less nodes). Each tenant (token ID) runs
 in a worker process of its own; a client may touch only its own memory and
 objects, and the clients presenting one token share its memory quota. SIGINT or SIGTERM stops the
 server: every client is disconnected and everything it held is freed.
+--listen without --tls-cert-file sends tokens and data in clear; SIGHUP
+reloads the TLS files (docs/remote.md, "TLS").
 
 Flags:
 `)
@@ -191,6 +196,15 @@ Flags:
 	}
 	if *handshake <= 0 {
 		return usageError{fmt.Errorf("--handshake-timeout %v: want more than 0", *handshake)}
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return usageError{errors.New("--tls-cert-file and --tls-key-file go together")}
+	}
+	if *tlsClientCA != "" && *tlsCert == "" {
+		return usageError{errors.New("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")}
+	}
+	if *tlsCert != "" && *listen == "" && !*worker {
+		return usageError{errors.New("--tls-cert-file applies to --listen (a unix socket needs no TLS)")}
 	}
 	if *busyPoll < 0 || *busyPoll > server.MaxBusyPoll {
 		return usageError{fmt.Errorf("--busy-poll %v: want 0 to %v", *busyPoll, server.MaxBusyPoll)}
@@ -257,6 +271,16 @@ Flags:
 		}))
 	}
 
+	var tlsFiles *server.TLSFiles
+	if *tlsCert != "" {
+		if tlsFiles, err = server.LoadTLS(server.TLSPaths{Cert: *tlsCert, Key: *tlsKey, ClientCA: *tlsClientCA}, log); err != nil {
+			return err
+		}
+	} else if *listen != "" {
+		fmt.Fprintln(stderr, "gpumux-remoted: WARNING: --listen without --tls-cert-file: tokens and CUDA data cross the network in clear; anyone on the path can read them and use the tokens. Serve TLS, or listen on loopback or --unix only.")
+	}
+	srv := server.New(be, opts...)
+	var runs []func(context.Context) error
 	var lns []net.Listener
 	closeAll := func() {
 		for _, ln := range lns {
@@ -269,6 +293,15 @@ Flags:
 			return fmt.Errorf("--listen %s: %w", *listen, err)
 		}
 		lns = append(lns, ln)
+		if tlsFiles != nil {
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			runs = append(runs, func(ctx context.Context) error { return srv.ServeTLS(ctx, ln, tlsFiles.Config()) },
+				func(ctx context.Context) error { reloadOn(ctx, hup, tlsFiles, log); return nil })
+		} else {
+			runs = append(runs, func(ctx context.Context) error { return srv.Serve(ctx, ln) })
+		}
 	}
 	if *unixPath != "" {
 		ln, err := server.ListenUnix(*unixPath, 0o660)
@@ -277,10 +310,6 @@ Flags:
 			return fmt.Errorf("--unix: %w", err)
 		}
 		lns = append(lns, ln)
-	}
-	srv := server.New(be, opts...)
-	runs := make([]func(context.Context) error, 0, len(lns)+1)
-	for _, ln := range lns {
 		runs = append(runs, func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 	}
 	if metricsLn != nil {
@@ -288,6 +317,22 @@ Flags:
 		runs = append(runs, func(ctx context.Context) error { return metrics.Serve(ctx, metricsLn, srv) })
 	}
 	return runAll(ctx, runs)
+}
+
+// reloadOn reloads the TLS files at every signal on hup until ctx ends.
+func reloadOn(ctx context.Context, hup <-chan os.Signal, f *server.TLSFiles, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if err := f.Reload(); err != nil {
+				log.Error("SIGHUP: TLS files not reloaded; serving with those read before", "err", err)
+				continue
+			}
+			log.Info("SIGHUP: TLS files reloaded")
+		}
+	}
 }
 
 // runAll runs every server until ctx ends or one fails.

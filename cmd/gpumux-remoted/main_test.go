@@ -3,15 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gpumux/gpumux/internal/tlstest"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
 	"github.com/gpumux/gpumux/share"
@@ -88,6 +92,11 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--unix", sock, "--insecure-no-auth", "--max-handshakes", "0"}, 2, "--max-handshakes 0"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--max-handshakes-per-peer", "0"}, 2, "--max-handshakes-per-peer 0"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--tls-cert-file", open}, 2, "--tls-cert-file and --tls-key-file go together"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--tls-key-file", open}, 2, "--tls-cert-file and --tls-key-file go together"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--tls-client-ca-file", open}, 2, "--tls-client-ca-file needs --tls-cert-file"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--tls-cert-file", open, "--tls-key-file", open}, 2, "--tls-cert-file applies to --listen"},
+		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--backend", "fake", "--tls-cert-file", open, "--tls-key-file", open}, 1, "TLS certificate " + open},
 		{[]string{"--unix", sock, "--bogus"}, 2, "flag provided but not defined: -bogus"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--cuda-lib", "/nonexistent/libcuda.so.1"}, 1, "backend cuda: cudabackend: no CUDA driver"},
 		{[]string{"--unix", sock, "--token-file", open, "--backend", "fake"}, 1, "lets others read it"},
@@ -118,7 +127,8 @@ func TestHelp(t *testing.T) {
 	}
 	for _, want := range []string{"--listen", "-unix", "-token-file", "-insecure-no-auth", "-backend", "-fake-devices",
 		"-fake-memory", "-max-clients", "-max-tenant-connections", "-max-handshakes", "-max-handshakes-per-peer", "-handshake-timeout", "-busy-poll", "-cpu-profile", "-log-level", "-cuda-lib", "-tenant-processes", "worker process of its own",
-		"-metrics-addr", "Prometheus metrics", "/metrics", "every tenant worker", "off by default"} {
+		"-metrics-addr", "Prometheus metrics", "/metrics", "every tenant worker", "off by default",
+		"-tls-cert-file", "-tls-key-file", "-tls-client-ca-file", "mutual TLS", "SIGHUP", "in clear"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("--help does not mention %q:\n%s", want, stderr.String())
 		}
@@ -262,7 +272,83 @@ func TestServesTokensOnTCP(t *testing.T) {
 	if code := stop(); code != 0 {
 		t.Errorf("exit %d, stderr:\n%s", code, stderr.String())
 	}
-	if strings.Contains(stderr.String(), "WARNING") {
-		t.Errorf("a warning with a token file:\n%s", stderr.String())
+	if strings.Contains(stderr.String(), "insecure-no-auth") || !strings.Contains(stderr.String(), "WARNING: --listen without --tls-cert-file: tokens and CUDA data cross the network in clear") {
+		t.Errorf("want the warning that TCP without TLS is in clear, and only that one:\n%s", stderr.String())
+	}
+}
+
+// TestServesTLS: --listen with TLS files serves TLS (to workers through
+// the front's relay), the unix socket stays plain, SIGHUP reloads the
+// files, and there is no warning.
+func TestServesTLS(t *testing.T) {
+	dir := shortDir(t)
+	secretFile := filepath.Join(dir, "secret")
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ca := tlstest.NewCA(t, dir, "ca")
+	clients := tlstest.NewCA(t, dir, "clients")
+	first := ca.Server(t, "first", []string{"127.0.0.1"}, tlstest.Options{})
+	addr, sock := freeAddr(t), filepath.Join(dir, "s")
+	stderr, stop := serveFake(t, "--listen", addr, "--unix", sock, "--token-file", secretFile, "--backend", "fake",
+		"--tls-cert-file", first.CertFile, "--tls-key-file", first.KeyFile, "--tls-client-ca-file", clients.CertFile)
+	tok, err := token.Mint(secret, token.Claims{ID: "job", Quota: 1 << 20, Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := clients.Client(t, "node", tlstest.Options{})
+	config := ca.ClientConfig(t, "127.0.0.1", &client)
+	served := func() (string, error) {
+		conn, err := tls.Dial("tcp", addr, config)
+		if err != nil {
+			return "", err
+		}
+		cl, err := proto.NewClient(conn, proto.Hello{Token: tok}, 5*time.Second)
+		if err != nil {
+			conn.Close()
+			return "", err
+		}
+		defer cl.Close()
+		if n, r, err := cl.DeviceGetCount(0); n != 1 || r != proto.Success || err != nil {
+			return "", fmt.Errorf("cuDeviceGetCount over TLS: %d %v %v", n, r, err)
+		}
+		return conn.ConnectionState().PeerCertificates[0].Subject.CommonName, nil
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		name, err := served()
+		if err == nil && name == "first" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serving %q, %v; want first", name, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	dialUntil(t, "unix", sock, proto.Hello{Token: tok})
+
+	// Another certificate in the same files, then SIGHUP.
+	second := ca.Server(t, "second", []string{"127.0.0.1"}, tlstest.Options{})
+	for src, dst := range map[string]string{second.CertFile: first.CertFile, second.KeyFile: first.KeyFile} {
+		if err := os.Rename(src, dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for name, err := served(); name != "second"; name, err = served() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after SIGHUP serving %q, %v; want second", name, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code := stop(); code != 0 {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "WARNING") || !strings.Contains(stderr.String(), "TLS files reloaded") {
+		t.Errorf("want no warning and the reload logged:\n%s", stderr.String())
 	}
 }

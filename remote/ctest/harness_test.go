@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,7 +30,7 @@ var secret = []byte("ctest-secret-0123456789abcdef")
 // The C test programs linked against the library (remote/interposer/tests).
 var programs = []string{
 	"basic", "ctx", "mem", "module", "dark", "threads", "fork", "unsupported",
-	"quota", "cross", "dead", "unreachable", "protoerr", "torchcalls", "launchex", "peer",
+	"quota", "cross", "dead", "unreachable", "protoerr", "torchcalls", "launchex", "peer", "wirebench",
 }
 
 // Environment variables of the server subprocess (TestMain).
@@ -51,6 +52,9 @@ func TestMain(m *testing.M) {
 	}
 	if lib := os.Getenv(goNVMLEnv); lib != "" {
 		os.Exit(goNVMLChild(lib))
+	}
+	if os.Getenv(workerEnv) != "" {
+		os.Exit(serveTenant())
 	}
 	code := m.Run()
 	if buildDir != "" {
@@ -78,6 +82,37 @@ func serveForever(path string, sec []byte) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// workerEnv makes the test binary a tenant worker (tenantProcesses).
+const workerEnv = "GM_CTEST_TENANT_WORKER"
+
+// tenantProcesses runs each tenant in a worker process, as gpumux-remoted
+// does by default: this test binary with workerEnv.
+func tenantProcesses() server.Option {
+	return server.WithTenantProcesses(func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), workerEnv+"=1")
+		cmd.Stderr = os.Stderr
+		return cmd
+	})
+}
+
+// serveTenant is a tenant worker's main.
+func serveTenant() int {
+	fake, err := fakecuda.New(fakecuda.WithMemory(1 << 30))
+	if err != nil {
+		return 1
+	}
+	c, err := net.FileConn(os.NewFile(server.TenantFD, "ctrl"))
+	if err != nil {
+		return 1
+	}
+	srv := server.New(fake, server.WithSecret(secret), server.WithLogger(slog.New(slog.DiscardHandler)))
+	if err := srv.ServeTenant(context.Background(), c.(*net.UnixConn)); err != nil {
+		return 1
+	}
+	return 0
 }
 
 // repoRoot is the module's root.
@@ -132,7 +167,7 @@ func doBuild() (string, error) {
 	// unit links the sources themselves: it tests hidden internals.
 	srcs, _ := filepath.Glob(filepath.Join(src, "*.c"))
 	unit := []string{"-fvisibility=hidden", "-o", filepath.Join(dir, "unit"), filepath.Join(src, "tests", "unit.c")}
-	jobs = append(jobs, append(append(unit, srcs...), "-lpthread"))
+	jobs = append(jobs, append(append(unit, srcs...), "-l:libbearssl.a", "-lpthread"))
 	return dir, e.CompileAll([]string{"-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-I", src}, jobs)
 }
 
@@ -148,11 +183,18 @@ type env struct {
 
 func startServer(t *testing.T, opts ...server.Option) *env {
 	t.Helper()
-	return startServerOn(t, 1, opts...)
+	return startServerOn(t, 1, nil, opts...)
 }
 
-// startServerOn is startServer with devices fake devices.
-func startServerOn(t *testing.T, devices int, opts ...server.Option) *env {
+// startServerTLS is startServer with TLS on its TCP listener.
+func startServerTLS(t *testing.T, config *tls.Config, opts ...server.Option) *env {
+	t.Helper()
+	return startServerOn(t, 1, config, opts...)
+}
+
+// startServerOn is startServer with devices fake devices, and TLS on its
+// TCP listener if config is set.
+func startServerOn(t *testing.T, devices int, config *tls.Config, opts ...server.Option) *env {
 	t.Helper()
 	fake, err := fakecuda.New(fakecuda.WithMemory(1<<30), fakecuda.WithDevices(devices))
 	if err != nil {
@@ -177,14 +219,19 @@ func startServerOn(t *testing.T, devices int, opts ...server.Option) *env {
 	e.unix, e.tcp = "unix:"+sock, tl.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for _, ln := range []net.Listener{ul, tl} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := e.srv.Serve(ctx, ln); err != nil {
+	serve := map[net.Listener]func() error{
+		ul: func() error { return e.srv.Serve(ctx, ul) },
+		tl: func() error { return e.srv.Serve(ctx, tl) },
+	}
+	if config != nil {
+		serve[tl] = func() error { return e.srv.ServeTLS(ctx, tl, config) }
+	}
+	for _, run := range serve {
+		wg.Go(func() {
+			if err := run(); err != nil {
 				t.Errorf("Serve: %v", err)
 			}
-		}()
+		})
 	}
 	t.Cleanup(func() {
 		cancel()

@@ -114,7 +114,7 @@ func TestQuota(t *testing.T) {
 // does (tests/peer.c), with a token of both GPUs and one quota over them,
 // over both transports; the server holds nothing of it afterwards.
 func TestTwoDevices(t *testing.T) {
-	e := startServerOn(t, 2)
+	e := startServerOn(t, 2, nil)
 	const quota = 8 << 20
 	tok, err := token.Mint(secret, token.Claims{ID: "ctest-peer", Quota: quota, Device: 0, MoreDevices: []int{1},
 		Expires: time.Now().Add(time.Hour)})

@@ -20,6 +20,10 @@
 /* gm_log writes "gpumux: <message>\n" to stderr in one write. */
 void gm_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* gm_wait waits at most GPUMUX_REMOTE_TIMEOUT for fd to be ready for ev
+ * (POLLIN, POLLOUT); -1 with why when it is not. */
+int gm_wait(int fd, short ev, char *why, size_t wl);
+
 /* gm_first returns 1 the first time it is called with *once == 0 (and sets
  * it), 0 after: for messages logged once. */
 int gm_first(unsigned char *once);

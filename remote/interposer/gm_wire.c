@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "gm_internal.h"
+#include "gm_tls.h"
 #include "gm_wire.h"
 #include "zz_calls.h"
 
@@ -395,6 +396,7 @@ static CUresult gm_lose_locked(const char *why)
 		gm.state = GM_LOST;
 	}
 	if (gm.fd >= 0) {
+		gm_tls_end();
 		close(gm.fd);
 		gm.fd = -1;
 	}
@@ -410,7 +412,7 @@ static int64_t gm_now_ms(void)
 }
 
 /* gm_wait waits at most the timeout for fd to be ready for ev. */
-static int gm_wait(int fd, short ev, char *why, size_t wl)
+int gm_wait(int fd, short ev, char *why, size_t wl)
 {
 	int64_t deadline = gm_now_ms() + gm.timeout_ms;
 	for (;;) {
@@ -437,6 +439,8 @@ static int gm_wait(int fd, short ev, char *why, size_t wl)
 /* gm_sendv sends every byte of iov (which it advances). */
 static int gm_sendv(int fd, struct iovec *iov, int n, char *why, size_t wl)
 {
+	if (gm_tls_on())
+		return gm_tls_sendv(iov, n, why, wl);
 	while (n > 0) {
 		if (iov->iov_len == 0) {
 			iov++;
@@ -483,6 +487,8 @@ static int gm_send(int fd, const void *p, size_t len, char *why, size_t wl)
 
 static int gm_recv(int fd, void *p, size_t n, char *why, size_t wl)
 {
+	if (gm_tls_on())
+		return gm_tls_recv(p, n, why, wl);
 	char *b = p;
 	while (n > 0) {
 		ssize_t k = recv(fd, b, n, 0);
@@ -753,12 +759,13 @@ static CUresult gm_connect_locked(void)
 		snprintf(gm.addr, sizeof gm.addr, "%s", addr);
 		int fd = gm_dial(addr, why, sizeof why);
 		if (fd >= 0) {
-			if (gm_handshake(fd, why, sizeof why) == 0) {
+			if (gm_tls_start(fd, addr, why, sizeof why) == 0 && gm_handshake(fd, why, sizeof why) == 0) {
 				gm.fd = fd;
 				gm.seq = 0;
 				gm.state = GM_UP;
 				return CUDA_SUCCESS;
 			}
+			gm_tls_end();
 			close(fd);
 		}
 	}
@@ -1005,6 +1012,7 @@ static void gm_atfork_child(void)
 	if (gm.fd >= 0)
 		close(gm.fd);
 	gm.fd = -1;
+	gm_tls_forget(); /* the parent's session: not this process's to use or wipe */
 	if (gm_fork_locked) {
 		gm_cache_clear_locked();
 	} else {

@@ -19,6 +19,8 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -104,6 +106,10 @@ type Config struct {
 	// Identity names this client to servers, for their logs (default
 	// "<hostname>/<pid>/gpumux-pool").
 	Identity string
+	// TLS, if set, is how TCP servers are reached: over TLS, trusting its
+	// RootCAs, checking its ServerName or else the host of each address,
+	// with its Certificates for mutual TLS. Unix sockets stay plain.
+	TLS *tls.Config
 }
 
 // FromNodeConfig reads the files a node config's remote block names (the
@@ -117,6 +123,9 @@ func FromNodeConfig(r *nodeconfig.Remote) (Config, error) {
 		Servers: r.Servers, Discover: r.Discover, Service: r.Service, Namespace: r.NomadNamespace,
 		NomadAddr: r.NomadAddr, Secret: secret,
 	}
+	if cfg.TLS, err = TLSConfig(r); err != nil {
+		return Config{}, err
+	}
 	if r.Discover && r.NomadTokenFile != "" {
 		b, err := os.ReadFile(r.NomadTokenFile)
 		if err != nil {
@@ -125,6 +134,31 @@ func FromNodeConfig(r *nodeconfig.Remote) (Config, error) {
 		cfg.NomadToken = strings.TrimSpace(string(b))
 	}
 	return cfg, nil
+}
+
+// TLSConfig is the TLS client configuration of a remote block's tls_*
+// settings, or nil without tls_ca_file. Errors name the setting.
+func TLSConfig(r *nodeconfig.Remote) (*tls.Config, error) {
+	if r.TLSCAFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(r.TLSCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("remote block: tls_ca_file: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("remote block: tls_ca_file = %q: no PEM certificate in it", r.TLSCAFile)
+	}
+	c := &tls.Config{RootCAs: roots, ServerName: r.TLSServerName, MinVersion: tls.VersionTLS12}
+	if r.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(r.TLSCertFile, r.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("remote block: tls_cert_file and tls_key_file: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
 }
 
 // Pool finds servers and probes them.
@@ -217,7 +251,7 @@ func (p *Pool) Scan(ctx context.Context) Scan {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			results[i], errs[i] = Probe(ctx, addr, p.cfg.Secret, p.cfg.Timeout, p.cfg.Identity)
+			results[i], errs[i] = probe(ctx, addr, p.cfg.Secret, p.cfg.Timeout, p.cfg.Identity, p.cfg.TLS)
 		}()
 	}
 	wg.Wait()
@@ -315,13 +349,18 @@ func network(addr string) (string, string) {
 // shows more than one GPU to one token does not honour tokens, so it cannot
 // give a share of one GPU: it is refused.
 func Probe(ctx context.Context, addr string, secret []byte, timeout time.Duration, identity string) ([]GPU, error) {
+	return probe(ctx, addr, secret, timeout, identity, nil)
+}
+
+// probe is Probe, over TLS to a TCP server with tlsConfig.
+func probe(ctx context.Context, addr string, secret []byte, timeout time.Duration, identity string, tlsConfig *tls.Config) ([]GPU, error) {
 	id, err := randomID("probe")
 	if err != nil {
 		return nil, err
 	}
 	var out []GPU
 	for dev := 0; dev < maxDevices; dev++ {
-		g, err := probeOne(ctx, addr, secret, timeout, identity, id, dev)
+		g, err := probeOne(ctx, addr, secret, timeout, identity, id, dev, tlsConfig)
 		if err != nil {
 			if dev > 0 && errors.Is(err, proto.ErrRefused) && ctx.Err() == nil {
 				break // past the server's last GPU
@@ -337,7 +376,7 @@ func Probe(ctx context.Context, addr string, secret []byte, timeout time.Duratio
 }
 
 // probeOne reads GPU dev of the server at addr over a connection of its own.
-func probeOne(ctx context.Context, addr string, secret []byte, timeout time.Duration, identity, id string, dev int) (GPU, error) {
+func probeOne(ctx context.Context, addr string, secret []byte, timeout time.Duration, identity, id string, dev int, tlsConfig *tls.Config) (GPU, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tok, err := token.Mint(secret, token.Claims{ID: id, Quota: 0, Device: dev, Expires: time.Now().Add(ProbeTTL)})
@@ -355,6 +394,17 @@ func probeOne(ctx context.Context, addr string, secret []byte, timeout time.Dura
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
+	if tlsConfig != nil && netw == "tcp" {
+		c := tlsConfig.Clone()
+		if c.ServerName == "" {
+			c.ServerName, _, _ = net.SplitHostPort(a)
+		}
+		tc := tls.Client(conn, c)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return GPU{}, fmt.Errorf("TLS: %w", err)
+		}
+		conn = tc
+	}
 	cl, err := proto.NewClient(conn, proto.Hello{Token: tok, Identity: identity}, timeout)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -15,7 +15,8 @@
 // waiting, so connections that stall in theirs cannot keep clients out
 // (limits.go). Before login the server reads nothing past the Hello, and
 // refuses a frame announcing more than proto.MaxHello when its header
-// arrives. Each admitted connection is one session: a reader goroutine
+// arrives. ServeTLS puts a TLS handshake first, within the same bounds and
+// timeout (tls.go). Each admitted connection is one session: a reader goroutine
 // reads frames, bounded in size and count, and a worker goroutine locked
 // to its OS thread runs the calls in order through proto.Dispatch, so the
 // backend sees one thread per client and the thread's current context is

@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -53,14 +54,18 @@ type env struct {
 	network string
 	addr    string
 	logs    *syncBuffer
-	cancel  context.CancelFunc
-	done    chan error
+	// clientTLS, if set, is what dial and raw wrap connections in.
+	clientTLS *tls.Config
+	cancel    context.CancelFunc
+	done      chan error
 }
 
 type envConfig struct {
 	tcp  bool
 	fake []fakecuda.Option
 	srv  []server.Option
+	// tls serves TCP with ServeTLS, and clientTLS is the env's.
+	tls, clientTLS *tls.Config
 }
 
 func start(t testing.TB, cfg envConfig) *env {
@@ -76,7 +81,7 @@ func start(t testing.TB, cfg envConfig) *env {
 	if len(cfg.srv) == 0 {
 		opts = append(opts, server.WithSecret(testSecret))
 	}
-	e := &env{fake: fake, srv: server.New(fake, opts...), logs: logs, done: make(chan error, 1)}
+	e := &env{fake: fake, srv: server.New(fake, opts...), logs: logs, done: make(chan error, 1), clientTLS: cfg.clientTLS}
 	var ln net.Listener
 	if cfg.tcp {
 		ln, err = net.Listen("tcp", "127.0.0.1:0")
@@ -97,7 +102,11 @@ func start(t testing.TB, cfg envConfig) *env {
 	e.addr = ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
-	go func() { e.done <- e.srv.Serve(ctx, ln) }()
+	if cfg.tls != nil {
+		go func() { e.done <- e.srv.ServeTLS(ctx, ln, cfg.tls) }()
+	} else {
+		go func() { e.done <- e.srv.Serve(ctx, ln) }()
+	}
 	t.Cleanup(func() { e.stop(t) })
 	return e
 }
@@ -130,13 +139,29 @@ func (e *env) token(t testing.TB, id string, quota uint64) string {
 
 func (e *env) dial(t testing.TB, tok string) *proto.Client {
 	t.Helper()
-	cl, err := proto.Dial(context.Background(), e.network, e.addr,
-		proto.Hello{Token: tok, Identity: "test/" + t.Name()}, 10*time.Second)
+	cl, err := e.tryDial(tok)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
 	t.Cleanup(func() { cl.Close() })
 	return cl
+}
+
+// tryDial connects (over TLS if the env has a clientTLS) and shakes hands.
+func (e *env) tryDial(tok string) (*proto.Client, error) {
+	hello := proto.Hello{Token: tok, Identity: "test"}
+	if e.clientTLS == nil {
+		return proto.Dial(context.Background(), e.network, e.addr, hello, 10*time.Second)
+	}
+	conn, err := tls.Dial(e.network, e.addr, e.clientTLS)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := proto.NewClient(conn, hello, 10*time.Second)
+	if err != nil {
+		conn.Close()
+	}
+	return cl, err
 }
 
 // raw connects without a handshake.

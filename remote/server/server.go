@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -151,6 +152,21 @@ func (s *Server) ready() error {
 // options are unusable or the backend does not initialise, and if
 // accepting fails for good (ln closed by someone else).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	return s.serve(ctx, ln, nil)
+}
+
+// ServeTLS is Serve with TLS: every connection accepted on ln starts with
+// a TLS handshake by config (TLSFiles.Config), within the bounds of the
+// handshake that follows it (tls.go).
+func (s *Server) ServeTLS(ctx context.Context, ln net.Listener, config *tls.Config) error {
+	if config == nil {
+		ln.Close()
+		return fmt.Errorf("%w: ServeTLS without a TLS config", ErrConfig)
+	}
+	return s.serve(ctx, ln, config)
+}
+
+func (s *Server) serve(ctx context.Context, ln net.Listener, config *tls.Config) error {
 	if err := s.ready(); err != nil {
 		ln.Close()
 		return err
@@ -165,7 +181,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.tenantCmd != nil {
 		defer s.waitTenants(10 * time.Second)
 	}
-	s.log.Info("serving", "addr", ln.Addr().String())
+	s.log.Info("serving", "addr", ln.Addr().String(), "tls", config != nil)
 	backoff := time.Duration(0)
 	for {
 		conn, err := ln.Accept()
@@ -188,6 +204,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		backoff = 0
 		hs := s.startHandshake(conn) // here, so that the oldest is the first accepted
+		if config != nil {
+			conn = tls.Server(conn, config) // its handshake is run by Server.handshake
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -256,6 +275,11 @@ var errEvicted = errors.New("closed to make room for newer handshakes")
 func (s *Server) handshake(conn net.Conn, hs *handshaking) (proto.Hello, token.Claims, error) {
 	conn.SetDeadline(time.Now().Add(s.handshakeTimeout))
 	defer conn.SetDeadline(time.Time{})
+	if tc, ok := conn.(*tls.Conn); ok {
+		if err := s.tlsHandshake(tc, hs); err != nil {
+			return proto.Hello{}, token.Claims{}, err
+		}
+	}
 	h, p, err := proto.ReadFrameMax(conn, nil, proto.MaxHello)
 	if s.endHandshake(hs) {
 		s.counts.refused[refusedEvicted].Add(1)

@@ -123,6 +123,7 @@ const (
 	refusedTenantFull                // the token ID has its limit of connections
 	refusedAdmission                 // the quota would overcommit the GPU
 	refusedWorker                    // the tenant's worker would not start
+	refusedTLS                       // the TLS handshake failed (no TLS, a certificate refused)
 	numRefusals
 )
 
@@ -140,6 +141,7 @@ var refusalNames = [numRefusals]string{
 	refusedTenantFull: "too_many_tenant_connections",
 	refusedAdmission:  "admission",
 	refusedWorker:     "worker_failed",
+	refusedTLS:        "tls",
 }
 
 // RefusalReasons returns the reasons Stats.Refused counts.

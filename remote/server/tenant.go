@@ -112,12 +112,7 @@ func (s *Server) handOff(ctx context.Context, conn net.Conn, hello proto.Hello, 
 		s.refuse(conn, refusedWorker, fmt.Sprintf("starting the tenant's worker: %v", err))
 		return err
 	}
-	fc, ok := conn.(interface{ File() (*os.File, error) })
-	if !ok {
-		s.logout(claims.ID)
-		return fmt.Errorf("cannot pass a %T to a worker", conn)
-	}
-	f, err := fc.File()
+	f, relay, err := handOffFile(conn)
 	if err != nil {
 		s.logout(claims.ID)
 		return fmt.Errorf("passing the connection: %w", err)
@@ -139,8 +134,15 @@ func (s *Server) handOff(ctx context.Context, conn net.Conn, hello proto.Hello, 
 	t.live[id] = claims.ID
 	s.mu.Unlock()
 	if _, _, err := t.ctrl.WriteMsgUnix(msg, syscall.UnixRights(int(f.Fd())), nil); err != nil {
+		if relay != nil {
+			relay.Close()
+		}
 		s.closed(t, id)
 		return fmt.Errorf("handing the connection to worker %d: %w", t.cmd.Process.Pid, err)
+	}
+	if relay != nil {
+		f.Close() // the worker has its copy: its close ends the relay
+		pipe(conn, relay)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@
 #
 #   e2e/gpu/remote/run.sh check   # milestone programs: local vs remote output, diffed
 #   e2e/gpu/remote/run.sh bench   # local CUDA, gpumux-remoted over TCP and unix, plain sockets
+#   e2e/gpu/remote/run.sh tls     # check over TLS (diffed with local), bench over TCP then TLS
 #   e2e/gpu/remote/run.sh rt      # a CUDA runtime program (nvcc, static cudart): what happens
 #   e2e/gpu/remote/run.sh trace   # what the static cudart asks of the real driver (darktrace.c)
 #   e2e/gpu/remote/run.sh steal   # a tenant's kernel on another tenant's address, with and
@@ -259,6 +260,28 @@ if [[ $mode == steal ]]; then
 	steal_once
 	exit 0
 fi
+if [[ $mode == tls ]]; then
+	# A throwaway CA and a certificate for 127.0.0.1 (docs/remote.md, TLS).
+	tls=$work/tls
+	mkdir -p "$tls"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=gpumux-bench-ca \
+		-keyout "$tls/ca.key" -out "$tls/ca.pem" 2>/dev/null
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=gpumux-bench \
+		-keyout "$tls/server.key" -out "$tls/server.csr" 2>/dev/null
+	printf 'subjectAltName=IP:127.0.0.1\n' >"$tls/server.ext"
+	openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial -days 1 \
+		-extfile "$tls/server.ext" -out "$tls/server.pem" 2>/dev/null
+	"$work/check" "$work" >"$out/check.local.txt"
+	start_server
+	remote "127.0.0.1:$port" "$work/bench" "$work" >"$out/bench.tcp.txt"
+	stop_server
+	start_server --tls-cert-file "$tls/server.pem" --tls-key-file "$tls/server.key"
+	GPUMUX_REMOTE_TLS_CA=$tls/ca.pem remote "127.0.0.1:$port" "$work/check" "$work" >"$out/check.tls.txt"
+	diff -u "$out/check.local.txt" "$out/check.tls.txt" && echo "check: TLS output identical to local"
+	GPUMUX_REMOTE_TLS_CA=$tls/ca.pem remote "127.0.0.1:$port" "$work/bench" "$work" >"$out/bench.tls.txt"
+	for f in tcp tls; do echo "== bench $f"; cat "$out/bench.$f.txt"; done
+	exit 0
+fi
 start_server
 case $mode in
 rt)
@@ -287,7 +310,7 @@ bench)
 	for f in tcp unix; do echo "== plain socket $f"; cat "$out/sock.$f.txt"; done
 	;;
 *)
-	echo "usage: $0 check|bench|rt|trace|steal|torch|cublas" >&2
+	echo "usage: $0 check|bench|tls|rt|trace|steal|torch|cublas|corpus" >&2
 	exit 2
 	;;
 esac

@@ -6,6 +6,7 @@ package pooltest
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
@@ -36,6 +37,8 @@ type Options struct {
 	// Server options the server checks tokens against Secret.
 	Fake   []fakecuda.Option
 	Server []server.Option
+	// TLS serves TCP with TLS.
+	TLS *tls.Config
 }
 
 // Server is a running server.
@@ -89,7 +92,11 @@ func Start(t testing.TB, o Options) *Server {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{Addr: addr, cancel: cancel, done: make(chan error, 1), t: t}
-	go func() { s.done <- srv.Serve(ctx, ln) }()
+	if o.TLS != nil && !o.Unix {
+		go func() { s.done <- srv.ServeTLS(ctx, ln, o.TLS) }()
+	} else {
+		go func() { s.done <- srv.Serve(ctx, ln) }()
+	}
 	t.Cleanup(s.Stop)
 	return s
 }
