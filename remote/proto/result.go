@@ -30,6 +30,17 @@ const (
 	ErrUnknown          Result = 999
 	ErrInvalidPTX       Result = 218
 	ErrLaunchOutOfResrc Result = 701
+
+	ErrIllegalState             Result = 401
+	ErrLossyQuery               Result = 402
+	ErrStreamCaptureUnsupported Result = 900
+	ErrStreamCaptureInvalidated Result = 901
+	ErrStreamCaptureMerge       Result = 902
+	ErrStreamCaptureUnmatched   Result = 903
+	ErrStreamCaptureIsolation   Result = 905
+	ErrStreamCaptureImplicit    Result = 906
+	ErrCapturedEvent            Result = 907
+	ErrStreamCaptureWrongThread Result = 908
 )
 
 var resultNames = map[Result]string{
@@ -55,6 +66,17 @@ var resultNames = map[Result]string{
 	ErrUnknown:          "CUDA_ERROR_UNKNOWN",
 	ErrInvalidPTX:       "CUDA_ERROR_INVALID_PTX",
 	ErrLaunchOutOfResrc: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+
+	ErrIllegalState:             "CUDA_ERROR_ILLEGAL_STATE",
+	ErrLossyQuery:               "CUDA_ERROR_LOSSY_QUERY",
+	ErrStreamCaptureUnsupported: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+	ErrStreamCaptureInvalidated: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+	ErrStreamCaptureMerge:       "CUDA_ERROR_STREAM_CAPTURE_MERGE",
+	ErrStreamCaptureUnmatched:   "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
+	ErrStreamCaptureIsolation:   "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
+	ErrStreamCaptureImplicit:    "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+	ErrCapturedEvent:            "CUDA_ERROR_CAPTURED_EVENT",
+	ErrStreamCaptureWrongThread: "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
 }
 
 func (r Result) String() string {

@@ -310,6 +310,9 @@ func (s *session) copyIn(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n ui
 	if r != ok {
 		return r
 	}
+	if r := s.refuseHostCopy(streamKey{ctx, st}); r != ok {
+		return r
+	}
 	if n == 0 {
 		return ok
 	}
@@ -348,6 +351,9 @@ func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n
 	}
 	st, r := s.stream(ctx, hs)
 	if r != ok {
+		return r
+	}
+	if r := s.refuseHostCopy(streamKey{ctx, st}); r != ok {
 		return r
 	}
 	if n == 0 {
@@ -533,6 +539,9 @@ func (s *session) ModuleUnload(c *proto.Call, h proto.Handle) proto.Result {
 	if m == nil {
 		return proto.ErrInvalidHandle
 	}
+	if s.holdsGraphs(m.ctx) {
+		return proto.ErrIllegalState // a graph may run its kernels (calls_graph.go)
+	}
 	if r := s.use(m.ctx); r != ok {
 		return r
 	}
@@ -663,25 +672,36 @@ func (s *session) launchArgs(c *proto.Call, h proto.Handle, grid, block [3]uint3
 	if r != ok {
 		return nil, nil, 0, r
 	}
-	f := s.funcs[h]
-	if f == nil || f.mod.ctx != ctx {
-		return nil, nil, 0, proto.ErrInvalidHandle
-	}
 	st, r := s.stream(ctx, hs)
 	if r != ok {
 		return nil, nil, 0, r
 	}
+	f, r := s.kernelArgs(ctx, h, grid, block, params)
+	if r != ok {
+		return nil, nil, 0, r
+	}
+	return f, ctx, st, ok
+}
+
+// kernelArgs checks a kernel's launch in ctx (a launch, a kernel node): a
+// function of ctx, no empty dimension, and a parameter buffer of exactly
+// the kernel's packed size. It leaves ctx current in the backend.
+func (s *session) kernelArgs(ctx *ctxState, h proto.Handle, grid, block [3]uint32, params []byte) (*funcState, proto.Result) {
+	f := s.funcs[h]
+	if f == nil || f.mod.ctx != ctx {
+		return nil, proto.ErrInvalidHandle
+	}
 	for i := range 3 {
 		if grid[i] == 0 || block[i] == 0 {
-			return nil, nil, 0, proto.ErrInvalidValue
+			return nil, proto.ErrInvalidValue
 		}
 	}
 	ps, r := s.params(f)
 	if r != ok {
-		return nil, nil, 0, r
+		return nil, r
 	}
 	if r := s.use(ctx); r != ok {
-		return nil, nil, 0, r
+		return nil, r
 	}
 	size := uint64(0)
 	if len(ps) > 0 {
@@ -689,9 +709,9 @@ func (s *session) launchArgs(c *proto.Call, h proto.Handle, grid, block [3]uint3
 		size = last.offset + last.size
 	}
 	if uint64(len(params)) != size {
-		return nil, nil, 0, proto.ErrInvalidValue
+		return nil, proto.ErrInvalidValue
 	}
-	return f, ctx, st, ok
+	return f, ok
 }
 
 func (s *session) StreamCreate(c *proto.Call, flags uint32) (proto.Handle, proto.Result) {
@@ -715,6 +735,9 @@ func (s *session) StreamDestroyV2(c *proto.Call, h proto.Handle) proto.Result {
 	}
 	if r := s.use(st.ctx); r != ok {
 		return r
+	}
+	if cp := s.captureOrigins[streamKey{st.ctx, st.raw}]; cp != nil {
+		s.abandonCapture(cp) // the driver would end it with the stream
 	}
 	if r := s.be.StreamDestroy(st.raw); r != ok {
 		return r
@@ -793,6 +816,9 @@ func (s *session) EventDestroyV2(c *proto.Call, h proto.Handle) proto.Result {
 	e, r := s.event(h)
 	if r != ok {
 		return r
+	}
+	if s.eventInGraph(e) {
+		return proto.ErrIllegalState // an event node names it (calls_graph.go)
 	}
 	if r := s.be.EventDestroy(e.raw); r != ok {
 		return r
