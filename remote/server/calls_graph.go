@@ -244,6 +244,17 @@ func (s *session) abandonCapture(cp *captureState) {
 	s.endCapture(cp, 0)
 }
 
+// anyInvalidated reports whether the server invalidated a capture under
+// way.
+func (s *session) anyInvalidated() bool {
+	for _, cp := range s.captures {
+		if cp.invalidated {
+			return true
+		}
+	}
+	return false
+}
+
 // capture returns the session's record of the capture with the driver's
 // ID raw (one began on another stream and joined through an event).
 func (s *session) capture(raw uint64, key streamKey) *captureState {
@@ -466,7 +477,7 @@ func (s *session) GraphAddMemsetNode(c *proto.Call, hg proto.Handle, deps []byte
 		width == 0 || height == 0 {
 		return 0, proto.ErrInvalidValue
 	}
-	row, over := bits.Mul64(width, uint64(elementSize))
+	over, row := bits.Mul64(width, uint64(elementSize))
 	if over != 0 || height > 1 && pitch < row {
 		return 0, proto.ErrInvalidValue
 	}
