@@ -97,12 +97,12 @@ func New(opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("fakecuda: device name %q: want 1 to 255 bytes", cfg.name)
 	}
 	b := &Backend{
-		current: map[int]uintptr{},
-		ctxs:    map[uintptr]*context{},
-		mods:    map[uintptr]*module{},
-		funcs:   map[uintptr]*function{},
-		streams: map[uintptr]*stream{},
-		events:  map[uintptr]*event{},
+		current:  map[int]uintptr{},
+		ctxs:     map[uintptr]*context{},
+		mods:     map[uintptr]*module{},
+		funcs:    map[uintptr]*function{},
+		streams:  map[uintptr]*stream{},
+		events:   map[uintptr]*event{},
 		graphs:   map[uintptr]*graph{},
 		nodes:    map[uintptr]*node{},
 		execs:    map[uintptr]*exec{},
