@@ -366,18 +366,8 @@ func (b *Backend) nodesOf(g *graph, ids []uintptr, edges []byte) ([]*node, proto
 
 // ownGraph returns a graph of the current context; the caller holds mu.
 func (b *Backend) ownGraph(id uintptr) (*graph, proto.Result) {
-	c, r := b.cur()
-	if r != proto.Success {
-		return nil, r
-	}
-	g := b.graphs[id]
-	if g == nil {
-		return nil, proto.ErrInvalidHandle
-	}
-	if g.ctx != c {
-		return nil, proto.ErrInvalidContext
-	}
-	return g, proto.Success
+	g, _, r := own(b, b.graphs, id, func(g *graph) *context { return g.ctx })
+	return g, r
 }
 
 // GraphCreate makes an empty graph in the current context.
@@ -641,18 +631,7 @@ func (b *Backend) GraphInstantiate(id uintptr, flags uint64) (uintptr, proto.Res
 
 // ownExec returns an exec of the current context; the caller holds mu.
 func (b *Backend) ownExec(id uintptr) (*exec, *context, proto.Result) {
-	c, r := b.cur()
-	if r != proto.Success {
-		return nil, nil, r
-	}
-	e := b.execs[id]
-	if e == nil {
-		return nil, nil, proto.ErrInvalidHandle
-	}
-	if e.ctx != c {
-		return nil, nil, proto.ErrInvalidContext
-	}
-	return e, c, proto.Success
+	return own(b, b.execs, id, func(e *exec) *context { return e.ctx })
 }
 
 // GraphExecDestroy destroys an exec of the current context.

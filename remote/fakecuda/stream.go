@@ -248,20 +248,26 @@ func (b *Backend) EventCreate(flags uint32) (uintptr, proto.Result) {
 	return id, proto.Success
 }
 
-// ownEvent returns an event of the current context; the caller holds mu.
-func (b *Backend) ownEvent(ev uintptr) (*event, *context, proto.Result) {
+// own returns object id of m, which must be of the current context
+// (ctxOf says an object's); the caller holds mu.
+func own[T any](b *Backend, m map[uintptr]*T, id uintptr, ctxOf func(*T) *context) (*T, *context, proto.Result) {
 	c, r := b.cur()
 	if r != proto.Success {
 		return nil, nil, r
 	}
-	e := b.events[ev]
-	if e == nil {
+	o := m[id]
+	if o == nil {
 		return nil, nil, proto.ErrInvalidHandle
 	}
-	if e.ctx != c {
+	if ctxOf(o) != c {
 		return nil, nil, proto.ErrInvalidContext
 	}
-	return e, c, proto.Success
+	return o, c, proto.Success
+}
+
+// ownEvent returns an event of the current context; the caller holds mu.
+func (b *Backend) ownEvent(ev uintptr) (*event, *context, proto.Result) {
+	return own(b, b.events, ev, func(e *event) *context { return e.ctx })
 }
 
 // EventDestroy destroys an event of the current context.

@@ -42,6 +42,18 @@ func graphNodes(t *testing.T, cl *proto.Client, ctx, g proto.Handle) []proto.Han
 	return hs
 }
 
+// graphClient is a client with its primary context, the test module and
+// a non-blocking stream.
+func graphClient(t *testing.T, e *env) (*proto.Client, proto.Handle, proto.Handle, map[string]proto.Handle, proto.Handle) {
+	t.Helper()
+	cl := e.dial(t, e.token(t, "job", 0))
+	ctx := primary(t, cl)
+	mod, fns := module(t, cl, ctx)
+	st, r, err := cl.StreamCreate(ctx, 1)
+	ok(t, "cuStreamCreate")(r, err)
+	return cl, ctx, mod, fns, st
+}
+
 func sum(t *testing.T, got []byte, i int) float32 {
 	t.Helper()
 	return math.Float32frombits(binary.LittleEndian.Uint32(got[4*i:]))
@@ -52,11 +64,7 @@ func sum(t *testing.T, got []byte, i int) float32 {
 // same buffers; the replays compute with the new data.
 func TestCaptureReplay(t *testing.T) {
 	e := start(t, envConfig{})
-	cl := e.dial(t, e.token(t, "job", 0))
-	ctx := primary(t, cl)
-	_, fns := module(t, cl, ctx)
-	st, r, err := cl.StreamCreate(ctx, 1)
-	ok(t, "cuStreamCreate")(r, err)
+	cl, ctx, _, fns, st := graphClient(t, e)
 	const n = 1000
 	a, b, c, out, flag := alloc(t, cl, ctx, 4*n), alloc(t, cl, ctx, 4*n), alloc(t, cl, ctx, 4*n), alloc(t, cl, ctx, 4*n), alloc(t, cl, ctx, 64)
 
@@ -130,10 +138,7 @@ func TestCaptureReplay(t *testing.T) {
 // works again after cuStreamEndCapture.
 func TestCaptureRefusesHostCopies(t *testing.T) {
 	e := start(t, envConfig{})
-	cl := e.dial(t, e.token(t, "job", 0))
-	ctx := primary(t, cl)
-	st, r, err := cl.StreamCreate(ctx, 1)
-	ok(t, "cuStreamCreate")(r, err)
+	cl, ctx, _, _, st := graphClient(t, e)
 	p := alloc(t, cl, ctx, 4096)
 	for _, tc := range []struct {
 		name string
@@ -177,15 +182,12 @@ func TestCaptureRefusesHostCopies(t *testing.T) {
 // server begins it thread-local.
 func TestCaptureGlobalStaysInTheClient(t *testing.T) {
 	e := start(t, envConfig{})
-	cl := e.dial(t, e.token(t, "job", 0))
-	ctx := primary(t, cl)
-	st, r, err := cl.StreamCreate(ctx, 1)
-	ok(t, "cuStreamCreate")(r, err)
+	cl, ctx, _, _, st := graphClient(t, e)
 	other := e.dial(t, e.token(t, "other", 0))
 	octx := primary(t, other)
 
 	capture(t, cl, ctx, st, proto.CaptureModeGlobal)
-	_, r, err = other.MemAllocV2(octx, 64)
+	_, r, err := other.MemAllocV2(octx, 64)
 	ok(t, "another client's allocation during the capture")(r, err)
 	// The client's own unsafe call is refused, unless its thread is relaxed.
 	ok(t, "relax the thread")(cl.ThreadExchangeStreamCaptureMode(ctx, uint32(proto.CaptureModeRelaxed)))
@@ -204,10 +206,7 @@ func TestCaptureGlobalStaysInTheClient(t *testing.T) {
 // on every use.
 func TestGraphHandles(t *testing.T) {
 	e := start(t, envConfig{})
-	cl := e.dial(t, e.token(t, "job", 0))
-	ctx := primary(t, cl)
-	st, r, err := cl.StreamCreate(ctx, 1)
-	ok(t, "cuStreamCreate")(r, err)
+	cl, ctx, _, _, st := graphClient(t, e)
 	g, r, err := cl.GraphCreate(ctx, 0)
 	ok(t, "cuGraphCreate")(r, err)
 	n1, r, err := cl.GraphAddEmptyNode(ctx, g, nil)
@@ -293,11 +292,7 @@ func TestGraphHandles(t *testing.T) {
 // with the context).
 func TestGraphCleanup(t *testing.T) {
 	e := start(t, envConfig{})
-	cl := e.dial(t, e.token(t, "job", 0))
-	ctx := primary(t, cl)
-	_, fns := module(t, cl, ctx)
-	st, r, err := cl.StreamCreate(ctx, 1)
-	ok(t, "cuStreamCreate")(r, err)
+	cl, ctx, _, fns, st := graphClient(t, e)
 	p := alloc(t, cl, ctx, 64)
 	ev, r, err := cl.EventCreate(ctx, 0)
 	ok(t, "cuEventCreate")(r, err)
@@ -325,11 +320,7 @@ func TestGraphCleanup(t *testing.T) {
 // in each node.
 func TestGraphNodes(t *testing.T) {
 	e := start(t, envConfig{})
-	cl := e.dial(t, e.token(t, "job", 0))
-	ctx := primary(t, cl)
-	mod, fns := module(t, cl, ctx)
-	st, r, err := cl.StreamCreate(ctx, 1)
-	ok(t, "cuStreamCreate")(r, err)
+	cl, ctx, mod, fns, st := graphClient(t, e)
 	x, y, z := alloc(t, cl, ctx, 4096), alloc(t, cl, ctx, 4096), alloc(t, cl, ctx, 4096)
 	upload(t, cl, ctx, x, make([]byte, 4096))
 	upload(t, cl, ctx, z, make([]byte, 4096))
