@@ -39,6 +39,8 @@ var expectedLog = map[string]bool{
 	"ctx: gpumux: cuCtxCreate_v3 with execution affinity parameters is not supported; it returns CUDA_ERROR_NOT_SUPPORTED":                                                                                    true,
 	"ctx: gpumux: cuCtxCreate_v4 with CUctxCreateParams is not supported; it returns CUDA_ERROR_NOT_SUPPORTED":                                                                                                true,
 	"launchex: gpumux: a launch configuration with 33 attributes (gpumux forwards at most 32)":                                                                                                                true,
+	"graphs: gpumux: cuGraphAddMemcpyNode with host memory or an array (the remote GPU cannot reach them) is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED":                      true,
+	"graphs: gpumux: cuGraphDebugDotPrint is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED":                                                                                      true,
 	"torchcalls: gpumux: cuMemHostGetDevicePointer_v2 is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED":                                                                          true,
 	"torchcalls: gpumux: cuPointerGetAttribute of a device address for host memory, or of a P2P, IPC, pool or handle attribute is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED": true,
 }
@@ -48,7 +50,7 @@ func TestPrograms(t *testing.T) {
 	e := startServer(t)
 	for _, tr := range []struct{ name, addr string }{{"unix", e.unix}, {"tcp", e.tcp}} {
 		t.Run(tr.name, func(t *testing.T) {
-			for _, name := range []string{"basic", "ctx", "mem", "module", "dark", "threads", "fork", "torchcalls", "launchex"} {
+			for _, name := range []string{"basic", "ctx", "mem", "module", "dark", "threads", "fork", "torchcalls", "launchex", "graphs"} {
 				t.Run(name, func(t *testing.T) {
 					_, stderr := program{name: name, addr: tr.addr, token: mint(t, "ctest-"+name, 0)}.run(t)
 					for _, line := range strings.Split(stderr, "\n") {
@@ -82,12 +84,38 @@ func TestPrograms(t *testing.T) {
 	}
 }
 
+// TestGraphsCleanup: the graphs program leaves a graph, its exec and the
+// event their event node names alive at exit; the server destroys them
+// itself (no implicit frees when the context goes) and the backend ends up
+// holding nothing.
+func TestGraphsCleanup(t *testing.T) {
+	e := startServer(t)
+	program{name: "graphs", addr: e.unix, token: mint(t, "ctest-graphs-cleanup", 0)}.run(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := e.fake.Stats()
+		if st.Contexts == 0 && st.Graphs == 0 && st.GraphExecs == 0 && st.Events == 0 && st.Captures == 0 {
+			if st.ImplicitFrees != 0 {
+				t.Errorf("the backend freed %d objects with their context: the server left them", st.ImplicitFrees)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the client left the backend holds %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if launches := e.fake.Launches(); len(launches) < 8 {
+		t.Errorf("%d kernel launches ran, want the replays' (at least 8)", len(launches))
+	}
+}
+
 // TestUnsupported: unsupported calls answer NOT_SUPPORTED and log their
 // name once per process; cuGetProcAddress hands out the stubs.
 func TestUnsupported(t *testing.T) {
 	_, stderr := program{name: "unsupported"}.run(t)
 	for _, line := range []string{
-		"gpumux: cuGraphCreate is not supported",
+		"gpumux: cuGraphAddHostNode is not supported",
 		"gpumux: cuMemAlloc is not supported",
 		"gpumux: cuLibraryLoadFromFile is not supported",
 		// Export tables are logged once per table, by UUID.

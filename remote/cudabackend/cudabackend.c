@@ -620,3 +620,290 @@ CUresult gm_memcpy_peer(const gm_cuda *t, CUdeviceptr dst, uintptr_t dst_ctx, CU
 			    cuMemcpyPeerAsync(dst, (CUcontext)dst_ctx, src, (CUcontext)src_ctx, n, (CUstream)s));
 	GM_OPTIONAL(cuMemcpyPeer, cuMemcpyPeer(dst, (CUcontext)dst_ctx, src, (CUcontext)src_ctx, n));
 }
+
+/* ---- stream capture and graphs ---- */
+
+_Static_assert(sizeof(CUgraphNode) == sizeof(uintptr_t), "a CUgraphNode is a uintptr_t");
+_Static_assert(sizeof(CUgraphEdgeData) == 8, "CUgraphEdgeData is 8 bytes");
+
+CUresult gm_stream_begin_capture(const gm_cuda *t, uintptr_t s, int mode)
+{
+	GM_OPTIONAL(cuStreamBeginCapture_v2, cuStreamBeginCapture_v2((CUstream)s, mode));
+}
+
+CUresult gm_stream_end_capture(const gm_cuda *t, uintptr_t s, uintptr_t *g)
+{
+	CUgraph graph = NULL;
+	*g = 0;
+	if (t->cuStreamEndCapture == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = t->cuStreamEndCapture((CUstream)s, &graph);
+	*g = (uintptr_t)graph;
+	return r;
+}
+
+CUresult gm_stream_capture_info(const gm_cuda *t, uintptr_t s, int *status, unsigned long long *id, uintptr_t *g,
+				uintptr_t *deps, void *edges, size_t cap, size_t *n)
+{
+	CUgraph graph = NULL;
+	const CUgraphNode *d = NULL;
+	const CUgraphEdgeData *e = NULL;
+	CUresult r;
+	*status = 0;
+	*id = 0;
+	*g = 0;
+	*n = 0;
+	if (t->cuStreamGetCaptureInfo_v3 != NULL)
+		r = t->cuStreamGetCaptureInfo_v3((CUstream)s, status, id, &graph, &d, &e, n);
+	else if (t->cuStreamGetCaptureInfo_v2 != NULL)
+		r = t->cuStreamGetCaptureInfo_v2((CUstream)s, status, id, &graph, &d, n);
+	else
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	if (r != GM_CUDA_SUCCESS)
+		return r;
+	*g = (uintptr_t)graph;
+	size_t k = *n < cap ? *n : cap;
+	if (k > 0 && d != NULL)
+		memcpy(deps, d, k * sizeof *d);
+	if (k > 0) {
+		if (e != NULL)
+			memcpy(edges, e, k * sizeof *e);
+		else
+			memset(edges, 0, k * sizeof *e);
+	}
+	return r;
+}
+
+static int gm_all_zero(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++)
+		if (b[i] != 0)
+			return 0;
+	return 1;
+}
+
+CUresult gm_stream_update_capture_deps(const gm_cuda *t, uintptr_t s, const uintptr_t *deps, const void *edges,
+				       size_t n, unsigned int flags)
+{
+	if (t->cuStreamUpdateCaptureDependencies_v2 != NULL)
+		return t->cuStreamUpdateCaptureDependencies_v2((CUstream)s, (CUgraphNode *)deps, edges, n, flags);
+	if (t->cuStreamUpdateCaptureDependencies != NULL && (edges == NULL || gm_all_zero(edges, 8 * n)))
+		return t->cuStreamUpdateCaptureDependencies((CUstream)s, (CUgraphNode *)deps, n, flags);
+	return GM_CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult gm_thread_exchange_capture_mode(const gm_cuda *t, int *mode)
+{
+	GM_OPTIONAL(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode(mode));
+}
+
+CUresult gm_graph_create(const gm_cuda *t, unsigned int flags, uintptr_t *g)
+{
+	CUgraph graph = NULL;
+	*g = 0;
+	if (t->cuGraphCreate == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = t->cuGraphCreate(&graph, flags);
+	*g = (uintptr_t)graph;
+	return r;
+}
+
+CUresult gm_graph_destroy(const gm_cuda *t, uintptr_t g)
+{
+	GM_OPTIONAL(cuGraphDestroy, cuGraphDestroy((CUgraph)g));
+}
+
+CUresult gm_graph_clone(const gm_cuda *t, uintptr_t g, uintptr_t *clone)
+{
+	CUgraph c = NULL;
+	*clone = 0;
+	if (t->cuGraphClone == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = t->cuGraphClone(&c, (CUgraph)g);
+	*clone = (uintptr_t)c;
+	return r;
+}
+
+CUresult gm_graph_nodes(const gm_cuda *t, uintptr_t g, int roots, uintptr_t *nodes, size_t cap, size_t *n)
+{
+	CUresult (*call)(CUgraph, CUgraphNode *, size_t *) = roots ? t->cuGraphGetRootNodes : t->cuGraphGetNodes;
+	*n = 0;
+	if (call == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = call((CUgraph)g, NULL, n);
+	if (r != GM_CUDA_SUCCESS || *n == 0 || cap < *n)
+		return r;
+	size_t k = cap;
+	r = call((CUgraph)g, (CUgraphNode *)nodes, &k);
+	if (r == GM_CUDA_SUCCESS)
+		*n = k < *n ? k : *n;
+	return r;
+}
+
+/* gm_kernel_params fills a kernel node's parameters: the function, dims
+ * as gm_launch_ex takes them, params as cuLaunchKernel's extra buffer
+ * (extra and size must outlive p's use). */
+static void gm_kernel_params(CUDA_KERNEL_NODE_PARAMS_v2 *p, void **extra, size_t *size, uintptr_t fn,
+			     const unsigned int *dims, void *params, size_t nparams)
+{
+	memset(p, 0, sizeof *p);
+	p->func = (CUfunction)fn;
+	p->gridDimX = dims[0];
+	p->gridDimY = dims[1];
+	p->gridDimZ = dims[2];
+	p->blockDimX = dims[3];
+	p->blockDimY = dims[4];
+	p->blockDimZ = dims[5];
+	p->sharedMemBytes = dims[6];
+	*size = nparams;
+	extra[0] = GM_CU_LAUNCH_PARAM_BUFFER_POINTER;
+	extra[1] = params;
+	extra[2] = GM_CU_LAUNCH_PARAM_BUFFER_SIZE;
+	extra[3] = size;
+	extra[4] = GM_CU_LAUNCH_PARAM_END;
+	p->extra = nparams > 0 ? extra : NULL;
+}
+
+CUresult gm_graph_add_kernel(const gm_cuda *t, uintptr_t g, const uintptr_t *deps, size_t ndeps, uintptr_t fn,
+			     const unsigned int *dims, void *params, size_t nparams, uintptr_t *node)
+{
+	CUgraphNode out = NULL;
+	*node = 0;
+	if (t->cuGraphAddKernelNode_v2 == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUDA_KERNEL_NODE_PARAMS_v2 p;
+	void *extra[5];
+	size_t size;
+	gm_kernel_params(&p, extra, &size, fn, dims, params, nparams);
+	/* The driver copies the parameters into the node. */
+	CUresult r = t->cuGraphAddKernelNode_v2(&out, (CUgraph)g, (const CUgraphNode *)deps, ndeps, &p);
+	*node = (uintptr_t)out;
+	return r;
+}
+
+CUresult gm_graph_add_memset(const gm_cuda *t, uintptr_t g, const uintptr_t *deps, size_t ndeps, CUdeviceptr dst,
+			     size_t pitch, unsigned int value, unsigned int elementSize, size_t width, size_t height,
+			     uintptr_t *node)
+{
+	CUgraphNode out = NULL;
+	CUcontext ctx = NULL;
+	*node = 0;
+	if (t->cuGraphAddMemsetNode == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = t->cuCtxGetCurrent(&ctx);
+	if (r != GM_CUDA_SUCCESS)
+		return r;
+	CUDA_MEMSET_NODE_PARAMS p = {.dst = dst, .pitch = pitch, .value = value, .elementSize = elementSize,
+				     .width = width, .height = height};
+	r = t->cuGraphAddMemsetNode(&out, (CUgraph)g, (const CUgraphNode *)deps, ndeps, &p, ctx);
+	*node = (uintptr_t)out;
+	return r;
+}
+
+CUresult gm_graph_add_memcpy(const gm_cuda *t, uintptr_t g, const uintptr_t *deps, size_t ndeps,
+			     const unsigned long long *c, uintptr_t *node)
+{
+	CUgraphNode out = NULL;
+	CUcontext ctx = NULL;
+	*node = 0;
+	if (t->cuGraphAddMemcpyNode == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = t->cuCtxGetCurrent(&ctx);
+	if (r != GM_CUDA_SUCCESS)
+		return r;
+	CUDA_MEMCPY3D p;
+	memset(&p, 0, sizeof p);
+	p.srcMemoryType = GM_CU_MEMORYTYPE_DEVICE;
+	p.srcDevice = c[0];
+	p.srcXInBytes = c[1];
+	p.srcY = c[2];
+	p.srcZ = c[3];
+	p.srcPitch = c[4];
+	p.srcHeight = c[5];
+	p.dstMemoryType = GM_CU_MEMORYTYPE_DEVICE;
+	p.dstDevice = c[6];
+	p.dstXInBytes = c[7];
+	p.dstY = c[8];
+	p.dstZ = c[9];
+	p.dstPitch = c[10];
+	p.dstHeight = c[11];
+	p.WidthInBytes = c[12];
+	p.Height = c[13];
+	p.Depth = c[14];
+	r = t->cuGraphAddMemcpyNode(&out, (CUgraph)g, (const CUgraphNode *)deps, ndeps, &p, ctx);
+	*node = (uintptr_t)out;
+	return r;
+}
+
+CUresult gm_graph_add_empty(const gm_cuda *t, uintptr_t g, const uintptr_t *deps, size_t ndeps, uintptr_t *node)
+{
+	CUgraphNode out = NULL;
+	*node = 0;
+	if (t->cuGraphAddEmptyNode == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = t->cuGraphAddEmptyNode(&out, (CUgraph)g, (const CUgraphNode *)deps, ndeps);
+	*node = (uintptr_t)out;
+	return r;
+}
+
+CUresult gm_graph_add_event(const gm_cuda *t, uintptr_t g, const uintptr_t *deps, size_t ndeps, uintptr_t ev,
+			    int wait, uintptr_t *node)
+{
+	CUresult (*call)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUevent) =
+		wait ? t->cuGraphAddEventWaitNode : t->cuGraphAddEventRecordNode;
+	CUgraphNode out = NULL;
+	*node = 0;
+	if (call == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = call(&out, (CUgraph)g, (const CUgraphNode *)deps, ndeps, (CUevent)ev);
+	*node = (uintptr_t)out;
+	return r;
+}
+
+CUresult gm_graph_add_deps(const gm_cuda *t, uintptr_t g, const uintptr_t *from, const uintptr_t *to,
+			   const void *edges, size_t n)
+{
+	if (t->cuGraphAddDependencies_v2 != NULL)
+		return t->cuGraphAddDependencies_v2((CUgraph)g, (const CUgraphNode *)from, (const CUgraphNode *)to,
+						    edges, n);
+	if (t->cuGraphAddDependencies != NULL && (edges == NULL || gm_all_zero(edges, 8 * n)))
+		return t->cuGraphAddDependencies((CUgraph)g, (const CUgraphNode *)from, (const CUgraphNode *)to, n);
+	return GM_CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult gm_graph_instantiate(const gm_cuda *t, uintptr_t g, unsigned long long flags, uintptr_t *e)
+{
+	CUgraphExec exec = NULL;
+	*e = 0;
+	if (t->cuGraphInstantiateWithFlags == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = t->cuGraphInstantiateWithFlags(&exec, (CUgraph)g, flags);
+	*e = (uintptr_t)exec;
+	return r;
+}
+
+CUresult gm_graph_exec_destroy(const gm_cuda *t, uintptr_t e)
+{
+	GM_OPTIONAL(cuGraphExecDestroy, cuGraphExecDestroy((CUgraphExec)e));
+}
+
+CUresult gm_graph_launch(const gm_cuda *t, uintptr_t e, uintptr_t s, int upload)
+{
+	if (upload) {
+		GM_OPTIONAL(cuGraphUpload, cuGraphUpload((CUgraphExec)e, (CUstream)s));
+	}
+	GM_OPTIONAL(cuGraphLaunch, cuGraphLaunch((CUgraphExec)e, (CUstream)s));
+}
+
+CUresult gm_graph_exec_kernel_params(const gm_cuda *t, uintptr_t e, uintptr_t node, uintptr_t fn,
+				     const unsigned int *dims, void *params, size_t nparams)
+{
+	if (t->cuGraphExecKernelNodeSetParams_v2 == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUDA_KERNEL_NODE_PARAMS_v2 p;
+	void *extra[5];
+	size_t size;
+	gm_kernel_params(&p, extra, &size, fn, dims, params, nparams);
+	return t->cuGraphExecKernelNodeSetParams_v2((CUgraphExec)e, (CUgraphNode)node, &p);
+}

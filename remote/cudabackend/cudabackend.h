@@ -23,6 +23,52 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUuuid_st {
 	char bytes[16];
 } CUuuid;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUarray_st *CUarray;
+
+/* Graph node parameters (cuda.h, CUDA 12/13). */
+typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
+	CUfunction func;
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	void **kernelParams;
+	void **extra;
+	void *kern; /* CUkernel: unused here */
+	CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS_v2;
+typedef struct CUDA_MEMSET_NODE_PARAMS_st {
+	CUdeviceptr dst;
+	size_t pitch;
+	unsigned int value;
+	unsigned int elementSize;
+	size_t width;
+	size_t height;
+} CUDA_MEMSET_NODE_PARAMS;
+typedef struct CUDA_MEMCPY3D_st {
+	size_t srcXInBytes, srcY, srcZ, srcLOD;
+	int srcMemoryType; /* CUmemorytype: int-sized */
+	const void *srcHost;
+	CUdeviceptr srcDevice;
+	CUarray srcArray;
+	void *reserved0;
+	size_t srcPitch, srcHeight;
+	size_t dstXInBytes, dstY, dstZ, dstLOD;
+	int dstMemoryType;
+	void *dstHost;
+	CUdeviceptr dstDevice;
+	CUarray dstArray;
+	void *reserved1;
+	size_t dstPitch, dstHeight;
+	size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D;
+/* CUgraphEdgeData: 8 bytes, carried opaque. */
+typedef struct CUgraphEdgeData_st {
+	unsigned char bytes[8];
+} CUgraphEdgeData;
+#define GM_CU_MEMORYTYPE_DEVICE 2
 
 /* CUlaunchAttribute and CUlaunchConfig (cuda.h, CUDA 12/13): the
  * attribute's 64-byte value union is opaque here; the server has rebuilt it
@@ -126,7 +172,32 @@ typedef struct CUlaunchConfig_st {
 	O(cuCtxEnablePeerAccess)                                               \
 	O(cuCtxDisablePeerAccess)                                              \
 	O(cuMemcpyPeer)                                                        \
-	O(cuMemcpyPeerAsync)
+	O(cuMemcpyPeerAsync) \
+	O(cuStreamBeginCapture_v2)                                             \
+	O(cuStreamEndCapture)                                                  \
+	O(cuStreamGetCaptureInfo_v2)                                           \
+	O(cuStreamGetCaptureInfo_v3)                                           \
+	O(cuStreamUpdateCaptureDependencies)                                   \
+	O(cuStreamUpdateCaptureDependencies_v2)                                \
+	O(cuThreadExchangeStreamCaptureMode)                                   \
+	O(cuGraphCreate)                                                       \
+	O(cuGraphDestroy)                                                      \
+	O(cuGraphClone)                                                        \
+	O(cuGraphGetNodes)                                                     \
+	O(cuGraphGetRootNodes)                                                 \
+	O(cuGraphAddKernelNode_v2)                                             \
+	O(cuGraphAddMemsetNode)                                                \
+	O(cuGraphAddMemcpyNode)                                                \
+	O(cuGraphAddEmptyNode)                                                 \
+	O(cuGraphAddEventRecordNode)                                           \
+	O(cuGraphAddEventWaitNode)                                             \
+	O(cuGraphAddDependencies)                                              \
+	O(cuGraphAddDependencies_v2)                                           \
+	O(cuGraphInstantiateWithFlags)                                         \
+	O(cuGraphExecDestroy)                                                  \
+	O(cuGraphLaunch)                                                       \
+	O(cuGraphUpload)                                                       \
+	O(cuGraphExecKernelNodeSetParams_v2)
 
 typedef struct gm_cuda {
 	void *lib;
@@ -204,6 +275,42 @@ typedef struct gm_cuda {
 	CUresult (*cuMemcpyPeer)(CUdeviceptr dst, CUcontext dstCtx, CUdeviceptr src, CUcontext srcCtx, size_t n);
 	CUresult (*cuMemcpyPeerAsync)(CUdeviceptr dst, CUcontext dstCtx, CUdeviceptr src, CUcontext srcCtx, size_t n,
 				      CUstream s);
+	/* Stream capture and graphs. Capture statuses and modes are enums:
+	 * int-sized. */
+	CUresult (*cuStreamBeginCapture_v2)(CUstream s, int mode);
+	CUresult (*cuStreamEndCapture)(CUstream s, CUgraph *g);
+	CUresult (*cuStreamGetCaptureInfo_v2)(CUstream s, int *status, unsigned long long *id, CUgraph *g,
+					      const CUgraphNode **deps, size_t *n);
+	CUresult (*cuStreamGetCaptureInfo_v3)(CUstream s, int *status, unsigned long long *id, CUgraph *g,
+					      const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *n);
+	CUresult (*cuStreamUpdateCaptureDependencies)(CUstream s, CUgraphNode *deps, size_t n, unsigned int flags);
+	CUresult (*cuStreamUpdateCaptureDependencies_v2)(CUstream s, CUgraphNode *deps, const CUgraphEdgeData *edges,
+							 size_t n, unsigned int flags);
+	CUresult (*cuThreadExchangeStreamCaptureMode)(int *mode);
+	CUresult (*cuGraphCreate)(CUgraph *g, unsigned int flags);
+	CUresult (*cuGraphDestroy)(CUgraph g);
+	CUresult (*cuGraphClone)(CUgraph *clone, CUgraph g);
+	CUresult (*cuGraphGetNodes)(CUgraph g, CUgraphNode *nodes, size_t *n);
+	CUresult (*cuGraphGetRootNodes)(CUgraph g, CUgraphNode *nodes, size_t *n);
+	CUresult (*cuGraphAddKernelNode_v2)(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+					    const CUDA_KERNEL_NODE_PARAMS_v2 *p);
+	CUresult (*cuGraphAddMemsetNode)(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+					 const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx);
+	CUresult (*cuGraphAddMemcpyNode)(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+					 const CUDA_MEMCPY3D *p, CUcontext ctx);
+	CUresult (*cuGraphAddEmptyNode)(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n);
+	CUresult (*cuGraphAddEventRecordNode)(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+					      CUevent ev);
+	CUresult (*cuGraphAddEventWaitNode)(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+					    CUevent ev);
+	CUresult (*cuGraphAddDependencies)(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, size_t n);
+	CUresult (*cuGraphAddDependencies_v2)(CUgraph g, const CUgraphNode *from, const CUgraphNode *to,
+					      const CUgraphEdgeData *edges, size_t n);
+	CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *e, CUgraph g, unsigned long long flags);
+	CUresult (*cuGraphExecDestroy)(CUgraphExec e);
+	CUresult (*cuGraphLaunch)(CUgraphExec e, CUstream s);
+	CUresult (*cuGraphUpload)(CUgraphExec e, CUstream s);
+	CUresult (*cuGraphExecKernelNodeSetParams_v2)(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v2 *p);
 } gm_cuda;
 
 /* gm_open's results. */
@@ -309,5 +416,46 @@ CUresult gm_ctx_enable_peer(const gm_cuda *t, uintptr_t peer, unsigned int flags
 CUresult gm_ctx_disable_peer(const gm_cuda *t, uintptr_t peer);
 CUresult gm_memcpy_peer(const gm_cuda *t, CUdeviceptr dst, uintptr_t dst_ctx, CUdeviceptr src, uintptr_t src_ctx,
 			size_t n, uintptr_t s, int async);
+/*
+ * Stream capture and graphs (optional: CUDA_ERROR_NOT_SUPPORTED where the
+ * driver lacks a call). Lists of nodes are arrays of uintptr_t (CUgraphNode
+ * values), edge data 8-byte records; NULL edges are default edges.
+ */
+CUresult gm_stream_begin_capture(const gm_cuda *t, uintptr_t s, int mode);
+CUresult gm_stream_end_capture(const gm_cuda *t, uintptr_t s, uintptr_t *g);
+/* gm_stream_capture_info copies at most cap dependencies (and their edge
+ * data, zero without cuStreamGetCaptureInfo_v3) and sets *n to their
+ * number. */
+CUresult gm_stream_capture_info(const gm_cuda *t, uintptr_t s, int *status, unsigned long long *id, uintptr_t *g,
+				uintptr_t *deps, void *edges, size_t cap, size_t *n);
+CUresult gm_stream_update_capture_deps(const gm_cuda *t, uintptr_t s, const uintptr_t *deps, const void *edges,
+				       size_t n, unsigned int flags);
+CUresult gm_thread_exchange_capture_mode(const gm_cuda *t, int *mode);
+CUresult gm_graph_create(const gm_cuda *t, unsigned int flags, uintptr_t *g);
+CUresult gm_graph_destroy(const gm_cuda *t, uintptr_t g);
+CUresult gm_graph_clone(const gm_cuda *t, uintptr_t g, uintptr_t *clone);
+/* gm_graph_nodes: all nodes, or the roots; at most cap into nodes, their
+ * number in *n. */
+CUresult gm_graph_nodes(const gm_cuda *t, uintptr_t g, int roots, uintptr_t *nodes, size_t cap, size_t *n);
+/* dims as gm_launch_ex takes them. */
+CUresult gm_graph_add_kernel(const gm_cuda *t, uintptr_t g, const uintptr_t *deps, size_t ndeps, uintptr_t fn,
+			     const unsigned int *dims, void *params, size_t nparams, uintptr_t *node);
+CUresult gm_graph_add_memset(const gm_cuda *t, uintptr_t g, const uintptr_t *deps, size_t ndeps, CUdeviceptr dst,
+			     size_t pitch, unsigned int value, unsigned int elementSize, size_t width, size_t height,
+			     uintptr_t *node);
+/* c: a proto.Copy3D's 15 fields (src, x, y, z, pitch, height; dst, ...;
+ * width, height, depth). */
+CUresult gm_graph_add_memcpy(const gm_cuda *t, uintptr_t g, const uintptr_t *deps, size_t ndeps,
+			     const unsigned long long *c, uintptr_t *node);
+CUresult gm_graph_add_empty(const gm_cuda *t, uintptr_t g, const uintptr_t *deps, size_t ndeps, uintptr_t *node);
+CUresult gm_graph_add_event(const gm_cuda *t, uintptr_t g, const uintptr_t *deps, size_t ndeps, uintptr_t ev,
+			    int wait, uintptr_t *node);
+CUresult gm_graph_add_deps(const gm_cuda *t, uintptr_t g, const uintptr_t *from, const uintptr_t *to,
+			   const void *edges, size_t n);
+CUresult gm_graph_instantiate(const gm_cuda *t, uintptr_t g, unsigned long long flags, uintptr_t *e);
+CUresult gm_graph_exec_destroy(const gm_cuda *t, uintptr_t e);
+CUresult gm_graph_launch(const gm_cuda *t, uintptr_t e, uintptr_t s, int upload);
+CUresult gm_graph_exec_kernel_params(const gm_cuda *t, uintptr_t e, uintptr_t node, uintptr_t fn,
+				     const unsigned int *dims, void *params, size_t nparams);
 
 #endif

@@ -47,6 +47,17 @@ type fakeState struct {
 	PeerQueries, LastPeerDev, LastPeerAttr                                 uint64
 	PeerEnables, PeerDisables, LastPeerCtx, LastPeerFlags                  uint64
 	PeerCopies, PeerCopiesAsync, LastDstCtx, LastSrcCtx                    uint64
+	// Stream capture and graphs.
+	CaptureBegins, CaptureMode, CaptureStream, CaptureEnds                     uint64
+	UpdateN, UpdateFlags, UpdateFirst, UpdateEdge0                             uint64
+	GraphsCreated, GraphsDestroyed, GraphClones                                uint64
+	NodeAdds, NodeNdeps, NodeFirstDep, NodeCtx, NodeEvent, NodeWait            uint64
+	MemsetDst, MemsetPitch, MemsetValue, MemsetElem, MemsetWidth, MemsetHeight uint64
+	MemcpyTypes                                                                uint64
+	MemcpyF                                                                    [15]uint64
+	DepAdds, DepN, DepEdge0                                                    uint64
+	Instantiates, InstantiateFlags, ExecDestroys, GraphLaunches, GraphUploads  uint64
+	GraphStream, ExecParamSets, ExecParamNode                                  uint64
 }
 
 const fakeMagic = 0x616475636b6166
@@ -704,6 +715,24 @@ func TestFakeOptionalSymbols(t *testing.T) {
 		want(t, "MemcpyPeerAsync", b.MemcpyPeer(0, ctx, 0, ctx, 8, 0, true), proto.ErrNotSupported)
 		_, r = b.OccupancyMaxActiveClusters(fn, one, one, 0, 0, make([]proto.LaunchAttr, proto.MaxLaunchAttrs+1))
 		want(t, "OccupancyMaxActiveClusters with too many attributes", r, proto.ErrInvalidValue)
+		// Nor stream capture and graphs (CUDA 10 to 12.3).
+		want(t, "StreamBeginCapture", b.StreamBeginCapture(0, 1), proto.ErrNotSupported)
+		_, r = b.StreamEndCapture(0)
+		want(t, "StreamEndCapture", r, proto.ErrNotSupported)
+		_, _, _, _, _, r = b.StreamCaptureInfo(0)
+		want(t, "StreamCaptureInfo", r, proto.ErrNotSupported)
+		_, r = b.ThreadExchangeStreamCaptureMode(2)
+		want(t, "ThreadExchangeStreamCaptureMode", r, proto.ErrNotSupported)
+		_, r = b.GraphCreate(0)
+		want(t, "GraphCreate", r, proto.ErrNotSupported)
+		_, r = b.GraphNodes(1, false)
+		want(t, "GraphNodes", r, proto.ErrNotSupported)
+		_, r = b.GraphAddKernelNode(1, nil, fn, one, one, 0, nil)
+		want(t, "GraphAddKernelNode", r, proto.ErrNotSupported)
+		want(t, "GraphAddDependencies", b.GraphAddDependencies(1, []uintptr{1}, []uintptr{2}, nil), proto.ErrNotSupported)
+		_, r = b.GraphInstantiate(1, 0)
+		want(t, "GraphInstantiate", r, proto.ErrNotSupported)
+		want(t, "GraphLaunch", b.GraphLaunch(1, 0), proto.ErrNotSupported)
 		ok(t, "CtxDestroy", b.CtxDestroy(ctx))
 	})
 }
@@ -813,4 +842,109 @@ func TestFakeConcurrentSessions(t *testing.T) {
 	eq(t, "pinned buffers live", st.LiveHost, 0)
 	eq(t, "pinned buffers", st.HostAllocs, sessions*StagingSlots)
 	eq(t, "contexts known", len(b.ctxs), 0)
+}
+
+// TestFakeGraphs checks the capture and graph glue: arguments reach the
+// driver in its structures (kernel parameters as extra's buffer, memset and
+// CUDA_MEMCPY3D fields, node arrays, edge data), and what it returns comes
+// back (more dependencies than the first guess, edge data).
+func TestFakeGraphs(t *testing.T) {
+	b, st := openFake(t)
+	withContext(t, b, func(ctx uintptr) {
+		s, r := b.StreamCreate(0)
+		ok(t, "StreamCreate", r)
+		ok(t, "StreamBeginCapture", b.StreamBeginCapture(s, 1))
+		eq(t, "capture mode", st.CaptureMode, 1)
+		eq(t, "capture stream", st.CaptureStream, uint64(s))
+		status, id, g, deps, edges, r := b.StreamCaptureInfo(s)
+		ok(t, "StreamCaptureInfo", r)
+		eq(t, "status", status, 1)
+		eq(t, "capture ID", id, 77)
+		if g == 0 || len(deps) != 20 || deps[1]-deps[0] != 1 || len(edges) != 20*proto.EdgeDataSize {
+			t.Fatalf("capture info: graph %#x, %d deps, %d bytes of edges", g, len(deps), len(edges))
+		}
+		eq(t, "the last edge's type", edges[19*proto.EdgeDataSize+2], 1)
+		ok(t, "StreamUpdateCaptureDependencies", b.StreamUpdateCaptureDependencies(s, deps[:1], edges[152:160], 1))
+		eq(t, "dependencies set", st.UpdateN, 1)
+		eq(t, "flags", st.UpdateFlags, 1)
+		eq(t, "first dependency", st.UpdateFirst, uint64(deps[0]))
+		eq(t, "edge data passed", st.UpdateEdge0, 2)
+		prev, r := b.ThreadExchangeStreamCaptureMode(2)
+		ok(t, "ThreadExchangeStreamCaptureMode", r)
+		eq(t, "previous mode", prev, 0)
+		prev, _ = b.ThreadExchangeStreamCaptureMode(0)
+		eq(t, "previous mode", prev, 2)
+		cg, r := b.StreamEndCapture(s)
+		ok(t, "StreamEndCapture", r)
+		status, _, _, _, _, r = b.StreamCaptureInfo(s)
+		ok(t, "StreamCaptureInfo after the end", r)
+		eq(t, "status", status, 0)
+
+		nodes, r := b.GraphNodes(cg, false)
+		ok(t, "GraphNodes", r)
+		roots, r := b.GraphNodes(cg, true)
+		ok(t, "GraphNodes(roots)", r)
+		if len(nodes) != 3 || len(roots) != 1 || roots[0] != nodes[0] {
+			t.Fatalf("nodes %v roots %v", nodes, roots)
+		}
+
+		mod, r := b.ModuleLoadData([]byte("ptx"))
+		ok(t, "ModuleLoadData", r)
+		fn, r := b.ModuleGetFunction(mod, "fill")
+		ok(t, "ModuleGetFunction", r)
+		params := pattern(16, 4)
+		kn, r := b.GraphAddKernelNode(cg, nodes[:2], fn, [3]uint32{2, 1, 1}, [3]uint32{64, 1, 1}, 128, params)
+		ok(t, "GraphAddKernelNode", r)
+		eq(t, "dependencies", st.NodeNdeps, 2)
+		eq(t, "first dependency", st.NodeFirstDep, uint64(nodes[0]))
+		eq(t, "grid", st.LaunchGrid, [3]uint64{2, 1, 1})
+		eq(t, "shared memory", st.LaunchShmem, 128)
+		eq(t, "extra keys (BUFFER_POINTER, BUFFER_SIZE)", st.LaunchExtraKeys, 12)
+		if !bytes.Equal(st.LaunchBuf[:16], params) {
+			t.Fatalf("node parameters % x, want % x", st.LaunchBuf[:16], params)
+		}
+		_, r = b.GraphAddMemsetNode(cg, nil, 0x1000, 256, 0xabcd, 2, 64, 3)
+		ok(t, "GraphAddMemsetNode", r)
+		eq(t, "memset", [6]uint64{st.MemsetDst, st.MemsetPitch, st.MemsetValue, st.MemsetElem, st.MemsetWidth, st.MemsetHeight},
+			[6]uint64{0x1000, 256, 0xabcd, 2, 64, 3})
+		eq(t, "memset node's context", st.NodeCtx, uint64(ctx))
+		c := proto.Copy3D{Src: 1, SrcX: 2, SrcY: 3, SrcZ: 4, SrcPitch: 5, SrcHeight: 6, Dst: 7, DstX: 8, DstY: 9, DstZ: 10,
+			DstPitch: 11, DstHeight: 12, Width: 13, Height: 14, Depth: 15}
+		_, r = b.GraphAddMemcpyNode(cg, nil, c)
+		ok(t, "GraphAddMemcpyNode", r)
+		eq(t, "memory types (device, device)", st.MemcpyTypes, 22)
+		eq(t, "CUDA_MEMCPY3D", st.MemcpyF, [15]uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+		_, r = b.GraphAddEmptyNode(cg, nil)
+		ok(t, "GraphAddEmptyNode", r)
+		ev, r := b.EventCreate(0)
+		ok(t, "EventCreate", r)
+		_, r = b.GraphAddEventNode(cg, nodes[2:], ev, true)
+		ok(t, "GraphAddEventNode", r)
+		eq(t, "event", st.NodeEvent, uint64(ev))
+		eq(t, "wait", st.NodeWait, 1)
+		ok(t, "GraphAddDependencies", b.GraphAddDependencies(cg, nodes[:1], nodes[1:2], []byte{5, 0, 0, 0, 0, 0, 0, 0}))
+		eq(t, "edges", st.DepN, 1)
+		eq(t, "edge data passed", st.DepEdge0, 6)
+		want(t, "GraphAddDependencies(3 from, 2 to)", b.GraphAddDependencies(cg, nodes, nodes[:2], nil), proto.ErrInvalidValue)
+
+		e, r := b.GraphInstantiate(cg, 1)
+		ok(t, "GraphInstantiate", r)
+		eq(t, "instantiate flags", st.InstantiateFlags, 1)
+		ok(t, "GraphUpload", b.GraphUpload(e, s))
+		ok(t, "GraphLaunch", b.GraphLaunch(e, s))
+		eq(t, "uploads", st.GraphUploads, 1)
+		eq(t, "launches", st.GraphLaunches, 1)
+		eq(t, "launch stream", st.GraphStream, uint64(s))
+		ok(t, "GraphExecKernelNodeSetParams", b.GraphExecKernelNodeSetParams(e, kn, fn, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, 0, params[:8]))
+		eq(t, "node", st.ExecParamNode, uint64(kn))
+		eq(t, "new parameter size", st.LaunchSize, 8)
+		clone, r := b.GraphClone(cg)
+		ok(t, "GraphClone", r)
+		ok(t, "GraphExecDestroy", b.GraphExecDestroy(e))
+		ok(t, "GraphDestroy", b.GraphDestroy(clone))
+		ok(t, "GraphDestroy", b.GraphDestroy(cg))
+		want(t, "GraphDestroy(destroyed)", b.GraphDestroy(cg), proto.ErrInvalidHandle)
+		eq(t, "graphs destroyed", st.GraphsDestroyed, 2)
+		ok(t, "CtxDestroy", b.CtxDestroy(ctx))
+	})
 }

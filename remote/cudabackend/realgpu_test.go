@@ -448,3 +448,122 @@ func TestGPUPeers(t *testing.T) {
 		ok(t, "CtxSetCurrent(0)", b.CtxSetCurrent(ctx0))
 	})
 }
+
+// TestGPUGraphs: a capture of a kernel, a memset and a device copy,
+// replayed with new input; an explicit graph; and what the server relies
+// on: a query of a capturing stream invalidates the capture (how it
+// invalidates one after refusing a host copy), and a thread-local capture
+// leaves another thread's allocations alone.
+func TestGPUGraphs(t *testing.T) {
+	b := openGPU(t)
+	onGPUThread(t, b, func(ctx uintptr) {
+		mod, r := b.ModuleLoadData([]byte(fillPTX))
+		ok(t, "ModuleLoadData", r)
+		fn, r := b.ModuleGetFunction(mod, "fill")
+		ok(t, "ModuleGetFunction", r)
+		const words = 1 << 16
+		d, r := b.MemAlloc(4 * words)
+		ok(t, "MemAlloc", r)
+		out, r := b.MemAlloc(4 * words)
+		ok(t, "MemAlloc", r)
+		s, r := b.StreamCreate(1)
+		ok(t, "StreamCreate", r)
+
+		ok(t, "StreamBeginCapture", b.StreamBeginCapture(s, proto.CaptureModeThreadLocal))
+		ok(t, "captured LaunchKernel", b.LaunchKernel(fn, [3]uint32{words / 256, 1, 1}, [3]uint32{256, 1, 1}, 0, s, params(d, 7, words/2)))
+		ok(t, "captured MemsetD32", b.MemsetD32(d+4*(words/2), 9, words/2, s, true))
+		ok(t, "captured MemcpyDtoD", b.MemcpyDtoD(out, d, 4*words, s, true))
+		status, id, g, deps, _, r := b.StreamCaptureInfo(s)
+		ok(t, "StreamCaptureInfo", r)
+		if status != proto.CaptureActive || id == 0 || g == 0 || len(deps) != 1 {
+			t.Fatalf("capture info: status %d id %d graph %#x %d deps", status, id, g, len(deps))
+		}
+		// Another thread allocates while this one captures thread-locally.
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			if r := b.CtxSetCurrent(ctx); r != proto.Success {
+				t.Errorf("CtxSetCurrent on another thread: %v", r)
+				return
+			}
+			p, r := b.MemAlloc(256)
+			if r != proto.Success {
+				t.Errorf("another thread's MemAlloc during a thread-local capture: %v", r)
+				return
+			}
+			b.MemFree(p)
+		})
+		wg.Wait()
+		eg, r := b.StreamEndCapture(s)
+		ok(t, "StreamEndCapture", r)
+		eq(t, "the capture's graph", eg, g)
+		nodes, r := b.GraphNodes(g, false)
+		ok(t, "GraphNodes", r)
+		eq(t, "captured nodes", len(nodes), 3)
+		e, r := b.GraphInstantiate(g, proto.GraphInstantiateAutoFreeOnLaunch)
+		ok(t, "GraphInstantiate", r)
+		got := make([]byte, 4*words)
+		for round := range 3 {
+			ok(t, "MemsetD32 (new input)", b.MemsetD32(d, uint32(round), words, 0, false))
+			if round == 2 {
+				ok(t, "GraphExecKernelNodeSetParams", b.GraphExecKernelNodeSetParams(e, nodes[0], fn, [3]uint32{words / 256, 1, 1}, [3]uint32{256, 1, 1}, 0, params(d, 8, words/2)))
+			}
+			ok(t, "GraphLaunch", b.GraphLaunch(e, s))
+			ok(t, "StreamSynchronize", b.StreamSynchronize(s))
+			ok(t, "MemcpyDtoH", b.MemcpyDtoH(got, out, 0))
+			want := uint32(7)
+			if round == 2 {
+				want = 8
+			}
+			eq(t, "replayed kernel's word", binary.LittleEndian.Uint32(got[0:]), want)
+			eq(t, "replayed memset's word", binary.LittleEndian.Uint32(got[4*words-4:]), 9)
+		}
+		ok(t, "GraphExecDestroy", b.GraphExecDestroy(e))
+		ok(t, "GraphDestroy", b.GraphDestroy(g))
+
+		// Querying a capturing stream invalidates its capture.
+		ok(t, "StreamBeginCapture", b.StreamBeginCapture(s, proto.CaptureModeThreadLocal))
+		ok(t, "captured MemsetD32", b.MemsetD32(d, 1, words, s, true))
+		r = b.StreamQuery(s)
+		t.Logf("StreamQuery of a capturing stream: %v", r)
+		status, r = b.StreamIsCapturing(s)
+		ok(t, "StreamIsCapturing", r)
+		eq(t, "status after the query (2: invalidated)", status, proto.CaptureInvalidated)
+		_, r = b.StreamEndCapture(s)
+		want(t, "StreamEndCapture of an invalidated capture", r, proto.ErrStreamCaptureInvalidated)
+
+		// An explicit graph: memset → kernel → 2D copy, an event record.
+		g, r = b.GraphCreate(0)
+		ok(t, "GraphCreate", r)
+		ms, r := b.GraphAddMemsetNode(g, nil, out, 0, 0x55, 1, 1024, 1)
+		ok(t, "GraphAddMemsetNode", r)
+		kn, r := b.GraphAddKernelNode(g, []uintptr{ms}, fn, [3]uint32{1, 1, 1}, [3]uint32{128, 1, 1}, 0, params(d, 3, 128))
+		ok(t, "GraphAddKernelNode", r)
+		c := proto.Copy3D{Src: uint64(d), SrcPitch: 256, Dst: uint64(out), DstX: 64, DstPitch: 512, Width: 16, Height: 2, Depth: 1}
+		_, r = b.GraphAddMemcpyNode(g, []uintptr{kn}, c)
+		ok(t, "GraphAddMemcpyNode", r)
+		ev, r := b.EventCreate(0)
+		ok(t, "EventCreate", r)
+		_, r = b.GraphAddEventNode(g, []uintptr{kn}, ev, false)
+		ok(t, "GraphAddEventNode", r)
+		roots, r := b.GraphNodes(g, true)
+		ok(t, "GraphNodes(roots)", r)
+		eq(t, "roots", len(roots), 1)
+		e, r = b.GraphInstantiate(g, 0)
+		ok(t, "GraphInstantiate", r)
+		ok(t, "GraphUpload", b.GraphUpload(e, s))
+		ok(t, "GraphLaunch", b.GraphLaunch(e, s))
+		ok(t, "StreamSynchronize", b.StreamSynchronize(s))
+		ok(t, "EventQuery", b.EventQuery(ev))
+		ok(t, "MemcpyDtoH", b.MemcpyDtoH(got[:1024], out, 0))
+		eq(t, "memset byte", got[0], 0x55)
+		eq(t, "copied row 0", binary.LittleEndian.Uint32(got[64:]), 3)
+		eq(t, "copied row 1", binary.LittleEndian.Uint32(got[512+64:]), 3)
+		eq(t, "past the copy", got[80], 0x55)
+		ok(t, "GraphExecDestroy", b.GraphExecDestroy(e))
+		ok(t, "GraphDestroy", b.GraphDestroy(g))
+		ok(t, "EventDestroy", b.EventDestroy(ev))
+		ok(t, "StreamDestroy", b.StreamDestroy(s))
+	})
+}

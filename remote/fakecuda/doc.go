@@ -85,5 +85,23 @@
 // everything itself. Streams and events are synchronous; EventElapsedTime
 // measures the real clock between two EventRecord calls.
 //
+// # Stream capture and graphs
+//
+// Capture has CUDA's semantics (graph.go): work issued to a capturing
+// stream (launches, memsets, device copies, event records, graph launches)
+// is recorded into the capture's graph instead of run; cuStreamEndCapture
+// returns the graph; an instantiated graph replays the recorded work in
+// dependency order on the memory as it is at launch, so new input written
+// to the captured buffers gives new output. A host-to-device copy is
+// recorded with the bytes it had then, as a driver records a copy from
+// pinned memory it reads at replay (the server refuses them); a
+// device-to-host copy, synchronizing the stream or its context, and
+// waiting for an event not of the capture are refused and invalidate the
+// capture, as are MemAlloc and MemFree when the thread's interaction mode
+// and the captures under way prohibit unsafe calls. Streams join a capture
+// by waiting for an event recorded in it; only the stream that began a
+// capture ends it, on the thread that began it unless it is relaxed.
+// Edge data other than the default is CUDA_ERROR_NOT_SUPPORTED.
+//
 // A Backend is safe for concurrent use by many sessions.
 package fakecuda

@@ -55,6 +55,15 @@ type Backend struct {
 	mem      addressSpace
 	launches []Launch
 	implicit int
+
+	// Stream capture and graphs (graph.go).
+	graphs      map[uintptr]*graph
+	nodes       map[uintptr]*node
+	execs       map[uintptr]*exec
+	captures    map[streamKey]*streamCapture // the streams taking part in a capture
+	live        map[uint64]*capture          // the captures not ended, by ID
+	nextCapture uint64
+	modes       map[int]int32 // threads' capture interaction modes, by tid (absent: global)
 }
 
 type device struct {
@@ -91,12 +100,18 @@ func New(opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("fakecuda: device name %q: want 1 to 255 bytes", cfg.name)
 	}
 	b := &Backend{
-		current: map[int]uintptr{},
-		ctxs:    map[uintptr]*context{},
-		mods:    map[uintptr]*module{},
-		funcs:   map[uintptr]*function{},
-		streams: map[uintptr]*stream{},
-		events:  map[uintptr]*event{},
+		current:  map[int]uintptr{},
+		ctxs:     map[uintptr]*context{},
+		mods:     map[uintptr]*module{},
+		funcs:    map[uintptr]*function{},
+		streams:  map[uintptr]*stream{},
+		events:   map[uintptr]*event{},
+		graphs:   map[uintptr]*graph{},
+		nodes:    map[uintptr]*node{},
+		execs:    map[uintptr]*exec{},
+		captures: map[streamKey]*streamCapture{},
+		live:     map[uint64]*capture{},
+		modes:    map[int]int32{},
 		// Raw object values look nothing like the server's handles
 		// (0x1000...), so a test notices one leaking through.
 		nextID: 0x5eed_0000_0000,
@@ -260,6 +275,7 @@ func (b *Backend) CtxDestroy(ctx uintptr) proto.Result {
 			delete(b.events, id)
 		}
 	}
+	b.dropContextGraphs(c)
 	for tid, cur := range b.current {
 		if cur == ctx {
 			delete(b.current, tid)
@@ -292,11 +308,22 @@ func (b *Backend) CtxSetCurrent(ctx uintptr) proto.Result {
 }
 
 // CtxSynchronize waits for nothing: everything the fake does is
-// synchronous. It still needs a current context.
+// synchronous. It still needs a current context, and none of its streams
+// may be capturing (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, which
+// invalidates the captures).
 func (b *Backend) CtxSynchronize() proto.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	_, r := b.cur()
+	c, r := b.cur()
+	if r != proto.Success {
+		return r
+	}
+	for k, sc := range b.captures {
+		if k.ctx == c {
+			b.invalidate(sc.cap)
+			r = proto.ErrStreamCaptureUnsupported
+		}
+	}
 	return r
 }
 
@@ -311,6 +338,9 @@ type Stats struct {
 	ImplicitFrees int
 	// ThreadsWithContext counts the OS threads with a current context.
 	ThreadsWithContext int
+	// Graphs, GraphExecs and Captures count the live graphs (a capture's
+	// included), executable graphs and captures not ended.
+	Graphs, GraphExecs, Captures int
 }
 
 // Stats returns the live object counts.
@@ -325,6 +355,9 @@ func (b *Backend) Stats() Stats {
 		Events:             len(b.events),
 		ImplicitFrees:      b.implicit,
 		ThreadsWithContext: len(b.current),
+		Graphs:             len(b.graphs),
+		GraphExecs:         len(b.execs),
+		Captures:           len(b.live),
 	}
 	for _, a := range b.mem.allocs {
 		if a.module == nil {

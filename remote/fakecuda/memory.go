@@ -148,6 +148,9 @@ func (b *Backend) MemAlloc(n uint64) (proto.DevPtr, proto.Result) {
 	if n == 0 {
 		return 0, proto.ErrInvalidValue
 	}
+	if b.prohibited() {
+		return 0, proto.ErrStreamCaptureUnsupported
+	}
 	if n > c.dev.total-c.dev.used {
 		return 0, proto.ErrOutOfMemory
 	}
@@ -174,6 +177,9 @@ func (b *Backend) MemFree(p proto.DevPtr) proto.Result {
 	if a.ctx != c {
 		return proto.ErrInvalidContext
 	}
+	if b.prohibited() {
+		return proto.ErrStreamCaptureUnsupported
+	}
 	b.mem.remove(a)
 	c.dev.used -= a.size
 	return proto.Success
@@ -190,42 +196,53 @@ func (b *Backend) MemGetInfo() (free, total uint64, r proto.Result) {
 	return c.dev.total - c.dev.used, c.dev.total, proto.Success
 }
 
-// span checks a current context, stream s and the range [p, p+n); the
-// caller holds mu.
-func (b *Backend) span(p proto.DevPtr, n uint64, s uintptr) (*allocation, uint64, proto.Result) {
+// span checks a current context, stream s and the range [p, p+n), and
+// returns the capture s takes part in (nil: none); the caller holds mu.
+func (b *Backend) span(p proto.DevPtr, n uint64, s uintptr) (*allocation, uint64, *streamCapture, proto.Result) {
 	c, r := b.cur()
 	if r != proto.Success {
-		return nil, 0, r
+		return nil, 0, nil, r
 	}
 	if r := b.checkStream(c, s); r != proto.Success {
-		return nil, 0, r
+		return nil, 0, nil, r
 	}
 	a, off, ok := b.mem.find(uint64(p), n)
 	if !ok {
-		return nil, 0, proto.ErrInvalidValue
+		return nil, 0, nil, proto.ErrInvalidValue
 	}
-	return a, off, proto.Success
+	sc, r := b.capturing(c, s)
+	return a, off, sc, r
 }
 
-// MemcpyHtoD copies src to dst.
+// MemcpyHtoD copies src to dst. In a capture it records a copy of the
+// bytes src holds now (what a driver does with a copy from pinned memory,
+// which it reads at replay: the server's staging buffer, not the client's
+// data; the server refuses these copies).
 func (b *Backend) MemcpyHtoD(dst proto.DevPtr, src []byte, stream uintptr, async bool) proto.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	a, off, r := b.span(dst, uint64(len(src)), stream)
+	a, off, sc, r := b.span(dst, uint64(len(src)), stream)
 	if r != proto.Success {
 		return r
+	}
+	if sc != nil {
+		return b.record(sc, op{kind: opHostCopy, dst: uint64(dst), data: append([]byte(nil), src...)})
 	}
 	a.write(off, src)
 	return proto.Success
 }
 
-// MemcpyDtoH copies len(dst) bytes from src.
+// MemcpyDtoH copies len(dst) bytes from src; a capture cannot record it
+// (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, which invalidates the capture).
 func (b *Backend) MemcpyDtoH(dst []byte, src proto.DevPtr, stream uintptr) proto.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	a, off, r := b.span(src, uint64(len(dst)), stream)
+	a, off, sc, r := b.span(src, uint64(len(dst)), stream)
 	if r != proto.Success {
 		return r
+	}
+	if sc != nil {
+		return b.refuse(sc, proto.ErrStreamCaptureUnsupported)
 	}
 	a.read(off, dst)
 	return proto.Success
@@ -235,11 +252,11 @@ func (b *Backend) MemcpyDtoH(dst []byte, src proto.DevPtr, stream uintptr) proto
 func (b *Backend) MemcpyDtoD(dst, src proto.DevPtr, n uint64, stream uintptr, async bool) proto.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	da, doff, r := b.span(dst, n, stream)
+	da, doff, _, r := b.span(dst, n, stream)
 	if r != proto.Success {
 		return r
 	}
-	sa, soff, r := b.span(src, n, stream)
+	sa, soff, sc, r := b.span(src, n, stream)
 	if r != proto.Success {
 		return r
 	}
@@ -247,6 +264,9 @@ func (b *Backend) MemcpyDtoD(dst, src proto.DevPtr, n uint64, stream uintptr, as
 		// CUDA's unified addressing would copy between devices here;
 		// the server must ask for a peer copy (MemcpyPeer) instead.
 		return proto.ErrInvalidValue
+	}
+	if sc != nil {
+		return b.record(sc, op{kind: opCopy, copy: proto.Copy3D{Src: uint64(src), Dst: uint64(dst), Width: n, Height: 1, Depth: 1}})
 	}
 	copyAlloc(da, doff, sa, soff, n)
 	return proto.Success
@@ -267,9 +287,12 @@ func copyAlloc(da *allocation, doff uint64, sa *allocation, soff uint64, n uint6
 func (b *Backend) MemsetD8(dst proto.DevPtr, v uint8, n uint64, stream uintptr, async bool) proto.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	a, off, r := b.span(dst, n, stream)
+	a, off, sc, r := b.span(dst, n, stream)
 	if r != proto.Success {
 		return r
+	}
+	if sc != nil {
+		return b.record(sc, op{kind: opMemset, dst: uint64(dst), value: uint32(v), elem: 1, width: n, height: 1})
 	}
 	a.fill(off, n, [4]byte{v, v, v, v})
 	return proto.Success
@@ -282,9 +305,12 @@ func (b *Backend) MemsetD32(dst proto.DevPtr, v uint32, n uint64, stream uintptr
 	if dst%4 != 0 || n > (1<<62) {
 		return proto.ErrInvalidValue
 	}
-	a, off, r := b.span(dst, 4*n, stream)
+	a, off, sc, r := b.span(dst, 4*n, stream)
 	if r != proto.Success {
 		return r
+	}
+	if sc != nil {
+		return b.record(sc, op{kind: opMemset, dst: uint64(dst), value: v, elem: 4, width: n, height: 1})
 	}
 	a.fill(off, 4*n, [4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)})
 	return proto.Success

@@ -490,15 +490,28 @@ func (b *Backend) launch(fn uintptr, grid, block [3]uint32, sharedMem uint32, st
 	if _, r := b.checkLaunchAttrs(grid, attrs); r != proto.Success {
 		return r
 	}
-	r = b.run(c, f.def, params)
-	if len(b.launches) == maxLaunches {
-		b.launches = append(b.launches[:0], b.launches[1:]...)
+	sc, r := b.capturing(c, stream)
+	if r != proto.Success {
+		return r
 	}
-	b.launches = append(b.launches, Launch{
+	if sc != nil {
+		return b.record(sc, op{kind: opKernel, fn: f, grid: grid, block: block, shared: sharedMem,
+			params: append([]byte(nil), params...), attrs: attrs})
+	}
+	r = b.run(c, f.def, params)
+	b.recordLaunch(Launch{
 		Kernel: f.def.name, Ctx: c.id, Grid: grid, Block: block, SharedMem: sharedMem,
 		Stream: stream, Params: append([]byte(nil), params...), Attrs: attrs, Result: r,
 	})
 	return r
+}
+
+// recordLaunch adds a launch that ran to the record; the caller holds mu.
+func (b *Backend) recordLaunch(l Launch) {
+	if len(b.launches) == maxLaunches {
+		b.launches = append(b.launches[:0], b.launches[1:]...)
+	}
+	b.launches = append(b.launches, l)
 }
 
 // maxClusterSize is CUDA's portable cluster size limit.

@@ -29,9 +29,14 @@ const (
 )
 
 type event struct {
+	id       uintptr
 	ctx      *context
 	flags    uint32
 	recorded time.Time
+	// capture is set when the event was last recorded in a capture, with
+	// the nodes it stands for there.
+	capture *capture
+	deps    []*node
 }
 
 // checkStream accepts a default stream or a stream of context c; the
@@ -122,15 +127,6 @@ func (b *Backend) StreamFlags(s uintptr) (uint32, proto.Result) {
 	return st.flags, r
 }
 
-// StreamIsCapturing reports CU_STREAM_CAPTURE_STATUS_NONE: the fake has no
-// graphs.
-func (b *Backend) StreamIsCapturing(s uintptr) (int32, proto.Result) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	_, r := b.streamOf(s)
-	return 0, r
-}
-
 // ownStream checks a created stream of the current context.
 func (b *Backend) ownStream(s uintptr) proto.Result {
 	c, r := b.cur()
@@ -147,18 +143,31 @@ func (b *Backend) ownStream(s uintptr) proto.Result {
 	return proto.Success
 }
 
-// StreamDestroy destroys a stream of the current context.
+// StreamDestroy destroys a stream of the current context. A capture it
+// began is abandoned (its graph destroyed, counted in
+// Stats.ImplicitFrees); one it joined goes on without it.
 func (b *Backend) StreamDestroy(s uintptr) proto.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if r := b.ownStream(s); r != proto.Success {
 		return r
 	}
+	key := streamKey{b.streams[s].ctx, s}
+	if sc := b.captures[key]; sc != nil {
+		delete(b.captures, key)
+		if sc.cap.origin == key {
+			b.endCapture(sc.cap)
+			b.dropGraph(sc.cap.g)
+			b.implicit++
+		}
+	}
 	delete(b.streams, s)
 	return proto.Success
 }
 
-// StreamSynchronize returns at once: the fake's work is synchronous.
+// StreamSynchronize returns at once: the fake's work is synchronous. A
+// capturing stream cannot be waited for
+// (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, which invalidates the capture).
 func (b *Backend) StreamSynchronize(s uintptr) proto.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -166,14 +175,23 @@ func (b *Backend) StreamSynchronize(s uintptr) proto.Result {
 	if r != proto.Success {
 		return r
 	}
-	return b.checkStream(c, s)
+	if r := b.checkStream(c, s); r != proto.Success {
+		return r
+	}
+	if sc := b.captures[streamKey{c, s}]; sc != nil {
+		return b.refuse(sc, proto.ErrStreamCaptureUnsupported)
+	}
+	return proto.Success
 }
 
 // StreamQuery reports every stream idle.
 func (b *Backend) StreamQuery(s uintptr) proto.Result { return b.StreamSynchronize(s) }
 
 // StreamWaitEvent checks its arguments; the event may be another
-// context's, as in CUDA.
+// context's, as in CUDA. Waiting for an event recorded in a capture joins
+// the stream to the capture (after the event's nodes); a capturing stream
+// may wait only for those (else CUDA_ERROR_STREAM_CAPTURE_ISOLATION), or,
+// with CU_EVENT_WAIT_EXTERNAL, record an event wait node.
 func (b *Backend) StreamWaitEvent(s, ev uintptr, flags uint32) proto.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -184,11 +202,32 @@ func (b *Backend) StreamWaitEvent(s, ev uintptr, flags uint32) proto.Result {
 	if r := b.checkStream(c, s); r != proto.Success {
 		return r
 	}
-	if b.events[ev] == nil {
+	e := b.events[ev]
+	if e == nil {
 		return proto.ErrInvalidHandle
 	}
-	if flags > 1 {
+	if flags > eventExternal {
 		return proto.ErrInvalidValue
+	}
+	sc, r := b.capturing(c, s)
+	if r != proto.Success {
+		return r
+	}
+	joined := e.capture != nil && !e.capture.ended
+	switch {
+	case sc != nil && flags == eventExternal:
+		return b.record(sc, op{kind: opEventWait, ev: e})
+	case joined && sc == nil:
+		if s == 0 || s == streamLegacy {
+			return b.refuse(&streamCapture{cap: e.capture}, proto.ErrStreamCaptureImplicit)
+		}
+		b.captures[streamKey{c, s}] = &streamCapture{cap: e.capture, deps: append([]*node(nil), e.deps...)}
+	case joined && sc.cap == e.capture:
+		sc.deps = union(sc.deps, e.deps)
+	case joined:
+		return proto.ErrStreamCaptureMerge
+	case sc != nil:
+		return b.refuse(sc, proto.ErrStreamCaptureIsolation)
 	}
 	return proto.Success
 }
@@ -205,24 +244,30 @@ func (b *Backend) EventCreate(flags uint32) (uintptr, proto.Result) {
 		return 0, proto.ErrInvalidValue
 	}
 	id := b.newID()
-	b.events[id] = &event{ctx: c, flags: flags}
+	b.events[id] = &event{id: id, ctx: c, flags: flags}
 	return id, proto.Success
 }
 
-// ownEvent returns an event of the current context; the caller holds mu.
-func (b *Backend) ownEvent(ev uintptr) (*event, *context, proto.Result) {
+// own returns object id of m, which must be of the current context
+// (ctxOf says an object's); the caller holds mu.
+func own[T any](b *Backend, m map[uintptr]*T, id uintptr, ctxOf func(*T) *context) (*T, *context, proto.Result) {
 	c, r := b.cur()
 	if r != proto.Success {
 		return nil, nil, r
 	}
-	e := b.events[ev]
-	if e == nil {
+	o := m[id]
+	if o == nil {
 		return nil, nil, proto.ErrInvalidHandle
 	}
-	if e.ctx != c {
+	if ctxOf(o) != c {
 		return nil, nil, proto.ErrInvalidContext
 	}
-	return e, c, proto.Success
+	return o, c, proto.Success
+}
+
+// ownEvent returns an event of the current context; the caller holds mu.
+func (b *Backend) ownEvent(ev uintptr) (*event, *context, proto.Result) {
+	return own(b, b.events, ev, func(e *event) *context { return e.ctx })
 }
 
 // EventDestroy destroys an event of the current context.
@@ -236,8 +281,16 @@ func (b *Backend) EventDestroy(ev uintptr) proto.Result {
 	return proto.Success
 }
 
-// EventRecord stamps the event with the real clock.
-func (b *Backend) EventRecord(ev, s uintptr) proto.Result {
+// EventRecord stamps the event with the real clock; on a capturing
+// stream it marks the event as the stream's place in the capture instead.
+func (b *Backend) EventRecord(ev, s uintptr) proto.Result { return b.EventRecordWithFlags(ev, s, 0) }
+
+// EventRecordWithFlags is EventRecord; flags 0 or CU_EVENT_RECORD_EXTERNAL,
+// which in a capture records an event record node.
+func (b *Backend) EventRecordWithFlags(ev, s uintptr, flags uint32) proto.Result {
+	if flags > eventExternal {
+		return proto.ErrInvalidValue
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e, c, r := b.ownEvent(ev)
@@ -247,23 +300,30 @@ func (b *Backend) EventRecord(ev, s uintptr) proto.Result {
 	if r := b.checkStream(c, s); r != proto.Success {
 		return r
 	}
-	e.recorded = time.Now()
+	sc, r := b.capturing(c, s)
+	if r != proto.Success {
+		return r
+	}
+	if sc == nil {
+		e.recorded, e.capture, e.deps = time.Now(), nil, nil
+		return proto.Success
+	}
+	if flags == eventExternal {
+		return b.record(sc, op{kind: opEventRecord, ev: e})
+	}
+	e.capture, e.deps = sc.cap, append([]*node(nil), sc.deps...)
 	return proto.Success
 }
 
-// EventRecordWithFlags is EventRecord; flags 0 or CU_EVENT_RECORD_EXTERNAL.
-func (b *Backend) EventRecordWithFlags(ev, s uintptr, flags uint32) proto.Result {
-	if flags > 1 {
-		return proto.ErrInvalidValue
-	}
-	return b.EventRecord(ev, s)
-}
-
-// EventSynchronize returns at once.
+// EventSynchronize returns at once; an event last recorded in a capture
+// under way cannot be waited for (CUDA_ERROR_CAPTURED_EVENT).
 func (b *Backend) EventSynchronize(ev uintptr) proto.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	_, _, r := b.ownEvent(ev)
+	e, _, r := b.ownEvent(ev)
+	if r == proto.Success && e.capture != nil && !e.capture.ended {
+		return proto.ErrCapturedEvent
+	}
 	return r
 }
 

@@ -38,6 +38,8 @@ typedef enum cudaError_enum {
 	CUDA_ERROR_INVALID_SOURCE = 300,
 	CUDA_ERROR_FILE_NOT_FOUND = 301,
 	CUDA_ERROR_INVALID_HANDLE = 400,
+	CUDA_ERROR_ILLEGAL_STATE = 401,
+	CUDA_ERROR_LOSSY_QUERY = 402,
 	CUDA_ERROR_NOT_FOUND = 500,
 	CUDA_ERROR_NOT_READY = 600,
 	CUDA_ERROR_ILLEGAL_ADDRESS = 700,
@@ -50,6 +52,10 @@ typedef enum cudaError_enum {
 	CUDA_ERROR_NOT_PERMITTED = 800,
 	CUDA_ERROR_NOT_SUPPORTED = 801,
 	CUDA_ERROR_SYSTEM_NOT_READY = 802,
+	CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+	CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+	CUDA_ERROR_STREAM_CAPTURE_UNMATCHED = 903,
+	CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
 	CUDA_ERROR_UNKNOWN = 999
 } CUresult;
 
@@ -117,9 +123,81 @@ typedef enum CUstreamCaptureStatus_enum {
 	CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
 } CUstreamCaptureStatus;
 
+typedef enum CUstreamCaptureMode_enum {
+	CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+	CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+	CU_STREAM_CAPTURE_MODE_RELAXED = 2
+} CUstreamCaptureMode;
+
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
-typedef struct CUgraphEdgeData_st CUgraphEdgeData;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUarray_st *CUarray;
+
+typedef struct CUgraphEdgeData_st {
+	unsigned char from_port;
+	unsigned char to_port;
+	unsigned char type;
+	unsigned char reserved[5];
+} CUgraphEdgeData;
+
+/* cuStreamUpdateCaptureDependencies flags. */
+#define CU_STREAM_ADD_CAPTURE_DEPENDENCIES 0x0
+#define CU_STREAM_SET_CAPTURE_DEPENDENCIES 0x1
+
+typedef struct CUDA_KERNEL_NODE_PARAMS_st {
+	CUfunction func;
+	unsigned int gridDimX;
+	unsigned int gridDimY;
+	unsigned int gridDimZ;
+	unsigned int blockDimX;
+	unsigned int blockDimY;
+	unsigned int blockDimZ;
+	unsigned int sharedMemBytes;
+	void **kernelParams;
+	void **extra;
+} CUDA_KERNEL_NODE_PARAMS_v1;
+
+typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
+	CUfunction func;
+	unsigned int gridDimX;
+	unsigned int gridDimY;
+	unsigned int gridDimZ;
+	unsigned int blockDimX;
+	unsigned int blockDimY;
+	unsigned int blockDimZ;
+	unsigned int sharedMemBytes;
+	void **kernelParams;
+	void **extra;
+	CUkernel kern;
+	CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS_v2;
+typedef CUDA_KERNEL_NODE_PARAMS_v2 CUDA_KERNEL_NODE_PARAMS;
+
+typedef struct CUDA_MEMSET_NODE_PARAMS_st {
+	CUdeviceptr dst;
+	size_t pitch;
+	unsigned int value;
+	unsigned int elementSize;
+	size_t width;
+	size_t height;
+} CUDA_MEMSET_NODE_PARAMS;
+
+typedef enum CUgraphInstantiateResult_enum {
+	CUDA_GRAPH_INSTANTIATE_SUCCESS = 0,
+	CUDA_GRAPH_INSTANTIATE_ERROR = 1
+} CUgraphInstantiateResult;
+
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
+	cuuint64_t flags;
+	CUstream hUploadStream;
+	CUgraphNode hErrNode_out;
+	CUgraphInstantiateResult result_out;
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+
+/* CUgraphInstantiate_flags. */
+#define CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH 1
+#define CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD 2
 
 /* cuMemHostAlloc flags. */
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
@@ -138,6 +216,34 @@ typedef enum CUmemorytype_enum {
 	CU_MEMORYTYPE_ARRAY = 0x03,
 	CU_MEMORYTYPE_UNIFIED = 0x04
 } CUmemorytype;
+
+typedef struct CUDA_MEMCPY3D_st {
+	size_t srcXInBytes;
+	size_t srcY;
+	size_t srcZ;
+	size_t srcLOD;
+	CUmemorytype srcMemoryType;
+	const void *srcHost;
+	CUdeviceptr srcDevice;
+	CUarray srcArray;
+	void *reserved0;
+	size_t srcPitch;
+	size_t srcHeight;
+	size_t dstXInBytes;
+	size_t dstY;
+	size_t dstZ;
+	size_t dstLOD;
+	CUmemorytype dstMemoryType;
+	void *dstHost;
+	CUdeviceptr dstDevice;
+	CUarray dstArray;
+	void *reserved1;
+	size_t dstPitch;
+	size_t dstHeight;
+	size_t WidthInBytes;
+	size_t Height;
+	size_t Depth;
+} CUDA_MEMCPY3D;
 
 typedef enum CUpointer_attribute_enum {
 	CU_POINTER_ATTRIBUTE_CONTEXT = 1,

@@ -83,16 +83,31 @@ CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *acti
 CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags);
 #endif
 
+/* A launch's packed parameters (interposer.c): kernelParams packed by the
+ * function's layout (cuFuncGetParamInfo, asked once per function), or
+ * extra's CU_LAUNCH_PARAM_BUFFER_POINTER buffer as it is. gm_params_pack
+ * refuses both at once, a NULL kernelParams for a kernel with parameters
+ * and more than GM_MAX_BLOB bytes (CUDA_ERROR_INVALID_VALUE); free with
+ * gm_params_free. */
+struct gm_params {
+	const void *buf;
+	size_t len;
+	unsigned char *owned; /* malloc'd, or NULL */
+	unsigned char small[4096];
+};
+CUresult gm_params_pack(struct gm_params *p, CUfunction f, void **kernelParams, void **extra);
+void gm_params_free(struct gm_params *p);
+
+/* The calling thread's capture interaction mode
+ * (cuThreadExchangeStreamCaptureMode; gm_wire.c sends it to the server
+ * before a call of a thread whose mode is not the one last sent). */
+int gm_thread_capture_mode(void);
+void gm_set_thread_capture_mode(int mode);
+
 /* The entry points of gm_more.c that cuGetProcAddress hands out. */
 #define GM_MORE_PROCS(X)                                     \
 	X(cuStreamIsCapturing)                               \
 	X(cuStreamIsCapturing_ptsz)                          \
-	X(cuStreamGetCaptureInfo)                            \
-	X(cuStreamGetCaptureInfo_v2)                         \
-	X(cuStreamGetCaptureInfo_v3)                         \
-	X(cuStreamGetCaptureInfo_ptsz)                       \
-	X(cuStreamGetCaptureInfo_v2_ptsz)                    \
-	X(cuStreamGetCaptureInfo_v3_ptsz)                    \
 	X(cuStreamGetPriority_ptsz)                          \
 	X(cuStreamGetFlags_ptsz)                             \
 	X(cuEventRecordWithFlags_ptsz)                       \
@@ -117,6 +132,53 @@ CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags);
 	X(cuDeviceGetP2PAttribute)                           \
 	X(cuMemcpyPeer_ptds)                                 \
 	X(cuMemcpyPeerAsync_ptsz)
+
+/* The entry points of gm_graph.c (stream capture and graphs) that
+ * cuGetProcAddress hands out. */
+#define GM_GRAPH_PROCS(X)                                    \
+	X(cuStreamBeginCapture)                              \
+	X(cuStreamBeginCapture_v2)                           \
+	X(cuStreamBeginCapture_ptsz)                         \
+	X(cuStreamBeginCapture_v2_ptsz)                      \
+	X(cuStreamEndCapture)                                \
+	X(cuStreamEndCapture_ptsz)                           \
+	X(cuStreamGetCaptureInfo)                            \
+	X(cuStreamGetCaptureInfo_v2)                         \
+	X(cuStreamGetCaptureInfo_v3)                         \
+	X(cuStreamGetCaptureInfo_ptsz)                       \
+	X(cuStreamGetCaptureInfo_v2_ptsz)                    \
+	X(cuStreamGetCaptureInfo_v3_ptsz)                    \
+	X(cuStreamUpdateCaptureDependencies)                 \
+	X(cuStreamUpdateCaptureDependencies_v2)              \
+	X(cuStreamUpdateCaptureDependencies_ptsz)            \
+	X(cuStreamUpdateCaptureDependencies_v2_ptsz)         \
+	X(cuThreadExchangeStreamCaptureMode)                 \
+	X(cuGraphCreate)                                     \
+	X(cuGraphDestroy)                                    \
+	X(cuGraphClone)                                      \
+	X(cuGraphGetNodes)                                   \
+	X(cuGraphGetRootNodes)                               \
+	X(cuGraphAddKernelNode)                              \
+	X(cuGraphAddKernelNode_v2)                           \
+	X(cuGraphAddMemsetNode)                              \
+	X(cuGraphAddMemcpyNode)                              \
+	X(cuGraphAddEmptyNode)                               \
+	X(cuGraphAddEventRecordNode)                         \
+	X(cuGraphAddEventWaitNode)                           \
+	X(cuGraphAddDependencies)                            \
+	X(cuGraphAddDependencies_v2)                         \
+	X(cuGraphInstantiate)                                \
+	X(cuGraphInstantiate_v2)                             \
+	X(cuGraphInstantiateWithFlags)                       \
+	X(cuGraphInstantiateWithParams)                      \
+	X(cuGraphInstantiateWithParams_ptsz)                 \
+	X(cuGraphLaunch)                                     \
+	X(cuGraphLaunch_ptsz)                                \
+	X(cuGraphUpload)                                     \
+	X(cuGraphUpload_ptsz)                                \
+	X(cuGraphExecDestroy)                                \
+	X(cuGraphExecKernelNodeSetParams)                    \
+	X(cuGraphExecKernelNodeSetParams_v2)
 
 /* Fork handlers of gm_more.c (its host allocation table's lock). */
 void gm_more_atfork_prepare(void);

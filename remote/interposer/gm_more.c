@@ -1,7 +1,7 @@
 /*
  * Entry points composed from forwarded calls or answered in the client:
- * stream capture status (no capture can begin: cuStreamBeginCapture is not
- * forwarded), the _ptsz variants of the newer stream calls, occupancy
+ * stream capture status (the rest of capture is gm_graph.c's), the _ptsz
+ * variants of the newer stream calls, occupancy
  * without flags, kernel attributes, and page-locked host memory, which is
  * plain host memory here (copies stream through the connection anyway, so
  * nothing needs it pinned on the client).
@@ -32,75 +32,6 @@ GM_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCapture
 GM_EXPORT CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
 	return cuStreamIsCapturing(GM_PTSZ(hStream), captureStatus);
-}
-
-/* The capture info calls: CUDA defines the outputs besides the status only
- * for an active capture, which gpumux never has; should the server report
- * one, the call is CUDA_ERROR_NOT_SUPPORTED rather than made-up data. */
-static CUresult gm_capture_info(CUstream hStream, CUstreamCaptureStatus *status)
-{
-	CUresult r = cuStreamIsCapturing(hStream, status);
-	if (r == CUDA_SUCCESS && *status != CU_STREAM_CAPTURE_STATUS_NONE)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	return r;
-}
-
-GM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
-						  cuuint64_t *id_out)
-{
-	(void)id_out;
-	return gm_capture_info(hStream, captureStatus_out);
-}
-
-GM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
-						     cuuint64_t *id_out, CUgraph *graph_out,
-						     const CUgraphNode **dependencies_out, size_t *numDependencies_out)
-{
-	(void)id_out;
-	(void)graph_out;
-	(void)dependencies_out;
-	(void)numDependencies_out;
-	return gm_capture_info(hStream, captureStatus_out);
-}
-
-GM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
-						     cuuint64_t *id_out, CUgraph *graph_out,
-						     const CUgraphNode **dependencies_out,
-						     const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
-{
-	(void)id_out;
-	(void)graph_out;
-	(void)dependencies_out;
-	(void)edgeData_out;
-	(void)numDependencies_out;
-	return gm_capture_info(hStream, captureStatus_out);
-}
-
-GM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
-						       cuuint64_t *id_out)
-{
-	return cuStreamGetCaptureInfo(GM_PTSZ(hStream), captureStatus_out, id_out);
-}
-
-GM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
-							  CUstreamCaptureStatus *captureStatus_out,
-							  cuuint64_t *id_out, CUgraph *graph_out,
-							  const CUgraphNode **dependencies_out,
-							  size_t *numDependencies_out)
-{
-	return cuStreamGetCaptureInfo_v2(GM_PTSZ(hStream), captureStatus_out, id_out, graph_out, dependencies_out,
-					 numDependencies_out);
-}
-
-GM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream,
-							  CUstreamCaptureStatus *captureStatus_out,
-							  cuuint64_t *id_out, CUgraph *graph_out,
-							  const CUgraphNode **dependencies_out,
-							  const CUgraphEdgeData **edgeData_out,
-							  size_t *numDependencies_out)
-{
-	return cuStreamGetCaptureInfo_v3(GM_PTSZ(hStream), captureStatus_out, id_out, graph_out, dependencies_out,
-					 edgeData_out, numDependencies_out);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hStream, int *priority)

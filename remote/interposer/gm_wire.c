@@ -69,6 +69,9 @@ static struct {
 	char addr[256];
 	struct gm_centry *cache[GM_CACHE_BUCKETS];
 	int cache_n;
+	/* capture_mode is the capture interaction mode last sent for the
+	 * server's worker thread (CU_STREAM_CAPTURE_MODE_GLOBAL at first). */
+	int capture_mode;
 } gm = {.fd = -1};
 
 /* ---- logging ---- */
@@ -348,6 +351,21 @@ void gm_get_str(gm_msg *m, char *dst, int len)
 	size_t k = n < (uint32_t)len - 1 ? n : (size_t)len - 1;
 	memcpy(dst, p, k);
 	dst[k] = 0;
+}
+
+void gm_get_blob(gm_msg *m, void *dst, size_t cap, size_t *len)
+{
+	uint32_t n = gm_get_u32(m);
+	*len = 0;
+	if (n > cap) {
+		/* More than the call allowed: the server speaks another protocol. */
+		m->bad = GM_BAD_REPLY;
+		return;
+	}
+	const unsigned char *p = gm_get(m, n);
+	if (p != NULL && n > 0)
+		memcpy(dst, p, n);
+	*len = p != NULL ? n : 0;
 }
 
 /* ---- connection state ---- */
@@ -762,6 +780,7 @@ static CUresult gm_connect_locked(void)
 			if (gm_tls_start(fd, addr, why, sizeof why) == 0 && gm_handshake(fd, why, sizeof why) == 0) {
 				gm.fd = fd;
 				gm.seq = 0;
+				gm.capture_mode = 0;
 				gm.state = GM_UP;
 				return CUDA_SUCCESS;
 			}
@@ -930,6 +949,27 @@ static CUresult gm_roundtrip_locked(gm_msg *m, uint64_t ctx)
 	}
 }
 
+/* gm_sync_capture_mode_locked gives the server's worker thread the
+ * calling thread's capture interaction mode before one of its calls, when
+ * it is not the one last sent: the server runs every thread's calls on one
+ * thread, and the driver judges a call by its thread's mode
+ * (cuThreadExchangeStreamCaptureMode). An async frame: an error comes with
+ * the next reply. */
+static CUresult gm_sync_capture_mode_locked(uint64_t ctx)
+{
+	int mode = gm_thread_capture_mode();
+	if (mode == gm.capture_mode)
+		return CUDA_SUCCESS;
+	gm_msg q;
+	gm_msg_init(&q, GM_OP_cuThreadExchangeStreamCaptureMode, GM_ASYNC);
+	gm_put_u32(&q, (uint32_t)mode);
+	CUresult r = gm_roundtrip_locked(&q, ctx);
+	gm_msg_free(&q);
+	if (r == CUDA_SUCCESS)
+		gm.capture_mode = mode;
+	return r;
+}
+
 CUresult gm_call(gm_msg *m)
 {
 	switch (m->bad) {
@@ -957,7 +997,9 @@ CUresult gm_call(gm_msg *m)
 			pthread_mutex_unlock(&gm_mu);
 			return CUDA_SUCCESS;
 		}
-		r = gm_roundtrip_locked(m, ctx);
+		r = gm_sync_capture_mode_locked(ctx);
+		if (r == CUDA_SUCCESS)
+			r = gm_roundtrip_locked(m, ctx);
 		if (r == CUDA_SUCCESS && cache && gm.state == GM_UP)
 			gm_cache_put_locked(m->op, (m->flags & GM_CACHE_OBJECT) != 0, key, klen, m);
 		if (r == CUDA_SUCCESS && (m->flags & GM_UNCACHE))
@@ -1023,6 +1065,7 @@ static void gm_atfork_child(void)
 	gm.state = GM_IDLE;
 	gm.seq = 0;
 	gm.quota = 0;
+	gm.capture_mode = 0;
 	gm_fork_locked = 0;
 	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
 	memcpy(&gm_mu, &fresh, sizeof fresh);

@@ -73,6 +73,9 @@ uint32_t gm_get_u32(gm_msg *m);
 uint64_t gm_get_u64(gm_msg *m);
 float gm_get_f32(gm_msg *m);
 void gm_get_raw(gm_msg *m, void *dst, size_t n);
+/* Copies length-prefixed bytes into dst (cap bytes) and their length into
+ * *len; more than cap is a malformed reply. */
+void gm_get_blob(gm_msg *m, void *dst, size_t cap, size_t *len);
 /* Copies a string into dst (len bytes), truncated and NUL-terminated. */
 void gm_get_str(gm_msg *m, char *dst, int len);
 /* CUDA_SUCCESS if every get was in bounds and nothing is left over. */

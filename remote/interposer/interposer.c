@@ -27,6 +27,7 @@
 #define GM_DECLARE(n) CUresult CUDAAPI n();
 GM_GENERATED_EXPORTS(GM_DECLARE)
 GM_MORE_PROCS(GM_DECLARE)
+GM_GRAPH_PROCS(GM_DECLARE)
 #undef GM_DECLARE
 #endif
 
@@ -435,22 +436,13 @@ static CUresult gm_layout_query(CUfunction f, struct gm_layout **out)
 	return CUDA_SUCCESS;
 }
 
-/* A launch's packed parameters: kernelParams packed by the function's
- * layout, or extra's buffer as it is. */
-struct gm_params {
-	const void *buf;
-	size_t len;
-	unsigned char *owned; /* malloc'd, or NULL */
-	unsigned char small[4096];
-};
-
-static void gm_params_free(struct gm_params *p)
+void gm_params_free(struct gm_params *p)
 {
 	free(p->owned);
 	p->owned = NULL;
 }
 
-static CUresult gm_params_pack(struct gm_params *p, CUfunction f, void **kernelParams, void **extra)
+CUresult gm_params_pack(struct gm_params *p, CUfunction f, void **kernelParams, void **extra)
 {
 	p->buf = NULL;
 	p->len = 0;
@@ -1235,6 +1227,7 @@ static const gm_proc gm_manual_procs[] = {
 	GM_PROC(cuOccupancyMaxActiveClusters)
 	GM_PROC(cuOccupancyMaxPotentialClusterSize)
 	GM_MORE_PROCS(GM_PROC)
+	GM_GRAPH_PROCS(GM_PROC)
 };
 
 /* The CUDA version that introduced each name where the suffix rule
@@ -1294,6 +1287,35 @@ static const struct {
 	{"cuStreamGetCaptureInfo", 10010},
 	{"cuStreamGetCaptureInfo_v2", 11030},
 	{"cuStreamGetCaptureInfo_v3", 12030},
+	{"cuStreamBeginCapture", 10000},
+	{"cuStreamBeginCapture_v2", 10010},
+	{"cuStreamEndCapture", 10000},
+	{"cuThreadExchangeStreamCaptureMode", 10010},
+	{"cuStreamUpdateCaptureDependencies", 11030},
+	{"cuStreamUpdateCaptureDependencies_v2", 12030},
+	{"cuGraphCreate", 10000},
+	{"cuGraphDestroy", 10000},
+	{"cuGraphClone", 10000},
+	{"cuGraphGetNodes", 10000},
+	{"cuGraphGetRootNodes", 10000},
+	{"cuGraphAddKernelNode", 10000},
+	{"cuGraphAddKernelNode_v2", 12000},
+	{"cuGraphAddMemsetNode", 10000},
+	{"cuGraphAddMemcpyNode", 10000},
+	{"cuGraphAddEmptyNode", 10000},
+	{"cuGraphAddEventRecordNode", 11010},
+	{"cuGraphAddEventWaitNode", 11010},
+	{"cuGraphAddDependencies", 10000},
+	{"cuGraphAddDependencies_v2", 12030},
+	{"cuGraphInstantiate", 10000},
+	{"cuGraphInstantiate_v2", 11000},
+	{"cuGraphInstantiateWithFlags", 11040},
+	{"cuGraphInstantiateWithParams", 12000},
+	{"cuGraphLaunch", 10000},
+	{"cuGraphUpload", 11010},
+	{"cuGraphExecDestroy", 10000},
+	{"cuGraphExecKernelNodeSetParams", 10010},
+	{"cuGraphExecKernelNodeSetParams_v2", 12000},
 	{"cuEventRecordWithFlags", 11010},
 	{"cuFuncSetAttribute", 9000},
 	{"cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050},
@@ -1389,12 +1411,27 @@ static const gm_proc *gm_lookup_exact(const char *name)
 	return NULL;
 }
 
+/* Base names that from some CUDA version name another call with another
+ * signature (cuda.h: #define cuGraphInstantiate cuGraphInstantiateWithFlags
+ * from CUDA 12, whose cudaTypedefs.h PFN_cuGraphInstantiate is
+ * cuGraphInstantiateWithFlags'). */
+static const struct {
+	const char *symbol;
+	int version;
+	const char *target;
+} gm_aliases[] = {
+	{"cuGraphInstantiate", 12000, "cuGraphInstantiateWithFlags"},
+};
+
 GM_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
 					       CUdriverProcAddressQueryResult *symbolStatus)
 {
 	if (symbol == NULL || pfn == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	*pfn = NULL;
+	for (size_t i = 0; i < sizeof gm_aliases / sizeof gm_aliases[0]; i++)
+		if (cudaVersion >= gm_aliases[i].version && strcmp(symbol, gm_aliases[i].symbol) == 0)
+			symbol = gm_aliases[i].target;
 	size_t sl = strnlen(symbol, 256);
 	struct gm_lookup lk = {.best = NULL, .best_version = -1, .found = 0};
 	if (sl < 256) {

@@ -151,6 +151,50 @@ const char *gm_op_name(int op)
 		return "cuPointerGetAttributes";
 	case 190:
 		return "cuGpumuxShareMemory";
+	case 100:
+		return "cuStreamBeginCapture_v2";
+	case 101:
+		return "cuStreamEndCapture";
+	case 102:
+		return "cuStreamGetCaptureInfo_v3";
+	case 103:
+		return "cuThreadExchangeStreamCaptureMode";
+	case 104:
+		return "cuStreamUpdateCaptureDependencies_v2";
+	case 105:
+		return "cuGraphCreate";
+	case 106:
+		return "cuGraphDestroy";
+	case 107:
+		return "cuGraphClone";
+	case 108:
+		return "cuGraphGetNodes";
+	case 109:
+		return "cuGraphGetRootNodes";
+	case 110:
+		return "cuGraphAddKernelNode_v2";
+	case 111:
+		return "cuGraphAddMemsetNode";
+	case 112:
+		return "cuGraphAddMemcpyNode";
+	case 113:
+		return "cuGraphAddEmptyNode";
+	case 114:
+		return "cuGraphAddEventRecordNode";
+	case 115:
+		return "cuGraphAddEventWaitNode";
+	case 116:
+		return "cuGraphAddDependencies_v2";
+	case 117:
+		return "cuGraphInstantiateWithFlags";
+	case 118:
+		return "cuGraphLaunch";
+	case 119:
+		return "cuGraphUpload";
+	case 120:
+		return "cuGraphExecDestroy";
+	case 121:
+		return "cuGraphExecKernelNodeSetParams_v2";
 	}
 	return "unknown call";
 }
@@ -1571,6 +1615,421 @@ CUresult gm_rpc_cuGpumuxShareMemory(CUdevice dev, unsigned long long *total, uns
 		*contexts = (unsigned int)gm_get_u32(&q);
 		r = gm_reply_done(&q);
 	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuStreamBeginCapture_v2(CUstream hStream, unsigned int mode)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuStreamBeginCapture_v2, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	gm_put_u32(&q, (uint32_t)mode);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+	gm_msg q;
+	CUresult r;
+	if (phGraph == NULL)
+		return gm_refuse("cuStreamEndCapture", "phGraph", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuStreamEndCapture, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*phGraph = (CUgraph)(uintptr_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuStreamGetCaptureInfo_v3(CUstream hStream, unsigned int maxDeps, int *captureStatus, unsigned long long *id, CUgraph *graph, void *deps, size_t deps_cap, size_t *deps_len, void *edges, size_t edges_cap, size_t *edges_len)
+{
+	gm_msg q;
+	CUresult r;
+	if (captureStatus == NULL)
+		return gm_refuse("cuStreamGetCaptureInfo_v3", "captureStatus", CUDA_ERROR_INVALID_VALUE);
+	if (id == NULL)
+		return gm_refuse("cuStreamGetCaptureInfo_v3", "id", CUDA_ERROR_INVALID_VALUE);
+	if (graph == NULL)
+		return gm_refuse("cuStreamGetCaptureInfo_v3", "graph", CUDA_ERROR_INVALID_VALUE);
+	if ((deps == NULL && deps_cap != 0) || deps_len == NULL)
+		return gm_refuse("cuStreamGetCaptureInfo_v3", "deps", CUDA_ERROR_INVALID_VALUE);
+	if ((edges == NULL && edges_cap != 0) || edges_len == NULL)
+		return gm_refuse("cuStreamGetCaptureInfo_v3", "edges", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuStreamGetCaptureInfo_v3, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	gm_put_u32(&q, (uint32_t)maxDeps);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*captureStatus = (int)gm_get_u32(&q);
+		*id = (unsigned long long)gm_get_u64(&q);
+		*graph = (CUgraph)(uintptr_t)gm_get_u64(&q);
+		gm_get_blob(&q, deps, deps_cap, deps_len);
+		gm_get_blob(&q, edges, edges_cap, edges_len);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuThreadExchangeStreamCaptureMode(unsigned int mode)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuThreadExchangeStreamCaptureMode, GM_ASYNC);
+	gm_put_u32(&q, (uint32_t)mode);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuStreamUpdateCaptureDependencies_v2(CUstream hStream, const void *deps, size_t deps_len, const void *edges, size_t edges_len, unsigned int flags)
+{
+	gm_msg q;
+	CUresult r;
+	if (deps == NULL && deps_len != 0)
+		return gm_refuse("cuStreamUpdateCaptureDependencies_v2", "deps", CUDA_ERROR_INVALID_VALUE);
+	if (edges == NULL && edges_len != 0)
+		return gm_refuse("cuStreamUpdateCaptureDependencies_v2", "edges", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuStreamUpdateCaptureDependencies_v2, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	gm_put_bytes(&q, deps, deps_len);
+	gm_put_bytes(&q, edges, edges_len);
+	gm_put_u32(&q, (uint32_t)flags);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+	gm_msg q;
+	CUresult r;
+	if (phGraph == NULL)
+		return gm_refuse("cuGraphCreate", "phGraph", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuGraphCreate, GM_SYNC);
+	gm_put_u32(&q, (uint32_t)flags);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*phGraph = (CUgraph)(uintptr_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphDestroy(CUgraph hGraph)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuGraphDestroy, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraph);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+{
+	gm_msg q;
+	CUresult r;
+	if (phGraphClone == NULL)
+		return gm_refuse("cuGraphClone", "phGraphClone", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuGraphClone, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)originalGraph);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*phGraphClone = (CUgraph)(uintptr_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphGetNodes(CUgraph hGraph, size_t offset, size_t maxNodes, void *nodes, size_t nodes_cap, size_t *nodes_len, size_t *numNodes)
+{
+	gm_msg q;
+	CUresult r;
+	if ((nodes == NULL && nodes_cap != 0) || nodes_len == NULL)
+		return gm_refuse("cuGraphGetNodes", "nodes", CUDA_ERROR_INVALID_VALUE);
+	if (numNodes == NULL)
+		return gm_refuse("cuGraphGetNodes", "numNodes", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuGraphGetNodes, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraph);
+	gm_put_u64(&q, (uint64_t)offset);
+	gm_put_u64(&q, (uint64_t)maxNodes);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		gm_get_blob(&q, nodes, nodes_cap, nodes_len);
+		*numNodes = (size_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphGetRootNodes(CUgraph hGraph, size_t offset, size_t maxNodes, void *nodes, size_t nodes_cap, size_t *nodes_len, size_t *numNodes)
+{
+	gm_msg q;
+	CUresult r;
+	if ((nodes == NULL && nodes_cap != 0) || nodes_len == NULL)
+		return gm_refuse("cuGraphGetRootNodes", "nodes", CUDA_ERROR_INVALID_VALUE);
+	if (numNodes == NULL)
+		return gm_refuse("cuGraphGetRootNodes", "numNodes", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuGraphGetRootNodes, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraph);
+	gm_put_u64(&q, (uint64_t)offset);
+	gm_put_u64(&q, (uint64_t)maxNodes);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		gm_get_blob(&q, nodes, nodes_cap, nodes_len);
+		*numNodes = (size_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const void *deps, size_t deps_len, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, const void *params, size_t params_len)
+{
+	gm_msg q;
+	CUresult r;
+	if (phGraphNode == NULL)
+		return gm_refuse("cuGraphAddKernelNode_v2", "phGraphNode", CUDA_ERROR_INVALID_VALUE);
+	if (deps == NULL && deps_len != 0)
+		return gm_refuse("cuGraphAddKernelNode_v2", "deps", CUDA_ERROR_INVALID_VALUE);
+	if (params == NULL && params_len != 0)
+		return gm_refuse("cuGraphAddKernelNode_v2", "params", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuGraphAddKernelNode_v2, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraph);
+	gm_put_bytes(&q, deps, deps_len);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)f);
+	gm_put_u32(&q, (uint32_t)gridDimX);
+	gm_put_u32(&q, (uint32_t)gridDimY);
+	gm_put_u32(&q, (uint32_t)gridDimZ);
+	gm_put_u32(&q, (uint32_t)blockDimX);
+	gm_put_u32(&q, (uint32_t)blockDimY);
+	gm_put_u32(&q, (uint32_t)blockDimZ);
+	gm_put_u32(&q, (uint32_t)sharedMemBytes);
+	gm_put_bytes(&q, params, params_len);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*phGraphNode = (CUgraphNode)(uintptr_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const void *deps, size_t deps_len, CUdeviceptr dst, size_t pitch, unsigned int value, unsigned int elementSize, size_t width, size_t height)
+{
+	gm_msg q;
+	CUresult r;
+	if (phGraphNode == NULL)
+		return gm_refuse("cuGraphAddMemsetNode", "phGraphNode", CUDA_ERROR_INVALID_VALUE);
+	if (deps == NULL && deps_len != 0)
+		return gm_refuse("cuGraphAddMemsetNode", "deps", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuGraphAddMemsetNode, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraph);
+	gm_put_bytes(&q, deps, deps_len);
+	gm_put_u64(&q, (uint64_t)dst);
+	gm_put_u64(&q, (uint64_t)pitch);
+	gm_put_u32(&q, (uint32_t)value);
+	gm_put_u32(&q, (uint32_t)elementSize);
+	gm_put_u64(&q, (uint64_t)width);
+	gm_put_u64(&q, (uint64_t)height);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*phGraphNode = (CUgraphNode)(uintptr_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const void *deps, size_t deps_len, const void *copyParams, size_t copyParams_len)
+{
+	gm_msg q;
+	CUresult r;
+	if (phGraphNode == NULL)
+		return gm_refuse("cuGraphAddMemcpyNode", "phGraphNode", CUDA_ERROR_INVALID_VALUE);
+	if (deps == NULL && deps_len != 0)
+		return gm_refuse("cuGraphAddMemcpyNode", "deps", CUDA_ERROR_INVALID_VALUE);
+	if (copyParams == NULL && copyParams_len != 0)
+		return gm_refuse("cuGraphAddMemcpyNode", "copyParams", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuGraphAddMemcpyNode, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraph);
+	gm_put_bytes(&q, deps, deps_len);
+	gm_put_bytes(&q, copyParams, copyParams_len);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*phGraphNode = (CUgraphNode)(uintptr_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const void *deps, size_t deps_len)
+{
+	gm_msg q;
+	CUresult r;
+	if (phGraphNode == NULL)
+		return gm_refuse("cuGraphAddEmptyNode", "phGraphNode", CUDA_ERROR_INVALID_VALUE);
+	if (deps == NULL && deps_len != 0)
+		return gm_refuse("cuGraphAddEmptyNode", "deps", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuGraphAddEmptyNode, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraph);
+	gm_put_bytes(&q, deps, deps_len);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*phGraphNode = (CUgraphNode)(uintptr_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const void *deps, size_t deps_len, CUevent hEvent)
+{
+	gm_msg q;
+	CUresult r;
+	if (phGraphNode == NULL)
+		return gm_refuse("cuGraphAddEventRecordNode", "phGraphNode", CUDA_ERROR_INVALID_VALUE);
+	if (deps == NULL && deps_len != 0)
+		return gm_refuse("cuGraphAddEventRecordNode", "deps", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuGraphAddEventRecordNode, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraph);
+	gm_put_bytes(&q, deps, deps_len);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hEvent);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*phGraphNode = (CUgraphNode)(uintptr_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const void *deps, size_t deps_len, CUevent hEvent)
+{
+	gm_msg q;
+	CUresult r;
+	if (phGraphNode == NULL)
+		return gm_refuse("cuGraphAddEventWaitNode", "phGraphNode", CUDA_ERROR_INVALID_VALUE);
+	if (deps == NULL && deps_len != 0)
+		return gm_refuse("cuGraphAddEventWaitNode", "deps", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuGraphAddEventWaitNode, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraph);
+	gm_put_bytes(&q, deps, deps_len);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hEvent);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*phGraphNode = (CUgraphNode)(uintptr_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphAddDependencies_v2(CUgraph hGraph, const void *from, size_t from_len, const void *to, size_t to_len, const void *edges, size_t edges_len)
+{
+	gm_msg q;
+	CUresult r;
+	if (from == NULL && from_len != 0)
+		return gm_refuse("cuGraphAddDependencies_v2", "from", CUDA_ERROR_INVALID_VALUE);
+	if (to == NULL && to_len != 0)
+		return gm_refuse("cuGraphAddDependencies_v2", "to", CUDA_ERROR_INVALID_VALUE);
+	if (edges == NULL && edges_len != 0)
+		return gm_refuse("cuGraphAddDependencies_v2", "edges", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuGraphAddDependencies_v2, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraph);
+	gm_put_bytes(&q, from, from_len);
+	gm_put_bytes(&q, to, to_len);
+	gm_put_bytes(&q, edges, edges_len);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
+{
+	gm_msg q;
+	CUresult r;
+	if (phGraphExec == NULL)
+		return gm_refuse("cuGraphInstantiateWithFlags", "phGraphExec", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuGraphInstantiateWithFlags, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraph);
+	gm_put_u64(&q, (uint64_t)flags);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*phGraphExec = (CUgraphExec)(uintptr_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuGraphLaunch, GM_ASYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraphExec);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuGraphUpload, GM_ASYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraphExec);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuGraphExecDestroy, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraphExec);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, const void *params, size_t params_len)
+{
+	gm_msg q;
+	CUresult r;
+	if (params == NULL && params_len != 0)
+		return gm_refuse("cuGraphExecKernelNodeSetParams_v2", "params", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuGraphExecKernelNodeSetParams_v2, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraphExec);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hNode);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)f);
+	gm_put_u32(&q, (uint32_t)gridDimX);
+	gm_put_u32(&q, (uint32_t)gridDimY);
+	gm_put_u32(&q, (uint32_t)gridDimZ);
+	gm_put_u32(&q, (uint32_t)blockDimX);
+	gm_put_u32(&q, (uint32_t)blockDimY);
+	gm_put_u32(&q, (uint32_t)blockDimZ);
+	gm_put_u32(&q, (uint32_t)sharedMemBytes);
+	gm_put_bytes(&q, params, params_len);
+	r = gm_call(&q);
 	gm_msg_free(&q);
 	return r;
 }

@@ -77,6 +77,28 @@ enum gm_op {
 	GM_OP_cuMemcpyPeerAsync = 175,
 	GM_OP_cuPointerGetAttributes = 176,
 	GM_OP_cuGpumuxShareMemory = 190,
+	GM_OP_cuStreamBeginCapture_v2 = 100,
+	GM_OP_cuStreamEndCapture = 101,
+	GM_OP_cuStreamGetCaptureInfo_v3 = 102,
+	GM_OP_cuThreadExchangeStreamCaptureMode = 103,
+	GM_OP_cuStreamUpdateCaptureDependencies_v2 = 104,
+	GM_OP_cuGraphCreate = 105,
+	GM_OP_cuGraphDestroy = 106,
+	GM_OP_cuGraphClone = 107,
+	GM_OP_cuGraphGetNodes = 108,
+	GM_OP_cuGraphGetRootNodes = 109,
+	GM_OP_cuGraphAddKernelNode_v2 = 110,
+	GM_OP_cuGraphAddMemsetNode = 111,
+	GM_OP_cuGraphAddMemcpyNode = 112,
+	GM_OP_cuGraphAddEmptyNode = 113,
+	GM_OP_cuGraphAddEventRecordNode = 114,
+	GM_OP_cuGraphAddEventWaitNode = 115,
+	GM_OP_cuGraphAddDependencies_v2 = 116,
+	GM_OP_cuGraphInstantiateWithFlags = 117,
+	GM_OP_cuGraphLaunch = 118,
+	GM_OP_cuGraphUpload = 119,
+	GM_OP_cuGraphExecDestroy = 120,
+	GM_OP_cuGraphExecKernelNodeSetParams_v2 = 121,
 };
 
 /* gm_rpc_<name> forwards one call. */
@@ -151,6 +173,28 @@ CUresult gm_rpc_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdevi
 CUresult gm_rpc_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
 CUresult gm_rpc_cuPointerGetAttributes(CUdeviceptr *base, size_t *size, CUcontext *context, CUdevice *device, CUdeviceptr ptr);
 CUresult gm_rpc_cuGpumuxShareMemory(CUdevice dev, unsigned long long *total, unsigned long long *used, unsigned long long *own, unsigned int *contexts);
+CUresult gm_rpc_cuStreamBeginCapture_v2(CUstream hStream, unsigned int mode);
+CUresult gm_rpc_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+CUresult gm_rpc_cuStreamGetCaptureInfo_v3(CUstream hStream, unsigned int maxDeps, int *captureStatus, unsigned long long *id, CUgraph *graph, void *deps, size_t deps_cap, size_t *deps_len, void *edges, size_t edges_cap, size_t *edges_len);
+CUresult gm_rpc_cuThreadExchangeStreamCaptureMode(unsigned int mode);
+CUresult gm_rpc_cuStreamUpdateCaptureDependencies_v2(CUstream hStream, const void *deps, size_t deps_len, const void *edges, size_t edges_len, unsigned int flags);
+CUresult gm_rpc_cuGraphCreate(CUgraph *phGraph, unsigned int flags);
+CUresult gm_rpc_cuGraphDestroy(CUgraph hGraph);
+CUresult gm_rpc_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph);
+CUresult gm_rpc_cuGraphGetNodes(CUgraph hGraph, size_t offset, size_t maxNodes, void *nodes, size_t nodes_cap, size_t *nodes_len, size_t *numNodes);
+CUresult gm_rpc_cuGraphGetRootNodes(CUgraph hGraph, size_t offset, size_t maxNodes, void *nodes, size_t nodes_cap, size_t *nodes_len, size_t *numNodes);
+CUresult gm_rpc_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const void *deps, size_t deps_len, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, const void *params, size_t params_len);
+CUresult gm_rpc_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const void *deps, size_t deps_len, CUdeviceptr dst, size_t pitch, unsigned int value, unsigned int elementSize, size_t width, size_t height);
+CUresult gm_rpc_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const void *deps, size_t deps_len, const void *copyParams, size_t copyParams_len);
+CUresult gm_rpc_cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const void *deps, size_t deps_len);
+CUresult gm_rpc_cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const void *deps, size_t deps_len, CUevent hEvent);
+CUresult gm_rpc_cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const void *deps, size_t deps_len, CUevent hEvent);
+CUresult gm_rpc_cuGraphAddDependencies_v2(CUgraph hGraph, const void *from, size_t from_len, const void *to, size_t to_len, const void *edges, size_t edges_len);
+CUresult gm_rpc_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags);
+CUresult gm_rpc_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
+CUresult gm_rpc_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream);
+CUresult gm_rpc_cuGraphExecDestroy(CUgraphExec hGraphExec);
+CUresult gm_rpc_cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, const void *params, size_t params_len);
 
 /* The calls whose public entry point is generated, for cuGetProcAddress. */
 #define GM_GENERATED_EXPORTS(X) \

@@ -34,6 +34,16 @@ const (
 	ErrPeerAccessUnsupported    Result = 217
 	ErrPeerAccessAlreadyEnabled Result = 704
 	ErrPeerAccessNotEnabled     Result = 705
+	ErrIllegalState             Result = 401
+	ErrLossyQuery               Result = 402
+	ErrStreamCaptureUnsupported Result = 900
+	ErrStreamCaptureInvalidated Result = 901
+	ErrStreamCaptureMerge       Result = 902
+	ErrStreamCaptureUnmatched   Result = 903
+	ErrStreamCaptureIsolation   Result = 905
+	ErrStreamCaptureImplicit    Result = 906
+	ErrCapturedEvent            Result = 907
+	ErrStreamCaptureWrongThread Result = 908
 )
 
 var resultNames = map[Result]string{
@@ -63,6 +73,16 @@ var resultNames = map[Result]string{
 	ErrPeerAccessUnsupported:    "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
 	ErrPeerAccessAlreadyEnabled: "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
 	ErrPeerAccessNotEnabled:     "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
+	ErrIllegalState:             "CUDA_ERROR_ILLEGAL_STATE",
+	ErrLossyQuery:               "CUDA_ERROR_LOSSY_QUERY",
+	ErrStreamCaptureUnsupported: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+	ErrStreamCaptureInvalidated: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+	ErrStreamCaptureMerge:       "CUDA_ERROR_STREAM_CAPTURE_MERGE",
+	ErrStreamCaptureUnmatched:   "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
+	ErrStreamCaptureIsolation:   "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
+	ErrStreamCaptureImplicit:    "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+	ErrCapturedEvent:            "CUDA_ERROR_CAPTURED_EVENT",
+	ErrStreamCaptureWrongThread: "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
 }
 
 func (r Result) String() string {

@@ -77,6 +77,28 @@ const (
 	OpMemcpyPeerAsync                                    Op = 175
 	OpPointerGetAttributes                               Op = 176
 	OpGpumuxShareMemory                                  Op = 190
+	OpStreamBeginCaptureV2                               Op = 100
+	OpStreamEndCapture                                   Op = 101
+	OpStreamGetCaptureInfoV3                             Op = 102
+	OpThreadExchangeStreamCaptureMode                    Op = 103
+	OpStreamUpdateCaptureDependenciesV2                  Op = 104
+	OpGraphCreate                                        Op = 105
+	OpGraphDestroy                                       Op = 106
+	OpGraphClone                                         Op = 107
+	OpGraphGetNodes                                      Op = 108
+	OpGraphGetRootNodes                                  Op = 109
+	OpGraphAddKernelNodeV2                               Op = 110
+	OpGraphAddMemsetNode                                 Op = 111
+	OpGraphAddMemcpyNode                                 Op = 112
+	OpGraphAddEmptyNode                                  Op = 113
+	OpGraphAddEventRecordNode                            Op = 114
+	OpGraphAddEventWaitNode                              Op = 115
+	OpGraphAddDependenciesV2                             Op = 116
+	OpGraphInstantiateWithFlags                          Op = 117
+	OpGraphLaunch                                        Op = 118
+	OpGraphUpload                                        Op = 119
+	OpGraphExecDestroy                                   Op = 120
+	OpGraphExecKernelNodeSetParamsV2                     Op = 121
 )
 
 // Calls describes every forwarded call by wire number.
@@ -152,6 +174,28 @@ var Calls = map[Op]CallInfo{
 	OpMemcpyPeerAsync:                                    {Name: "cuMemcpyPeerAsync", Async: true, Cache: false},
 	OpPointerGetAttributes:                               {Name: "cuPointerGetAttributes", Async: false, Cache: false},
 	OpGpumuxShareMemory:                                  {Name: "cuGpumuxShareMemory", Async: false, Cache: false},
+	OpStreamBeginCaptureV2:                               {Name: "cuStreamBeginCapture_v2", Async: false, Cache: false},
+	OpStreamEndCapture:                                   {Name: "cuStreamEndCapture", Async: false, Cache: false},
+	OpStreamGetCaptureInfoV3:                             {Name: "cuStreamGetCaptureInfo_v3", Async: false, Cache: false},
+	OpThreadExchangeStreamCaptureMode:                    {Name: "cuThreadExchangeStreamCaptureMode", Async: true, Cache: false},
+	OpStreamUpdateCaptureDependenciesV2:                  {Name: "cuStreamUpdateCaptureDependencies_v2", Async: false, Cache: false},
+	OpGraphCreate:                                        {Name: "cuGraphCreate", Async: false, Cache: false},
+	OpGraphDestroy:                                       {Name: "cuGraphDestroy", Async: false, Cache: false},
+	OpGraphClone:                                         {Name: "cuGraphClone", Async: false, Cache: false},
+	OpGraphGetNodes:                                      {Name: "cuGraphGetNodes", Async: false, Cache: false},
+	OpGraphGetRootNodes:                                  {Name: "cuGraphGetRootNodes", Async: false, Cache: false},
+	OpGraphAddKernelNodeV2:                               {Name: "cuGraphAddKernelNode_v2", Async: false, Cache: false},
+	OpGraphAddMemsetNode:                                 {Name: "cuGraphAddMemsetNode", Async: false, Cache: false},
+	OpGraphAddMemcpyNode:                                 {Name: "cuGraphAddMemcpyNode", Async: false, Cache: false},
+	OpGraphAddEmptyNode:                                  {Name: "cuGraphAddEmptyNode", Async: false, Cache: false},
+	OpGraphAddEventRecordNode:                            {Name: "cuGraphAddEventRecordNode", Async: false, Cache: false},
+	OpGraphAddEventWaitNode:                              {Name: "cuGraphAddEventWaitNode", Async: false, Cache: false},
+	OpGraphAddDependenciesV2:                             {Name: "cuGraphAddDependencies_v2", Async: false, Cache: false},
+	OpGraphInstantiateWithFlags:                          {Name: "cuGraphInstantiateWithFlags", Async: false, Cache: false},
+	OpGraphLaunch:                                        {Name: "cuGraphLaunch", Async: true, Cache: false},
+	OpGraphUpload:                                        {Name: "cuGraphUpload", Async: true, Cache: false},
+	OpGraphExecDestroy:                                   {Name: "cuGraphExecDestroy", Async: false, Cache: false},
+	OpGraphExecKernelNodeSetParamsV2:                     {Name: "cuGraphExecKernelNodeSetParams_v2", Async: false, Cache: false},
 }
 
 // Handler executes forwarded calls. A method gets the call's decoded
@@ -228,6 +272,28 @@ type Handler interface {
 	MemcpyPeerAsync(c *Call, dstDevice DevPtr, dstContext Handle, srcDevice DevPtr, srcContext Handle, byteCount uint64, hStream Handle) Result
 	PointerGetAttributes(c *Call, ptr DevPtr) (base DevPtr, size uint64, context Handle, device int32, r Result)
 	GpumuxShareMemory(c *Call, dev int32) (total uint64, used uint64, own uint64, contexts uint32, r Result)
+	StreamBeginCaptureV2(c *Call, hStream Handle, mode uint32) Result
+	StreamEndCapture(c *Call, hStream Handle) (phGraph Handle, r Result)
+	StreamGetCaptureInfoV3(c *Call, hStream Handle, maxDeps uint32) (captureStatus int32, id uint64, graph Handle, deps []byte, edges []byte, r Result)
+	ThreadExchangeStreamCaptureMode(c *Call, mode uint32) Result
+	StreamUpdateCaptureDependenciesV2(c *Call, hStream Handle, deps []byte, edges []byte, flags uint32) Result
+	GraphCreate(c *Call, flags uint32) (phGraph Handle, r Result)
+	GraphDestroy(c *Call, hGraph Handle) Result
+	GraphClone(c *Call, originalGraph Handle) (phGraphClone Handle, r Result)
+	GraphGetNodes(c *Call, hGraph Handle, offset uint64, maxNodes uint64) (nodes []byte, numNodes uint64, r Result)
+	GraphGetRootNodes(c *Call, hGraph Handle, offset uint64, maxNodes uint64) (nodes []byte, numNodes uint64, r Result)
+	GraphAddKernelNodeV2(c *Call, hGraph Handle, deps []byte, f Handle, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, params []byte) (phGraphNode Handle, r Result)
+	GraphAddMemsetNode(c *Call, hGraph Handle, deps []byte, dst DevPtr, pitch uint64, value uint32, elementSize uint32, width uint64, height uint64) (phGraphNode Handle, r Result)
+	GraphAddMemcpyNode(c *Call, hGraph Handle, deps []byte, copyParams []byte) (phGraphNode Handle, r Result)
+	GraphAddEmptyNode(c *Call, hGraph Handle, deps []byte) (phGraphNode Handle, r Result)
+	GraphAddEventRecordNode(c *Call, hGraph Handle, deps []byte, hEvent Handle) (phGraphNode Handle, r Result)
+	GraphAddEventWaitNode(c *Call, hGraph Handle, deps []byte, hEvent Handle) (phGraphNode Handle, r Result)
+	GraphAddDependenciesV2(c *Call, hGraph Handle, from []byte, to []byte, edges []byte) Result
+	GraphInstantiateWithFlags(c *Call, hGraph Handle, flags uint64) (phGraphExec Handle, r Result)
+	GraphLaunch(c *Call, hGraphExec Handle, hStream Handle) Result
+	GraphUpload(c *Call, hGraphExec Handle, hStream Handle) Result
+	GraphExecDestroy(c *Call, hGraphExec Handle) Result
+	GraphExecKernelNodeSetParamsV2(c *Call, hGraphExec Handle, hNode Handle, f Handle, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, params []byte) Result
 }
 
 // Dispatch decodes one call frame, runs it on h and replies (sync calls)
@@ -1214,6 +1280,327 @@ func Dispatch(h Handler, c *Call, payload []byte) error {
 			e.U32(contexts)
 		}
 		return c.reply(r, &e)
+	case OpStreamBeginCaptureV2:
+		hStream := Handle(d.U64())
+		mode := d.U32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuStreamBeginCapture_v2: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.StreamBeginCaptureV2(c, hStream, mode)
+		return c.reply(r, nil)
+	case OpStreamEndCapture:
+		hStream := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuStreamEndCapture: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		phGraph, r := h.StreamEndCapture(c, hStream)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(phGraph))
+		}
+		return c.reply(r, &e)
+	case OpStreamGetCaptureInfoV3:
+		hStream := Handle(d.U64())
+		maxDeps := d.U32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuStreamGetCaptureInfo_v3: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		captureStatus, id, graph, deps, edges, r := h.StreamGetCaptureInfoV3(c, hStream, maxDeps)
+		var e Encoder
+		if r == Success {
+			e.I32(captureStatus)
+			e.U64(id)
+			e.U64(uint64(graph))
+			e.Bytes(deps)
+			e.Bytes(edges)
+		}
+		return c.reply(r, &e)
+	case OpThreadExchangeStreamCaptureMode:
+		mode := d.U32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuThreadExchangeStreamCaptureMode: %w", err)
+		}
+		r := h.ThreadExchangeStreamCaptureMode(c, mode)
+		c.deferResult(r)
+		return nil
+	case OpStreamUpdateCaptureDependenciesV2:
+		hStream := Handle(d.U64())
+		deps := d.Bytes(MaxBlob)
+		edges := d.Bytes(MaxBlob)
+		flags := d.U32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuStreamUpdateCaptureDependencies_v2: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.StreamUpdateCaptureDependenciesV2(c, hStream, deps, edges, flags)
+		return c.reply(r, nil)
+	case OpGraphCreate:
+		flags := d.U32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphCreate: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		phGraph, r := h.GraphCreate(c, flags)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(phGraph))
+		}
+		return c.reply(r, &e)
+	case OpGraphDestroy:
+		hGraph := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphDestroy: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.GraphDestroy(c, hGraph)
+		return c.reply(r, nil)
+	case OpGraphClone:
+		originalGraph := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphClone: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		phGraphClone, r := h.GraphClone(c, originalGraph)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(phGraphClone))
+		}
+		return c.reply(r, &e)
+	case OpGraphGetNodes:
+		hGraph := Handle(d.U64())
+		offset := d.U64()
+		maxNodes := d.U64()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphGetNodes: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		nodes, numNodes, r := h.GraphGetNodes(c, hGraph, offset, maxNodes)
+		var e Encoder
+		if r == Success {
+			e.Bytes(nodes)
+			e.U64(numNodes)
+		}
+		return c.reply(r, &e)
+	case OpGraphGetRootNodes:
+		hGraph := Handle(d.U64())
+		offset := d.U64()
+		maxNodes := d.U64()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphGetRootNodes: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		nodes, numNodes, r := h.GraphGetRootNodes(c, hGraph, offset, maxNodes)
+		var e Encoder
+		if r == Success {
+			e.Bytes(nodes)
+			e.U64(numNodes)
+		}
+		return c.reply(r, &e)
+	case OpGraphAddKernelNodeV2:
+		hGraph := Handle(d.U64())
+		deps := d.Bytes(MaxBlob)
+		f := Handle(d.U64())
+		gridDimX := d.U32()
+		gridDimY := d.U32()
+		gridDimZ := d.U32()
+		blockDimX := d.U32()
+		blockDimY := d.U32()
+		blockDimZ := d.U32()
+		sharedMemBytes := d.U32()
+		params := d.Bytes(MaxBlob)
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphAddKernelNode_v2: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		phGraphNode, r := h.GraphAddKernelNodeV2(c, hGraph, deps, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, params)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(phGraphNode))
+		}
+		return c.reply(r, &e)
+	case OpGraphAddMemsetNode:
+		hGraph := Handle(d.U64())
+		deps := d.Bytes(MaxBlob)
+		dst := DevPtr(d.U64())
+		pitch := d.U64()
+		value := d.U32()
+		elementSize := d.U32()
+		width := d.U64()
+		height := d.U64()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphAddMemsetNode: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		phGraphNode, r := h.GraphAddMemsetNode(c, hGraph, deps, dst, pitch, value, elementSize, width, height)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(phGraphNode))
+		}
+		return c.reply(r, &e)
+	case OpGraphAddMemcpyNode:
+		hGraph := Handle(d.U64())
+		deps := d.Bytes(MaxBlob)
+		copyParams := d.Bytes(MaxBlob)
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphAddMemcpyNode: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		phGraphNode, r := h.GraphAddMemcpyNode(c, hGraph, deps, copyParams)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(phGraphNode))
+		}
+		return c.reply(r, &e)
+	case OpGraphAddEmptyNode:
+		hGraph := Handle(d.U64())
+		deps := d.Bytes(MaxBlob)
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphAddEmptyNode: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		phGraphNode, r := h.GraphAddEmptyNode(c, hGraph, deps)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(phGraphNode))
+		}
+		return c.reply(r, &e)
+	case OpGraphAddEventRecordNode:
+		hGraph := Handle(d.U64())
+		deps := d.Bytes(MaxBlob)
+		hEvent := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphAddEventRecordNode: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		phGraphNode, r := h.GraphAddEventRecordNode(c, hGraph, deps, hEvent)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(phGraphNode))
+		}
+		return c.reply(r, &e)
+	case OpGraphAddEventWaitNode:
+		hGraph := Handle(d.U64())
+		deps := d.Bytes(MaxBlob)
+		hEvent := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphAddEventWaitNode: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		phGraphNode, r := h.GraphAddEventWaitNode(c, hGraph, deps, hEvent)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(phGraphNode))
+		}
+		return c.reply(r, &e)
+	case OpGraphAddDependenciesV2:
+		hGraph := Handle(d.U64())
+		from := d.Bytes(MaxBlob)
+		to := d.Bytes(MaxBlob)
+		edges := d.Bytes(MaxBlob)
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphAddDependencies_v2: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.GraphAddDependenciesV2(c, hGraph, from, to, edges)
+		return c.reply(r, nil)
+	case OpGraphInstantiateWithFlags:
+		hGraph := Handle(d.U64())
+		flags := d.U64()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphInstantiateWithFlags: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		phGraphExec, r := h.GraphInstantiateWithFlags(c, hGraph, flags)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(phGraphExec))
+		}
+		return c.reply(r, &e)
+	case OpGraphLaunch:
+		hGraphExec := Handle(d.U64())
+		hStream := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphLaunch: %w", err)
+		}
+		r := h.GraphLaunch(c, hGraphExec, hStream)
+		c.deferResult(r)
+		return nil
+	case OpGraphUpload:
+		hGraphExec := Handle(d.U64())
+		hStream := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphUpload: %w", err)
+		}
+		r := h.GraphUpload(c, hGraphExec, hStream)
+		c.deferResult(r)
+		return nil
+	case OpGraphExecDestroy:
+		hGraphExec := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphExecDestroy: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.GraphExecDestroy(c, hGraphExec)
+		return c.reply(r, nil)
+	case OpGraphExecKernelNodeSetParamsV2:
+		hGraphExec := Handle(d.U64())
+		hNode := Handle(d.U64())
+		f := Handle(d.U64())
+		gridDimX := d.U32()
+		gridDimY := d.U32()
+		gridDimZ := d.U32()
+		blockDimX := d.U32()
+		blockDimY := d.U32()
+		blockDimZ := d.U32()
+		sharedMemBytes := d.U32()
+		params := d.Bytes(MaxBlob)
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGraphExecKernelNodeSetParams_v2: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.GraphExecKernelNodeSetParamsV2(c, hGraphExec, hNode, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, params)
+		return c.reply(r, nil)
 	}
 	return fmt.Errorf("%w: op %d", ErrUnknownOp, c.Op)
 }
@@ -2142,5 +2529,323 @@ func (cl *Client) GpumuxShareMemory(cur Handle, dev int32) (total uint64, used u
 	own = d.U64()
 	contexts = d.U32()
 	err = d.Finish()
+	return
+}
+
+// StreamBeginCaptureV2 forwards cuStreamBeginCapture_v2.
+func (cl *Client) StreamBeginCaptureV2(cur Handle, hStream Handle, mode uint32) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hStream))
+	e.U32(mode)
+	req := Request{Op: OpStreamBeginCaptureV2, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// StreamEndCapture forwards cuStreamEndCapture.
+func (cl *Client) StreamEndCapture(cur Handle, hStream Handle) (phGraph Handle, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hStream))
+	req := Request{Op: OpStreamEndCapture, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	phGraph = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// StreamGetCaptureInfoV3 forwards cuStreamGetCaptureInfo_v3.
+func (cl *Client) StreamGetCaptureInfoV3(cur Handle, hStream Handle, maxDeps uint32) (captureStatus int32, id uint64, graph Handle, deps []byte, edges []byte, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hStream))
+	e.U32(maxDeps)
+	req := Request{Op: OpStreamGetCaptureInfoV3, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	captureStatus = d.I32()
+	id = d.U64()
+	graph = Handle(d.U64())
+	deps = d.Bytes(MaxBlob)
+	edges = d.Bytes(MaxBlob)
+	err = d.Finish()
+	return
+}
+
+// ThreadExchangeStreamCaptureMode forwards cuThreadExchangeStreamCaptureMode without waiting: its result comes with the next reply.
+func (cl *Client) ThreadExchangeStreamCaptureMode(cur Handle, mode uint32) (r Result, err error) {
+	var e Encoder
+	e.U32(mode)
+	req := Request{Op: OpThreadExchangeStreamCaptureMode, Ctx: cur, Async: true, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// StreamUpdateCaptureDependenciesV2 forwards cuStreamUpdateCaptureDependencies_v2.
+func (cl *Client) StreamUpdateCaptureDependenciesV2(cur Handle, hStream Handle, deps []byte, edges []byte, flags uint32) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hStream))
+	e.Bytes(deps)
+	e.Bytes(edges)
+	e.U32(flags)
+	req := Request{Op: OpStreamUpdateCaptureDependenciesV2, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// GraphCreate forwards cuGraphCreate.
+func (cl *Client) GraphCreate(cur Handle, flags uint32) (phGraph Handle, r Result, err error) {
+	var e Encoder
+	e.U32(flags)
+	req := Request{Op: OpGraphCreate, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	phGraph = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// GraphDestroy forwards cuGraphDestroy.
+func (cl *Client) GraphDestroy(cur Handle, hGraph Handle) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hGraph))
+	req := Request{Op: OpGraphDestroy, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// GraphClone forwards cuGraphClone.
+func (cl *Client) GraphClone(cur Handle, originalGraph Handle) (phGraphClone Handle, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(originalGraph))
+	req := Request{Op: OpGraphClone, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	phGraphClone = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// GraphGetNodes forwards cuGraphGetNodes.
+func (cl *Client) GraphGetNodes(cur Handle, hGraph Handle, offset uint64, maxNodes uint64) (nodes []byte, numNodes uint64, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hGraph))
+	e.U64(offset)
+	e.U64(maxNodes)
+	req := Request{Op: OpGraphGetNodes, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	nodes = d.Bytes(MaxBlob)
+	numNodes = d.U64()
+	err = d.Finish()
+	return
+}
+
+// GraphGetRootNodes forwards cuGraphGetRootNodes.
+func (cl *Client) GraphGetRootNodes(cur Handle, hGraph Handle, offset uint64, maxNodes uint64) (nodes []byte, numNodes uint64, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hGraph))
+	e.U64(offset)
+	e.U64(maxNodes)
+	req := Request{Op: OpGraphGetRootNodes, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	nodes = d.Bytes(MaxBlob)
+	numNodes = d.U64()
+	err = d.Finish()
+	return
+}
+
+// GraphAddKernelNodeV2 forwards cuGraphAddKernelNode_v2.
+func (cl *Client) GraphAddKernelNodeV2(cur Handle, hGraph Handle, deps []byte, f Handle, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, params []byte) (phGraphNode Handle, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hGraph))
+	e.Bytes(deps)
+	e.U64(uint64(f))
+	e.U32(gridDimX)
+	e.U32(gridDimY)
+	e.U32(gridDimZ)
+	e.U32(blockDimX)
+	e.U32(blockDimY)
+	e.U32(blockDimZ)
+	e.U32(sharedMemBytes)
+	e.Bytes(params)
+	req := Request{Op: OpGraphAddKernelNodeV2, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	phGraphNode = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// GraphAddMemsetNode forwards cuGraphAddMemsetNode.
+func (cl *Client) GraphAddMemsetNode(cur Handle, hGraph Handle, deps []byte, dst DevPtr, pitch uint64, value uint32, elementSize uint32, width uint64, height uint64) (phGraphNode Handle, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hGraph))
+	e.Bytes(deps)
+	e.U64(uint64(dst))
+	e.U64(pitch)
+	e.U32(value)
+	e.U32(elementSize)
+	e.U64(width)
+	e.U64(height)
+	req := Request{Op: OpGraphAddMemsetNode, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	phGraphNode = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// GraphAddMemcpyNode forwards cuGraphAddMemcpyNode.
+func (cl *Client) GraphAddMemcpyNode(cur Handle, hGraph Handle, deps []byte, copyParams []byte) (phGraphNode Handle, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hGraph))
+	e.Bytes(deps)
+	e.Bytes(copyParams)
+	req := Request{Op: OpGraphAddMemcpyNode, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	phGraphNode = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// GraphAddEmptyNode forwards cuGraphAddEmptyNode.
+func (cl *Client) GraphAddEmptyNode(cur Handle, hGraph Handle, deps []byte) (phGraphNode Handle, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hGraph))
+	e.Bytes(deps)
+	req := Request{Op: OpGraphAddEmptyNode, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	phGraphNode = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// GraphAddEventRecordNode forwards cuGraphAddEventRecordNode.
+func (cl *Client) GraphAddEventRecordNode(cur Handle, hGraph Handle, deps []byte, hEvent Handle) (phGraphNode Handle, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hGraph))
+	e.Bytes(deps)
+	e.U64(uint64(hEvent))
+	req := Request{Op: OpGraphAddEventRecordNode, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	phGraphNode = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// GraphAddEventWaitNode forwards cuGraphAddEventWaitNode.
+func (cl *Client) GraphAddEventWaitNode(cur Handle, hGraph Handle, deps []byte, hEvent Handle) (phGraphNode Handle, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hGraph))
+	e.Bytes(deps)
+	e.U64(uint64(hEvent))
+	req := Request{Op: OpGraphAddEventWaitNode, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	phGraphNode = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// GraphAddDependenciesV2 forwards cuGraphAddDependencies_v2.
+func (cl *Client) GraphAddDependenciesV2(cur Handle, hGraph Handle, from []byte, to []byte, edges []byte) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hGraph))
+	e.Bytes(from)
+	e.Bytes(to)
+	e.Bytes(edges)
+	req := Request{Op: OpGraphAddDependenciesV2, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// GraphInstantiateWithFlags forwards cuGraphInstantiateWithFlags.
+func (cl *Client) GraphInstantiateWithFlags(cur Handle, hGraph Handle, flags uint64) (phGraphExec Handle, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hGraph))
+	e.U64(flags)
+	req := Request{Op: OpGraphInstantiateWithFlags, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	phGraphExec = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// GraphLaunch forwards cuGraphLaunch without waiting: its result comes with the next reply.
+func (cl *Client) GraphLaunch(cur Handle, hGraphExec Handle, hStream Handle) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hGraphExec))
+	e.U64(uint64(hStream))
+	req := Request{Op: OpGraphLaunch, Ctx: cur, Async: true, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// GraphUpload forwards cuGraphUpload without waiting: its result comes with the next reply.
+func (cl *Client) GraphUpload(cur Handle, hGraphExec Handle, hStream Handle) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hGraphExec))
+	e.U64(uint64(hStream))
+	req := Request{Op: OpGraphUpload, Ctx: cur, Async: true, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// GraphExecDestroy forwards cuGraphExecDestroy.
+func (cl *Client) GraphExecDestroy(cur Handle, hGraphExec Handle) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hGraphExec))
+	req := Request{Op: OpGraphExecDestroy, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// GraphExecKernelNodeSetParamsV2 forwards cuGraphExecKernelNodeSetParams_v2.
+func (cl *Client) GraphExecKernelNodeSetParamsV2(cur Handle, hGraphExec Handle, hNode Handle, f Handle, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, params []byte) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(hGraphExec))
+	e.U64(uint64(hNode))
+	e.U64(uint64(f))
+	e.U32(gridDimX)
+	e.U32(gridDimY)
+	e.U32(gridDimZ)
+	e.U32(blockDimX)
+	e.U32(blockDimY)
+	e.U32(blockDimZ)
+	e.U32(sharedMemBytes)
+	e.Bytes(params)
+	req := Request{Op: OpGraphExecKernelNodeSetParamsV2, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
 	return
 }

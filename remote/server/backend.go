@@ -112,4 +112,60 @@ type Backend interface {
 	// context when async (cuMemcpyPeerAsync), else at once (cuMemcpyPeer).
 	// It works without peer access.
 	MemcpyPeer(dst proto.DevPtr, dstCtx uintptr, src proto.DevPtr, srcCtx uintptr, n uint64, stream uintptr, async bool) proto.Result
+
+	GraphBackend
+}
+
+// GraphBackend is stream capture and CUDA graphs (calls_graph.go): the
+// driver's calls with the backend's raw graphs, graph execs and nodes. The
+// server has checked every handle, pointer range and kernel parameter
+// buffer; capture modes and capture statuses are CUstreamCaptureMode and
+// CUstreamCaptureStatus numbers (proto.CaptureMode*, proto.Capture*),
+// edge data EdgeDataSize-byte CUgraphEdgeData records (nil: default
+// edges). A driver without these calls gives proto.ErrNotSupported.
+type GraphBackend interface {
+	// StreamBeginCapture begins capturing stream s (of the current
+	// context) in mode; the server never asks for a global capture (it
+	// would hold other sessions' threads to the capture's rules).
+	StreamBeginCapture(s uintptr, mode int32) proto.Result
+	// StreamEndCapture ends the capture s began and returns its graph.
+	StreamEndCapture(s uintptr) (uintptr, proto.Result)
+	// StreamCaptureInfo is cuStreamGetCaptureInfo_v3: s's capture status
+	// and, while the capture is active, its ID, graph and the nodes the
+	// next work on s will depend on, with their edge data.
+	StreamCaptureInfo(s uintptr) (status int32, id uint64, graph uintptr, deps []uintptr, edges []byte, r proto.Result)
+	// StreamUpdateCaptureDependencies adds to or sets (flags) the nodes
+	// the next work on capturing stream s depends on.
+	StreamUpdateCaptureDependencies(s uintptr, deps []uintptr, edges []byte, flags uint32) proto.Result
+	// ThreadExchangeStreamCaptureMode sets the calling thread's capture
+	// interaction mode and returns the one it had.
+	ThreadExchangeStreamCaptureMode(mode int32) (int32, proto.Result)
+
+	GraphCreate(flags uint32) (uintptr, proto.Result)
+	GraphDestroy(g uintptr) proto.Result
+	GraphClone(g uintptr) (uintptr, proto.Result)
+	// GraphNodes returns g's nodes (roots: only those without
+	// dependencies) in the driver's order.
+	GraphNodes(g uintptr, roots bool) ([]uintptr, proto.Result)
+	// GraphAddKernelNode adds a launch of fn with its parameters packed as
+	// LaunchKernel takes them.
+	GraphAddKernelNode(g uintptr, deps []uintptr, fn uintptr, grid, block [3]uint32, sharedMem uint32, params []byte) (uintptr, proto.Result)
+	// GraphAddMemsetNode adds a memset of height rows of width elements of
+	// elementSize (1, 2 or 4) bytes, pitch bytes apart.
+	GraphAddMemsetNode(g uintptr, deps []uintptr, dst proto.DevPtr, pitch uint64, value, elementSize uint32, width, height uint64) (uintptr, proto.Result)
+	// GraphAddMemcpyNode adds a device-to-device copy.
+	GraphAddMemcpyNode(g uintptr, deps []uintptr, c proto.Copy3D) (uintptr, proto.Result)
+	GraphAddEmptyNode(g uintptr, deps []uintptr) (uintptr, proto.Result)
+	// GraphAddEventNode adds an event record node, or a wait node if wait.
+	GraphAddEventNode(g uintptr, deps []uintptr, ev uintptr, wait bool) (uintptr, proto.Result)
+	// GraphAddDependencies adds the edges from[i] → to[i].
+	GraphAddDependencies(g uintptr, from, to []uintptr, edges []byte) proto.Result
+	// GraphInstantiate makes an executable graph of g in the current
+	// context.
+	GraphInstantiate(g uintptr, flags uint64) (uintptr, proto.Result)
+	GraphExecDestroy(e uintptr) proto.Result
+	GraphLaunch(e, s uintptr) proto.Result
+	GraphUpload(e, s uintptr) proto.Result
+	// GraphExecKernelNodeSetParams changes kernel node n's launch in e.
+	GraphExecKernelNodeSetParams(e, n uintptr, fn uintptr, grid, block [3]uint32, sharedMem uint32, params []byte) proto.Result
 }

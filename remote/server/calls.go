@@ -313,8 +313,11 @@ func (s *session) currentStream(c *proto.Call, hs proto.Handle) (*ctxState, uint
 
 // copyIn streams host data to dst chunk by chunk.
 func (s *session) copyIn(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n uint64, hs proto.Handle, async bool) proto.Result {
-	_, st, r := s.currentStream(c, hs)
+	ctx, st, r := s.currentStream(c, hs)
 	if r != ok {
+		return r
+	}
+	if r := s.refuseHostCopy(streamKey{ctx, st}); r != ok {
 		return r
 	}
 	if n == 0 {
@@ -349,8 +352,11 @@ func (s *session) copyIn(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n ui
 
 // copyOut streams device memory at src back chunk by chunk.
 func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n uint64, hs proto.Handle) proto.Result {
-	_, st, r := s.currentStream(c, hs)
+	ctx, st, r := s.currentStream(c, hs)
 	if r != ok {
+		return r
+	}
+	if r := s.refuseHostCopy(streamKey{ctx, st}); r != ok {
 		return r
 	}
 	if n == 0 {
@@ -535,6 +541,9 @@ func (s *session) ModuleUnload(c *proto.Call, h proto.Handle) proto.Result {
 	if m == nil {
 		return proto.ErrInvalidHandle
 	}
+	if s.holdsGraphs(m.ctx) {
+		return proto.ErrIllegalState // a graph may run its kernels (calls_graph.go)
+	}
 	if r := s.use(m.ctx); r != ok {
 		return r
 	}
@@ -665,25 +674,36 @@ func (s *session) launchArgs(c *proto.Call, h proto.Handle, grid, block [3]uint3
 	if r != ok {
 		return nil, nil, 0, r
 	}
-	f := s.funcs[h]
-	if f == nil || f.mod.ctx != ctx {
-		return nil, nil, 0, proto.ErrInvalidHandle
-	}
 	st, r := s.stream(ctx, hs)
 	if r != ok {
 		return nil, nil, 0, r
 	}
+	f, r := s.kernelArgs(ctx, h, grid, block, params)
+	if r != ok {
+		return nil, nil, 0, r
+	}
+	return f, ctx, st, ok
+}
+
+// kernelArgs checks a kernel's launch in ctx (a launch, a kernel node): a
+// function of ctx, no empty dimension, and a parameter buffer of exactly
+// the kernel's packed size. It leaves ctx current in the backend.
+func (s *session) kernelArgs(ctx *ctxState, h proto.Handle, grid, block [3]uint32, params []byte) (*funcState, proto.Result) {
+	f := s.funcs[h]
+	if f == nil || f.mod.ctx != ctx {
+		return nil, proto.ErrInvalidHandle
+	}
 	for i := range 3 {
 		if grid[i] == 0 || block[i] == 0 {
-			return nil, nil, 0, proto.ErrInvalidValue
+			return nil, proto.ErrInvalidValue
 		}
 	}
 	ps, r := s.params(f)
 	if r != ok {
-		return nil, nil, 0, r
+		return nil, r
 	}
 	if r := s.use(ctx); r != ok {
-		return nil, nil, 0, r
+		return nil, r
 	}
 	size := uint64(0)
 	if len(ps) > 0 {
@@ -691,9 +711,9 @@ func (s *session) launchArgs(c *proto.Call, h proto.Handle, grid, block [3]uint3
 		size = last.offset + last.size
 	}
 	if uint64(len(params)) != size {
-		return nil, nil, 0, proto.ErrInvalidValue
+		return nil, proto.ErrInvalidValue
 	}
-	return f, ctx, st, ok
+	return f, ok
 }
 
 func (s *session) StreamCreate(c *proto.Call, flags uint32) (proto.Handle, proto.Result) {
@@ -717,6 +737,9 @@ func (s *session) StreamDestroyV2(c *proto.Call, h proto.Handle) proto.Result {
 	}
 	if r := s.use(st.ctx); r != ok {
 		return r
+	}
+	if cp := s.captureOrigins[streamKey{st.ctx, st.raw}]; cp != nil {
+		s.abandonCapture(cp) // the driver would end it with the stream
 	}
 	if r := s.be.StreamDestroy(st.raw); r != ok {
 		return r
@@ -795,6 +818,9 @@ func (s *session) EventDestroyV2(c *proto.Call, h proto.Handle) proto.Result {
 	e, r := s.event(h)
 	if r != ok {
 		return r
+	}
+	if s.eventInGraph(e) {
+		return proto.ErrIllegalState // an event node names it (calls_graph.go)
 	}
 	if r := s.be.EventDestroy(e.raw); r != ok {
 		return r

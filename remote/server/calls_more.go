@@ -46,14 +46,22 @@ func (s *session) StreamGetFlags(c *proto.Call, h proto.Handle) (uint32, proto.R
 	return s.be.StreamFlags(raw)
 }
 
-// StreamIsCapturing is the driver's answer; no client can begin a capture
-// (cuStreamBeginCapture is not forwarded), but the answer is asked anyway.
+// StreamIsCapturing is the driver's answer, but for a capture the server
+// invalidated (calls_graph.go), which is invalidated whatever the driver
+// says. PyTorch asks it around most calls, capturing or not.
 func (s *session) StreamIsCapturing(c *proto.Call, h proto.Handle) (int32, proto.Result) {
-	raw, r := s.ownStream(c, h)
+	key, r := s.captureStream(c, h)
 	if r != ok {
 		return 0, r
 	}
-	return s.be.StreamIsCapturing(raw)
+	status, r := s.be.StreamIsCapturing(key.raw)
+	if r != ok || status != proto.CaptureActive || !s.anyInvalidated() {
+		return status, r
+	}
+	if _, id, _, _, _, r := s.be.StreamCaptureInfo(key.raw); r == ok && s.captures[id] != nil && s.captures[id].invalidated {
+		return proto.CaptureInvalidated, ok
+	}
+	return status, ok
 }
 
 // EventRecordWithFlags checks like EventRecord.

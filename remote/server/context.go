@@ -59,6 +59,7 @@ func (s *session) createCtx(dev int32, flags uint32, primary bool) (*ctxState, p
 // freed counts what a cleanup released.
 type freed struct {
 	allocs, modules, streams, events, contexts int
+	captures, graphs, execs                    int
 	bytes                                      uint64
 }
 
@@ -69,9 +70,14 @@ func (f *freed) add(g freed) {
 	f.streams += g.streams
 	f.events += g.events
 	f.contexts += g.contexts
+	f.captures += g.captures
+	f.graphs += g.graphs
+	f.execs += g.execs
 }
 
-// destroyCtx waits for ctx's work, frees everything in it and destroys it.
+// destroyCtx ends ctx's captures, waits for its work, frees everything in
+// it (graphs first: they may name its functions and events) and destroys
+// it.
 // Backend failures are logged; the objects are forgotten either way
 // (destroying a context frees what is left in it).
 func (s *session) destroyCtx(ctx *ctxState) freed {
@@ -81,9 +87,10 @@ func (s *session) destroyCtx(ctx *ctxState) freed {
 			s.log.Warn("cleanup: "+what+" failed", "result", r.String())
 		}
 	}
-	if r := s.use(ctx); r != proto.Success {
-		warn("cuCtxSetCurrent", r)
-	} else {
+	r := s.use(ctx)
+	warn("cuCtxSetCurrent", r)
+	s.destroyGraphs(ctx, &f, warn)
+	if r == proto.Success {
 		warn("cuCtxSynchronize", s.be.CtxSynchronize())
 	}
 	for _, a := range append([]*allocation(nil), s.allocs...) {
@@ -158,6 +165,12 @@ func (s *session) cleanup() freed {
 	}
 	if r := s.be.CtxSetCurrent(0); r != proto.Success {
 		s.log.Warn("cleanup: cuCtxSetCurrent(NULL) failed", "result", r.String())
+	}
+	if s.modeSet {
+		if _, r := s.be.ThreadExchangeStreamCaptureMode(proto.CaptureModeGlobal); r != proto.Success {
+			s.log.Warn("cleanup: cuThreadExchangeStreamCaptureMode failed", "result", r.String())
+		}
+		s.modeSet = false
 	}
 	s.curOK = false
 	return f

@@ -76,6 +76,7 @@ const (
 	tagImage
 	tagBlob
 	tagSmall
+	tagNodes
 	tagCount
 )
 
@@ -116,6 +117,9 @@ func (p *prog) handles() []proto.Handle {
 	hs = append(hs, sortedHandles(p.s.funcs)...)
 	hs = append(hs, sortedHandles(p.s.streams)...)
 	hs = append(hs, sortedHandles(p.s.events)...)
+	hs = append(hs, sortedHandles(p.s.graphs)...)
+	hs = append(hs, sortedHandles(p.s.execs)...)
+	hs = append(hs, sortedHandles(p.s.nodes)...)
 	return hs
 }
 
@@ -176,6 +180,17 @@ func (p *prog) payload() []byte {
 			e.Bytes(blob)
 		case tagSmall:
 			e.U32(uint32(p.u8() % 4))
+		case tagNodes: // a list of node handles (or stale ones)
+			var hs []proto.Handle
+			nodes := sortedHandles(p.s.nodes)
+			for n := p.u8() % 4; n > 0; n-- {
+				if k := p.u8(); k < 0xf0 && len(nodes) > 0 {
+					hs = append(hs, nodes[int(k)%len(nodes)])
+				} else {
+					hs = append(hs, proto.Handle(k))
+				}
+			}
+			e.Bytes(proto.EncodeHandles(hs))
 		}
 	}
 	return e.Payload()
@@ -289,6 +304,31 @@ func (s *session) check(t *testing.T, fake *fakecuda.Backend) {
 			t.Fatal("an event of a dead context")
 		}
 	}
+	for _, g := range s.graphs {
+		if s.ctxs[g.ctx.h] != g.ctx || s.graphsByRaw[g.raw] != g {
+			t.Fatal("a graph of a dead context, or not known by its raw value")
+		}
+		for raw, n := range g.nodes {
+			if s.nodes[n.h] != n || n.graph != g || n.raw != raw {
+				t.Fatal("a graph's node out of step with the node table")
+			}
+		}
+	}
+	for _, n := range s.nodes {
+		if s.graphs[n.graph.h] != n.graph {
+			t.Fatal("a node of a destroyed graph")
+		}
+	}
+	for _, e := range s.execs {
+		if s.ctxs[e.ctx.h] != e.ctx {
+			t.Fatal("an exec of a dead context")
+		}
+	}
+	for key, cp := range s.captureOrigins {
+		if s.ctxs[key.ctx.h] != key.ctx || s.captures[cp.raw] != cp {
+			t.Fatal("a capture of a dead context, or not known by its ID")
+		}
+	}
 	for dev, p := range s.primary {
 		if p.ctx != nil && (s.ctxs[p.ctx.h] != p.ctx || p.refs < 1 || p.ctx.dev != dev) {
 			t.Fatalf("primary context of device %d: %+v", dev, p)
@@ -299,6 +339,16 @@ func (s *session) check(t *testing.T, fake *fakecuda.Backend) {
 		st.Streams != len(s.streams) || st.Events != len(s.events) || st.ImplicitFrees != 0 {
 		t.Fatalf("the backend holds %+v; the session %d allocations, %d contexts, %d modules, %d streams, %d events",
 			st, plain, len(s.ctxs), len(s.mods), len(s.streams), len(s.events))
+	}
+	owned := 0 // graphs the client owns: not a capture's
+	for _, g := range s.graphs {
+		if g.capture == nil {
+			owned++
+		}
+	}
+	if st.GraphExecs != len(s.execs) || st.Graphs-st.Captures != owned || st.Captures != len(s.captures) {
+		t.Fatalf("the backend holds %+v; the session %d execs, %d graphs of its own, %d captures",
+			st, len(s.execs), owned, len(s.captures))
 	}
 }
 
@@ -486,6 +536,33 @@ func fuzzSeeds() [][]byte {
 		call(proto.OpPointerGetAttributes, ptrOf(1, 10)).
 		call(proto.OpCtxDisablePeerAccess, handleOf(1)).
 		call(proto.OpDevicePrimaryCtxReleaseV2, small(1))
+	seeds = append(seeds, a.b)
+	// Capture and replay; explicit graph nodes.
+	a = &asm{}
+	a.call(proto.OpDevicePrimaryCtxRetain, small(0)).call(proto.OpMemAllocV2, size(4096)).
+		call(proto.OpModuleLoadData, image()).
+		call(proto.OpModuleGetFunction, handleOf(1), name(0)).
+		call(proto.OpStreamCreate, u32f(1)).
+		call(proto.OpStreamBeginCaptureV2, handleOf(3), small(0)).
+		call(proto.OpLaunchKernel, handleOf(2), u32f(1), u32f(1), u32f(1), u32f(1), u32f(1), u32f(1), u32f(0),
+			handleOf(3), blob(slotPtr(0, 0), slotU32(5), slotU32(0), slotU32(4), slotU32(0))).
+		call(proto.OpMemsetD32Async, ptrOf(0, 64), u32f(9), size(4), handleOf(3)).
+		call(proto.OpStreamGetCaptureInfoV3, handleOf(3), u32f(16)).
+		call(proto.OpMemcpyHtoDAsyncV2, ptrOf(0, 0), size(16), size(16), handleOf(3)).
+		call(proto.OpStreamIsCapturing, handleOf(3)). // answers the refused copy
+		call(proto.OpStreamEndCapture, handleOf(3)).
+		call(proto.OpStreamBeginCaptureV2, handleOf(3), small(2)).
+		call(proto.OpMemcpyDtoDAsyncV2, ptrOf(0, 128), ptrOf(0, 0), size(16), handleOf(3)).
+		call(proto.OpStreamEndCapture, handleOf(3)).
+		call(proto.OpGraphGetNodes, handleOf(4), size(0), size(8)).
+		call(proto.OpGraphInstantiateWithFlags, handleOf(4), u32f(0), u32f(0)).
+		call(proto.OpGraphLaunch, handleOf(5), handleOf(3)).
+		call(proto.OpGraphCreate, u32f(0)).
+		call(proto.OpGraphAddEmptyNode, handleOf(5), []byte{tagNodes, 0}).
+		call(proto.OpGraphAddMemsetNode, handleOf(5), []byte{tagNodes, 1, 1}, ptrOf(0, 0), size(0), u32f(1), u32f(4), size(8), size(1)).
+		call(proto.OpGraphClone, handleOf(5)).
+		call(proto.OpStreamBeginCaptureV2, handleOf(3), small(1)).
+		call(proto.OpStreamDestroyV2, handleOf(3))
 	seeds = append(seeds, a.b)
 	return seeds
 }

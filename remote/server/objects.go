@@ -57,6 +57,55 @@ type eventState struct {
 	ctx *ctxState
 }
 
+// graphState is one of the client's graphs: made with cuGraphCreate or
+// cuGraphClone, or a capture's, known from the first cuStreamGetCaptureInfo
+// or cuStreamEndCapture that returns it.
+type graphState struct {
+	h   proto.Handle
+	raw uintptr
+	ctx *ctxState
+	// capture is set while the graph is an active capture's: the driver
+	// owns it until cuStreamEndCapture.
+	capture *captureState
+	// nodes are the node handles given out, by raw node.
+	nodes map[uintptr]*nodeState
+	// events are the events of the graph's event nodes (calls_graph.go).
+	events map[*eventState]bool
+}
+
+type nodeState struct {
+	h     proto.Handle
+	raw   uintptr
+	graph *graphState
+}
+
+type execState struct {
+	h     proto.Handle
+	raw   uintptr
+	ctx   *ctxState
+	graph *graphState // instantiated from; its nodes name the exec's nodes
+	// events are the events of the exec's event nodes.
+	events map[*eventState]bool
+}
+
+// captureState is a stream capture the client began.
+type captureState struct {
+	id     uint64 // the ID the client sees
+	raw    uint64 // the driver's
+	origin streamKey
+	graph  *graphState // once seen
+	// invalidated: the server refused work in the capture
+	// (cuStreamEndCapture then fails), whatever the driver says.
+	invalidated bool
+}
+
+// streamKey names a stream of a context: a default stream (0, 1, 2) or a
+// created stream's raw value.
+type streamKey struct {
+	ctx *ctxState
+	raw uintptr
+}
+
 type allocation struct {
 	base proto.DevPtr
 	size uint64
@@ -73,6 +122,16 @@ type objects struct {
 	funcs   map[proto.Handle]*funcState
 	streams map[proto.Handle]*streamState
 	events  map[proto.Handle]*eventState
+	// Graphs (calls_graph.go).
+	graphs      map[proto.Handle]*graphState
+	graphsByRaw map[uintptr]*graphState
+	nodes       map[proto.Handle]*nodeState
+	execs       map[proto.Handle]*execState
+	// captures are the active captures by the driver's ID, and by the
+	// stream that began them.
+	captures       map[uint64]*captureState
+	captureOrigins map[streamKey]*captureState
+	lastCaptureID  uint64
 	// allocs is sorted by base and never overlaps.
 	allocs []*allocation
 	// inUse is the size of the MemAlloc allocations (globals excluded).
@@ -90,6 +149,12 @@ func (o *objects) init() {
 	o.funcs = map[proto.Handle]*funcState{}
 	o.streams = map[proto.Handle]*streamState{}
 	o.events = map[proto.Handle]*eventState{}
+	o.graphs = map[proto.Handle]*graphState{}
+	o.graphsByRaw = map[uintptr]*graphState{}
+	o.nodes = map[proto.Handle]*nodeState{}
+	o.execs = map[proto.Handle]*execState{}
+	o.captures = map[uint64]*captureState{}
+	o.captureOrigins = map[streamKey]*captureState{}
 }
 
 // handle returns a new handle; handles are never reused in a session.

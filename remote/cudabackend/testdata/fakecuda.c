@@ -54,6 +54,16 @@ struct fake_state {
 	uint64_t peer_queries, last_peer_dev, last_peer_attr;
 	uint64_t peer_enables, peer_disables, last_peer_ctx, last_peer_flags;
 	uint64_t peer_copies, peer_copies_async, last_dst_ctx, last_src_ctx;
+	/* Stream capture and graphs. */
+	uint64_t capture_begins, capture_mode, capture_stream, capture_ends;
+	uint64_t update_n, update_flags, update_first, update_edge0;
+	uint64_t graphs_created, graphs_destroyed, graph_clones;
+	uint64_t node_adds, node_ndeps, node_first_dep, node_ctx, node_event, node_wait;
+	uint64_t memset_dst, memset_pitch, memset_value, memset_elem, memset_width, memset_height;
+	uint64_t memcpy_types, memcpy_f[15];
+	uint64_t dep_adds, dep_n, dep_edge0;
+	uint64_t instantiates, instantiate_flags, exec_destroys, graph_launches, graph_uploads, graph_stream;
+	uint64_t exec_param_sets, exec_param_node;
 };
 
 static struct fake_state fallback_state;
@@ -653,15 +663,15 @@ EXPORT CUresult cuFuncGetAttribute(int *v, int attr, void *fn)
 	return 1;
 }
 
-EXPORT CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-			       unsigned bz, unsigned shmem, void *s, void **params, void **extra)
+/* record_launch notes a launch (or a kernel node's launch) in the state:
+ * its function, dimensions and extra's buffer. */
+static CUresult record_launch(struct fake_state *st, void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+			      unsigned by, unsigned bz, unsigned shmem, void *s, void **params, void **extra)
 {
-	LOCK();
 	if (fn != &fake_fn)
-		RET(400);
+		return 400;
 	if (bad_stream(s))
-		RET(400);
-	st->launches++;
+		return 400;
 	st->launch_fn = (uint64_t)(uintptr_t)fn;
 	st->launch_grid[0] = gx, st->launch_grid[1] = gy, st->launch_grid[2] = gz;
 	st->launch_block[0] = bx, st->launch_block[1] = by, st->launch_block[2] = bz;
@@ -672,7 +682,7 @@ EXPORT CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, 
 	st->launch_size = 0;
 	memset(st->launch_buf, 0, sizeof st->launch_buf);
 	if (extra == NULL)
-		RET(0);
+		return 0;
 	/* Keys in the order CUDA documents: buffer, size, end. */
 	void *buf = NULL;
 	size_t size = 0;
@@ -684,13 +694,23 @@ EXPORT CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, 
 		else if (extra[i] == (void *)2)
 			size = *(size_t *)extra[i + 1];
 		else
-			RET(1);
+			return 1;
 	}
 	if (buf == NULL || size > sizeof st->launch_buf)
-		RET(1);
+		return 1;
 	st->launch_size = size;
 	memcpy(st->launch_buf, buf, size);
-	RET(0);
+	return 0;
+}
+
+EXPORT CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+			       unsigned bz, unsigned shmem, void *s, void **params, void **extra)
+{
+	LOCK();
+	CUresult r = record_launch(st, fn, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+	if (r == 0)
+		st->launches++;
+	RET(r);
 }
 
 EXPORT CUresult cuStreamCreate(void **s, unsigned flags)
@@ -882,5 +902,309 @@ EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, void *dst_ctx, CUdeviceptr sr
 	note_copy(st, (void *)(uintptr_t)dst, (void *)(uintptr_t)src, n, s);
 	enqueue(st, OP_COPY, (void *)(uintptr_t)dst, (void *)(uintptr_t)src, n, 0);
 	RET(0);
+}
+#endif
+
+/* ---- stream capture and graphs: recorded, nothing captured ---- */
+#ifndef FAKE_OMIT_OPTIONAL
+
+#define GRAPH_MAGIC 0x6767ULL
+#define EXEC_MAGIC 0x6e6eULL
+#define FAKE_DEPS 20 /* more than the backend's first guess */
+
+static char fake_nodes[FAKE_DEPS];
+static void *fake_node_list[FAKE_DEPS]; /* node i is &fake_nodes[i] */
+static unsigned char fake_edges[FAKE_DEPS][8];
+static __thread int thread_mode;
+
+static void **node_list(void)
+{
+	for (int i = 0; i < FAKE_DEPS; i++)
+		fake_node_list[i] = &fake_nodes[i];
+	return fake_node_list;
+}
+
+static int is_node(const void *n) { return (const char *)n >= fake_nodes && (const char *)n < fake_nodes + FAKE_DEPS; }
+
+EXPORT CUresult cuStreamBeginCapture_v2(void *s, int mode)
+{
+	LOCK();
+	if (!is(s, STREAM_MAGIC))
+		RET(900);
+	st->capture_begins++;
+	st->capture_mode = (uint64_t)mode;
+	st->capture_stream = (uint64_t)(uintptr_t)s;
+	((struct obj *)s)->recorded = 1; /* capturing */
+	RET(0);
+}
+
+EXPORT CUresult cuStreamEndCapture(void *s, void **g)
+{
+	LOCK();
+	if (!is(s, STREAM_MAGIC) || !((struct obj *)s)->recorded)
+		RET(401);
+	((struct obj *)s)->recorded = 0;
+	st->capture_ends++;
+	st->graphs_created++;
+	*g = new_obj(GRAPH_MAGIC, 0);
+	RET(0);
+}
+
+EXPORT CUresult cuStreamGetCaptureInfo_v3(void *s, int *status, unsigned long long *id, void **g, void ***deps,
+					  const void **edges, size_t *n)
+{
+	static struct obj capture_graph = {GRAPH_MAGIC, 0, 0, 0};
+	LOCK();
+	if (bad_stream(s))
+		RET(400);
+	*status = s != NULL && ((struct obj *)s)->recorded;
+	if (!*status)
+		RET(0);
+	*id = 77;
+	*g = &capture_graph;
+	fake_edges[FAKE_DEPS - 1][2] = 1; /* one programmatic edge */
+	*deps = node_list();
+	*edges = fake_edges;
+	*n = FAKE_DEPS;
+	RET(0);
+}
+
+EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(void *s, void **deps, const unsigned char *edges, size_t n,
+						     unsigned flags)
+{
+	LOCK();
+	if (bad_stream(s) || (n > 0 && !is_node(deps[0])))
+		RET(1);
+	st->update_n = n;
+	st->update_flags = flags;
+	st->update_first = n > 0 ? (uint64_t)(uintptr_t)deps[0] : 0;
+	st->update_edge0 = edges != NULL ? edges[2] + 1 : 0;
+	RET(0);
+}
+
+EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode)
+{
+	int old = thread_mode;
+	thread_mode = *mode;
+	*mode = old;
+	return 0;
+}
+
+EXPORT CUresult cuGraphCreate(void **g, unsigned flags)
+{
+	LOCK();
+	if (flags != 0)
+		RET(1);
+	st->graphs_created++;
+	*g = new_obj(GRAPH_MAGIC, 0);
+	RET(0);
+}
+
+EXPORT CUresult cuGraphDestroy(void *g)
+{
+	LOCK();
+	if (!is(g, GRAPH_MAGIC))
+		RET(400);
+	st->graphs_destroyed++;
+	((struct obj *)g)->magic = 0;
+	RET(0);
+}
+
+EXPORT CUresult cuGraphClone(void **clone, void *g)
+{
+	LOCK();
+	if (!is(g, GRAPH_MAGIC))
+		RET(400);
+	st->graph_clones++;
+	st->graphs_created++;
+	*clone = new_obj(GRAPH_MAGIC, 0);
+	RET(0);
+}
+
+/* Every graph has 3 nodes, the first its root. */
+static CUresult get_nodes(void *g, void **nodes, size_t *n, size_t have)
+{
+	if (!is(g, GRAPH_MAGIC))
+		return 400;
+	if (nodes == NULL) {
+		*n = have;
+		return 0;
+	}
+	size_t k = *n < have ? *n : have;
+	for (size_t i = 0; i < k; i++)
+		nodes[i] = &fake_nodes[i];
+	*n = k;
+	return 0;
+}
+
+EXPORT CUresult cuGraphGetNodes(void *g, void **nodes, size_t *n) { return get_nodes(g, nodes, n, 3); }
+EXPORT CUresult cuGraphGetRootNodes(void *g, void **nodes, size_t *n) { return get_nodes(g, nodes, n, 1); }
+
+/* note_node checks and notes a node's graph and dependencies and returns
+ * a new node; the caller holds mu. */
+static CUresult note_node(struct fake_state *st, void **out, void *g, void **deps, size_t n)
+{
+	if (!is(g, GRAPH_MAGIC) || (n > 0 && !is_node(deps[0])))
+		return 400;
+	st->node_adds++;
+	st->node_ndeps = n;
+	st->node_first_dep = n > 0 ? (uint64_t)(uintptr_t)deps[0] : 0;
+	*out = &fake_nodes[st->node_adds % FAKE_DEPS];
+	return 0;
+}
+
+struct kernel_params {
+	void *func;
+	unsigned gx, gy, gz, bx, by, bz, shmem;
+	void **params, **extra;
+	void *kern, *ctx;
+};
+
+EXPORT CUresult cuGraphAddKernelNode_v2(void **node, void *g, void **deps, size_t n, const struct kernel_params *p)
+{
+	LOCK();
+	CUresult r = note_node(st, node, g, deps, n);
+	if (r == 0)
+		r = record_launch(st, p->func, p->gx, p->gy, p->gz, p->bx, p->by, p->bz, p->shmem, NULL, p->params, p->extra);
+	RET(r);
+}
+
+struct memset_params {
+	CUdeviceptr dst;
+	size_t pitch;
+	unsigned value, elem;
+	size_t width, height;
+};
+
+EXPORT CUresult cuGraphAddMemsetNode(void **node, void *g, void **deps, size_t n, const struct memset_params *p,
+				     void *ctx)
+{
+	LOCK();
+	CUresult r = note_node(st, node, g, deps, n);
+	if (r != 0)
+		RET(r);
+	st->node_ctx = (uint64_t)(uintptr_t)ctx;
+	st->memset_dst = p->dst;
+	st->memset_pitch = p->pitch;
+	st->memset_value = p->value;
+	st->memset_elem = p->elem;
+	st->memset_width = p->width;
+	st->memset_height = p->height;
+	RET(0);
+}
+
+struct memcpy3d {
+	size_t srcX, srcY, srcZ, srcLOD;
+	int srcType;
+	const void *srcHost;
+	CUdeviceptr src;
+	void *srcArray, *reserved0;
+	size_t srcPitch, srcHeight;
+	size_t dstX, dstY, dstZ, dstLOD;
+	int dstType;
+	void *dstHost;
+	CUdeviceptr dst;
+	void *dstArray, *reserved1;
+	size_t dstPitch, dstHeight;
+	size_t width, height, depth;
+};
+
+EXPORT CUresult cuGraphAddMemcpyNode(void **node, void *g, void **deps, size_t n, const struct memcpy3d *p, void *ctx)
+{
+	LOCK();
+	CUresult r = note_node(st, node, g, deps, n);
+	if (r != 0)
+		RET(r);
+	st->node_ctx = (uint64_t)(uintptr_t)ctx;
+	st->memcpy_types = (uint64_t)(p->srcType * 10 + p->dstType);
+	uint64_t f[15] = {p->src, p->srcX, p->srcY, p->srcZ, p->srcPitch, p->srcHeight, p->dst, p->dstX, p->dstY,
+			  p->dstZ, p->dstPitch, p->dstHeight, p->width, p->height, p->depth};
+	memcpy(st->memcpy_f, f, sizeof f);
+	RET(0);
+}
+
+EXPORT CUresult cuGraphAddEmptyNode(void **node, void *g, void **deps, size_t n)
+{
+	LOCK();
+	RET(note_node(st, node, g, deps, n));
+}
+
+static CUresult event_node(void **node, void *g, void **deps, size_t n, void *ev, int wait)
+{
+	LOCK();
+	if (!is(ev, EVENT_MAGIC))
+		RET(400);
+	CUresult r = note_node(st, node, g, deps, n);
+	st->node_event = (uint64_t)(uintptr_t)ev;
+	st->node_wait = (uint64_t)wait;
+	RET(r);
+}
+
+EXPORT CUresult cuGraphAddEventRecordNode(void **node, void *g, void **deps, size_t n, void *ev)
+{
+	return event_node(node, g, deps, n, ev, 0);
+}
+
+EXPORT CUresult cuGraphAddEventWaitNode(void **node, void *g, void **deps, size_t n, void *ev)
+{
+	return event_node(node, g, deps, n, ev, 1);
+}
+
+EXPORT CUresult cuGraphAddDependencies_v2(void *g, void **from, void **to, const unsigned char *edges, size_t n)
+{
+	LOCK();
+	if (!is(g, GRAPH_MAGIC) || (n > 0 && (!is_node(from[0]) || !is_node(to[n - 1]))))
+		RET(400);
+	st->dep_adds++;
+	st->dep_n = n;
+	st->dep_edge0 = edges != NULL ? edges[0] + 1 : 0;
+	RET(0);
+}
+
+EXPORT CUresult cuGraphInstantiateWithFlags(void **e, void *g, unsigned long long flags)
+{
+	LOCK();
+	if (!is(g, GRAPH_MAGIC))
+		RET(400);
+	st->instantiates++;
+	st->instantiate_flags = flags;
+	*e = new_obj(EXEC_MAGIC, 0);
+	RET(0);
+}
+
+EXPORT CUresult cuGraphExecDestroy(void *e)
+{
+	LOCK();
+	if (!is(e, EXEC_MAGIC))
+		RET(400);
+	st->exec_destroys++;
+	((struct obj *)e)->magic = 0;
+	RET(0);
+}
+
+static CUresult launch_graph(void *e, void *s, int upload)
+{
+	LOCK();
+	if (!is(e, EXEC_MAGIC) || bad_stream(s))
+		RET(400);
+	if (upload)
+		st->graph_uploads++;
+	else
+		st->graph_launches++;
+	st->graph_stream = (uint64_t)(uintptr_t)s;
+	RET(0);
+}
+
+EXPORT CUresult cuGraphLaunch(void *e, void *s) { return launch_graph(e, s, 0); }
+EXPORT CUresult cuGraphUpload(void *e, void *s) { return launch_graph(e, s, 1); }
+
+EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(void *e, void *node, const struct kernel_params *p)
+{
+	LOCK();
+	if (!is(e, EXEC_MAGIC) || !is_node(node))
+		RET(400);
+	st->exec_param_sets++;
+	st->exec_param_node = (uint64_t)(uintptr_t)node;
+	RET(record_launch(st, p->func, p->gx, p->gy, p->gz, p->bx, p->by, p->bz, p->shmem, NULL, p->params, p->extra));
 }
 #endif

@@ -12,7 +12,7 @@ func cType(p Param) string {
 		"size": "size_t", "f32": "float", "dev": "CUdevice", "attr": "CUdevice_attribute",
 		"fattr": "CUfunction_attribute", "dptr": "CUdeviceptr",
 		"ctx": "CUcontext", "mod": "CUmodule", "func": "CUfunction", "stream": "CUstream", "event": "CUevent",
-		"uuid": "CUuuid",
+		"graph": "CUgraph", "gexec": "CUgraphExec", "node": "CUgraphNode", "uuid": "CUuuid",
 	}
 	switch {
 	case p.Kind == "str" && p.Out:
@@ -29,10 +29,15 @@ func cType(p Param) string {
 	return base[p.Kind] + " "
 }
 
-// cParams is the C parameter list; a blob is a pointer and a length.
+// cParams is the C parameter list; an input blob is a pointer and a
+// length, an output blob a buffer, its capacity and where its length goes.
 func cParams(c Call) string {
 	var ps []string
 	for _, p := range c.Params {
+		if p.Kind == "blob" && p.Out {
+			ps = append(ps, "void *"+p.Name, "size_t "+p.Name+"_cap", "size_t *"+p.Name+"_len")
+			continue
+		}
 		if p.Kind == "blob" {
 			ps = append(ps, "const void *"+p.Name, "size_t "+p.Name+"_len")
 			continue
@@ -49,6 +54,9 @@ func cArgs(c Call) string {
 	var as []string
 	for _, p := range c.Params {
 		as = append(as, p.Name)
+		if p.Kind == "blob" && p.Out {
+			as = append(as, p.Name+"_cap")
+		}
 		if p.Kind == "blob" {
 			as = append(as, p.Name+"_len")
 		}
@@ -63,7 +71,7 @@ func cPut(p Param) string {
 		return fmt.Sprintf("gm_put_u32(&q, (uint32_t)%s);", p.Name)
 	case "u64", "size", "dptr":
 		return fmt.Sprintf("gm_put_u64(&q, (uint64_t)%s);", p.Name)
-	case "ctx", "mod", "func", "stream", "event":
+	case "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node":
 		return fmt.Sprintf("gm_put_u64(&q, (uint64_t)(uintptr_t)%s);", p.Name)
 	case "str":
 		return fmt.Sprintf("gm_put_str(&q, %s);", p.Name)
@@ -98,8 +106,10 @@ func cGet(p Param) string {
 		return fmt.Sprintf("*%s = (CUdeviceptr)gm_get_u64(&q);", p.Name)
 	case "f32":
 		return fmt.Sprintf("*%s = gm_get_f32(&q);", p.Name)
-	case "ctx", "mod", "func", "stream", "event":
+	case "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node":
 		return fmt.Sprintf("*%s = (%s)(uintptr_t)gm_get_u64(&q);", p.Name, strings.TrimSuffix(cType(p), " *"))
+	case "blob":
+		return fmt.Sprintf("gm_get_blob(&q, %s, %s_cap, %s_len);", p.Name, p.Name, p.Name)
 	case "uuid":
 		return fmt.Sprintf("gm_get_raw(&q, %s->bytes, 16);", p.Name)
 	case "str":
@@ -161,6 +171,8 @@ func genCStub(b *strings.Builder, c Call) {
 			w("\tsize_t %s_size = gm_image_size(%s);\n\tif (%s_size == 0)\n\t\treturn gm_refuse(\"%s\", \"%s\", CUDA_ERROR_INVALID_IMAGE);\n", p.Name, p.Name, p.Name, c.Name, p.Name)
 		case p.Kind == "hostin" || p.Kind == "hostout":
 			w("\tif (%s == NULL && %s != 0)\n\t\treturn gm_refuse(\"%s\", \"%s\", CUDA_ERROR_INVALID_VALUE);\n", p.Name, p.Size, c.Name, p.Name)
+		case p.Kind == "blob" && p.Out:
+			w("\tif ((%s == NULL && %s_cap != 0) || %s_len == NULL)\n\t\treturn gm_refuse(\"%s\", \"%s\", CUDA_ERROR_INVALID_VALUE);\n", p.Name, p.Name, p.Name, c.Name, p.Name)
 		case p.Kind == "blob":
 			w("\tif (%s == NULL && %s_len != 0)\n\t\treturn gm_refuse(\"%s\", \"%s\", CUDA_ERROR_INVALID_VALUE);\n", p.Name, p.Name, c.Name, p.Name)
 		case p.Kind == "str" && p.Out:

@@ -41,7 +41,7 @@ func goType(p Param) string {
 		return "float32"
 	case "dptr":
 		return "DevPtr"
-	case "ctx", "mod", "func", "stream", "event":
+	case "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node":
 		return "Handle"
 	case "str":
 		return "string"
@@ -77,7 +77,7 @@ func decodeExpr(p Param) string {
 		return "d.U64()"
 	case "dptr":
 		return "DevPtr(d.U64())"
-	case "ctx", "mod", "func", "stream", "event":
+	case "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node":
 		return "Handle(d.U64())"
 	case "str":
 		return "d.Str(MaxString)"
@@ -100,7 +100,7 @@ func encodeStmt(p Param, v string) string {
 		return fmt.Sprintf("e.U64(%s)", v)
 	case "f32":
 		return fmt.Sprintf("e.F32(%s)", v)
-	case "dptr", "ctx", "mod", "func", "stream", "event":
+	case "dptr", "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node":
 		return fmt.Sprintf("e.U64(uint64(%s))", v)
 	case "str":
 		return fmt.Sprintf("e.Str(%s)", v)
@@ -127,10 +127,12 @@ func outDecodeExpr(p Param) string {
 		return "d.F32()"
 	case "dptr":
 		return "DevPtr(d.U64())"
-	case "ctx", "mod", "func", "stream", "event":
+	case "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node":
 		return "Handle(d.U64())"
 	case "str":
 		return "d.Str(MaxString)"
+	case "blob":
+		return "d.Bytes(MaxBlob)"
 	case "uuid":
 		return "d.UUID()"
 	}

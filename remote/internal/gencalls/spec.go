@@ -36,13 +36,15 @@ var inKinds = map[string]bool{
 	"u8": true, "u32": true, "i32": true, "u64": true, "size": true, "dev": true,
 	"attr": true, "fattr": true, "dptr": true,
 	"ctx": true, "mod": true, "func": true, "stream": true, "event": true,
+	"graph": true, "gexec": true, "node": true,
 	"str": true, "blob": true, "image": true, "hostin": true,
 }
 
 var outKinds = map[string]bool{
 	"u32": true, "i32": true, "u64": true, "size": true, "f32": true, "dev": true, "dptr": true,
 	"ctx": true, "mod": true, "func": true, "stream": true, "event": true,
-	"uuid": true, "str": true, "hostout": true,
+	"graph": true, "gexec": true, "node": true,
+	"uuid": true, "str": true, "hostout": true, "blob": true,
 }
 
 var (

@@ -3,7 +3,8 @@
  * needs one. */
 #include "t.h"
 
-CUresult cuGraphCreate(void *phGraph, unsigned int flags);
+CUresult cuGraphAddHostNode(void *phGraphNode, void *hGraph, const void *dependencies, size_t numDependencies,
+			    const void *nodeParams);
 CUresult cuMemAlloc(unsigned int *dptr, unsigned int bytesize); /* version 1 */
 CUresult cuCtxPushCurrent(CUcontext ctx);
 CUresult cuStreamDestroy(CUstream hStream);
@@ -15,7 +16,7 @@ CUresult cuLibraryLoadFromFile(void *library, const char *fileName, void *jitOpt
 			       unsigned int numJitOptions, void *libraryOptions, void **libraryOptionValues,
 			       unsigned int numLibraryOptions);
 
-typedef CUresult (*graph_create_fn)(void *, unsigned int);
+typedef CUresult (*host_node_fn)(void *, void *, const void *, size_t, const void *);
 
 static void *proc(const char *sym, int version, cuuint64_t flags, CUresult want_r,
 		  CUdriverProcAddressQueryResult want_status)
@@ -40,8 +41,8 @@ static void *proc(const char *sym, int version, cuuint64_t flags, CUresult want_
 int main(void)
 {
 	/* Unsupported calls: NOT_SUPPORTED, whatever their arguments. */
-	EXPECT(cuGraphCreate(NULL, 0), CUDA_ERROR_NOT_SUPPORTED);
-	EXPECT(cuGraphCreate((void *)&t_failures, 0), CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT(cuGraphAddHostNode(NULL, NULL, NULL, 0, NULL), CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT(cuGraphAddHostNode((void *)&t_failures, NULL, NULL, 3, NULL), CUDA_ERROR_NOT_SUPPORTED);
 	unsigned int p32;
 	EXPECT(cuMemAlloc(&p32, 16), CUDA_ERROR_NOT_SUPPORTED);
 	EXPECT(cuLibraryLoadFromFile(NULL, NULL, NULL, NULL, 0, NULL, NULL, 0), CUDA_ERROR_NOT_SUPPORTED);
@@ -87,10 +88,10 @@ int main(void)
 	ASSERT(proc("cuInit", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, OK) == (void *)cuInit);
 
 	/* An unsupported call: its stub, which answers NOT_SUPPORTED. */
-	void *g = proc("cuGraphCreate", 12000, 0, OK);
-	ASSERT(g == (void *)cuGraphCreate);
+	void *g = proc("cuGraphAddHostNode", 12000, 0, OK);
+	ASSERT(g == (void *)cuGraphAddHostNode);
 	if (g != NULL)
-		EXPECT(((graph_create_fn)g)(NULL, 0), CUDA_ERROR_NOT_SUPPORTED);
+		EXPECT(((host_node_fn)g)(NULL, NULL, NULL, 0, NULL), CUDA_ERROR_NOT_SUPPORTED);
 	ASSERT(proc("cuGraphInstantiate", 12000, 0, OK) != NULL);
 	ASSERT(proc("cuStreamBeginCapture", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, OK) != NULL);
 
