@@ -38,7 +38,7 @@ var expectedLog = map[string]bool{
 	"ctx: gpumux: cuCtxCreate_v3 with execution affinity parameters is not supported; it returns CUDA_ERROR_NOT_SUPPORTED":                                                                                    true,
 	"ctx: gpumux: cuCtxCreate_v4 with CUctxCreateParams is not supported; it returns CUDA_ERROR_NOT_SUPPORTED":                                                                                                true,
 	"launchex: gpumux: a launch configuration with 33 attributes (gpumux forwards at most 32)":                                                                                                                true,
-	"torchcalls: gpumux: cuMemHostGetDevicePointer_v2 is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED":                                                                          true,
+	"torchcalls: gpumux: cuMemHostGetDevicePointer: a remote GPU cannot map this process's host memory (zero-copy); it returns CUDA_ERROR_NOT_SUPPORTED":                                                      true,
 	"torchcalls: gpumux: cuPointerGetAttribute of a device address for host memory, or of a P2P, IPC, pool or handle attribute is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED": true,
 }
 

@@ -104,7 +104,24 @@ CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags);
 	X(cuMemHostRegister_v2)                              \
 	X(cuMemHostUnregister)                               \
 	X(cuPointerGetAttribute)                             \
-	X(cuPointerGetAttributes)
+	X(cuPointerGetAttributes)                            \
+	X(cuMemHostGetDevicePointer_v2)
+
+/* The entry points of gm_mem.c that cuGetProcAddress hands out. */
+#define GM_MEM_PROCS(X)                  \
+	X(cuCtxSetLimit)                 \
+	X(cuMemGetAllocationGranularity) \
+	X(cuMemSetAccess)                \
+	X(cuMemGetAccess)                \
+	X(cuMemRetainAllocationHandle)   \
+	X(cuMemAllocAsync_ptsz)          \
+	X(cuMemFreeAsync_ptsz)           \
+	X(cuMemAllocFromPoolAsync_ptsz)  \
+	X(cuMemPoolCreate)               \
+	X(cuMemPoolSetAttribute)         \
+	X(cuMemPoolGetAttribute)         \
+	X(cuMemPoolSetAccess)            \
+	X(cuMemPoolGetAccess)
 
 /* Fork handlers of gm_more.c (its host allocation table's lock). */
 void gm_more_atfork_prepare(void);

@@ -30,6 +30,7 @@ const (
 	ErrUnknown          Result = 999
 	ErrInvalidPTX       Result = 218
 	ErrLaunchOutOfResrc Result = 701
+	ErrUnsupportedLimit Result = 215
 )
 
 var resultNames = map[Result]string{
@@ -55,6 +56,7 @@ var resultNames = map[Result]string{
 	ErrUnknown:          "CUDA_ERROR_UNKNOWN",
 	ErrInvalidPTX:       "CUDA_ERROR_INVALID_PTX",
 	ErrLaunchOutOfResrc: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+	ErrUnsupportedLimit: "CUDA_ERROR_UNSUPPORTED_LIMIT",
 }
 
 func (r Result) String() string {

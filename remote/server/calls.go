@@ -219,22 +219,20 @@ func (s *session) MemAllocV2(c *proto.Call, n uint64) (proto.DevPtr, proto.Resul
 	if n == 0 {
 		return 0, proto.ErrInvalidValue
 	}
-	if !s.quota.reserve(n) {
+	if !s.charge(n) {
 		return 0, proto.ErrOutOfMemory
 	}
 	p, r := s.be.MemAlloc(n)
 	if r != ok {
-		s.quota.release(n)
+		s.uncharge(n)
 		return 0, r
 	}
 	if !s.addAlloc(&allocation{base: p, size: n, ctx: ctx}) {
 		s.log.Error("the backend returned an address the client already holds", "addr", p, "size", n)
 		s.be.MemFree(p)
-		s.quota.release(n)
+		s.uncharge(n)
 		return 0, proto.ErrUnknown
 	}
-	s.inUse += n
-	s.stats.peakMemory = max(s.stats.peakMemory, s.inUse)
 	return p, ok
 }
 
@@ -249,7 +247,7 @@ func (s *session) MemFreeV2(c *proto.Call, p proto.DevPtr) proto.Result {
 		return ok
 	}
 	a := s.find(p, 0)
-	if a == nil || a.base != p || a.mod != nil {
+	if a == nil || a.base != p || !a.charged() {
 		return proto.ErrInvalidValue
 	}
 	if r := s.use(a.ctx); r != ok {
@@ -258,10 +256,35 @@ func (s *session) MemFreeV2(c *proto.Call, p proto.DevPtr) proto.Result {
 	if r := s.be.MemFree(p); r != ok {
 		return r
 	}
+	s.forget(a)
+	return ok
+}
+
+// forget drops an allocation the backend has freed and gives its bytes
+// back to the quota.
+func (s *session) forget(a *allocation) {
 	s.removeAlloc(a)
 	s.inUse -= a.size
 	s.quota.release(a.size)
-	return ok
+	if a.pool != nil {
+		a.pool.allocs--
+	}
+}
+
+// charge takes n bytes from the quota for the session, or reports false.
+func (s *session) charge(n uint64) bool {
+	if !s.quota.reserve(n) {
+		return false
+	}
+	s.inUse += n
+	s.stats.peakMemory = max(s.stats.peakMemory, s.inUse)
+	return true
+}
+
+// uncharge gives n bytes back.
+func (s *session) uncharge(n uint64) {
+	s.inUse -= min(n, s.inUse)
+	s.quota.release(n)
 }
 
 // MemGetInfoV2 reports the device's memory, capped by the quota.
@@ -279,9 +302,11 @@ func (s *session) MemGetInfoV2(c *proto.Call) (uint64, uint64, proto.Result) {
 	return free, total, ok
 }
 
-// span checks that [p, p+n) lies within one of the client's allocations.
+// span checks that [p, p+n) lies within one of the client's allocations,
+// or within its mappings of physical memory (cuMemMap), which may follow
+// each other without a gap.
 func (s *session) span(p proto.DevPtr, n uint64) proto.Result {
-	if s.find(p, n) == nil {
+	if s.find(p, n) == nil && s.mapped(p, n) == nil {
 		return proto.ErrInvalidValue
 	}
 	return ok

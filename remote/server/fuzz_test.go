@@ -249,10 +249,17 @@ func (p *prog) next() (frame, []frame) {
 func (s *session) check(t *testing.T, fake *fakecuda.Backend) {
 	t.Helper()
 	var used uint64
-	plain := 0
+	plain, mappings := 0, 0
 	for i, a := range s.allocs {
 		if i > 0 && uint64(s.allocs[i-1].base)+s.allocs[i-1].size > uint64(a.base) {
 			t.Fatalf("allocations overlap or are out of order at %#x", a.base)
+		}
+		if a.phys != nil {
+			if s.virtual.phys[a.phys.h] != a.phys || a.ctx != nil || !slices.Contains(s.virtual.reserved, a.res) {
+				t.Fatalf("mapping %#x of released memory or outside a reservation", a.base)
+			}
+			mappings++
+			continue
 		}
 		if s.ctxs[a.ctx.h] != a.ctx {
 			t.Fatalf("allocation %#x of a dead context", a.base)
@@ -265,6 +272,14 @@ func (s *session) check(t *testing.T, fake *fakecuda.Backend) {
 		}
 		used += a.size
 		plain++
+	}
+	for _, ph := range s.virtual.phys {
+		used += ph.size
+	}
+	for _, ctx := range s.ctxs {
+		for _, lc := range ctx.limits {
+			used += lc.charged
+		}
 	}
 	if s.quota.q.used != used || s.quota.g.used != used || s.inUse != used {
 		t.Fatalf("quota used %d, token's grant %d, allocations %d", s.quota.q.used, s.quota.g.used, used)
@@ -296,9 +311,13 @@ func (s *session) check(t *testing.T, fake *fakecuda.Backend) {
 	}
 	st := fake.Stats()
 	if st.Allocations != plain || st.Contexts != len(s.ctxs) || st.Modules != len(s.mods) ||
-		st.Streams != len(s.streams) || st.Events != len(s.events) || st.ImplicitFrees != 0 {
-		t.Fatalf("the backend holds %+v; the session %d allocations, %d contexts, %d modules, %d streams, %d events",
-			st, plain, len(s.ctxs), len(s.mods), len(s.streams), len(s.events))
+		st.Streams != len(s.streams) || st.Events != len(s.events) || st.ImplicitFrees != 0 ||
+		st.Mappings != mappings || st.Physical != len(s.virtual.phys) || st.Reservations != len(s.virtual.reserved) ||
+		st.Pools < len(s.pools.byHandle) {
+		t.Fatalf("the backend holds %+v; the session %d allocations, %d contexts, %d modules, %d streams, %d events, "+
+			"%d mappings, %d physical, %d reservations, %d pools",
+			st, plain, len(s.ctxs), len(s.mods), len(s.streams), len(s.events),
+			mappings, len(s.virtual.phys), len(s.virtual.reserved), len(s.pools.byHandle))
 	}
 }
 

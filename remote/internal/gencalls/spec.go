@@ -33,12 +33,14 @@ var inKinds = map[string]bool{
 	"u8": true, "u32": true, "i32": true, "u64": true, "size": true, "dev": true,
 	"attr": true, "fattr": true, "dptr": true,
 	"ctx": true, "mod": true, "func": true, "stream": true, "event": true,
+	"memh": true, "pool": true, "memprop": true,
 	"str": true, "blob": true, "image": true, "hostin": true,
 }
 
 var outKinds = map[string]bool{
 	"u32": true, "i32": true, "u64": true, "size": true, "f32": true, "dev": true, "dptr": true,
 	"ctx": true, "mod": true, "func": true, "stream": true, "event": true,
+	"memh": true, "pool": true, "memprop": true,
 	"uuid": true, "str": true, "hostout": true,
 }
 
