@@ -76,6 +76,9 @@ const (
 	tagImage
 	tagBlob
 	tagSmall
+	tagGranules // a size of 0 to 3 granules of 2 MiB
+	tagMemProp  // a CUmemAllocationProp, mostly plausible
+	tagAccess   // access descriptors
 	tagCount
 )
 
@@ -116,6 +119,8 @@ func (p *prog) handles() []proto.Handle {
 	hs = append(hs, sortedHandles(p.s.funcs)...)
 	hs = append(hs, sortedHandles(p.s.streams)...)
 	hs = append(hs, sortedHandles(p.s.events)...)
+	hs = append(hs, sortedHandles(p.s.virtual.phys)...)
+	hs = append(hs, sortedHandles(p.s.pools.byHandle)...)
 	return hs
 }
 
@@ -127,12 +132,23 @@ func (p *prog) handle() proto.Handle {
 	return proto.Handle(k & 0xf) // default streams, stale or unknown handles
 }
 
+// ptr picks an address in one of the session's allocations or
+// reservations (an offset in units of 4 KiB from 0x8000 on, so that a
+// reservation's later granules are reached), or a stray one.
 func (p *prog) ptr() uint64 {
 	k, off := p.u8(), uint64(p.u16())
-	if len(p.s.allocs) == 0 || k >= 0xf0 {
+	if off >= 0x8000 {
+		off = (off - 0x8000) << 12
+	}
+	n := len(p.s.allocs) + len(p.s.virtual.reserved)
+	if n == 0 || k >= 0xf0 {
 		return 0x7f00_0000_0000 + off
 	}
-	a := p.s.allocs[int(k)%len(p.s.allocs)]
+	if i := int(k) % n; i >= len(p.s.allocs) {
+		r := p.s.virtual.reserved[i-len(p.s.allocs)]
+		return uint64(r.base) + off%(r.size+2)
+	}
+	a := p.s.allocs[int(k)%n]
 	return uint64(a.base) + off%(a.size+2)
 }
 
@@ -176,6 +192,17 @@ func (p *prog) payload() []byte {
 			e.Bytes(blob)
 		case tagSmall:
 			e.U32(uint32(p.u8() % 4))
+		case tagGranules:
+			e.U64(uint64(p.u8()%4) << 21)
+		case tagMemProp:
+			e.MemProp(proto.MemProp{Type: uint32(p.u8() % 3), HandleTypes: uint32(p.u8() % 3), LocType: uint32(p.u8() % 3),
+				LocID: int32(p.u8()%3) - 1, Compression: uint32(p.u8() % 2), GPUDirectRDMA: uint32(p.u8() % 3)})
+		case tagAccess:
+			var ds []proto.MemAccessDesc
+			for n := p.u8() % 3; n > 0; n-- {
+				ds = append(ds, proto.MemAccessDesc{LocType: uint32(p.u8() % 3), LocID: int32(p.u8() % 3), Flags: uint32(p.u8() % 4)})
+			}
+			e.Bytes(proto.EncodeMemAccessDescs(ds))
 		}
 	}
 	return e.Payload()
@@ -428,6 +455,13 @@ func (a *asm) call(op proto.Op, fields ...[]byte) *asm {
 }
 
 func small(v byte) []byte    { return []byte{tagSmall, v} }
+func granules(n byte) []byte { return []byte{tagGranules, n} }
+
+// memProp is pinned memory on device 0 (the tagMemProp field bytes).
+func memProp() []byte { return []byte{tagMemProp, 1, 0, 1, 1, 0, 0} }
+
+// access is read-write access for device 0.
+func access() []byte { return []byte{tagAccess, 1, 1, 0, 3} }
 func handleOf(k byte) []byte { return []byte{tagHandle, k} }
 func ptrOf(k byte, off uint16) []byte {
 	return []byte{tagPtr, k, byte(off), byte(off >> 8)}
@@ -486,6 +520,41 @@ func fuzzSeeds() [][]byte {
 		call(proto.OpEventElapsedTime, handleOf(2), handleOf(2)).
 		call(proto.OpDevicePrimaryCtxRetain, small(0)).call(proto.OpDevicePrimaryCtxResetV2, small(0)).
 		call(proto.OpCtxDestroyV2, handleOf(0))
+	seeds = append(seeds, a.b)
+	// Virtual memory: reserve, create, map, set access, copy, unmap,
+	// release, free.
+	a = &asm{}
+	a.call(proto.OpDevicePrimaryCtxRetain, small(0)).
+		call(proto.OpMemGetAllocationGranularity, memProp(), u32f(0)).
+		call(proto.OpMemAddressReserve, granules(2), size(0), size(0), size(0)).
+		call(proto.OpMemCreate, granules(1), memProp(), size(0)).
+		call(proto.OpMemMap, ptrOf(0, 0), granules(1), size(0), handleOf(1), size(0)).
+		call(proto.OpMemSetAccess, ptrOf(0, 0), granules(1), access()).
+		call(proto.OpMemcpyHtoDV2, ptrOf(0, 100), size(4096), size(4096)).
+		call(proto.OpMemsetD8V2, ptrOf(0, 0), small(3), size(100)).
+		call(proto.OpMemRetainAllocationHandle, ptrOf(0, 10)).
+		call(proto.OpMemRelease, handleOf(1)).
+		call(proto.OpMemGetAccess, small(1), small(0), ptrOf(0, 0)).
+		call(proto.OpMemUnmap, ptrOf(0, 0), granules(1)).
+		call(proto.OpMemRelease, handleOf(1)).
+		call(proto.OpMemAddressFree, ptrOf(0, 0), granules(2))
+	seeds = append(seeds, a.b)
+	// Pools and limits.
+	a = &asm{}
+	a.call(proto.OpDevicePrimaryCtxRetain, small(0)).call(proto.OpStreamCreate, u32f(0)).
+		call(proto.OpDeviceGetDefaultMemPool, small(0)).
+		call(proto.OpMemAllocAsync, size(4096), handleOf(1)).
+		call(proto.OpMemPoolSetAttribute, handleOf(2), u32f(4), size(0xffff)).
+		call(proto.OpMemPoolCreate, u32f(1), u32f(0), u32f(1), u32f(0), size(0), u32f(0)).
+		call(proto.OpDeviceSetMemPool, small(0), handleOf(3)).
+		call(proto.OpMemAllocFromPoolAsync, size(8192), handleOf(3), handleOf(1)).
+		call(proto.OpMemcpyHtoDV2, ptrOf(1, 0), size(100), size(100)).
+		call(proto.OpMemFreeAsync, ptrOf(0, 0), handleOf(1)).
+		call(proto.OpMemPoolGetAttribute, handleOf(2), u32f(7)).
+		call(proto.OpMemPoolTrimTo, handleOf(2), size(0)).
+		call(proto.OpMemPoolDestroy, handleOf(3)).
+		call(proto.OpCtxSetLimit, u32f(2), size(0xffff)).
+		call(proto.OpCtxSetLimit, u32f(0), size(2048))
 	seeds = append(seeds, a.b)
 	return seeds
 }
