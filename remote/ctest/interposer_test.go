@@ -109,6 +109,32 @@ func TestQuota(t *testing.T) {
 		env: []string{fmt.Sprintf("GM_TEST_QUOTA=%d", quota)}}.run(t)
 }
 
+// TestAllocators: PyTorch's expandable segments and cudaMallocAsync
+// sequences, and cuCtxSetLimit, within the token's quota, over both
+// transports; nothing is left on the backend after.
+func TestAllocators(t *testing.T) {
+	e := startServer(t)
+	const quota = 64 << 20
+	for _, addr := range []string{e.unix, e.tcp} {
+		_, stderr := program{name: "allocators", addr: addr, token: mint(t, "ctest-allocators", quota),
+			env: []string{fmt.Sprintf("GM_TEST_QUOTA=%d", quota)}}.run(t)
+		if strings.Contains(stderr, "gpumux: ") {
+			t.Errorf("unexpected interposer messages:\n%s", stderr)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := e.fake.Stats()
+		if st.Physical == 0 && st.Mappings == 0 && st.Reservations == 0 && st.Pools == 0 && st.Allocations == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the program the backend holds %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestCrossClient: a second process given the first's device pointer can
 // neither read, write nor free it.
 func TestCrossClient(t *testing.T) {
