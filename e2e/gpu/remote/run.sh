@@ -16,7 +16,10 @@
 #   e2e/gpu/remote/run.sh corpus [PROGRAM...]
 #                                 # the PyTorch corpus (corpus.py) locally, over TCP and over unix:
 #                                 # outputs compared exactly, a table of results and step times;
-#                                 # CORPUS_TRACE=1 also runs each under darktrace (private tables)
+#                                 # CORPUS_TRACE=1 also runs each under darktrace (private tables);
+#                                 # the environment reaches every run, local and remote alike:
+#                                 # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (virtual memory
+#                                 # management) or =backend:cudaMallocAsync (memory pools)
 # GPUMUX_REMOTE_DEBUG=1 makes the interposer log every failing call.
 #
 # It starts gpumux-remoted (backend cuda) on 127.0.0.1 and a unix socket,
