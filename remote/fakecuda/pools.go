@@ -223,13 +223,10 @@ func (b *Backend) MemPoolSetAccess(id uintptr, descs []proto.MemAccessDesc) prot
 	if p == nil || len(descs) == 0 {
 		return proto.ErrInvalidValue
 	}
+	if r := b.checkAccess(descs); r != proto.Success {
+		return r
+	}
 	for _, d := range descs {
-		if d.LocType != proto.MemLocationTypeDevice || d.Flags&^accessReadWrite != 0 || d.Flags == 2 {
-			return proto.ErrInvalidValue
-		}
-		if _, r := b.dev(d.LocID); r != proto.Success {
-			return r
-		}
 		if d.LocID == p.dev.index && d.Flags != accessReadWrite {
 			return proto.ErrInvalidDevice
 		}

@@ -211,17 +211,26 @@ func (b *Backend) MemSetAccess(p proto.DevPtr, size uint64, descs []proto.MemAcc
 			return proto.ErrInvalidValue
 		}
 	}
+	if r := b.checkAccess(descs); r != proto.Success {
+		return r
+	}
+	for _, pc := range reg {
+		for _, d := range descs {
+			pc.a.access[d.LocID] = d.Flags
+		}
+	}
+	return proto.Success
+}
+
+// checkAccess checks access descriptors: devices of the fake, no access,
+// read or read-write; the caller holds mu.
+func (b *Backend) checkAccess(descs []proto.MemAccessDesc) proto.Result {
 	for _, d := range descs {
 		if d.LocType != proto.MemLocationTypeDevice || d.Flags&^accessReadWrite != 0 || d.Flags == 2 {
 			return proto.ErrInvalidValue
 		}
 		if _, r := b.dev(d.LocID); r != proto.Success {
 			return r
-		}
-	}
-	for _, pc := range reg {
-		for _, d := range descs {
-			pc.a.access[d.LocID] = d.Flags
 		}
 	}
 	return proto.Success

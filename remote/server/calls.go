@@ -216,21 +216,30 @@ func (s *session) MemAllocV2(c *proto.Call, n uint64) (proto.DevPtr, proto.Resul
 	if r != ok {
 		return 0, r
 	}
-	if n == 0 {
+	return s.allocate(&allocation{size: n, ctx: ctx}, func() (proto.DevPtr, proto.Result) { return s.be.MemAlloc(n) },
+		func(p proto.DevPtr) proto.Result { return s.be.MemFree(p) })
+}
+
+// allocate charges a's size to the quota, has the backend allocate it
+// (alloc) and records it at the address it got; the charge goes back if
+// either fails (free undoes an allocation the session cannot record).
+func (s *session) allocate(a *allocation, alloc func() (proto.DevPtr, proto.Result), free func(proto.DevPtr) proto.Result) (proto.DevPtr, proto.Result) {
+	if a.size == 0 {
 		return 0, proto.ErrInvalidValue
 	}
-	if !s.charge(n) {
+	if !s.charge(a.size) {
 		return 0, proto.ErrOutOfMemory
 	}
-	p, r := s.be.MemAlloc(n)
+	p, r := alloc()
 	if r != ok {
-		s.uncharge(n)
+		s.uncharge(a.size)
 		return 0, r
 	}
-	if !s.addAlloc(&allocation{base: p, size: n, ctx: ctx}) {
-		s.log.Error("the backend returned an address the client already holds", "addr", p, "size", n)
-		s.be.MemFree(p)
-		s.uncharge(n)
+	a.base = p
+	if !s.addAlloc(a) {
+		s.log.Error("the backend returned an address the client already holds", "addr", p, "size", a.size)
+		free(p)
+		s.uncharge(a.size)
 		return 0, proto.ErrUnknown
 	}
 	return p, ok

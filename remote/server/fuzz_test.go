@@ -461,7 +461,7 @@ func granules(n byte) []byte { return []byte{tagGranules, n} }
 func memProp() []byte { return []byte{tagMemProp, 1, 0, 1, 1, 0, 0} }
 
 // access is read-write access for device 0.
-func access() []byte { return []byte{tagAccess, 1, 1, 0, 3} }
+func access() []byte         { return []byte{tagAccess, 1, 1, 0, 3} }
 func handleOf(k byte) []byte { return []byte{tagHandle, k} }
 func ptrOf(k byte, off uint16) []byte {
 	return []byte{tagPtr, k, byte(off), byte(off >> 8)}

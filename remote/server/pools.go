@@ -267,26 +267,14 @@ func (s *session) poolAlloc(ctx *ctxState, p *poolState, n uint64, hs proto.Hand
 	if r != ok {
 		return 0, r
 	}
-	if n == 0 {
-		return 0, proto.ErrInvalidValue
-	}
-	if !s.charge(n) {
-		return 0, proto.ErrOutOfMemory
-	}
 	if r := s.use(ctx); r != ok {
-		s.uncharge(n)
 		return 0, r
 	}
-	ptr, r := s.be.MemAllocFromPoolAsync(n, p.raw, st)
+	ptr, r := s.allocate(&allocation{size: n, ctx: ctx, pool: p},
+		func() (proto.DevPtr, proto.Result) { return s.be.MemAllocFromPoolAsync(n, p.raw, st) },
+		func(ptr proto.DevPtr) proto.Result { return s.be.MemFreeAsync(ptr, st) })
 	if r != ok {
-		s.uncharge(n)
 		return 0, r
-	}
-	if !s.addAlloc(&allocation{base: ptr, size: n, ctx: ctx, pool: p}) {
-		s.log.Error("the backend returned an address the client already holds", "addr", ptr, "size", n)
-		s.be.MemFreeAsync(ptr, st)
-		s.uncharge(n)
-		return 0, proto.ErrUnknown
 	}
 	p.allocs++
 	s.trimPools()

@@ -253,12 +253,7 @@ static void proc_addresses(void)
 
 int main(void)
 {
-	const char *q = getenv("GM_TEST_QUOTA");
-	if (q == NULL) {
-		printf("FAIL: GM_TEST_QUOTA is not set\n");
-		return 1;
-	}
-	size_t quota = strtoull(q, NULL, 0);
+	size_t quota = t_quota();
 	t_setup();
 	expandable_segments(quota);
 	stream_ordered(quota);
