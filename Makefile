@@ -38,12 +38,12 @@ E2E_TIMEOUT ?= 40m
 # the /nomad cgroups (v1) and the machine has 2 cores.
 E2E_FLAGS ?= -v
 
-.PHONY: all build interposer nomad deps test test-unit test-e2e bench demo gpu-bin clean fmt vet
+.PHONY: all build interposer remote-nvml nomad deps test test-unit test-e2e bench demo gpu-bin clean fmt vet
 
 all: build
 
-## build: go build every command under cmd/ into bin/, the plugin into bin/plugins/, the interposer
-build: interposer limiter
+## build: go build every command under cmd/ into bin/, the plugin into bin/plugins/, the interposer and its NVML
+build: interposer remote-nvml limiter
 	@mkdir -p $(BIN_DIR) $(PLUGIN_DIR)
 	@pkgs="$$($(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./cmd/...)"; \
 	if [[ -z "$$pkgs" ]]; then \
@@ -81,6 +81,29 @@ $(INTERPOSER_OUT): $(INTERPOSER_SRCS) $(INTERPOSER_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(INTERPOSER_CFLAGS) $(INTERPOSER_EXTRA_CFLAGS) -o $@.tmp $(INTERPOSER_SRCS) $(INTERPOSER_LDFLAGS)
 	@mv -f $@.tmp $@
+
+# The NVML library of remote shares: libnvidia-ml.so.1 next to the
+# interposer (remote/nvml), answering through it for the share; with a
+# libnvidia-ml.so link for programs that load the unversioned name. C only;
+# only NVML's functions are exported.
+NVML_DIR := remote/nvml
+NVML_OUT ?= $(BIN_DIR)/remote/libnvidia-ml.so.1
+NVML_SRCS := $(sort $(wildcard $(NVML_DIR)/*.c))
+NVML_HDRS := $(sort $(wildcard $(NVML_DIR)/*.h)) $(INTERPOSER_DIR)/gm_abi.h $(INTERPOSER_DIR)/gm_share.h
+NVML_CFLAGS ?= -std=gnu11 -fPIC -O2 -g -Wall -Wextra -Werror -fvisibility=hidden -I$(INTERPOSER_DIR)
+NVML_LDFLAGS ?= -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,-z,defs -Wl,-z,now -ldl -lpthread
+# More flags, e.g. -fsanitize=address,undefined (remote/ctest's GM_CTEST_SANITIZE).
+NVML_EXTRA_CFLAGS ?=
+
+## remote-nvml: build the NVML library of remote shares into $(NVML_OUT) (and a libnvidia-ml.so link beside it)
+remote-nvml: $(NVML_OUT)
+
+$(NVML_OUT): $(NVML_SRCS) $(NVML_HDRS)
+	@command -v $(CC) >/dev/null 2>&1 || { echo "remote-nvml: no C compiler ($(CC)); run 'make deps' or set CC" >&2; exit 1; }
+	@mkdir -p $(@D)
+	$(CC) $(NVML_CFLAGS) $(NVML_EXTRA_CFLAGS) -o $@.tmp $(NVML_SRCS) $(NVML_LDFLAGS)
+	@mv -f $@.tmp $@
+	@ln -sfn $(@F) $(@D)/libnvidia-ml.so
 
 # The limiter: the libcuda.so.1 and libnvidia-ml.so.1 of time-slice
 # replicas (timeslice/limiter), in front of the real driver's. C only, no
@@ -141,8 +164,8 @@ bench:
 demo: deps nomad build
 	scripts/demo.sh
 
-## gpu-bin: GPU-tagged test binaries, the CLI and gpumux-remoted in .devbin/ (and the interposer in bin/remote), to run on a GPU machine (docs/validation.md)
-gpu-bin: interposer
+## gpu-bin: GPU-tagged test binaries, the CLI and gpumux-remoted in .devbin/ (and the interposer and its NVML in bin/remote), to run on a GPU machine (docs/validation.md)
+gpu-bin: interposer remote-nvml
 	@mkdir -p .devbin
 	$(GO) test -c -tags gpu -ldflags='-s -w' -o .devbin/gpu.test ./gpu/
 	$(GO) test -c -tags gpu -ldflags='-s -w' -o .devbin/plugin.test ./plugin/

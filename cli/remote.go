@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpumux/gpumux/remote/token"
@@ -52,7 +54,7 @@ func runRemoteToken(args []string, stdout, stderr io.Writer) int {
 	secretFile := fs.String("secret-file", "", "the pool secret `FILE` (mode 0600); required")
 	id := fs.String("id", "", "reservation `ID`: connections with the same ID share the quota (default: manual-<host>-<time>)")
 	quota := fs.String("quota", "", "device memory `limit` in whole MiB, "+share.QuantityRule+"; default: none")
-	device := fs.Int("device", 0, "the server's GPU `INDEX`")
+	device := fs.String("device", "0", "the server's GPU `INDEX`, or several, comma-separated (the container's devices 0, 1, … in this order)")
 	ttl := fs.Duration("ttl", 24*time.Hour, "how long the token is accepted")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: gpumux remote token --secret-file FILE [flags]\n\nPrints a token for gpumux-remoted (GPUMUX_REMOTE_TOKEN).\n\nFlags:\n")
@@ -81,6 +83,11 @@ func runRemoteToken(args []string, stdout, stderr io.Writer) int {
 		}
 		quotaBytes = mib << 20
 	}
+	devs, err := parseDevices(*device)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpumux remote token: --device %q: %v\n", *device, err)
+		return ExitUsage
+	}
 	secret, err := token.ReadSecret(*secretFile)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux remote token: %v\n", err)
@@ -91,11 +98,24 @@ func runRemoteToken(args []string, stdout, stderr io.Writer) int {
 		host, _ := os.Hostname()
 		*id = fmt.Sprintf("manual-%s-%d", host, now.UnixNano())
 	}
-	tok, err := token.Mint(secret, token.Claims{ID: *id, Quota: quotaBytes, Device: *device, Expires: now.Add(*ttl)})
+	tok, err := token.Mint(secret, token.Claims{ID: *id, Quota: quotaBytes, Device: devs[0], MoreDevices: devs[1:], Expires: now.Add(*ttl)})
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux remote token: %v\n", err)
 		return ExitUsage
 	}
 	fmt.Fprintln(stdout, tok)
 	return ExitOK
+}
+
+// parseDevices reads --device: GPU indexes, comma-separated.
+func parseDevices(s string) ([]int, error) {
+	var devs []int
+	for _, f := range strings.Split(s, ",") {
+		d, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || d < 0 {
+			return nil, errors.New("want GPU indexes, comma-separated")
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
 }

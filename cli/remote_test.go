@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,16 @@ func TestRemoteSecretAndToken(t *testing.T) {
 		t.Fatalf("claims %+v", c)
 	}
 
+	out.Reset()
+	args = []string{"remote", "token", "--secret-file", keyFile, "--id", "job-2", "--device", "1,0"}
+	if code := Run(ctx, args, &out, &errb); code != ExitOK {
+		t.Fatalf("remote token of two GPUs: exit %d: %s", code, errb.String())
+	}
+	c, err = token.Check([]byte(secret), strings.TrimSpace(out.String()), time.Now())
+	if err != nil || !slices.Equal(c.Devices(), []int{1, 0}) {
+		t.Fatalf("a token of two GPUs: claims %+v, %v; want GPUs [1 0]", c, err)
+	}
+
 	open := filepath.Join(dir, "open.key")
 	os.WriteFile(open, []byte(secret), 0o644)
 	for _, tc := range []struct {
@@ -52,6 +63,8 @@ func TestRemoteSecretAndToken(t *testing.T) {
 		{[]string{"remote", "token", "--secret-file", keyFile, "--ttl", "-1s"}, ExitUsage, "want a positive duration"},
 		{[]string{"remote", "token", "--secret-file", keyFile, "--id", "a.b"}, ExitUsage, "without '.'"},
 		{[]string{"remote", "token", "--secret-file", open}, ExitError, "chmod 600"},
+		{[]string{"remote", "token", "--secret-file", keyFile, "--device", "0,x"}, ExitUsage, `--device "0,x": want GPU indexes`},
+		{[]string{"remote", "token", "--secret-file", keyFile, "--device", "1,1"}, ExitUsage, "device 1: named twice"},
 		{[]string{"remote", "bogus"}, ExitUsage, `unknown command "bogus"`},
 	} {
 		var o, e bytes.Buffer

@@ -159,7 +159,7 @@ func TestRemoteShares(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	root := repoRoot(t)
-	for _, f := range []string{"bin/gpumux-remoted", "bin/remote/libcuda.so.1", "bin/plugins/nomad-device-gpumux"} {
+	for _, f := range []string{"bin/gpumux-remoted", "bin/remote/libcuda.so.1", "bin/remote/libnvidia-ml.so.1", "bin/plugins/nomad-device-gpumux"} {
 		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
 			t.Fatalf("%v (run make build)", err)
 		}

@@ -12,9 +12,11 @@
 #   (umask 077; gpumux remote secret > /etc/gpumux/remote.key)   # once; copy it to every client node
 #   nomad var put nomad/jobs/gpumux-remote secret="$(cat /etc/gpumux/remote.key)"
 #
-# and the interposer (make interposer builds bin/remote/libcuda.so.1):
+# and the interposer and its NVML library (make interposer remote-nvml builds
+# bin/remote/libcuda.so.1 and bin/remote/libnvidia-ml.so.1):
 #
-#   install -D -m 644 bin/remote/libcuda.so.1 /usr/lib/gpumux/remote/libcuda.so.1
+#   install -D -m 644 bin/remote/libcuda.so.1 bin/remote/libnvidia-ml.so.1 -t /usr/lib/gpumux/remote/
+#   ln -sfn libnvidia-ml.so.1 /usr/lib/gpumux/remote/libnvidia-ml.so
 #
 # A node with GPUs of its own may have a remote block too: its own GPUs are
 # offered as usual, next to the remote ones.

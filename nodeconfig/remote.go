@@ -64,7 +64,8 @@ type Remote struct {
 	TokenTTL string `codec:"token_ttl"`
 	// Shares splits each remote GPU into equal shares (memory = total/shares).
 	Shares int `codec:"shares"`
-	// InterposerDir holds the interposer's libcuda.so.1, mounted into tasks.
+	// InterposerDir holds the interposer's libcuda.so.1 and the NVML
+	// library of remote shares (libnvidia-ml.so.1), mounted into tasks.
 	InterposerDir string `codec:"interposer_dir"`
 
 	ttl time.Duration // parsed TokenTTL
@@ -150,7 +151,7 @@ func (r *Remote) Validate() error {
 		bad("shares", r.Shares, "want 1 to %d shares per remote GPU", share.MaxRemoteShares)
 	}
 	if !filepath.IsAbs(r.InterposerDir) {
-		bad("interposer_dir", r.InterposerDir, "want the absolute path of the directory holding the interposer's libcuda.so.1 (default %s)", DefaultInterposerDir)
+		bad("interposer_dir", r.InterposerDir, "want the absolute path of the directory holding the interposer's libcuda.so.1 and libnvidia-ml.so.1 (default %s)", DefaultInterposerDir)
 	}
 	return errors.Join(errs...)
 }

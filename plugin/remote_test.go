@@ -286,7 +286,15 @@ func TestRemoteServerDownAndBack(t *testing.T) {
 		t.Errorf("Reserve after the server came back: %v", err)
 	}
 
-	// Without the interposer, remote shares cannot be used.
+	// Without the NVML library of remote shares, or the interposer, remote
+	// shares cannot be used.
+	os.Remove(filepath.Join(interposerDir, "libnvidia-ml.so.1"))
+	noNVML := nextFingerprint(t, ch, "unhealthy shares", func(g []*device.DeviceGroup) bool { return allHealthy(g, false) })
+	if desc := noNVML[0].Devices[0].HealthDesc; !strings.Contains(desc, "NVML library of remote shares "+interposerDir+"/libnvidia-ml.so.1") {
+		t.Errorf("health without the NVML library: %q", desc)
+	}
+	pooltest.WriteInterposer(t, filepath.Dir(interposerDir))
+	nextFingerprint(t, ch, "healthy shares again", func(g []*device.DeviceGroup) bool { return allHealthy(g, true) })
 	os.Remove(filepath.Join(interposerDir, "libcuda.so.1"))
 	gone := nextFingerprint(t, ch, "unhealthy shares", func(g []*device.DeviceGroup) bool { return allHealthy(g, false) })
 	if desc := gone[0].Devices[0].HealthDesc; !strings.Contains(desc, "interposer "+interposerDir+"/libcuda.so.1") {

@@ -261,21 +261,27 @@ func TestProvider(t *testing.T) {
 		t.Errorf("remote with a local share: %v", err)
 	}
 
-	// The interposer gone: every share is unhealthy, with the reason.
-	lib := filepath.Join(pl.interposer, "libcuda.so.1")
-	if err := os.Rename(lib, lib+".off"); err != nil {
-		t.Fatal(err)
-	}
-	scan(t, p, &gpu.Node{})
-	if ok, why := p.Health(two[0]); ok || !strings.Contains(why, "interposer") {
-		t.Errorf("without the interposer: %v %q", ok, why)
-	}
-	if err := os.Rename(lib+".off", lib); err != nil {
-		t.Fatal(err)
-	}
-	scan(t, p, &gpu.Node{})
-	if ok, why := p.Health(two[0]); !ok {
-		t.Errorf("interposer back: unhealthy: %s", why)
+	// The interposer or its NVML library gone: every share is unhealthy,
+	// with the reason.
+	for _, tc := range []struct{ lib, why string }{
+		{"libcuda.so.1", "interposer " + pl.interposer + "/libcuda.so.1"},
+		{"libnvidia-ml.so.1", "NVML library of remote shares " + pl.interposer + "/libnvidia-ml.so.1"},
+	} {
+		lib := filepath.Join(pl.interposer, tc.lib)
+		if err := os.Rename(lib, lib+".off"); err != nil {
+			t.Fatal(err)
+		}
+		scan(t, p, &gpu.Node{})
+		if ok, why := p.Health(two[0]); ok || !strings.Contains(why, tc.why) {
+			t.Errorf("without %s: %v %q", tc.lib, ok, why)
+		}
+		if err := os.Rename(lib+".off", lib); err != nil {
+			t.Fatal(err)
+		}
+		scan(t, p, &gpu.Node{})
+		if ok, why := p.Health(two[0]); !ok {
+			t.Errorf("%s back: unhealthy: %s", tc.lib, why)
+		}
 	}
 
 	// The server down: its GPUs stay offered, under the same IDs, unhealthy.

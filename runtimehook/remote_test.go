@@ -181,12 +181,18 @@ func TestRemoteErrors(t *testing.T) {
 	}
 
 	f, srv, interposer := remoteFixture(t, true, "")
-	os.Remove(interposer + "/libcuda.so.1")
 	f.writeSpec(t, map[string]string{"gpumux.io/mechanism": "remote"})
-	if code := f.create("c2"); code == 0 || !strings.Contains(f.stderr.String(), "interposer "+interposer+"/libcuda.so.1") {
-		t.Errorf("without the interposer: exit %d: %s", code, f.stderr.String())
+	for _, tc := range []struct{ lib, why string }{
+		{"libcuda.so.1", "interposer " + interposer + "/libcuda.so.1"},
+		{"libnvidia-ml.so.1", "NVML library of remote shares " + interposer + "/libnvidia-ml.so.1"},
+	} {
+		os.Remove(interposer + "/" + tc.lib)
+		f.stderr.Reset()
+		if code := f.create("c2"); code == 0 || !strings.Contains(f.stderr.String(), tc.why) {
+			t.Errorf("without %s: exit %d: %s", tc.lib, code, f.stderr.String())
+		}
+		pooltest.WriteInterposer(t, strings.TrimSuffix(interposer, "/interposer"))
 	}
-	pooltest.WriteInterposer(t, strings.TrimSuffix(interposer, "/interposer"))
 
 	srv.Stop()
 	f.stderr.Reset()

@@ -14,7 +14,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -114,6 +116,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		maxShakes   = fs.Int("max-handshakes", server.DefaultMaxHandshakes, "connections whose handshake is under way at once; one more closes the oldest of them")
 		maxPeer     = fs.Int("max-handshakes-per-peer", server.DefaultMaxHandshakesPerPeer, "handshakes under way at once from one peer (an IP address, an IPv6 /64, or a user ID on the unix socket); one more closes that peer's oldest")
 		handshake   = fs.Duration("handshake-timeout", server.DefaultHandshakeTimeout, "how long a new connection has to send its handshake")
+		busyPoll    = fs.Duration("busy-poll", server.DefaultBusyPoll, "how long a client's worker polls for the client's next call before it sleeps (0 never polls, at most 10ms): a waiting call answered from a polling worker skips a thread wake-up, at the price of that much CPU time after each call")
+		cpuProfile  = fs.String("cpu-profile", "", "write a Go CPU profile of the server to `file` until it exits (each tenant worker to file.PID), for `go tool pprof`")
 		logLevel    = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 		cudaLib     = fs.String("cuda-lib", cudabackend.DefaultLibrary, "the driver `library` the cuda backend loads")
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus metrics over HTTP on `host:port` at /metrics (e.g. 127.0.0.1:9401; off by default); they count the calls of every tenant worker (docs/remote.md lists them)")
@@ -188,6 +192,9 @@ Flags:
 	if *handshake <= 0 {
 		return usageError{fmt.Errorf("--handshake-timeout %v: want more than 0", *handshake)}
 	}
+	if *busyPoll < 0 || *busyPoll > server.MaxBusyPoll {
+		return usageError{fmt.Errorf("--busy-poll %v: want 0 to %v", *busyPoll, server.MaxBusyPoll)}
+	}
 	var metricsLn net.Listener
 	if *metricsAddr != "" && !*worker { // workers get the front's flags
 		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
@@ -199,7 +206,7 @@ Flags:
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	opts := []server.Option{server.WithLogger(log), server.WithMaxClients(*maxClients), server.WithMaxTenantConnections(*maxTenant),
 		server.WithMaxHandshakes(*maxShakes),
-		server.WithMaxHandshakesPerPeer(*maxPeer), server.WithHandshakeTimeout(*handshake)}
+		server.WithMaxHandshakesPerPeer(*maxPeer), server.WithHandshakeTimeout(*handshake), server.WithBusyPoll(*busyPoll)}
 	if *insecure {
 		if !*worker {
 			fmt.Fprintln(stderr, "gpumux-remoted: WARNING: --insecure-no-auth: ANY client that can reach this server gets the GPUs, without a token or quota. Use it for tests only.")
@@ -215,6 +222,17 @@ Flags:
 	be, err := open(backendConfig{cudaLib: *cudaLib, fakeDevices: *fakeDevices, fakeMemory: memory})
 	if err != nil {
 		return fmt.Errorf("backend %s: %w", *backendName, err)
+	}
+	if *cpuProfile != "" {
+		path := *cpuProfile
+		if *worker {
+			path += "." + strconv.Itoa(os.Getpid())
+		}
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			return fmt.Errorf("--cpu-profile: %w", err)
+		}
+		defer stop()
 	}
 	if *worker {
 		f := os.NewFile(server.TenantFD, "tenant-ctrl")
@@ -291,4 +309,20 @@ func runAll(ctx context.Context, runs []func(context.Context) error) error {
 		}
 	}
 	return nil
+}
+
+// startCPUProfile profiles the process into path until stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

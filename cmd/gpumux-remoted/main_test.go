@@ -83,6 +83,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--unix", sock, "--insecure-no-auth", "--fake-devices", "2"}, 2, `--fake-devices applies only to --backend fake, not "cuda"`},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--max-clients", "0"}, 2, "--max-clients 0"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--handshake-timeout", "0s"}, 2, "--handshake-timeout 0s"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--busy-poll", "20ms"}, 2, "--busy-poll 20ms: want 0 to 10ms"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--max-tenant-connections", "0"}, 2, "--max-tenant-connections 0"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--max-handshakes", "0"}, 2, "--max-handshakes 0"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--max-handshakes-per-peer", "0"}, 2, "--max-handshakes-per-peer 0"},
@@ -116,7 +117,7 @@ func TestHelp(t *testing.T) {
 		t.Errorf("--help exits %d", code)
 	}
 	for _, want := range []string{"--listen", "-unix", "-token-file", "-insecure-no-auth", "-backend", "-fake-devices",
-		"-fake-memory", "-max-clients", "-max-tenant-connections", "-max-handshakes", "-max-handshakes-per-peer", "-handshake-timeout", "-log-level", "-cuda-lib", "-tenant-processes", "worker process of its own",
+		"-fake-memory", "-max-clients", "-max-tenant-connections", "-max-handshakes", "-max-handshakes-per-peer", "-handshake-timeout", "-busy-poll", "-cpu-profile", "-log-level", "-cuda-lib", "-tenant-processes", "worker process of its own",
 		"-metrics-addr", "Prometheus metrics", "/metrics", "every tenant worker", "off by default"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("--help does not mention %q:\n%s", want, stderr.String())
@@ -193,6 +194,7 @@ func TestServesFakeOnUnixSocket(t *testing.T) {
 	if err != nil || r != proto.Success || total != 1<<30 {
 		t.Errorf("cuDeviceTotalMem: %d %v %v, want 1 GiB", total, r, err)
 	}
+	peerCopy(t, cl)
 	if code := stop(); code != 0 {
 		t.Errorf("exit %d after a signal, want 0; stderr:\n%s", code, stderr.String())
 	}
@@ -204,6 +206,36 @@ func TestServesFakeOnUnixSocket(t *testing.T) {
 	}
 	if _, _, err := cl.DeviceGetName(0, 64, 0); err == nil {
 		t.Error("a client call succeeded after the daemon stopped")
+	}
+}
+
+// peerCopy copies bytes from the client's device 0 to its device 1 and
+// reads them back.
+func peerCopy(t *testing.T, cl *proto.Client) {
+	t.Helper()
+	var ctx [2]proto.Handle
+	var mem [2]proto.DevPtr
+	for dev := range 2 {
+		h, r, err := cl.DevicePrimaryCtxRetain(0, int32(dev))
+		if err != nil || r != proto.Success {
+			t.Fatalf("cuDevicePrimaryCtxRetain(%d): %v %v", dev, r, err)
+		}
+		p, r, err := cl.MemAllocV2(h, 4096)
+		if err != nil || r != proto.Success {
+			t.Fatalf("cuMemAlloc on device %d: %v %v", dev, r, err)
+		}
+		ctx[dev], mem[dev] = h, p
+	}
+	data := bytes.Repeat([]byte("two GPUs"), 512)
+	if r, err := cl.MemcpyHtoDV2(ctx[0], mem[0], data, 4096); err != nil || r != proto.Success {
+		t.Fatalf("cuMemcpyHtoD: %v %v", r, err)
+	}
+	if r, err := cl.MemcpyPeer(ctx[0], mem[1], ctx[1], mem[0], ctx[0], 4096); err != nil || r != proto.Success {
+		t.Fatalf("cuMemcpyPeer 0→1: %v %v", r, err)
+	}
+	got := make([]byte, 4096)
+	if r, err := cl.MemcpyDtoHV2(ctx[1], got, mem[1], 4096); err != nil || r != proto.Success || !bytes.Equal(got, data) {
+		t.Fatalf("device 1 after cuMemcpyPeer: %v %v, equal %v", r, err, bytes.Equal(got, data))
 	}
 }
 

@@ -1,11 +1,13 @@
 package cbuild
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -97,4 +99,30 @@ func (e Env) CompileAll(cflags []string, jobs [][]string) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// Exports returns what a shared library defines and exports: its
+// functions and its other symbols, each sorted by name.
+func Exports(path string) (funcs, others []string, err error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, s := range syms {
+		switch {
+		case s.Section == elf.SHN_UNDEF || elf.ST_BIND(s.Info) == elf.STB_LOCAL:
+		case elf.ST_TYPE(s.Info) == elf.STT_FUNC:
+			funcs = append(funcs, s.Name)
+		default:
+			others = append(others, s.Name)
+		}
+	}
+	slices.Sort(funcs)
+	slices.Sort(others)
+	return funcs, others, nil
 }

@@ -10,3 +10,7 @@ package ctest
 // The NOT_SUPPORTED stubs of the entry points the interposer does not
 // forward.
 //go:generate go run ../internal/gencalls -spec ../proto/calls.def -unsupported ../interposer/unsupported.list -stubs ../interposer/zz_unsupported.c
+
+// The NOT_SUPPORTED stubs of the NVML functions gpumux's NVML library for
+// remote shares does not answer.
+//go:generate go run ../internal/gennvml -symbols ../../timeslice/limiter/libnvidia-ml-580.159.04.symbols -answered ../nvml/answered.list -out ../nvml/zz_unsupported.c

@@ -30,6 +30,7 @@ var secret = []byte("ctest-secret-0123456789abcdef")
 var programs = []string{
 	"basic", "ctx", "mem", "module", "dark", "threads", "fork", "unsupported",
 	"quota", "cross", "dead", "unreachable", "protoerr", "torchcalls", "launchex", "allocators",
+	"peer",
 }
 
 // Environment variables of the server subprocess (TestMain).
@@ -48,6 +49,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(serveEnv); path != "" {
 		serveForever(path, []byte(os.Getenv(secretEnv)))
 		return
+	}
+	if lib := os.Getenv(goNVMLEnv); lib != "" {
+		os.Exit(goNVMLChild(lib))
 	}
 	code := m.Run()
 	if buildDir != "" {
@@ -87,9 +91,10 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// build makes the library with `make interposer` (into a temporary
-// directory, not bin/) and compiles the test programs against it, once
-// per test binary. A missing compiler or make is a failure, not a skip:
+// build makes the library with `make interposer` and the NVML library of
+// remote shares with `make remote-nvml` (into a temporary directory, not
+// bin/) and compiles the test programs against them, once per test
+// binary. A missing compiler or make is a failure, not a skip:
 // the interposer is part of the build.
 func build(t *testing.T) string {
 	t.Helper()
@@ -112,12 +117,19 @@ func doBuild() (string, error) {
 	if err := e.Make("interposer", "INTERPOSER_EXTRA_CFLAGS", "INTERPOSER_OUT="+filepath.Join(dir, "libcuda.so.1")); err != nil {
 		return dir, err
 	}
+	// The NVML library of remote shares goes next to it, as in a container.
+	if err := e.Make("remote-nvml", "NVML_EXTRA_CFLAGS", "NVML_OUT="+filepath.Join(dir, "libnvidia-ml.so.1")); err != nil {
+		return dir, err
+	}
 	src := filepath.Join(e.Root, "remote", "interposer")
 	var jobs [][]string
 	for _, p := range programs {
 		jobs = append(jobs, []string{"-o", filepath.Join(dir, p), filepath.Join(src, "tests", p+".c"),
 			"-L", dir, "-l:libcuda.so.1", "-lpthread"})
 	}
+	nvml := filepath.Join(e.Root, "remote", "nvml")
+	jobs = append(jobs, []string{"-I", nvml, "-I", filepath.Join(src, "tests"), "-o", filepath.Join(dir, "nvml"),
+		filepath.Join(nvml, "tests", "nvml.c"), "-L", dir, "-l:libnvidia-ml.so.1", "-l:libcuda.so.1", "-lpthread"})
 	// unit links the sources themselves: it tests hidden internals.
 	srcs, _ := filepath.Glob(filepath.Join(src, "*.c"))
 	unit := []string{"-fvisibility=hidden", "-o", filepath.Join(dir, "unit"), filepath.Join(src, "tests", "unit.c")}
@@ -137,7 +149,13 @@ type env struct {
 
 func startServer(t *testing.T, opts ...server.Option) *env {
 	t.Helper()
-	fake, err := fakecuda.New(fakecuda.WithMemory(1 << 30))
+	return startServerOn(t, 1, opts...)
+}
+
+// startServerOn is startServer with devices fake devices.
+func startServerOn(t *testing.T, devices int, opts ...server.Option) *env {
+	t.Helper()
+	fake, err := fakecuda.New(fakecuda.WithMemory(1<<30), fakecuda.WithDevices(devices))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +264,62 @@ func (p program) run(t *testing.T) (stdout, stderr string) {
 			ctx.Err() != nil, o.String(), e.String())
 	}
 	return o.String(), e.String()
+}
+
+// background is a program running while the test goes on, its stdin
+// open.
+type background struct {
+	p      program
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	sc     *bufio.Scanner
+	out    strings.Builder // stdout read so far
+	stderr bytes.Buffer
+}
+
+// start runs the program in the background and reads its stdout up to the
+// first line that starts with prefix, whose rest it returns; the test ends
+// if no such line comes. finish ends it.
+func (p program) start(ctx context.Context, t *testing.T, prefix string) (*background, string) {
+	t.Helper()
+	b := &background{p: p, cmd: p.command(ctx, t)}
+	var err error
+	if b.stdin, err = b.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := b.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cmd.Stderr = &b.stderr
+	if err := b.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b.sc = bufio.NewScanner(stdout)
+	for b.sc.Scan() {
+		b.out.WriteString(b.sc.Text() + "\n")
+		if rest, ok := strings.CutPrefix(b.sc.Text(), prefix); ok {
+			return b, rest
+		}
+	}
+	b.cmd.Process.Kill()
+	b.cmd.Wait()
+	t.Fatalf("%s %s printed no %q line:\n%s\nstderr:\n%s", p.name, strings.Join(p.args, " "), prefix, b.out.String(), b.stderr.String())
+	return nil, ""
+}
+
+// finish sends the program a line ("go") and the end of its stdin, and
+// fails the test if the program then fails.
+func (b *background) finish(t *testing.T) {
+	t.Helper()
+	b.stdin.Write([]byte("go\n"))
+	b.stdin.Close()
+	for b.sc.Scan() {
+		b.out.WriteString(b.sc.Text() + "\n")
+	}
+	if err := b.cmd.Wait(); err != nil {
+		t.Errorf("%s %s: %v\n%s\nstderr:\n%s", b.p.name, strings.Join(b.p.args, " "), err, b.out.String(), b.stderr.String())
+	}
 }
 
 // stubServer accepts connections and, if welcome, admits them

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
 )
@@ -135,6 +136,34 @@ func TestAllocators(t *testing.T) {
 	}
 }
 
+// TestTwoDevices: a program using two GPUs as a two-GPU PyTorch program
+// does (tests/peer.c), with a token of both GPUs and one quota over them,
+// over both transports; the server holds nothing of it afterwards.
+func TestTwoDevices(t *testing.T) {
+	e := startServerOn(t, 2)
+	const quota = 8 << 20
+	tok, err := token.Mint(secret, token.Claims{ID: "ctest-peer", Quota: quota, Device: 0, MoreDevices: []int{1},
+		Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []string{e.unix, e.tcp} {
+		_, stderr := program{name: "peer", args: []string{fmt.Sprint(quota)}, addr: addr, token: tok}.run(t)
+		if strings.Contains(stderr, "gpumux: ") {
+			t.Errorf("unexpected interposer messages:\n%s", stderr)
+		}
+	}
+	var st fakecuda.Stats
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if st = e.fake.Stats(); st.Contexts == 0 && st.Allocations == 0 {
+			break
+		}
+	}
+	if st.Contexts != 0 || st.Allocations != 0 || st.ImplicitFrees != 0 {
+		t.Errorf("after the programs: %+v; want nothing left and nothing freed implicitly", st)
+	}
+}
+
 // TestCrossClient: a second process given the first's device pointer can
 // neither read, write nor free it.
 func TestCrossClient(t *testing.T) {
@@ -142,46 +171,11 @@ func TestCrossClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	owner := program{name: "cross", args: []string{"owner"}, addr: e.tcp, token: mint(t, "ctest-owner", 0)}
-	cmd := owner.command(ctx, t)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(stdout)
-	var ptr string
-	var out strings.Builder
-	for sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-		if p, ok := strings.CutPrefix(sc.Text(), "PTR "); ok {
-			ptr = p
-			break
-		}
-	}
-	if ptr == "" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("the owner printed no pointer:\n%s\nstderr:\n%s", out.String(), stderr.String())
-	}
+	bg, ptr := owner.start(ctx, t, "PTR ")
 	// Another client with another token, and one with the same token.
 	program{name: "cross", args: []string{"intruder", ptr}, addr: e.unix, token: mint(t, "ctest-intruder", 0)}.run(t)
 	program{name: "cross", args: []string{"intruder", ptr}, addr: e.tcp, token: owner.token}.run(t)
-	stdin.Write([]byte("go\n"))
-	stdin.Close()
-	for sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("owner: %v\n%s\nstderr:\n%s", err, out.String(), stderr.String())
-	}
+	bg.finish(t)
 }
 
 // TestUnreachable: without a usable server cuInit and every forwarded
@@ -502,7 +496,8 @@ func TestProtocolErrors(t *testing.T) {
 }
 
 // TestCache: repeats of the calls calls.def marks cache never reach the
-// server; the others always do.
+// server, until an uncache call forgets those about modules and functions;
+// the others always do.
 func TestCache(t *testing.T) {
 	var mu sync.Mutex
 	count := map[proto.Op]int{}
@@ -510,16 +505,23 @@ func TestCache(t *testing.T) {
 		mu.Lock()
 		count[h.Op]++
 		mu.Unlock()
-		if h.Op == proto.OpCtxSynchronize {
+		switch h.Op {
+		case proto.OpCtxSynchronize, proto.OpFuncSetAttribute, proto.OpModuleUnload:
 			w.Write(reply(h, proto.Success))
-			return
+		case proto.OpModuleGetFunction:
+			w.Write(reply(h, proto.Success, 7, 0)) // a function handle
+		default:
+			w.Write(reply(h, proto.Success, 12080))
 		}
-		w.Write(reply(h, proto.Success, 12080))
 	})
 	program{name: "protoerr", args: []string{"cache"}, addr: addr}.run(t)
 	mu.Lock()
 	defer mu.Unlock()
-	want := map[proto.Op]int{proto.OpDriverGetVersion: 1, proto.OpDeviceGetAttribute: 2, proto.OpCtxSynchronize: 5}
+	// Three passes of three calls about one function: an attribute set
+	// after the first and an unload after the second forget them.
+	want := map[proto.Op]int{proto.OpDriverGetVersion: 1, proto.OpDeviceGetAttribute: 2, proto.OpCtxSynchronize: 5,
+		proto.OpModuleGetFunction: 3, proto.OpFuncGetAttribute: 3,
+		proto.OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags: 3, proto.OpFuncSetAttribute: 1, proto.OpModuleUnload: 1}
 	for op, n := range want {
 		if count[op] != n {
 			t.Errorf("%s reached the server %d times, want %d", proto.Calls[op].Name, count[op], n)

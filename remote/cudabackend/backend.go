@@ -123,6 +123,13 @@ package cudabackend
 #cgo noescape gm_mem_pool_set_access
 #cgo nocallback gm_mem_pool_get_access
 #cgo noescape gm_mem_pool_get_access
+#cgo nocallback gm_device_can_access_peer
+#cgo noescape gm_device_can_access_peer
+#cgo nocallback gm_device_p2p_attribute
+#cgo noescape gm_device_p2p_attribute
+#cgo nocallback gm_ctx_enable_peer
+#cgo nocallback gm_ctx_disable_peer
+#cgo nocallback gm_memcpy_peer
 
 #include <stdlib.h>
 #include "cudabackend.h"
@@ -803,4 +810,39 @@ func (b *Backend) MemPoolGetAccess(pool uintptr, locType uint32, locID int32) (u
 	var f C.int
 	r := C.gm_mem_pool_get_access(b.t, C.uintptr_t(pool), C.int(locType), C.int(locID), &f)
 	return uint32(f), res(r)
+}
+
+// DeviceCanAccessPeer implements server.Backend through
+// cuDeviceCanAccessPeer.
+func (b *Backend) DeviceCanAccessPeer(dev, peer int32) (int32, proto.Result) {
+	var v C.int
+	r := C.gm_device_can_access_peer(b.t, C.int(dev), C.int(peer), &v)
+	return int32(v), res(r)
+}
+
+// DeviceP2PAttribute implements server.Backend through
+// cuDeviceGetP2PAttribute.
+func (b *Backend) DeviceP2PAttribute(attr uint32, src, dst int32) (int32, proto.Result) {
+	var v C.int
+	r := C.gm_device_p2p_attribute(b.t, C.int(attr), C.int(src), C.int(dst), &v)
+	return int32(v), res(r)
+}
+
+// CtxEnablePeerAccess implements server.Backend through
+// cuCtxEnablePeerAccess.
+func (b *Backend) CtxEnablePeerAccess(peer uintptr, flags uint32) proto.Result {
+	return res(C.gm_ctx_enable_peer(b.t, C.uintptr_t(peer), C.uint(flags)))
+}
+
+// CtxDisablePeerAccess implements server.Backend through
+// cuCtxDisablePeerAccess.
+func (b *Backend) CtxDisablePeerAccess(peer uintptr) proto.Result {
+	return res(C.gm_ctx_disable_peer(b.t, C.uintptr_t(peer)))
+}
+
+// MemcpyPeer implements server.Backend through cuMemcpyPeer, or
+// cuMemcpyPeerAsync on stream when async.
+func (b *Backend) MemcpyPeer(dst proto.DevPtr, dstCtx uintptr, src proto.DevPtr, srcCtx uintptr, n uint64, stream uintptr, async bool) proto.Result {
+	return res(C.gm_memcpy_peer(b.t, C.CUdeviceptr(dst), C.uintptr_t(dstCtx), C.CUdeviceptr(src), C.uintptr_t(srcCtx),
+		C.size_t(n), C.uintptr_t(stream), cbool(async)))
 }

@@ -767,3 +767,48 @@ CUresult gm_mem_pool_get_access(const gm_cuda *t, uintptr_t pool, int loc_type, 
 	*flags = 0;
 	GM_OPTIONAL(cuMemPoolGetAccess, cuMemPoolGetAccess(flags, (CUmemoryPool)pool, &loc));
 }
+
+/* ---- several devices ---- */
+
+CUresult gm_device_can_access_peer(const gm_cuda *t, int dev, int peer, int *can)
+{
+	CUdevice d, p;
+	*can = 0;
+	if (t->cuDeviceCanAccessPeer == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = t->cuDeviceGet(&d, dev);
+	if (r == GM_CUDA_SUCCESS)
+		r = t->cuDeviceGet(&p, peer);
+	return r != GM_CUDA_SUCCESS ? r : t->cuDeviceCanAccessPeer(can, d, p);
+}
+
+CUresult gm_device_p2p_attribute(const gm_cuda *t, int attrib, int src, int dst, int *value)
+{
+	CUdevice s, d;
+	*value = 0;
+	if (t->cuDeviceGetP2PAttribute == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = t->cuDeviceGet(&s, src);
+	if (r == GM_CUDA_SUCCESS)
+		r = t->cuDeviceGet(&d, dst);
+	return r != GM_CUDA_SUCCESS ? r : t->cuDeviceGetP2PAttribute(value, attrib, s, d);
+}
+
+CUresult gm_ctx_enable_peer(const gm_cuda *t, uintptr_t peer, unsigned int flags)
+{
+	GM_OPTIONAL(cuCtxEnablePeerAccess, cuCtxEnablePeerAccess((CUcontext)peer, flags));
+}
+
+CUresult gm_ctx_disable_peer(const gm_cuda *t, uintptr_t peer)
+{
+	GM_OPTIONAL(cuCtxDisablePeerAccess, cuCtxDisablePeerAccess((CUcontext)peer));
+}
+
+CUresult gm_memcpy_peer(const gm_cuda *t, CUdeviceptr dst, uintptr_t dst_ctx, CUdeviceptr src, uintptr_t src_ctx,
+			size_t n, uintptr_t s, int async)
+{
+	if (async)
+		GM_OPTIONAL(cuMemcpyPeerAsync,
+			    cuMemcpyPeerAsync(dst, (CUcontext)dst_ctx, src, (CUcontext)src_ctx, n, (CUstream)s));
+	GM_OPTIONAL(cuMemcpyPeer, cuMemcpyPeer(dst, (CUcontext)dst_ctx, src, (CUcontext)src_ctx, n));
+}

@@ -187,7 +187,13 @@ typedef struct gm_access {
 	O(cuMemPoolGetAttribute)                                               \
 	O(cuMemPoolTrimTo)                                                     \
 	O(cuMemPoolSetAccess)                                                  \
-	O(cuMemPoolGetAccess)
+	O(cuMemPoolGetAccess)                                                  \
+	O(cuDeviceCanAccessPeer)                                               \
+	O(cuDeviceGetP2PAttribute)                                             \
+	O(cuCtxEnablePeerAccess)                                               \
+	O(cuCtxDisablePeerAccess)                                              \
+	O(cuMemcpyPeer)                                                        \
+	O(cuMemcpyPeerAsync)
 
 typedef struct gm_cuda {
 	void *lib;
@@ -279,6 +285,14 @@ typedef struct gm_cuda {
 	CUresult (*cuMemPoolTrimTo)(CUmemoryPool pool, size_t minBytesToKeep);
 	CUresult (*cuMemPoolSetAccess)(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count);
 	CUresult (*cuMemPoolGetAccess)(int *flags, CUmemoryPool pool, CUmemLocation *location);
+	CUresult (*cuDeviceCanAccessPeer)(int *can, CUdevice dev, CUdevice peer);
+	/* attrib: a CUdevice_P2PAttribute, int-sized */
+	CUresult (*cuDeviceGetP2PAttribute)(int *value, int attrib, CUdevice src, CUdevice dst);
+	CUresult (*cuCtxEnablePeerAccess)(CUcontext peer, unsigned int flags);
+	CUresult (*cuCtxDisablePeerAccess)(CUcontext peer);
+	CUresult (*cuMemcpyPeer)(CUdeviceptr dst, CUcontext dstCtx, CUdeviceptr src, CUcontext srcCtx, size_t n);
+	CUresult (*cuMemcpyPeerAsync)(CUdeviceptr dst, CUcontext dstCtx, CUdeviceptr src, CUcontext srcCtx, size_t n,
+				      CUstream s);
 } gm_cuda;
 
 /* gm_open's results. */
@@ -404,5 +418,13 @@ CUresult gm_launch_ex(const gm_cuda *t, uintptr_t fn, const unsigned int *dims, 
 		      unsigned int nattrs, void *params, size_t nparams);
 CUresult gm_cluster_occupancy(const gm_cuda *t, int which, uintptr_t fn, const unsigned int *dims, uintptr_t s,
 			      const void *attrs, unsigned int nattrs, int *n);
+
+/* Several devices: dev, peer, src and dst are ordinals. */
+CUresult gm_device_can_access_peer(const gm_cuda *t, int dev, int peer, int *can);
+CUresult gm_device_p2p_attribute(const gm_cuda *t, int attrib, int src, int dst, int *value);
+CUresult gm_ctx_enable_peer(const gm_cuda *t, uintptr_t peer, unsigned int flags);
+CUresult gm_ctx_disable_peer(const gm_cuda *t, uintptr_t peer);
+CUresult gm_memcpy_peer(const gm_cuda *t, CUdeviceptr dst, uintptr_t dst_ctx, CUdeviceptr src, uintptr_t src_ctx,
+			size_t n, uintptr_t s, int async);
 
 #endif

@@ -52,6 +52,9 @@ type fakeState struct {
 	LastPoolProps                                                          [6]uint64
 	LastAttr, LastAttrValue                                                uint64
 	LastLimit, LastLimitValue                                              uint64
+	PeerQueries, LastPeerDev, LastPeerAttr                                 uint64
+	PeerEnables, PeerDisables, LastPeerCtx, LastPeerFlags                  uint64
+	PeerCopies, PeerCopiesAsync, LastDstCtx, LastSrcCtx                    uint64
 }
 
 const fakeMagic = 0x616475636b6166
@@ -385,6 +388,77 @@ func TestFakeMemory(t *testing.T) {
 	})
 }
 
+// TestFakePeers: the peer calls reach the driver with device handles for
+// ordinals and the backend's own contexts; peer copies run synchronously
+// or queued on the stream.
+func TestFakePeers(t *testing.T) {
+	b, st := openFake(t)
+	can, r := b.DeviceCanAccessPeer(0, 1)
+	ok(t, "DeviceCanAccessPeer", r)
+	eq(t, "can access", can, 1)
+	eq(t, "peer device handle", st.LastPeerDev, 101)
+	can, r = b.DeviceCanAccessPeer(1, 1)
+	ok(t, "DeviceCanAccessPeer itself", r)
+	eq(t, "can access itself", can, 0)
+	_, r = b.DeviceCanAccessPeer(0, 2)
+	want(t, "DeviceCanAccessPeer of a device not there", r, proto.ErrInvalidDevice)
+	v, r := b.DeviceP2PAttribute(2, 1, 0)
+	ok(t, "DeviceP2PAttribute", r)
+	eq(t, "access supported", v, 1)
+	eq(t, "attribute passed", st.LastPeerAttr, 2)
+	eq(t, "destination device handle", st.LastPeerDev, 100)
+	_, r = b.DeviceP2PAttribute(2, 1, 1)
+	want(t, "DeviceP2PAttribute of one device", r, proto.ErrInvalidDevice)
+
+	withContext(t, b, func(ctx0 uintptr) {
+		ctx1, r := b.CtxCreate(1, 0)
+		ok(t, "CtxCreate(1)", r)
+		ok(t, "CtxSetCurrent", b.CtxSetCurrent(ctx0))
+		ok(t, "CtxEnablePeerAccess", b.CtxEnablePeerAccess(ctx1, 0))
+		eq(t, "peer context", st.LastPeerCtx, uint64(ctx1))
+		want(t, "CtxEnablePeerAccess with flags", b.CtxEnablePeerAccess(ctx1, 1), proto.ErrInvalidValue)
+		eq(t, "flags passed", st.LastPeerFlags, 1)
+		ok(t, "CtxDisablePeerAccess", b.CtxDisablePeerAccess(ctx1))
+		eq(t, "cuCtxDisablePeerAccess calls", st.PeerDisables, 1)
+
+		const size = 1 << 20
+		d0, r := b.MemAlloc(size)
+		ok(t, "MemAlloc", r)
+		d1, r := b.MemAlloc(size)
+		ok(t, "MemAlloc", r)
+		src := pattern(size, 3)
+		ok(t, "MemcpyHtoD", b.MemcpyHtoD(d0, src, 0, false))
+		ok(t, "MemcpyPeer", b.MemcpyPeer(d1, ctx1, d0, ctx0, size, 0, false))
+		eq(t, "cuMemcpyPeer calls", st.PeerCopies, 1)
+		eq(t, "destination context", st.LastDstCtx, uint64(ctx1))
+		eq(t, "source context", st.LastSrcCtx, uint64(ctx0))
+		eq(t, "peer copy n", st.LastN, size)
+		got := make([]byte, size)
+		ok(t, "MemcpyDtoH", b.MemcpyDtoH(got, d1, 0))
+		if !bytes.Equal(got, src) {
+			t.Fatal("cuMemcpyPeer copied other bytes")
+		}
+		s, r := b.StreamCreate(0)
+		ok(t, "StreamCreate", r)
+		ok(t, "MemsetD8", b.MemsetD8(d0, 0, size, 0, false))
+		ran := st.Ran
+		ok(t, "MemcpyPeer async", b.MemcpyPeer(d0, ctx0, d1, ctx1, size, s, true))
+		eq(t, "cuMemcpyPeerAsync calls", st.PeerCopiesAsync, 1)
+		eq(t, "peer copy stream", st.LastStream, uint64(s))
+		eq(t, "the async copy waits for the stream", st.Ran, ran)
+		ok(t, "StreamSynchronize", b.StreamSynchronize(s))
+		ok(t, "MemcpyDtoH", b.MemcpyDtoH(got, d0, 0))
+		if !bytes.Equal(got, src) {
+			t.Fatal("cuMemcpyPeerAsync copied other bytes")
+		}
+		ok(t, "StreamDestroy", b.StreamDestroy(s))
+		ok(t, "MemFree", b.MemFree(d0))
+		ok(t, "MemFree", b.MemFree(d1))
+		ok(t, "CtxDestroy", b.CtxDestroy(ctx1))
+		ok(t, "CtxDestroy", b.CtxDestroy(ctx0))
+	})
+}
+
 // TestFakeStaging proves the staging ring: asynchronous host-to-device
 // copies go through pinned buffers (the caller's memory may change at
 // once), a buffer is reused only after its copy ran, and a stream's
@@ -647,6 +721,15 @@ func TestFakeOptionalSymbols(t *testing.T) {
 		want(t, "MemAllocFromPoolAsync", r, proto.ErrNotSupported)
 		want(t, "MemFreeAsync", b.MemFreeAsync(1, 0), proto.ErrNotSupported)
 		want(t, "CtxSetLimit", b.CtxSetLimit(2, 1<<20), proto.ErrNotSupported)
+		// Nor the peer calls.
+		_, r = b.DeviceCanAccessPeer(0, 1)
+		want(t, "DeviceCanAccessPeer", r, proto.ErrNotSupported)
+		_, r = b.DeviceP2PAttribute(2, 0, 1)
+		want(t, "DeviceP2PAttribute", r, proto.ErrNotSupported)
+		want(t, "CtxEnablePeerAccess", b.CtxEnablePeerAccess(ctx, 0), proto.ErrNotSupported)
+		want(t, "CtxDisablePeerAccess", b.CtxDisablePeerAccess(ctx), proto.ErrNotSupported)
+		want(t, "MemcpyPeer", b.MemcpyPeer(0, ctx, 0, ctx, 8, 0, false), proto.ErrNotSupported)
+		want(t, "MemcpyPeerAsync", b.MemcpyPeer(0, ctx, 0, ctx, 8, 0, true), proto.ErrNotSupported)
 		_, r = b.OccupancyMaxActiveClusters(fn, one, one, 0, 0, make([]proto.LaunchAttr, proto.MaxLaunchAttrs+1))
 		want(t, "OccupancyMaxActiveClusters with too many attributes", r, proto.ErrInvalidValue)
 		ok(t, "CtxDestroy", b.CtxDestroy(ctx))

@@ -458,3 +458,88 @@ func TestGPUVirtualMemoryAndPools(t *testing.T) {
 		}
 	})
 }
+
+// TestGPUPeers needs two GPUs (skipped with one): the peer calls on
+// contexts of devices 0 and 1, peer copies both ways with the data
+// compared, and a kernel of device 0 writing device 1's memory once peer
+// access is on (where the pair supports it). It logs what the driver says
+// of a plain cuMemcpyDtoD between the devices, which the server never
+// sends (it sends cuMemcpyPeer).
+func TestGPUPeers(t *testing.T) {
+	b := openGPU(t)
+	n, r := b.DeviceCount()
+	ok(t, "DeviceCount", r)
+	if n < 2 {
+		t.Skipf("SKIP: %d GPU(s); this test needs two", n)
+	}
+	can, r := b.DeviceCanAccessPeer(0, 1)
+	ok(t, "DeviceCanAccessPeer(0, 1)", r)
+	self, r := b.DeviceCanAccessPeer(0, 0)
+	ok(t, "DeviceCanAccessPeer(0, 0)", r)
+	eq(t, "a device as its own peer", self, 0)
+	rank, r := b.DeviceP2PAttribute(1, 0, 1)
+	ok(t, "DeviceP2PAttribute(PERFORMANCE_RANK)", r)
+	access, r := b.DeviceP2PAttribute(2, 0, 1)
+	ok(t, "DeviceP2PAttribute(ACCESS_SUPPORTED)", r)
+	atomics, r := b.DeviceP2PAttribute(3, 0, 1)
+	ok(t, "DeviceP2PAttribute(NATIVE_ATOMIC_SUPPORTED)", r)
+	_, r = b.DeviceP2PAttribute(2, 1, 1)
+	t.Logf("GPU 0 → 1: can access %d, rank %d, access %d, atomics %d; P2P attribute of one device: %v", can, rank, access, atomics, r)
+	if r == proto.Success {
+		t.Error("DeviceP2PAttribute of a device with itself succeeded")
+	}
+
+	onGPUThread(t, b, func(ctx0 uintptr) {
+		ctx1, r := b.CtxCreate(1, 0)
+		ok(t, "CtxCreate(1)", r)
+		defer func() { ok(t, "CtxDestroy(1)", b.CtxDestroy(ctx1)) }()
+		const size = 5 << 20
+		ok(t, "CtxSetCurrent(1)", b.CtxSetCurrent(ctx1))
+		d1, r := b.MemAlloc(size)
+		ok(t, "MemAlloc on 1", r)
+		ok(t, "CtxSetCurrent(0)", b.CtxSetCurrent(ctx0))
+		d0, r := b.MemAlloc(size)
+		ok(t, "MemAlloc on 0", r)
+
+		src := pattern(size, 5)
+		got := make([]byte, size)
+		ok(t, "MemcpyHtoD", b.MemcpyHtoD(d0, src, 0, false))
+		ok(t, "MemcpyPeer 0→1", b.MemcpyPeer(d1, ctx1, d0, ctx0, size, 0, false))
+		ok(t, "MemsetD8", b.MemsetD8(d0, 0, size, 0, false))
+		s, r := b.StreamCreate(1)
+		ok(t, "StreamCreate", r)
+		ok(t, "MemcpyPeer async 1→0", b.MemcpyPeer(d0, ctx0, d1, ctx1, size, s, true))
+		ok(t, "StreamSynchronize", b.StreamSynchronize(s))
+		ok(t, "MemcpyDtoH", b.MemcpyDtoH(got, d0, 0))
+		if !bytes.Equal(got, src) {
+			t.Fatal("peer copies there and back differ")
+		}
+		t.Logf("cuMemcpyDtoD from GPU 0 to GPU 1 (not used by the server): %v", b.MemcpyDtoD(d1, d0, 4096, 0, false))
+
+		if can == 1 {
+			ok(t, "CtxEnablePeerAccess", b.CtxEnablePeerAccess(ctx1, 0))
+			want(t, "CtxEnablePeerAccess again", b.CtxEnablePeerAccess(ctx1, 0), proto.ErrPeerAccessAlreadyEnabled)
+			mod, r := b.ModuleLoadData([]byte(fillPTX))
+			ok(t, "ModuleLoadData", r)
+			fn, r := b.ModuleGetFunction(mod, "fill")
+			ok(t, "ModuleGetFunction", r)
+			ok(t, "LaunchKernel on 0 into 1's memory", b.LaunchKernel(fn, [3]uint32{4, 1, 1}, [3]uint32{256, 1, 1}, 0, s, params(d1, 0xfeedf00d, 1024)))
+			ok(t, "StreamSynchronize", b.StreamSynchronize(s))
+			ok(t, "MemcpyPeer 1→0", b.MemcpyPeer(d0, ctx0, d1, ctx1, 4096, 0, false))
+			ok(t, "MemcpyDtoH", b.MemcpyDtoH(got[:4096], d0, 0))
+			for i := 0; i < 4096; i += 4 {
+				if w := binary.LittleEndian.Uint32(got[i:]); w != 0xfeedf00d {
+					t.Fatalf("word %d of GPU 1's memory after the kernel of GPU 0: %#x", i/4, w)
+				}
+			}
+			ok(t, "ModuleUnload", b.ModuleUnload(mod))
+			ok(t, "CtxDisablePeerAccess", b.CtxDisablePeerAccess(ctx1))
+			want(t, "CtxDisablePeerAccess again", b.CtxDisablePeerAccess(ctx1), proto.ErrPeerAccessNotEnabled)
+		}
+		ok(t, "StreamDestroy", b.StreamDestroy(s))
+		ok(t, "MemFree on 0", b.MemFree(d0))
+		ok(t, "CtxSetCurrent(1)", b.CtxSetCurrent(ctx1))
+		ok(t, "MemFree on 1", b.MemFree(d1))
+		ok(t, "CtxSetCurrent(0)", b.CtxSetCurrent(ctx0))
+	})
+}

@@ -7,7 +7,12 @@
 // New makes one or more fake devices (WithDevices, WithMemory, WithName):
 // compute capability 9.0, 132 multiprocessors, the limits of an H100/H200
 // class GPU for the other attributes (see attrs.go), and a UUID derived from
-// the device index, so it is stable across runs.
+// the device index, so it is stable across runs. Devices of one fake share
+// their name, as GPUs of one model do; their UUIDs tell them apart. Every
+// two distinct devices are peers (peers.go): cuDeviceCanAccessPeer answers
+// 1, and a context's kernels reach another device's memory once the
+// context has enabled access to the memory's context
+// (cuCtxEnablePeerAccess, which refuses a context of its own device).
 //
 // # Memory
 //
@@ -18,8 +23,13 @@
 // write, so a large fake device costs only what is written. Copies and
 // memsets accept any live allocation (one address space per process, as
 // with CUDA's unified addressing); isolating clients is the server's job.
-// Kernels, though, see only the allocations and globals of the context they
-// run in: an access to anything else fails the launch with
+// Each device has its own memory, and the fake is stricter than CUDA about
+// copies between devices: MemcpyDtoD of memory of two devices is
+// CUDA_ERROR_INVALID_VALUE, so the server must ask for a peer copy
+// (MemcpyPeer, which needs no peer access and checks that each address is
+// memory of its context's device). Kernels see only the allocations and
+// globals of the context they run in and of the contexts it enabled peer
+// access to: an access to anything else fails the launch with
 // CUDA_ERROR_ILLEGAL_ADDRESS, as a kernel dereferencing another context's
 // address faults on a GPU. Unlike a GPU, the fault is not sticky: the
 // context keeps working.
@@ -34,7 +44,11 @@
 // memsets may run across adjacent mappings, and need the access
 // MemSetAccess granted the current context's device (read for reading,
 // read-write for writing). A mapping belongs to the context current when it
-// was made: only that context's kernels see it, like its allocations.
+// was made: that context's kernels see it, like its allocations, and those
+// of contexts that enabled peer access to it, and only where the mapping
+// grants their device access (stricter than CUDA, where access alone
+// decides). A mapping is memory of its physical allocation's device: a
+// copy between it and another device's memory is a peer copy.
 //
 // Pools reserve device memory in PoolChunk steps up to their maximum size,
 // keep freed memory up to their release threshold (released at each free,

@@ -73,6 +73,9 @@ type context struct {
 	dev    *device
 	flags  uint32
 	limits map[uint32]uint64 // CtxSetLimit's values
+	// peers are the contexts whose memory this one's kernels may access
+	// (CtxEnablePeerAccess).
+	peers map[*context]bool
 }
 
 // New returns a fake driver with its devices. It is not initialised: call
@@ -275,6 +278,9 @@ func (b *Backend) CtxDestroy(ctx uintptr) proto.Result {
 		if cur == ctx {
 			delete(b.current, tid)
 		}
+	}
+	for _, o := range b.ctxs {
+		delete(o.peers, c)
 	}
 	delete(b.ctxs, ctx)
 	return proto.Success

@@ -148,6 +148,23 @@ func (r region) allows(d int32, need uint32) bool {
 	return true
 }
 
+// device returns the device whose memory r is (for a mapping, its
+// physical allocation's device), or nil when its pieces lie on several.
+func (r region) device() *device {
+	var d *device
+	for _, pc := range r {
+		pd := pc.a.ctx.dev
+		if pc.a.phys != nil {
+			pd = pc.a.phys.dev
+		}
+		if d != nil && pd != d {
+			return nil
+		}
+		d = pd
+	}
+	return d
+}
+
 // readAt copies len(dst) bytes from offset off of the region.
 func (r region) readAt(off uint64, dst []byte) {
 	r.each(off, uint64(len(dst)), func(a *allocation, aoff, i, k uint64) { a.read(aoff, dst[i:i+k]) })
@@ -359,6 +376,17 @@ func (b *Backend) MemcpyDtoD(dst, src proto.DevPtr, n uint64, stream uintptr, as
 	if r != proto.Success {
 		return r
 	}
+	if d := dr.device(); d == nil || d != sr.device() {
+		// CUDA's unified addressing would copy between devices here;
+		// the server must ask for a peer copy (MemcpyPeer) instead.
+		return proto.ErrInvalidValue
+	}
+	copyRegion(dr, sr, n)
+	return proto.Success
+}
+
+// copyRegion copies n bytes from the start of sr to the start of dr.
+func copyRegion(dr, sr region, n uint64) {
 	buf := make([]byte, min(n, 1<<20))
 	for off := uint64(0); off < n; {
 		k := min(n-off, uint64(len(buf)))
@@ -366,7 +394,6 @@ func (b *Backend) MemcpyDtoD(dst, src proto.DevPtr, n uint64, stream uintptr, as
 		dr.writeAt(off, buf[:k])
 		off += k
 	}
-	return proto.Success
 }
 
 // MemsetD8 sets n bytes at dst to v.

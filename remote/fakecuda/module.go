@@ -613,15 +613,17 @@ func (b *Backend) run(c *context, k kernelDef, params []byte) proto.Result {
 		copy(v, params[p.offset:p.offset+p.size])
 		return binary.LittleEndian.Uint64(v)
 	}
-	// span returns the bytes [p, p+n) of c's allocations: one of them, or
-	// mappings made in c that grant c's device access need.
+	// span returns the bytes [p, p+n) that c's kernels may access with
+	// need: each piece lies in memory of c or of a peer whose access c
+	// enabled (allocations and mappings alike), and mappings grant c's
+	// device need (cuMemSetAccess).
 	span := func(p, n uint64, need uint32) (region, bool) {
 		reg, ok := b.mem.region(p, n)
 		if !ok || !reg.allows(c.dev.index, need) {
 			return nil, false
 		}
 		for _, pc := range reg {
-			if pc.a.ctx != c {
+			if !c.canReach(pc.a.ctx) {
 				return nil, false
 			}
 		}

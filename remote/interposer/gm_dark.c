@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "gm_internal.h"
+#include "gm_share.h"
 #include "gm_wire.h"
 #include "zz_calls.h"
 
@@ -609,6 +610,8 @@ static const struct {
 	 gm_tab_integrity},
 	{{0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}, gm_tab_toolsctx},
 	{{0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca}, gm_tab_lt},
+	/* gpumux's own (gm_share.c), for its NVML library. */
+	{GM_SHARE_TABLE_ID_BYTES, (const void *const *)&gm_share},
 };
 
 GM_EXPORT CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)

@@ -52,6 +52,11 @@ typedef struct gm_proc {
 extern const gm_proc gm_unsupported_procs[];
 extern const int gm_unsupported_count;
 
+/* gpumux's own export table (gm_share.c; its layout is gm_share.h's
+ * gm_share_table), which cuGetExportTable hands out. */
+struct gm_share_table;
+extern const struct gm_share_table gm_share;
+
 /* The entry points of gm_dark.c that cuGetProcAddress hands out. */
 #ifndef GM_USE_CUDA_H
 CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
@@ -105,7 +110,10 @@ CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags);
 	X(cuMemHostUnregister)                               \
 	X(cuPointerGetAttribute)                             \
 	X(cuPointerGetAttributes)                            \
-	X(cuMemHostGetDevicePointer_v2)
+	X(cuMemHostGetDevicePointer_v2)                      \
+	X(cuDeviceGetP2PAttribute)                           \
+	X(cuMemcpyPeer_ptds)                                 \
+	X(cuMemcpyPeerAsync_ptsz)
 
 /* The entry points of gm_mem.c that cuGetProcAddress hands out. */
 #define GM_MEM_PROCS(X)                  \

@@ -308,10 +308,10 @@ GM_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void
 /* ---- pointer attributes ----
  *
  * Answered here from what the interposer knows: host memory it pinned or
- * registered, and device memory by the server's address ranges (a round
- * trip). The context and device ordinal of device memory are the calling
- * thread's current ones (a tenant's allocations live in its contexts on
- * its one GPU). Attributes gpumux cannot answer truthfully (P2P tokens,
+ * registered, and device memory by the server's record of the client's
+ * allocations (a round trip: the allocation's range, its context and that
+ * context's device, on any of the client's GPUs). Attributes gpumux cannot
+ * answer truthfully (P2P tokens,
  * legacy IPC, memory pools, handles) are CUDA_ERROR_NOT_SUPPORTED from
  * cuPointerGetAttribute and zero from cuPointerGetAttributes, which, as
  * CUDA documents, does not fail for a pointer CUDA does not know. */
@@ -321,6 +321,8 @@ struct gm_ptr {
 	size_t host_size;
 	CUdeviceptr base;
 	size_t size;
+	CUcontext ctx; /* device memory: its context and that context's device */
+	CUdevice dev;
 };
 
 /* gm_ptr_attr_size: the size of an attribute's value, as cuda.h gives
@@ -360,9 +362,9 @@ static CUresult gm_ptr_info(CUdeviceptr ptr, struct gm_ptr *pi)
 		pi->host_size = h->n;
 	}
 	pthread_mutex_unlock(&gm_host_mu);
-	if (pi->kind != 0 || gm_current_ctx() == 0)
+	if (pi->kind != 0)
 		return CUDA_SUCCESS;
-	CUresult r = gm_rpc_cuMemGetAddressRange_v2(&pi->base, &pi->size, ptr);
+	CUresult r = gm_rpc_cuPointerGetAttributes(&pi->base, &pi->size, &pi->ctx, &pi->dev, ptr);
 	if (r == CUDA_SUCCESS)
 		pi->kind = CU_MEMORYTYPE_DEVICE;
 	return r == CUDA_ERROR_INVALID_VALUE ? CUDA_SUCCESS : r;
@@ -374,13 +376,9 @@ static CUresult gm_ptr_attr(const struct gm_ptr *pi, CUpointer_attribute a, CUde
 {
 	int dev = pi->kind == CU_MEMORYTYPE_DEVICE;
 	switch (a) {
-	case CU_POINTER_ATTRIBUTE_CONTEXT: {
-		CUcontext c = NULL;
-		if (dev)
-			c = (CUcontext)(uintptr_t)gm_current_ctx();
-		*(CUcontext *)data = c;
+	case CU_POINTER_ATTRIBUTE_CONTEXT:
+		*(CUcontext *)data = dev ? pi->ctx : NULL;
 		return CUDA_SUCCESS;
-	}
 	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
 		*(unsigned int *)data = (unsigned int)pi->kind;
 		return CUDA_SUCCESS;
@@ -398,12 +396,9 @@ static CUresult gm_ptr_attr(const struct gm_ptr *pi, CUpointer_attribute a, CUde
 		/* Unique among live allocations: the start of the allocation. */
 		*(unsigned long long *)data = dev ? (unsigned long long)pi->base : (unsigned long long)(uintptr_t)pi->host_base;
 		return CUDA_SUCCESS;
-	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: {
-		CUdevice d = 0;
-		CUresult r = dev ? cuCtxGetDevice(&d) : CUDA_SUCCESS;
-		*(int *)data = d;
-		return r;
-	}
+	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+		*(int *)data = dev ? pi->dev : 0;
+		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
 		*(CUdeviceptr *)data = dev ? pi->base : (CUdeviceptr)(uintptr_t)pi->host_base;
 		return CUDA_SUCCESS;
@@ -467,8 +462,10 @@ GM_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CU
  *
  * A pointer is device memory when it lies in one of the client's
  * allocations, as the server's records say (cuMemGetAddressRange, which
- * knows every cuMemAlloc result and module global of this client); any
- * other pointer is host memory of this process. The client's host and the
+ * knows every cuMemAlloc result and module global of this client, on any
+ * of its devices); any other pointer is host memory of this process. A
+ * device-to-device copy between two devices' memory is the server's to
+ * run as a peer copy. The client's host and the
  * server's device addresses are separate address spaces, so a host pointer
  * that happens to equal an address inside one of the client's allocations
  * is taken for device memory. */
@@ -527,6 +524,30 @@ GM_EXPORT CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_
 GM_EXPORT CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
 	return gm_memcpy(dst, src, ByteCount, GM_PTSZ(hStream), 1);
+}
+
+/* ---- several devices ----
+ * cuDeviceCanAccessPeer, cuCtxEnablePeerAccess, cuCtxDisablePeerAccess,
+ * cuMemcpyPeer and cuMemcpyPeerAsync are forwarded as they are
+ * (calls.def); the server checks that each address is the client's memory
+ * on the device of the context named with it. */
+
+GM_EXPORT CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice,
+						   CUdevice dstDevice)
+{
+	return gm_rpc_cuDeviceGetP2PAttribute(value, (unsigned int)attrib, srcDevice, dstDevice);
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+					     CUcontext srcContext, size_t ByteCount)
+{
+	return gm_rpc_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+						  CUcontext srcContext, size_t ByteCount, CUstream hStream)
+{
+	return gm_rpc_cuMemcpyPeerAsync(dstDevice, dstContext, srcDevice, srcContext, ByteCount, GM_PTSZ(hStream));
 }
 
 /* ---- optional outputs ----

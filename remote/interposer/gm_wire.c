@@ -32,9 +32,9 @@
 #include "zz_calls.h"
 
 #define GM_DEFAULT_TIMEOUT_MS 30000
-#define GM_CACHE_BUCKETS 256
+#define GM_CACHE_BUCKETS 1024
 #define GM_CACHE_MAX_ENTRIES 16384
-#define GM_CACHE_MAX_KEY 256
+#define GM_CACHE_MAX_KEY 1024
 
 /* gm_msg.bad */
 #define GM_BAD_ARG 1   /* an argument the protocol cannot carry */
@@ -51,6 +51,7 @@ enum gm_state {
 struct gm_centry {
 	struct gm_centry *next;
 	int op;
+	int object; /* GM_CACHE_OBJECT: forgotten by a GM_UNCACHE call */
 	uint32_t klen, rlen;
 	unsigned char data[]; /* key (request payload), then reply payload */
 };
@@ -385,6 +386,25 @@ static void gm_cache_clear_locked(void)
 		gm.cache[i] = NULL;
 	}
 	gm.cache_n = 0;
+}
+
+/* gm_cache_forget_objects_locked forgets the replies about modules and
+ * functions: a module unloaded, a function's attribute set. */
+static void gm_cache_forget_objects_locked(void)
+{
+	for (int i = 0; i < GM_CACHE_BUCKETS; i++) {
+		struct gm_centry **pe = &gm.cache[i];
+		while (*pe) {
+			struct gm_centry *e = *pe;
+			if (e->object) {
+				*pe = e->next;
+				free(e);
+				gm.cache_n--;
+			} else {
+				pe = &e->next;
+			}
+		}
+	}
 }
 
 /* gm_lose_locked marks the connection lost for good: every pending and
@@ -812,7 +832,7 @@ static int gm_cache_get_locked(gm_msg *m)
 	return 0;
 }
 
-static void gm_cache_put_locked(int op, const unsigned char *key, size_t klen, const gm_msg *m)
+static void gm_cache_put_locked(int op, int object, const unsigned char *key, size_t klen, const gm_msg *m)
 {
 	size_t rlen = m->len - GM_HEADER_SIZE;
 	if (gm.cache_n >= GM_CACHE_MAX_ENTRIES || rlen > GM_MAX_STRING + 64)
@@ -825,6 +845,7 @@ static void gm_cache_put_locked(int op, const unsigned char *key, size_t klen, c
 	if (e == NULL)
 		return;
 	e->op = op;
+	e->object = object;
 	e->klen = (uint32_t)klen;
 	e->rlen = (uint32_t)rlen;
 	memcpy(e->data, key, klen);
@@ -954,7 +975,9 @@ CUresult gm_call(gm_msg *m)
 		}
 		r = gm_roundtrip_locked(m, ctx);
 		if (r == CUDA_SUCCESS && cache && gm.state == GM_UP)
-			gm_cache_put_locked(m->op, key, klen, m);
+			gm_cache_put_locked(m->op, (m->flags & GM_CACHE_OBJECT) != 0, key, klen, m);
+		if (r == CUDA_SUCCESS && (m->flags & GM_UNCACHE))
+			gm_cache_forget_objects_locked();
 	}
 	pthread_mutex_unlock(&gm_mu);
 	if ((r != CUDA_SUCCESS && gm_debug()) || gm_debug() > 1)

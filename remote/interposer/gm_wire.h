@@ -29,6 +29,8 @@
 #define GM_SYNC 0
 #define GM_ASYNC 1 /* send and return: the result comes with a later reply */
 #define GM_CACHE 2 /* answer repeats of the same request from memory */
+#define GM_CACHE_OBJECT 4 /* with GM_CACHE: the reply is about a module or function */
+#define GM_UNCACHE 8 /* a success forgets the GM_CACHE_OBJECT replies */
 
 typedef struct gm_msg {
 	int op, flags;

@@ -185,6 +185,22 @@ const char *gm_op_name(int op)
 		return "cuMemPoolSetAccess";
 	case 162:
 		return "cuMemPoolGetAccess";
+	case 170:
+		return "cuDeviceCanAccessPeer";
+	case 171:
+		return "cuDeviceGetP2PAttribute";
+	case 172:
+		return "cuCtxEnablePeerAccess";
+	case 173:
+		return "cuCtxDisablePeerAccess";
+	case 174:
+		return "cuMemcpyPeer";
+	case 175:
+		return "cuMemcpyPeerAsync";
+	case 176:
+		return "cuPointerGetAttributes";
+	case 190:
+		return "cuGpumuxShareMemory";
 	}
 	return "unknown call";
 }
@@ -879,7 +895,7 @@ CUresult gm_rpc_cuModuleUnload(CUmodule hmod)
 {
 	gm_msg q;
 	CUresult r;
-	gm_msg_init(&q, GM_OP_cuModuleUnload, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuModuleUnload, GM_SYNC | GM_UNCACHE);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hmod);
 	r = gm_call(&q);
 	gm_msg_free(&q);
@@ -899,7 +915,7 @@ CUresult gm_rpc_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char
 		return gm_refuse("cuModuleGetFunction", "hfunc", CUDA_ERROR_INVALID_VALUE);
 	if (name == NULL)
 		return gm_refuse("cuModuleGetFunction", "name", CUDA_ERROR_INVALID_VALUE);
-	gm_msg_init(&q, GM_OP_cuModuleGetFunction, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuModuleGetFunction, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hmod);
 	gm_put_str(&q, name);
 	r = gm_call(&q);
@@ -947,7 +963,7 @@ CUresult gm_rpc_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *p
 		return gm_refuse("cuFuncGetParamInfo", "paramOffset", CUDA_ERROR_INVALID_VALUE);
 	if (paramSize == NULL)
 		return gm_refuse("cuFuncGetParamInfo", "paramSize", CUDA_ERROR_INVALID_VALUE);
-	gm_msg_init(&q, GM_OP_cuFuncGetParamInfo, GM_SYNC | GM_CACHE);
+	gm_msg_init(&q, GM_OP_cuFuncGetParamInfo, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u64(&q, (uint64_t)paramIndex);
 	r = gm_call(&q);
@@ -966,7 +982,7 @@ CUresult gm_rpc_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunct
 	CUresult r;
 	if (pi == NULL)
 		return gm_refuse("cuFuncGetAttribute", "pi", CUDA_ERROR_INVALID_VALUE);
-	gm_msg_init(&q, GM_OP_cuFuncGetAttribute, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuFuncGetAttribute, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u32(&q, (uint32_t)attrib);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hfunc);
 	r = gm_call(&q);
@@ -1009,7 +1025,7 @@ CUresult gm_rpc_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib
 {
 	gm_msg q;
 	CUresult r;
-	gm_msg_init(&q, GM_OP_cuFuncSetAttribute, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuFuncSetAttribute, GM_SYNC | GM_UNCACHE);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hfunc);
 	gm_put_u32(&q, (uint32_t)attrib);
 	gm_put_u32(&q, (uint32_t)value);
@@ -1029,7 +1045,7 @@ CUresult gm_rpc_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlo
 	CUresult r;
 	if (numBlocks == NULL)
 		return gm_refuse("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "numBlocks", CUDA_ERROR_INVALID_VALUE);
-	gm_msg_init(&q, GM_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u32(&q, (uint32_t)blockSize);
 	gm_put_u64(&q, (uint64_t)dynamicSMemSize);
@@ -1054,7 +1070,7 @@ CUresult gm_rpc_cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize,
 	CUresult r;
 	if (dynamicSmemSize == NULL)
 		return gm_refuse("cuOccupancyAvailableDynamicSMemPerBlock", "dynamicSmemSize", CUDA_ERROR_INVALID_VALUE);
-	gm_msg_init(&q, GM_OP_cuOccupancyAvailableDynamicSMemPerBlock, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuOccupancyAvailableDynamicSMemPerBlock, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u32(&q, (uint32_t)numBlocks);
 	gm_put_u32(&q, (uint32_t)blockSize);
@@ -1080,7 +1096,7 @@ CUresult gm_rpc_cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, 
 		return gm_refuse("cuOccupancyMaxActiveClusters", "numClusters", CUDA_ERROR_INVALID_VALUE);
 	if (attrs == NULL && attrs_len != 0)
 		return gm_refuse("cuOccupancyMaxActiveClusters", "attrs", CUDA_ERROR_INVALID_VALUE);
-	gm_msg_init(&q, GM_OP_cuOccupancyMaxActiveClusters, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuOccupancyMaxActiveClusters, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u32(&q, (uint32_t)gridDimX);
 	gm_put_u32(&q, (uint32_t)gridDimY);
@@ -1133,7 +1149,7 @@ CUresult gm_rpc_cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction 
 		return gm_refuse("cuOccupancyMaxPotentialClusterSize", "clusterSize", CUDA_ERROR_INVALID_VALUE);
 	if (attrs == NULL && attrs_len != 0)
 		return gm_refuse("cuOccupancyMaxPotentialClusterSize", "attrs", CUDA_ERROR_INVALID_VALUE);
-	gm_msg_init(&q, GM_OP_cuOccupancyMaxPotentialClusterSize, GM_SYNC);
+	gm_msg_init(&q, GM_OP_cuOccupancyMaxPotentialClusterSize, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u32(&q, (uint32_t)gridDimX);
 	gm_put_u32(&q, (uint32_t)gridDimY);
@@ -1905,6 +1921,174 @@ CUresult gm_rpc_cuMemPoolGetAccess(unsigned int *flags, CUmemoryPool memPool, un
 	r = gm_call(&q);
 	if (r == CUDA_SUCCESS) {
 		*flags = (unsigned int)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+	gm_msg q;
+	CUresult r;
+	if (canAccessPeer == NULL)
+		return gm_refuse("cuDeviceCanAccessPeer", "canAccessPeer", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuDeviceCanAccessPeer, GM_SYNC | GM_CACHE);
+	gm_put_u32(&q, (uint32_t)dev);
+	gm_put_u32(&q, (uint32_t)peerDev);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*canAccessPeer = (int)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+	return gm_rpc_cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev);
+}
+
+CUresult gm_rpc_cuDeviceGetP2PAttribute(int *value, unsigned int attrib, CUdevice srcDevice, CUdevice dstDevice)
+{
+	gm_msg q;
+	CUresult r;
+	if (value == NULL)
+		return gm_refuse("cuDeviceGetP2PAttribute", "value", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuDeviceGetP2PAttribute, GM_SYNC | GM_CACHE);
+	gm_put_u32(&q, (uint32_t)attrib);
+	gm_put_u32(&q, (uint32_t)srcDevice);
+	gm_put_u32(&q, (uint32_t)dstDevice);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*value = (int)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuCtxEnablePeerAccess, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)peerContext);
+	gm_put_u32(&q, (uint32_t)Flags);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+	return gm_rpc_cuCtxEnablePeerAccess(peerContext, Flags);
+}
+
+CUresult gm_rpc_cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuCtxDisablePeerAccess, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)peerContext);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+	return gm_rpc_cuCtxDisablePeerAccess(peerContext);
+}
+
+CUresult gm_rpc_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuMemcpyPeer, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)dstDevice);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)dstContext);
+	gm_put_u64(&q, (uint64_t)srcDevice);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)srcContext);
+	gm_put_u64(&q, (uint64_t)ByteCount);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+	return gm_rpc_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+}
+
+CUresult gm_rpc_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuMemcpyPeerAsync, GM_ASYNC);
+	gm_put_u64(&q, (uint64_t)dstDevice);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)dstContext);
+	gm_put_u64(&q, (uint64_t)srcDevice);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)srcContext);
+	gm_put_u64(&q, (uint64_t)ByteCount);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
+{
+	return gm_rpc_cuMemcpyPeerAsync(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
+}
+
+CUresult gm_rpc_cuPointerGetAttributes(CUdeviceptr *base, size_t *size, CUcontext *context, CUdevice *device, CUdeviceptr ptr)
+{
+	gm_msg q;
+	CUresult r;
+	if (base == NULL)
+		return gm_refuse("cuPointerGetAttributes", "base", CUDA_ERROR_INVALID_VALUE);
+	if (size == NULL)
+		return gm_refuse("cuPointerGetAttributes", "size", CUDA_ERROR_INVALID_VALUE);
+	if (context == NULL)
+		return gm_refuse("cuPointerGetAttributes", "context", CUDA_ERROR_INVALID_VALUE);
+	if (device == NULL)
+		return gm_refuse("cuPointerGetAttributes", "device", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuPointerGetAttributes, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)ptr);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*base = (CUdeviceptr)gm_get_u64(&q);
+		*size = (size_t)gm_get_u64(&q);
+		*context = (CUcontext)(uintptr_t)gm_get_u64(&q);
+		*device = (CUdevice)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuGpumuxShareMemory(CUdevice dev, unsigned long long *total, unsigned long long *used, unsigned long long *own, unsigned int *contexts)
+{
+	gm_msg q;
+	CUresult r;
+	if (total == NULL)
+		return gm_refuse("cuGpumuxShareMemory", "total", CUDA_ERROR_INVALID_VALUE);
+	if (used == NULL)
+		return gm_refuse("cuGpumuxShareMemory", "used", CUDA_ERROR_INVALID_VALUE);
+	if (own == NULL)
+		return gm_refuse("cuGpumuxShareMemory", "own", CUDA_ERROR_INVALID_VALUE);
+	if (contexts == NULL)
+		return gm_refuse("cuGpumuxShareMemory", "contexts", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuGpumuxShareMemory, GM_SYNC);
+	gm_put_u32(&q, (uint32_t)dev);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*total = (unsigned long long)gm_get_u64(&q);
+		*used = (unsigned long long)gm_get_u64(&q);
+		*own = (unsigned long long)gm_get_u64(&q);
+		*contexts = (unsigned int)gm_get_u32(&q);
 		r = gm_reply_done(&q);
 	}
 	gm_msg_free(&q);

@@ -94,6 +94,14 @@ enum gm_op {
 	GM_OP_cuMemPoolTrimTo = 160,
 	GM_OP_cuMemPoolSetAccess = 161,
 	GM_OP_cuMemPoolGetAccess = 162,
+	GM_OP_cuDeviceCanAccessPeer = 170,
+	GM_OP_cuDeviceGetP2PAttribute = 171,
+	GM_OP_cuCtxEnablePeerAccess = 172,
+	GM_OP_cuCtxDisablePeerAccess = 173,
+	GM_OP_cuMemcpyPeer = 174,
+	GM_OP_cuMemcpyPeerAsync = 175,
+	GM_OP_cuPointerGetAttributes = 176,
+	GM_OP_cuGpumuxShareMemory = 190,
 };
 
 /* gm_rpc_<name> forwards one call. */
@@ -185,6 +193,14 @@ CUresult gm_rpc_cuMemPoolGetAttribute(CUmemoryPool pool, unsigned int attr, unsi
 CUresult gm_rpc_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep);
 CUresult gm_rpc_cuMemPoolSetAccess(CUmemoryPool pool, const void *descs, size_t descs_len);
 CUresult gm_rpc_cuMemPoolGetAccess(unsigned int *flags, CUmemoryPool memPool, unsigned int locType, int locId);
+CUresult gm_rpc_cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
+CUresult gm_rpc_cuDeviceGetP2PAttribute(int *value, unsigned int attrib, CUdevice srcDevice, CUdevice dstDevice);
+CUresult gm_rpc_cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags);
+CUresult gm_rpc_cuCtxDisablePeerAccess(CUcontext peerContext);
+CUresult gm_rpc_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+CUresult gm_rpc_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
+CUresult gm_rpc_cuPointerGetAttributes(CUdeviceptr *base, size_t *size, CUcontext *context, CUdevice *device, CUdeviceptr ptr);
+CUresult gm_rpc_cuGpumuxShareMemory(CUdevice dev, unsigned long long *total, unsigned long long *used, unsigned long long *own, unsigned int *contexts);
 
 /* The calls whose public entry point is generated, for cuGetProcAddress. */
 #define GM_GENERATED_EXPORTS(X) \
@@ -250,6 +266,11 @@ CUresult gm_rpc_cuMemPoolGetAccess(unsigned int *flags, CUmemoryPool memPool, un
 	X(cuDeviceSetMemPool) \
 	X(cuMemPoolDestroy) \
 	X(cuMemPoolTrimTo) \
+	X(cuDeviceCanAccessPeer) \
+	X(cuCtxEnablePeerAccess) \
+	X(cuCtxDisablePeerAccess) \
+	X(cuMemcpyPeer) \
+	X(cuMemcpyPeerAsync) \
 	/* end */
 
 /* gm_op_name returns a call's name for logs. */

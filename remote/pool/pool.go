@@ -451,16 +451,28 @@ func Grant(secret []byte, by string, g share.RemoteGPU, quotaMiB uint64, ttl tim
 // the libcuda.so.1 that forwards a program's CUDA calls to its server.
 const InterposerLib = "libcuda.so.1"
 
-// CheckInterposer says why the interposer in dir cannot be given to a
-// container, or returns nil.
+// NVMLLib is the file name of the NVML library of remote shares in a node's
+// interposer_dir (remote/nvml): the libnvidia-ml.so.1 that answers NVML's
+// queries (nvidia-smi's, PyTorch's) for the share through the interposer.
+const NVMLLib = "libnvidia-ml.so.1"
+
+// CheckInterposer says why the interposer directory dir cannot be given to
+// a container, or returns nil: it must hold the interposer and the NVML
+// library of remote shares, as regular files.
 func CheckInterposer(dir string) error {
-	lib := filepath.Join(dir, InterposerLib)
-	fi, err := os.Stat(lib)
-	switch {
-	case err != nil:
-		return fmt.Errorf("interposer %s: %w (install gpumux's libcuda.so.1 there, or set the remote block's interposer_dir)", lib, err)
-	case !fi.Mode().IsRegular():
-		return fmt.Errorf("interposer %s is not a regular file", lib)
+	for _, f := range []struct{ name, what, hint string }{
+		{InterposerLib, "interposer", "make interposer"},
+		{NVMLLib, "NVML library of remote shares", "make remote-nvml"},
+	} {
+		lib := filepath.Join(dir, f.name)
+		fi, err := os.Stat(lib)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s %s: %w (install gpumux's %s there (%s), or set the remote block's interposer_dir)",
+				f.what, lib, err, f.name, f.hint)
+		case !fi.Mode().IsRegular():
+			return fmt.Errorf("%s %s is not a regular file", f.what, lib)
+		}
 	}
 	return nil
 }

@@ -340,3 +340,35 @@ func TestFromNodeConfig(t *testing.T) {
 		t.Error("a malformed server address was accepted")
 	}
 }
+
+// TestCheckInterposer: an interposer directory must hold the interposer
+// and the NVML library of remote shares, as regular files.
+func TestCheckInterposer(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		breakIt func(dir string) error
+		want    string // "" : usable
+	}{
+		{"both", func(string) error { return nil }, ""},
+		{"no interposer", func(d string) error { return os.Remove(filepath.Join(d, pool.InterposerLib)) },
+			"interposer " + "DIR/libcuda.so.1: stat"},
+		{"no NVML library", func(d string) error { return os.Remove(filepath.Join(d, pool.NVMLLib)) },
+			"NVML library of remote shares DIR/libnvidia-ml.so.1: stat"},
+		{"an NVML directory", func(d string) error {
+			lib := filepath.Join(d, pool.NVMLLib)
+			return errors.Join(os.Remove(lib), os.Mkdir(lib, 0o755))
+		}, "NVML library of remote shares DIR/libnvidia-ml.so.1 is not a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := pooltest.WriteInterposer(t, t.TempDir())
+			if err := tc.breakIt(dir); err != nil {
+				t.Fatal(err)
+			}
+			err := pool.CheckInterposer(dir)
+			want := strings.ReplaceAll(tc.want, "DIR", dir)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+				t.Errorf("CheckInterposer: %v, want %q", err, want)
+			}
+		})
+	}
+}

@@ -22,7 +22,10 @@ type Client struct {
 	buf     []byte
 	timeout time.Duration
 	cache   map[string][]byte
-	broken  error
+	// objCache holds the cached replies about modules and functions
+	// (Request.CacheObject), which an Uncache call forgets.
+	objCache map[string][]byte
+	broken   error
 
 	// Welcome is the server's answer to the handshake.
 	Welcome Welcome
@@ -30,13 +33,17 @@ type Client struct {
 
 // Request is one call as the generated methods build it.
 type Request struct {
-	Op      Op
-	Ctx     Handle
-	Async   bool
-	Cache   bool
-	Payload []byte
-	In      []byte // streamed after the call frame
-	Out     []byte // filled from the data frames before the reply
+	Op    Op
+	Ctx   Handle
+	Async bool
+	Cache bool
+	// CacheObject: the cached reply is about a module or function the
+	// call takes, forgotten by an Uncache call's success.
+	CacheObject bool
+	Uncache     bool
+	Payload     []byte
+	In          []byte // streamed after the call frame
+	Out         []byte // filled from the data frames before the reply
 }
 
 // ErrRefused means the server refused the handshake.
@@ -61,11 +68,12 @@ func Dial(ctx context.Context, network, addr string, hello Hello, timeout time.D
 // NewClient shakes hands over conn.
 func NewClient(conn net.Conn, hello Hello, timeout time.Duration) (*Client, error) {
 	c := &Client{
-		conn:    conn,
-		bw:      bufio.NewWriterSize(conn, 64<<10),
-		br:      bufio.NewReaderSize(conn, 64<<10),
-		timeout: timeout,
-		cache:   map[string][]byte{},
+		conn:     conn,
+		bw:       bufio.NewWriterSize(conn, 64<<10),
+		br:       bufio.NewReaderSize(conn, 64<<10),
+		timeout:  timeout,
+		cache:    map[string][]byte{},
+		objCache: map[string][]byte{},
 	}
 	if hello.Version == 0 {
 		hello.Version = Version
@@ -124,9 +132,13 @@ func (c *Client) Do(req Request) (*Decoder, Result, error) {
 		return nil, ErrUnknown, c.broken
 	}
 	key := ""
+	cache := c.cache
+	if req.CacheObject {
+		cache = c.objCache
+	}
 	if req.Cache {
 		key = string(rune(req.Op)) + string(req.Payload)
-		if rep, ok := c.cache[key]; ok {
+		if rep, ok := cache[key]; ok {
 			return NewDecoder(rep), Success, nil
 		}
 	}
@@ -137,7 +149,10 @@ func (c *Client) Do(req Request) (*Decoder, Result, error) {
 		return nil, ErrUnknown, err
 	}
 	if req.Cache && r == Success {
-		c.cache[key] = append([]byte(nil), d.b...)
+		cache[key] = append([]byte(nil), d.b...)
+	}
+	if req.Uncache && r == Success {
+		clear(c.objCache)
 	}
 	return d, r, nil
 }

@@ -31,6 +31,10 @@ const (
 	ErrInvalidPTX       Result = 218
 	ErrLaunchOutOfResrc Result = 701
 	ErrUnsupportedLimit Result = 215
+
+	ErrPeerAccessUnsupported    Result = 217
+	ErrPeerAccessAlreadyEnabled Result = 704
+	ErrPeerAccessNotEnabled     Result = 705
 )
 
 var resultNames = map[Result]string{
@@ -57,6 +61,10 @@ var resultNames = map[Result]string{
 	ErrInvalidPTX:       "CUDA_ERROR_INVALID_PTX",
 	ErrLaunchOutOfResrc: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
 	ErrUnsupportedLimit: "CUDA_ERROR_UNSUPPORTED_LIMIT",
+
+	ErrPeerAccessUnsupported:    "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+	ErrPeerAccessAlreadyEnabled: "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+	ErrPeerAccessNotEnabled:     "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
 }
 
 func (r Result) String() string {

@@ -94,6 +94,14 @@ const (
 	OpMemPoolTrimTo                                      Op = 160
 	OpMemPoolSetAccess                                   Op = 161
 	OpMemPoolGetAccess                                   Op = 162
+	OpDeviceCanAccessPeer                                Op = 170
+	OpDeviceGetP2PAttribute                              Op = 171
+	OpCtxEnablePeerAccess                                Op = 172
+	OpCtxDisablePeerAccess                               Op = 173
+	OpMemcpyPeer                                         Op = 174
+	OpMemcpyPeerAsync                                    Op = 175
+	OpPointerGetAttributes                               Op = 176
+	OpGpumuxShareMemory                                  Op = 190
 )
 
 // Calls describes every forwarded call by wire number.
@@ -135,17 +143,17 @@ var Calls = map[Op]CallInfo{
 	OpMemGetAddressRangeV2:       {Name: "cuMemGetAddressRange_v2", Async: false, Cache: false},
 	OpModuleLoadData:             {Name: "cuModuleLoadData", Async: false, Cache: false},
 	OpModuleUnload:               {Name: "cuModuleUnload", Async: false, Cache: false},
-	OpModuleGetFunction:          {Name: "cuModuleGetFunction", Async: false, Cache: false},
+	OpModuleGetFunction:          {Name: "cuModuleGetFunction", Async: false, Cache: true},
 	OpModuleGetGlobalV2:          {Name: "cuModuleGetGlobal_v2", Async: false, Cache: false},
 	OpFuncGetParamInfo:           {Name: "cuFuncGetParamInfo", Async: false, Cache: true},
-	OpFuncGetAttribute:           {Name: "cuFuncGetAttribute", Async: false, Cache: false},
+	OpFuncGetAttribute:           {Name: "cuFuncGetAttribute", Async: false, Cache: true},
 	OpLaunchKernel:               {Name: "cuLaunchKernel", Async: true, Cache: false},
 	OpFuncSetAttribute:           {Name: "cuFuncSetAttribute", Async: false, Cache: false},
-	OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags: {Name: "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", Async: false, Cache: false},
-	OpOccupancyAvailableDynamicSMemPerBlock:              {Name: "cuOccupancyAvailableDynamicSMemPerBlock", Async: false, Cache: false},
-	OpOccupancyMaxActiveClusters:                         {Name: "cuOccupancyMaxActiveClusters", Async: false, Cache: false},
+	OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags: {Name: "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", Async: false, Cache: true},
+	OpOccupancyAvailableDynamicSMemPerBlock:              {Name: "cuOccupancyAvailableDynamicSMemPerBlock", Async: false, Cache: true},
+	OpOccupancyMaxActiveClusters:                         {Name: "cuOccupancyMaxActiveClusters", Async: false, Cache: true},
 	OpLaunchKernelEx:                                     {Name: "cuLaunchKernelEx", Async: true, Cache: false},
-	OpOccupancyMaxPotentialClusterSize:                   {Name: "cuOccupancyMaxPotentialClusterSize", Async: false, Cache: false},
+	OpOccupancyMaxPotentialClusterSize:                   {Name: "cuOccupancyMaxPotentialClusterSize", Async: false, Cache: true},
 	OpStreamCreate:                                       {Name: "cuStreamCreate", Async: false, Cache: false},
 	OpStreamDestroyV2:                                    {Name: "cuStreamDestroy_v2", Async: false, Cache: false},
 	OpStreamSynchronize:                                  {Name: "cuStreamSynchronize", Async: false, Cache: false},
@@ -186,6 +194,14 @@ var Calls = map[Op]CallInfo{
 	OpMemPoolTrimTo:                                      {Name: "cuMemPoolTrimTo", Async: false, Cache: false},
 	OpMemPoolSetAccess:                                   {Name: "cuMemPoolSetAccess", Async: false, Cache: false},
 	OpMemPoolGetAccess:                                   {Name: "cuMemPoolGetAccess", Async: false, Cache: false},
+	OpDeviceCanAccessPeer:                                {Name: "cuDeviceCanAccessPeer", Async: false, Cache: true},
+	OpDeviceGetP2PAttribute:                              {Name: "cuDeviceGetP2PAttribute", Async: false, Cache: true},
+	OpCtxEnablePeerAccess:                                {Name: "cuCtxEnablePeerAccess", Async: false, Cache: false},
+	OpCtxDisablePeerAccess:                               {Name: "cuCtxDisablePeerAccess", Async: false, Cache: false},
+	OpMemcpyPeer:                                         {Name: "cuMemcpyPeer", Async: false, Cache: false},
+	OpMemcpyPeerAsync:                                    {Name: "cuMemcpyPeerAsync", Async: true, Cache: false},
+	OpPointerGetAttributes:                               {Name: "cuPointerGetAttributes", Async: false, Cache: false},
+	OpGpumuxShareMemory:                                  {Name: "cuGpumuxShareMemory", Async: false, Cache: false},
 }
 
 // Handler executes forwarded calls. A method gets the call's decoded
@@ -279,6 +295,14 @@ type Handler interface {
 	MemPoolTrimTo(c *Call, pool Handle, minBytesToKeep uint64) Result
 	MemPoolSetAccess(c *Call, pool Handle, descs []byte) Result
 	MemPoolGetAccess(c *Call, memPool Handle, locType uint32, locId int32) (flags uint32, r Result)
+	DeviceCanAccessPeer(c *Call, dev int32, peerDev int32) (canAccessPeer int32, r Result)
+	DeviceGetP2PAttribute(c *Call, attrib uint32, srcDevice int32, dstDevice int32) (value int32, r Result)
+	CtxEnablePeerAccess(c *Call, peerContext Handle, flags uint32) Result
+	CtxDisablePeerAccess(c *Call, peerContext Handle) Result
+	MemcpyPeer(c *Call, dstDevice DevPtr, dstContext Handle, srcDevice DevPtr, srcContext Handle, byteCount uint64) Result
+	MemcpyPeerAsync(c *Call, dstDevice DevPtr, dstContext Handle, srcDevice DevPtr, srcContext Handle, byteCount uint64, hStream Handle) Result
+	PointerGetAttributes(c *Call, ptr DevPtr) (base DevPtr, size uint64, context Handle, device int32, r Result)
+	GpumuxShareMemory(c *Call, dev int32) (total uint64, used uint64, own uint64, contexts uint32, r Result)
 }
 
 // Dispatch decodes one call frame, runs it on h and replies (sync calls)
@@ -1486,6 +1510,119 @@ func Dispatch(h Handler, c *Call, payload []byte) error {
 			e.U32(flags)
 		}
 		return c.reply(r, &e)
+	case OpDeviceCanAccessPeer:
+		dev := d.I32()
+		peerDev := d.I32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuDeviceCanAccessPeer: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		canAccessPeer, r := h.DeviceCanAccessPeer(c, dev, peerDev)
+		var e Encoder
+		if r == Success {
+			e.I32(canAccessPeer)
+		}
+		return c.reply(r, &e)
+	case OpDeviceGetP2PAttribute:
+		attrib := d.U32()
+		srcDevice := d.I32()
+		dstDevice := d.I32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuDeviceGetP2PAttribute: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		value, r := h.DeviceGetP2PAttribute(c, attrib, srcDevice, dstDevice)
+		var e Encoder
+		if r == Success {
+			e.I32(value)
+		}
+		return c.reply(r, &e)
+	case OpCtxEnablePeerAccess:
+		peerContext := Handle(d.U64())
+		flags := d.U32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuCtxEnablePeerAccess: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.CtxEnablePeerAccess(c, peerContext, flags)
+		return c.reply(r, nil)
+	case OpCtxDisablePeerAccess:
+		peerContext := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuCtxDisablePeerAccess: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.CtxDisablePeerAccess(c, peerContext)
+		return c.reply(r, nil)
+	case OpMemcpyPeer:
+		dstDevice := DevPtr(d.U64())
+		dstContext := Handle(d.U64())
+		srcDevice := DevPtr(d.U64())
+		srcContext := Handle(d.U64())
+		byteCount := d.U64()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemcpyPeer: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.MemcpyPeer(c, dstDevice, dstContext, srcDevice, srcContext, byteCount)
+		return c.reply(r, nil)
+	case OpMemcpyPeerAsync:
+		dstDevice := DevPtr(d.U64())
+		dstContext := Handle(d.U64())
+		srcDevice := DevPtr(d.U64())
+		srcContext := Handle(d.U64())
+		byteCount := d.U64()
+		hStream := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemcpyPeerAsync: %w", err)
+		}
+		r := h.MemcpyPeerAsync(c, dstDevice, dstContext, srcDevice, srcContext, byteCount, hStream)
+		c.deferResult(r)
+		return nil
+	case OpPointerGetAttributes:
+		ptr := DevPtr(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuPointerGetAttributes: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		base, size, context, device, r := h.PointerGetAttributes(c, ptr)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(base))
+			e.U64(size)
+			e.U64(uint64(context))
+			e.I32(device)
+		}
+		return c.reply(r, &e)
+	case OpGpumuxShareMemory:
+		dev := d.I32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuGpumuxShareMemory: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		total, used, own, contexts, r := h.GpumuxShareMemory(c, dev)
+		var e Encoder
+		if r == Success {
+			e.U64(total)
+			e.U64(used)
+			e.U64(own)
+			e.U32(contexts)
+		}
+		return c.reply(r, &e)
 	}
 	return fmt.Errorf("%w: op %d", ErrUnknownOp, c.Op)
 }
@@ -1936,7 +2073,7 @@ func (cl *Client) ModuleLoadData(cur Handle, image []byte) (module Handle, r Res
 func (cl *Client) ModuleUnload(cur Handle, hmod Handle) (r Result, err error) {
 	var e Encoder
 	e.U64(uint64(hmod))
-	req := Request{Op: OpModuleUnload, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpModuleUnload, Ctx: cur, Async: false, Cache: false, Payload: e.Payload(), Uncache: true}
 	_, r, err = cl.Do(req)
 	return
 }
@@ -1946,7 +2083,7 @@ func (cl *Client) ModuleGetFunction(cur Handle, hmod Handle, name string) (hfunc
 	var e Encoder
 	e.U64(uint64(hmod))
 	e.Str(name)
-	req := Request{Op: OpModuleGetFunction, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpModuleGetFunction, Ctx: cur, Async: false, Cache: true, Payload: e.Payload(), CacheObject: true}
 	d, r, err := cl.Do(req)
 	if err != nil || r != Success {
 		return
@@ -1977,7 +2114,7 @@ func (cl *Client) FuncGetParamInfo(cur Handle, fn Handle, paramIndex uint64) (pa
 	var e Encoder
 	e.U64(uint64(fn))
 	e.U64(paramIndex)
-	req := Request{Op: OpFuncGetParamInfo, Ctx: cur, Async: false, Cache: true, Payload: e.Payload()}
+	req := Request{Op: OpFuncGetParamInfo, Ctx: cur, Async: false, Cache: true, Payload: e.Payload(), CacheObject: true}
 	d, r, err := cl.Do(req)
 	if err != nil || r != Success {
 		return
@@ -1993,7 +2130,7 @@ func (cl *Client) FuncGetAttribute(cur Handle, attrib int32, hfunc Handle) (pi i
 	var e Encoder
 	e.I32(attrib)
 	e.U64(uint64(hfunc))
-	req := Request{Op: OpFuncGetAttribute, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpFuncGetAttribute, Ctx: cur, Async: false, Cache: true, Payload: e.Payload(), CacheObject: true}
 	d, r, err := cl.Do(req)
 	if err != nil || r != Success {
 		return
@@ -2027,7 +2164,7 @@ func (cl *Client) FuncSetAttribute(cur Handle, hfunc Handle, attrib int32, value
 	e.U64(uint64(hfunc))
 	e.I32(attrib)
 	e.I32(value)
-	req := Request{Op: OpFuncSetAttribute, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpFuncSetAttribute, Ctx: cur, Async: false, Cache: false, Payload: e.Payload(), Uncache: true}
 	_, r, err = cl.Do(req)
 	return
 }
@@ -2039,7 +2176,7 @@ func (cl *Client) OccupancyMaxActiveBlocksPerMultiprocessorWithFlags(cur Handle,
 	e.I32(blockSize)
 	e.U64(dynamicSMemSize)
 	e.U32(flags)
-	req := Request{Op: OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, Ctx: cur, Async: false, Cache: true, Payload: e.Payload(), CacheObject: true}
 	d, r, err := cl.Do(req)
 	if err != nil || r != Success {
 		return
@@ -2055,7 +2192,7 @@ func (cl *Client) OccupancyAvailableDynamicSMemPerBlock(cur Handle, fn Handle, n
 	e.U64(uint64(fn))
 	e.I32(numBlocks)
 	e.I32(blockSize)
-	req := Request{Op: OpOccupancyAvailableDynamicSMemPerBlock, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpOccupancyAvailableDynamicSMemPerBlock, Ctx: cur, Async: false, Cache: true, Payload: e.Payload(), CacheObject: true}
 	d, r, err := cl.Do(req)
 	if err != nil || r != Success {
 		return
@@ -2078,7 +2215,7 @@ func (cl *Client) OccupancyMaxActiveClusters(cur Handle, fn Handle, gridDimX uin
 	e.U32(sharedMemBytes)
 	e.U64(uint64(hStream))
 	e.Bytes(attrs)
-	req := Request{Op: OpOccupancyMaxActiveClusters, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpOccupancyMaxActiveClusters, Ctx: cur, Async: false, Cache: true, Payload: e.Payload(), CacheObject: true}
 	d, r, err := cl.Do(req)
 	if err != nil || r != Success {
 		return
@@ -2120,7 +2257,7 @@ func (cl *Client) OccupancyMaxPotentialClusterSize(cur Handle, fn Handle, gridDi
 	e.U32(sharedMemBytes)
 	e.U64(uint64(hStream))
 	e.Bytes(attrs)
-	req := Request{Op: OpOccupancyMaxPotentialClusterSize, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	req := Request{Op: OpOccupancyMaxPotentialClusterSize, Ctx: cur, Async: false, Cache: true, Payload: e.Payload(), CacheObject: true}
 	d, r, err := cl.Do(req)
 	if err != nil || r != Success {
 		return
@@ -2626,6 +2763,117 @@ func (cl *Client) MemPoolGetAccess(cur Handle, memPool Handle, locType uint32, l
 		return
 	}
 	flags = d.U32()
+	err = d.Finish()
+	return
+}
+
+// DeviceCanAccessPeer forwards cuDeviceCanAccessPeer.
+func (cl *Client) DeviceCanAccessPeer(cur Handle, dev int32, peerDev int32) (canAccessPeer int32, r Result, err error) {
+	var e Encoder
+	e.I32(dev)
+	e.I32(peerDev)
+	req := Request{Op: OpDeviceCanAccessPeer, Ctx: cur, Async: false, Cache: true, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	canAccessPeer = d.I32()
+	err = d.Finish()
+	return
+}
+
+// DeviceGetP2PAttribute forwards cuDeviceGetP2PAttribute.
+func (cl *Client) DeviceGetP2PAttribute(cur Handle, attrib uint32, srcDevice int32, dstDevice int32) (value int32, r Result, err error) {
+	var e Encoder
+	e.U32(attrib)
+	e.I32(srcDevice)
+	e.I32(dstDevice)
+	req := Request{Op: OpDeviceGetP2PAttribute, Ctx: cur, Async: false, Cache: true, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	value = d.I32()
+	err = d.Finish()
+	return
+}
+
+// CtxEnablePeerAccess forwards cuCtxEnablePeerAccess.
+func (cl *Client) CtxEnablePeerAccess(cur Handle, peerContext Handle, flags uint32) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(peerContext))
+	e.U32(flags)
+	req := Request{Op: OpCtxEnablePeerAccess, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// CtxDisablePeerAccess forwards cuCtxDisablePeerAccess.
+func (cl *Client) CtxDisablePeerAccess(cur Handle, peerContext Handle) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(peerContext))
+	req := Request{Op: OpCtxDisablePeerAccess, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// MemcpyPeer forwards cuMemcpyPeer.
+func (cl *Client) MemcpyPeer(cur Handle, dstDevice DevPtr, dstContext Handle, srcDevice DevPtr, srcContext Handle, byteCount uint64) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(dstDevice))
+	e.U64(uint64(dstContext))
+	e.U64(uint64(srcDevice))
+	e.U64(uint64(srcContext))
+	e.U64(byteCount)
+	req := Request{Op: OpMemcpyPeer, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// MemcpyPeerAsync forwards cuMemcpyPeerAsync without waiting: its result comes with the next reply.
+func (cl *Client) MemcpyPeerAsync(cur Handle, dstDevice DevPtr, dstContext Handle, srcDevice DevPtr, srcContext Handle, byteCount uint64, hStream Handle) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(dstDevice))
+	e.U64(uint64(dstContext))
+	e.U64(uint64(srcDevice))
+	e.U64(uint64(srcContext))
+	e.U64(byteCount)
+	e.U64(uint64(hStream))
+	req := Request{Op: OpMemcpyPeerAsync, Ctx: cur, Async: true, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// PointerGetAttributes forwards cuPointerGetAttributes.
+func (cl *Client) PointerGetAttributes(cur Handle, ptr DevPtr) (base DevPtr, size uint64, context Handle, device int32, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(ptr))
+	req := Request{Op: OpPointerGetAttributes, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	base = DevPtr(d.U64())
+	size = d.U64()
+	context = Handle(d.U64())
+	device = d.I32()
+	err = d.Finish()
+	return
+}
+
+// GpumuxShareMemory forwards cuGpumuxShareMemory.
+func (cl *Client) GpumuxShareMemory(cur Handle, dev int32) (total uint64, used uint64, own uint64, contexts uint32, r Result, err error) {
+	var e Encoder
+	e.I32(dev)
+	req := Request{Op: OpGpumuxShareMemory, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	total = d.U64()
+	used = d.U64()
+	own = d.U64()
+	contexts = d.U32()
 	err = d.Finish()
 	return
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gpumux/gpumux/remote/token"
 )
@@ -15,49 +16,62 @@ import (
 // logged-in connection (or, with tenant processes, a worker). Tokens
 // without a quota (hand-made ones, insecure mode) are not counted.
 
-// admitted is one token ID's claim on a GPU.
+// admitted is one token ID's claim on its GPUs.
 type admitted struct {
-	dev   int
+	devs  []int
 	quota uint64
 }
 
-// admit records c's quota on its GPU, or says why it does not fit. A token
-// of an ID already admitted costs nothing if its quota is no larger than
-// the ID's; a larger one raises the ID's if the rise fits (the ID's pool
-// takes the largest quota of its tokens, quota.go). A token of an ID
-// admitted on another GPU is refused: an ID's pool is on one GPU.
-func (s *Server) admit(c token.Claims) error {
+// admit records c's quota on its GPUs, or says why it does not fit and
+// which GPU refused it. A token of an ID already admitted costs nothing if
+// its quota is no larger than the ID's; a larger one raises the ID's if
+// the rise fits (the ID's pool takes the largest quota of its tokens,
+// quota.go). A token of an ID admitted on other GPUs is refused: an ID's
+// pool is on one set of GPUs. A quota over several GPUs is counted on each
+// of them in full, as its holder may use all of it on any one.
+func (s *Server) admit(c token.Claims) (int, error) {
 	if c.Quota == 0 || c.ID == "" {
-		return nil
+		return 0, nil
 	}
+	devs := c.Devices()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	was, ok := s.admitted[c.ID]
-	if ok && was.dev != c.Device {
-		return fmt.Errorf("token ID %s is admitted on GPU %d; a token of it for GPU %d is refused until the ID's connections are gone",
-			c.ID, was.dev, c.Device)
+	if ok && !slices.Equal(was.devs, devs) {
+		return c.Device, fmt.Errorf("token ID %s is admitted on %s; a token of it for %s is refused until the ID's connections are gone",
+			c.ID, gpus(was.devs), gpus(devs))
 	}
 	if ok && c.Quota <= was.quota {
-		return nil
+		return 0, nil
 	}
-	var held uint64 // by the other IDs
-	for id, a := range s.admitted {
-		if a.dev == c.Device && id != c.ID {
-			held += a.quota
+	for _, dev := range devs {
+		var held uint64 // by the other IDs
+		for id, a := range s.admitted {
+			if id != c.ID && slices.Contains(a.devs, dev) {
+				held += a.quota
+			}
+		}
+		total := s.devMemory[dev]
+		switch {
+		case held+c.Quota <= total:
+		case ok:
+			return dev, fmt.Errorf("GPU %d cannot raise token ID %s's quota from %d MiB to %d MiB: the other tenants it serves hold quotas of %d MiB of its %d MiB",
+				dev, c.ID, was.quota>>20, c.Quota>>20, held>>20, total>>20)
+		default:
+			return dev, fmt.Errorf("GPU %d cannot take a quota of %d MiB: the tenants it serves hold quotas of %d MiB of its %d MiB",
+				dev, c.Quota>>20, held>>20, total>>20)
 		}
 	}
-	total := s.devMemory[c.Device]
-	switch {
-	case held+c.Quota <= total:
-	case ok:
-		return fmt.Errorf("GPU %d cannot raise token ID %s's quota from %d MiB to %d MiB: the other tenants it serves hold quotas of %d MiB of its %d MiB",
-			c.Device, c.ID, was.quota>>20, c.Quota>>20, held>>20, total>>20)
-	default:
-		return fmt.Errorf("GPU %d cannot take a quota of %d MiB: the tenants it serves hold quotas of %d MiB of its %d MiB",
-			c.Device, c.Quota>>20, held>>20, total>>20)
+	s.admitted[c.ID] = admitted{devs: devs, quota: c.Quota}
+	return 0, nil
+}
+
+// gpus names a token's GPUs in a message: "GPU 1", "GPUs [0 1]".
+func gpus(devs []int) string {
+	if len(devs) == 1 {
+		return fmt.Sprintf("GPU %d", devs[0])
 	}
-	s.admitted[c.ID] = admitted{dev: c.Device, quota: c.Quota}
-	return nil
+	return fmt.Sprintf("GPUs %v", devs)
 }
 
 // releaseLocked forgets id's admission once nothing serves it: no

@@ -142,4 +142,23 @@ type Backend interface {
 	MemPoolTrimTo(pool uintptr, keep uint64) proto.Result
 	MemPoolSetAccess(pool uintptr, descs []proto.MemAccessDesc) proto.Result
 	MemPoolGetAccess(pool uintptr, locType uint32, locID int32) (uint32, proto.Result)
+	// Several devices (peers.go). Devices are the backend's ordinals,
+	// contexts its own; a driver without a call gives
+	// proto.ErrNotSupported.
+	//
+	// DeviceCanAccessPeer is cuDeviceCanAccessPeer: 1 if contexts on dev
+	// can access memory of peer directly.
+	DeviceCanAccessPeer(dev, peer int32) (int32, proto.Result)
+	// DeviceP2PAttribute is cuDeviceGetP2PAttribute of the link from src
+	// to dst.
+	DeviceP2PAttribute(attr uint32, src, dst int32) (int32, proto.Result)
+	// CtxEnablePeerAccess and CtxDisablePeerAccess let the current context
+	// access peer's memory directly, or no longer.
+	CtxEnablePeerAccess(peer uintptr, flags uint32) proto.Result
+	CtxDisablePeerAccess(peer uintptr) proto.Result
+	// MemcpyPeer copies n bytes from src, memory of srcCtx's device, to
+	// dst, memory of dstCtx's device: queued on a stream of the current
+	// context when async (cuMemcpyPeerAsync), else at once (cuMemcpyPeer).
+	// It works without peer access.
+	MemcpyPeer(dst proto.DevPtr, dstCtx uintptr, src proto.DevPtr, srcCtx uintptr, n uint64, stream uintptr, async bool) proto.Result
 }

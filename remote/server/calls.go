@@ -334,13 +334,20 @@ func (s *session) stream(ctx *ctxState, h proto.Handle) (uintptr, proto.Result) 
 	return st.raw, ok
 }
 
-// copyIn streams host data to dst chunk by chunk.
-func (s *session) copyIn(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n uint64, hs proto.Handle, async bool) proto.Result {
+// currentStream validates the call's current context and a stream of it
+// (stream), and makes the context current.
+func (s *session) currentStream(c *proto.Call, hs proto.Handle) (*ctxState, uintptr, proto.Result) {
 	ctx, r := s.current(c)
 	if r != ok {
-		return r
+		return nil, 0, r
 	}
 	st, r := s.stream(ctx, hs)
+	return ctx, st, r
+}
+
+// copyIn streams host data to dst chunk by chunk.
+func (s *session) copyIn(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n uint64, hs proto.Handle, async bool) proto.Result {
+	_, st, r := s.currentStream(c, hs)
 	if r != ok {
 		return r
 	}
@@ -376,11 +383,7 @@ func (s *session) copyIn(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n ui
 
 // copyOut streams device memory at src back chunk by chunk.
 func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n uint64, hs proto.Handle) proto.Result {
-	ctx, r := s.current(c)
-	if r != ok {
-		return r
-	}
-	st, r := s.stream(ctx, hs)
+	_, st, r := s.currentStream(c, hs)
 	if r != ok {
 		return r
 	}
@@ -403,11 +406,12 @@ func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n
 		s.counts.bytesToHost.Add(n)
 		return ok
 	}
-	// Two buffers: the GPU fills one while the other goes to the client.
-	free := make(chan []byte, 2)
-	free <- s.chunk(0)
-	free <- s.chunk(1)
-	full := make(chan []byte, 1)
+	// The GPU fills one buffer while the others go to the client.
+	free := make(chan []byte, copyBuffers)
+	for i := range copyBuffers {
+		free <- s.chunk(i)
+	}
+	full := make(chan []byte, copyBuffers)
 	sent := make(chan error, 1)
 	go func() {
 		var err error
@@ -421,7 +425,7 @@ func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n
 	}()
 	r = ok
 	for off := uint64(0); off < n; {
-		buf := <-free
+		buf, _ := recv(free, s.busyPoll)
 		k := min(n-off, uint64(len(buf)))
 		if r = s.be.MemcpyDtoH(buf[:k], src+proto.DevPtr(off), st); r != ok {
 			break
@@ -438,7 +442,11 @@ func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n
 	return r
 }
 
-// chunk returns the session's copy buffer i (0 or 1).
+// copyBuffers is the number of chunk buffers a device-to-host copy
+// cycles through.
+const copyBuffers = 4
+
+// chunk returns the session's copy buffer i (below copyBuffers).
 func (s *session) chunk(i int) []byte {
 	if s.bufs[i] == nil {
 		s.bufs[i] = make([]byte, proto.ChunkSize)
@@ -447,24 +455,26 @@ func (s *session) chunk(i int) []byte {
 }
 
 func (s *session) copyDD(c *proto.Call, dst, src proto.DevPtr, n uint64, hs proto.Handle, async bool) proto.Result {
-	ctx, r := s.current(c)
-	if r != ok {
-		return r
-	}
-	st, r := s.stream(ctx, hs)
+	cur, st, r := s.currentStream(c, hs)
 	if r != ok {
 		return r
 	}
 	if n == 0 {
 		return ok
 	}
-	if r := s.span(dst, n); r != ok {
+	d, sp, r := s.copyEnds(dst, src, n, cur)
+	if r != ok {
 		return r
 	}
-	if r := s.span(src, n); r != ok {
-		return r
+	if d.dev == sp.dev {
+		return s.be.MemcpyDtoD(dst, src, n, st, async)
 	}
-	return s.be.MemcpyDtoD(dst, src, n, st, async)
+	// Memory of two devices (unified addressing): a peer copy, between
+	// contexts of the two devices.
+	if d.ctx == nil || sp.ctx == nil {
+		return proto.ErrInvalidContext
+	}
+	return s.be.MemcpyPeer(dst, d.ctx.raw, src, sp.ctx.raw, n, st, async)
 }
 
 func (s *session) MemcpyHtoDV2(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n uint64) proto.Result {
@@ -493,11 +503,7 @@ func (s *session) MemcpyDtoDAsyncV2(c *proto.Call, dst, src proto.DevPtr, n uint
 
 // memset checks and runs cuMemsetD8/D32 (width 1 or 4 bytes).
 func (s *session) memset(c *proto.Call, dst proto.DevPtr, v uint32, n uint64, width uint64, hs proto.Handle, async bool) proto.Result {
-	ctx, r := s.current(c)
-	if r != ok {
-		return r
-	}
-	st, r := s.stream(ctx, hs)
+	_, st, r := s.currentStream(c, hs)
 	if r != ok {
 		return r
 	}

@@ -44,9 +44,12 @@
 // kernel that dereferences another client's address faults in its own
 // context.
 //
-// With a token secret (WithSecret), a client sees exactly one device,
-// ordinal 0: the GPU its token names (token.Claims.Device). Without one
-// (WithInsecureNoAuth, for tests only) a client sees every device.
+// With a token secret (WithSecret), a client sees the GPUs its token
+// names, as ordinals 0, 1, … in the token's order (token.Claims.Devices;
+// one GPU for most tokens). Without one (WithInsecureNoAuth, for tests
+// only) a client sees every device. Copies between memory of two devices
+// run as peer copies, and peer copies must name the contexts of the
+// devices their memory is on (peers.go).
 //
 // # Quota
 //
@@ -58,7 +61,8 @@
 // CUDA_ERROR_OUT_OF_MEMORY; a connection's quota is the smaller of the two:
 // cuMemGetInfo reports free as the smallest of the device's free memory
 // and what is left of each, and total as the quota, and cuDeviceTotalMem
-// reports the smaller of the quota and the device's memory. Quotas count
+// reports the smaller of the quota and the device's memory (each of them,
+// for a client of several devices: one quota covers them all). Quotas count
 // requested bytes, not the backend's rounding, and not module globals.
 //
 // # Expiry

@@ -62,3 +62,21 @@ func TestTokenExpiry(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenExpiryClosesABusyClient: a client that calls without pause,
+// so that its worker answers every call from its busy poll and never
+// sleeps, still has its connection closed after its token's expiry.
+func TestTokenExpiryClosesABusyClient(t *testing.T) {
+	e := start(t, envConfig{srv: []server.Option{server.WithSecret(testSecret),
+		server.WithExpiredLinger(500 * time.Millisecond), server.WithBusyPoll(server.MaxBusyPoll)}})
+	expires := time.Now().Add(time.Second)
+	cl := e.dial(t, mint(t, testSecret, token.Claims{ID: "busy", Quota: 1 << 20, Expires: expires}))
+	ctx := primary(t, cl)
+	giveUp := expires.Add(5 * time.Second)
+	for time.Now().Before(giveUp) {
+		if _, err := cl.CtxSynchronize(ctx); err != nil {
+			return // closed
+		}
+	}
+	t.Fatalf("the connection of a client calling without pause stayed open 5s after its token expired:\n%s", e.logs)
+}

@@ -438,7 +438,11 @@ func FuzzDispatch(f *testing.F) {
 // asm builds fuzz programs for the seeds.
 type asm struct{ b []byte }
 
-func (a *asm) call(op proto.Op, fields ...[]byte) *asm {
+func (a *asm) call(op proto.Op, fields ...[]byte) *asm { return a.callIn(0, op, fields...) }
+
+// callIn is call with the k-th of the session's contexts (by handle)
+// current.
+func (a *asm) callIn(k byte, op proto.Op, fields ...[]byte) *asm {
 	ops := slices.Sorted(func(yield func(proto.Op) bool) {
 		for op := range proto.Calls {
 			if !yield(op) {
@@ -446,7 +450,7 @@ func (a *asm) call(op proto.Op, fields ...[]byte) *asm {
 			}
 		}
 	})
-	a.b = append(a.b, byte(slices.Index(ops, op)), 0, 0)
+	a.b = append(a.b, byte(slices.Index(ops, op)), 0, k)
 	for _, f := range fields {
 		a.b = append(a.b, f...)
 	}
@@ -555,6 +559,21 @@ func fuzzSeeds() [][]byte {
 		call(proto.OpMemPoolDestroy, handleOf(3)).
 		call(proto.OpCtxSetLimit, u32f(2), size(0xffff)).
 		call(proto.OpCtxSetLimit, u32f(0), size(2048))
+	seeds = append(seeds, a.b)
+	// Two devices: a primary context and memory on each, peer queries,
+	// access and copies both ways, a device-to-device copy between them.
+	a = &asm{}
+	a.call(proto.OpDevicePrimaryCtxRetain, small(0)).call(proto.OpDevicePrimaryCtxRetain, small(1)).
+		call(proto.OpMemAllocV2, size(4096)).callIn(1, proto.OpMemAllocV2, size(4096)).
+		call(proto.OpDeviceCanAccessPeer, small(0), small(1)).
+		call(proto.OpDeviceGetP2PAttribute, u32f(2), small(1), small(0)).
+		call(proto.OpCtxEnablePeerAccess, handleOf(1), u32f(0)).
+		call(proto.OpMemcpyPeer, ptrOf(1, 0), handleOf(1), ptrOf(0, 0), handleOf(0), size(4096)).
+		callIn(1, proto.OpMemcpyPeerAsync, ptrOf(0, 8), handleOf(0), ptrOf(1, 0), handleOf(1), size(100), handleOf(0xf0)).
+		call(proto.OpMemcpyDtoDV2, ptrOf(1, 0), ptrOf(0, 0), size(4096)).
+		call(proto.OpPointerGetAttributes, ptrOf(1, 10)).
+		call(proto.OpCtxDisablePeerAccess, handleOf(1)).
+		call(proto.OpDevicePrimaryCtxReleaseV2, small(1))
 	seeds = append(seeds, a.b)
 	return seeds
 }

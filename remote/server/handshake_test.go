@@ -124,6 +124,8 @@ func TestServeRefusesUnusableOptions(t *testing.T) {
 		{"no handshake time", []server.Option{server.WithInsecureNoAuth(), server.WithHandshakeTimeout(0)}, "handshake timeout"},
 		{"no tenant connections", []server.Option{server.WithInsecureNoAuth(), server.WithMaxTenantConnections(0)}, "max tenant connections 0"},
 		{"no handshakes", []server.Option{server.WithInsecureNoAuth(), server.WithMaxHandshakes(0)}, "max handshakes 0"},
+		{"negative busy poll", []server.Option{server.WithInsecureNoAuth(), server.WithBusyPoll(-time.Microsecond)}, "busy poll -1µs, want 0 to 10ms"},
+		{"long busy poll", []server.Option{server.WithInsecureNoAuth(), server.WithBusyPoll(time.Second)}, "busy poll 1s, want 0 to 10ms"},
 		{"no handshakes per peer", []server.Option{server.WithInsecureNoAuth(), server.WithMaxHandshakesPerPeer(0)}, "max handshakes per peer 0"},
 	}
 	for _, tt := range tests {

@@ -60,6 +60,9 @@ func TestPriorityStreamsAndFunctionAttributes(t *testing.T) {
 
 	_, fns := module(t, cl, ctx)
 	f := fns["vecadd_f32"]
+	// The client caches the answer until the set (calls.def: uncache).
+	_, r, err = cl.FuncGetAttribute(ctx, 8, f)
+	ok(t, "cuFuncGetAttribute(MAX_DYNAMIC_SHARED) before the set")(r, err)
 	ok(t, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED)")(cl.FuncSetAttribute(ctx, f, 8, 100000))
 	v, r, err := cl.FuncGetAttribute(ctx, 8, f)
 	ok(t, "cuFuncGetAttribute(MAX_DYNAMIC_SHARED)")(r, err)

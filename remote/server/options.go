@@ -12,6 +12,9 @@ const (
 	DefaultMaxHandshakes        = 256
 	DefaultMaxHandshakesPerPeer = 32
 	DefaultHandshakeTimeout     = 3 * time.Second
+	DefaultBusyPoll             = 50 * time.Microsecond
+	// MaxBusyPoll bounds WithBusyPoll.
+	MaxBusyPoll = 10 * time.Millisecond
 )
 
 // Option configures a Server.
@@ -54,3 +57,11 @@ func WithMaxHandshakesPerPeer(n int) Option { return func(s *Server) { s.maxHand
 // WithHandshakeTimeout bounds the wait for a connection's handshake
 // (default DefaultHandshakeTimeout).
 func WithHandshakeTimeout(d time.Duration) Option { return func(s *Server) { s.handshakeTimeout = d } }
+
+// WithBusyPoll sets how long a client's worker keeps polling for the
+// client's next call after finishing one before it sleeps (default
+// DefaultBusyPoll; 0 never polls). A worker is locked to its OS thread, and
+// waking a sleeping locked thread costs a cross-thread wake-up on every
+// call that waits; polling answers a client that calls again at once from
+// the running thread, at the price of that much CPU time after each call.
+func WithBusyPoll(d time.Duration) Option { return func(s *Server) { s.busyPoll = d } }

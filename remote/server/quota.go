@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/gpumux/gpumux/remote/token"
@@ -34,7 +35,7 @@ type quota struct {
 // grantKey names one token of an ID by its claims.
 type grantKey struct {
 	quota   uint64
-	device  int
+	devices string // the token's GPUs, in order
 	expires int64
 }
 
@@ -104,6 +105,13 @@ func (sh *share) left() (limit, left uint64) {
 	return min(limit, g.limit), min(left, gLeft)
 }
 
+// used returns what the connections of the share's token ID hold together.
+func (sh *share) used() uint64 {
+	sh.q.mu.Lock()
+	defer sh.q.mu.Unlock()
+	return sh.q.used
+}
+
 // joinQuota returns a connection's share in the quota of c's token ID,
 // shared with the live connections presenting tokens of that ID, and in
 // its token's grant; c's quota raises the pool's limit if it is larger.
@@ -126,7 +134,7 @@ func (s *Server) joinQuota(c token.Claims) *share {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.limit = max(q.limit, c.Quota) // admit counted it
-	k := grantKey{quota: c.Quota, device: c.Device, expires: c.Expires.Unix()}
+	k := grantKey{quota: c.Quota, devices: fmt.Sprint(c.Devices()), expires: c.Expires.Unix()}
 	g := q.grants[k]
 	if g == nil {
 		g = &grant{key: k, limit: c.Quota}

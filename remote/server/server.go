@@ -31,6 +31,7 @@ type Server struct {
 	maxHandshakes        int
 	maxHandshakesPerPeer int
 	handshakeTimeout     time.Duration
+	busyPoll             time.Duration
 	expiredLinger        time.Duration
 	now                  func() time.Time
 
@@ -75,6 +76,7 @@ func New(backend Backend, opts ...Option) *Server {
 		maxHandshakes:        DefaultMaxHandshakes,
 		maxHandshakesPerPeer: DefaultMaxHandshakesPerPeer,
 		handshakeTimeout:     DefaultHandshakeTimeout,
+		busyPoll:             DefaultBusyPoll,
 		expiredLinger:        expiredLinger,
 		now:                  time.Now,
 		handshakesByPeer:     map[string]int{},
@@ -115,6 +117,8 @@ func (s *Server) ready() error {
 			s.initErr = fmt.Errorf("%w: max handshakes per peer %d, want at least 1", ErrConfig, s.maxHandshakesPerPeer)
 		case s.handshakeTimeout <= 0:
 			s.initErr = fmt.Errorf("%w: handshake timeout %v, want more than 0", ErrConfig, s.handshakeTimeout)
+		case s.busyPoll < 0 || s.busyPoll > MaxBusyPoll:
+			s.initErr = fmt.Errorf("%w: busy poll %v, want 0 to %v", ErrConfig, s.busyPoll, MaxBusyPoll)
 		default:
 			if r := s.backend.Init(); r != proto.Success {
 				s.initErr = fmt.Errorf("backend: cuInit: %v", r)
@@ -227,15 +231,16 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn, hs *handshaking) 
 		s.log.Warn("handshake failed", "conn", id, "peer", peer, "err", err)
 		return
 	}
-	s.runSession(conn, bufio.NewReaderSize(conn, 64<<10), q, claims, id, peer, hello.Identity)
+	s.runSession(conn, q, claims, id, peer, hello.Identity)
 }
 
-// runSession serves one admitted connection in this process.
-func (s *Server) runSession(conn net.Conn, br *bufio.Reader, q *share, claims token.Claims, id uint64, peer, identity string) {
+// runSession serves one admitted connection in this process; nothing of
+// it has been read past the handshake.
+func (s *Server) runSession(conn net.Conn, q *share, claims token.Claims, id uint64, peer, identity string) {
 	sess := newSession(s, q, s.devices(claims), s.log.With(
 		"conn", id, "peer", peer, "identity", clean(identity), "token", claims.ID))
 	sess.expires = claims.Expires
-	sess.serve(conn, br)
+	sess.serve(conn, bufio.NewReaderSize(newPollingReader(conn, s.busyPoll), 64<<10))
 }
 
 // errRefused means a connection's handshake was refused.
@@ -287,16 +292,18 @@ func (s *Server) handshake(conn net.Conn, hs *handshaking) (proto.Hello, token.C
 			}
 			return refuse(hello, why, "token: %v", err)
 		}
-		if claims.Device >= int(s.nDevices) {
-			return refuse(hello, refusedNoSuchGPU, "the token names GPU %d, this server has %d", claims.Device, s.nDevices)
+		for _, dev := range claims.Devices() {
+			if dev >= int(s.nDevices) {
+				return refuse(hello, refusedNoSuchGPU, "the token names GPU %d, this server has %d", dev, s.nDevices)
+			}
 		}
 	}
 	if why, err := s.login(claims); err != nil {
 		return refuse(hello, why, "%v", err)
 	}
-	if err := s.admit(claims); err != nil {
+	if dev, err := s.admit(claims); err != nil {
 		s.logout(claims.ID)
-		s.counts.admissions[claims.Device].Add(1)
+		s.counts.admissions[dev].Add(1)
 		return refuse(hello, refusedAdmission, "%v", err)
 	}
 	return hello, claims, nil
@@ -334,10 +341,16 @@ func (s *Server) welcome(conn net.Conn, claims token.Claims) error {
 	return nil
 }
 
-// devices returns the backend devices a client sees, by client ordinal.
+// devices returns the backend devices a client sees, by client ordinal:
+// the GPUs its token grants, in the token's order, or every device
+// without authentication.
 func (s *Server) devices(c token.Claims) []int32 {
 	if !s.insecure {
-		return []int32{int32(c.Device)}
+		var devs []int32
+		for _, d := range c.Devices() {
+			devs = append(devs, int32(d))
+		}
+		return devs
 	}
 	devs := make([]int32, s.nDevices)
 	for i := range devs {

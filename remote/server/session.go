@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/gpumux/gpumux/remote/proto"
@@ -23,10 +22,35 @@ const queueFrames = 8
 // larger ones keep their pooled buffer.
 const smallFrame = 4 << 10
 
-var bufPool = sync.Pool{New: func() any {
-	b := make([]byte, proto.MaxPayload)
-	return &b
-}}
+// pooledFrames is the number of frame buffers kept for reuse between
+// copies, in the whole process.
+const pooledFrames = 32
+
+// bufPool keeps up to pooledFrames buffers of proto.MaxPayload bytes. Not
+// a sync.Pool: that one is emptied by every collection, and each new
+// buffer is a megabyte to clear, on the reader's path of every chunk.
+var bufPool = framePool{free: make(chan *[]byte, pooledFrames)}
+
+type framePool struct{ free chan *[]byte }
+
+// Get returns a kept buffer or a new one.
+func (p framePool) Get() *[]byte {
+	select {
+	case b := <-p.free:
+		return b
+	default:
+		b := make([]byte, proto.MaxPayload)
+		return &b
+	}
+}
+
+// Put keeps b for reuse if fewer than pooledFrames are kept.
+func (p framePool) Put(b *[]byte) {
+	select {
+	case p.free <- b:
+	default:
+	}
+}
 
 // frame is one frame read from the client.
 type frame struct {
@@ -47,7 +71,7 @@ func (f *frame) release() {
 // then in is closed) or done.
 func readFrames(r io.Reader, in chan<- frame, errp *error, done <-chan struct{}) {
 	defer close(in)
-	buf := bufPool.Get().(*[]byte)
+	buf := bufPool.Get()
 	defer func() { bufPool.Put(buf) }()
 	for {
 		h, p, err := proto.ReadFrame(r, *buf)
@@ -60,7 +84,7 @@ func readFrames(r io.Reader, in chan<- frame, errp *error, done <-chan struct{})
 			f.p = append([]byte(nil), p...)
 		} else {
 			f.p, f.buf = p, buf
-			buf = bufPool.Get().(*[]byte)
+			buf = bufPool.Get()
 		}
 		select {
 		case in <- f:
@@ -87,6 +111,8 @@ type wire struct {
 	err  error // the first transport error; sticky
 	// result is what the last reply said.
 	result proto.Result
+	// busyPoll is how long ReadData polls for a data frame (pollRecv).
+	busyPoll time.Duration
 }
 
 var _ proto.Transport = (*wire)(nil)
@@ -98,7 +124,7 @@ func (w *wire) ReadData() ([]byte, error) {
 		return nil, w.err
 	}
 	w.held.release()
-	f, ok := <-w.in
+	f, ok := recv(w.in, w.busyPoll)
 	if !ok {
 		err := *w.readErr
 		if err == nil || errors.Is(err, io.EOF) {
@@ -171,7 +197,9 @@ type session struct {
 	objects
 	stats  sessionStats
 	counts *counters // the server's
-	bufs   [2][]byte // the copy buffers (chunk)
+	// busyPoll is how long run polls for the next call before it sleeps.
+	busyPoll time.Duration
+	bufs     [copyBuffers][]byte // the copy buffers (chunk)
 
 	// expires is when the client's token expires (zero: never); once it
 	// has, expired is set (expiry.go).
@@ -190,7 +218,7 @@ type sessionStats struct {
 }
 
 func newSession(srv *Server, q *share, devs []int32, log *slog.Logger) *session {
-	s := &session{be: srv.backend, log: log, quota: q, devs: devs, counts: srv.counts, now: srv.now, linger: srv.expiredLinger}
+	s := &session{be: srv.backend, log: log, quota: q, devs: devs, counts: srv.counts, now: srv.now, linger: srv.expiredLinger, busyPoll: srv.busyPoll}
 	s.objects.init()
 	return s
 }
@@ -210,7 +238,7 @@ func (s *session) serve(conn net.Conn, br *bufio.Reader) {
 		tc.SetWriteBuffer(4 * proto.ChunkSize)
 		tc.SetReadBuffer(4 * proto.ChunkSize)
 	}
-	s.wire = wire{in: in, readErr: &readErr, bw: bufio.NewWriterSize(conn, 64<<10), conn: conn}
+	s.wire = wire{in: in, readErr: &readErr, bw: bufio.NewWriterSize(conn, 64<<10), conn: conn, busyPoll: s.busyPoll}
 	go readFrames(br, in, &readErr, done)
 	limit, _ := s.quota.left()
 	s.log.Info("client connected", "quota", limit)
@@ -244,18 +272,24 @@ func (s *session) run(in <-chan frame, readErr *error) error {
 		expiry = timer.C
 	}
 	for {
-		select {
-		case f, ok := <-in:
-			if !ok {
-				if err := *readErr; err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		if f, ok, polled := pollRecv(in, s.busyPoll); polled {
+			if err := s.next(f, ok, readErr, timer); err != nil || !ok {
+				return err
+			}
+			// A client that calls without pause never lets the worker
+			// sleep: see to the timer between calls.
+			select {
+			case <-expiry:
+				if err := s.expiryDue(timer); err != nil {
 					return err
 				}
-				return nil
+			default:
 			}
-			if !s.expired && s.pastExpiry() {
-				s.expire(timer)
-			}
-			if err := s.call(f); err != nil {
+			continue
+		}
+		select {
+		case f, ok := <-in:
+			if err := s.next(f, ok, readErr, timer); err != nil || !ok {
 				return err
 			}
 		case <-expiry:
@@ -264,6 +298,57 @@ func (s *session) run(in <-chan frame, readErr *error) error {
 			}
 		}
 	}
+}
+
+// pollRecv receives from ch like `v, ok := <-ch`, but only if a value
+// comes within d, polling without sleeping; got is false if none came. A
+// locked worker that sleeps on a channel is woken through the scheduler
+// and the OS, several microseconds more on each waiting call, and on each
+// chunk of a copy, than a socket round trip (docs/benchmarks.md).
+func pollRecv[T any](ch <-chan T, d time.Duration) (v T, ok, got bool) {
+	if d <= 0 {
+		return v, false, false
+	}
+	var start time.Time
+	for i := 0; ; i++ {
+		select {
+		case v, ok = <-ch:
+			return v, ok, true
+		default:
+		}
+		// Reading the clock every few polls keeps the loop cheap.
+		if i%16 == 0 {
+			if i == 0 {
+				start = time.Now()
+			} else if time.Since(start) > d {
+				return v, false, false
+			}
+		}
+	}
+}
+
+// recv receives from ch, polling for up to d first (pollRecv).
+func recv[T any](ch <-chan T, d time.Duration) (T, bool) {
+	if v, ok, got := pollRecv(ch, d); got {
+		return v, ok
+	}
+	v, ok := <-ch
+	return v, ok
+}
+
+// next runs the frame the reader queued; ok false means the queue ended
+// (the reader's error, nil at EOF).
+func (s *session) next(f frame, ok bool, readErr *error, timer *time.Timer) error {
+	if !ok {
+		if err := *readErr; err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return nil
+	}
+	if !s.expired && s.pastExpiry() {
+		s.expire(timer)
+	}
+	return s.call(f)
 }
 
 // call runs one call frame.

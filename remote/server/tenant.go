@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -355,7 +354,7 @@ func (s *Server) ServeTenant(ctx context.Context, ctrl *net.UnixConn) error {
 			stop := context.AfterFunc(ctx, func() { conn.Close() })
 			defer stop()
 			q := s.joinQuota(h.Claims)
-			s.runSession(conn, bufio.NewReaderSize(conn, 64<<10), q, h.Claims, h.Conn, h.Peer, h.Identity)
+			s.runSession(conn, q, h.Claims, h.Conn, h.Peer, h.Identity)
 			s.leaveQuota(q)
 			mu.Lock()
 			active--

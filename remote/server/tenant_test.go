@@ -2,10 +2,12 @@ package server_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,8 +18,12 @@ import (
 	"github.com/gpumux/gpumux/remote/server"
 )
 
-// workerEnv makes the test binary a tenant worker (see TestMain).
-const workerEnv = "GPUMUX_SERVER_TEST_WORKER"
+// workerEnv makes the test binary a tenant worker (see TestMain), with
+// workerDevicesEnv fake devices (default 1).
+const (
+	workerEnv        = "GPUMUX_SERVER_TEST_WORKER"
+	workerDevicesEnv = "GPUMUX_SERVER_TEST_WORKER_DEVICES"
+)
 
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "1" {
@@ -29,7 +35,11 @@ func TestMain(m *testing.M) {
 // runWorker is what gpumux-remoted --tenant-worker does, on the fake
 // backend.
 func runWorker() int {
-	be, err := fakecuda.New()
+	devices, err := strconv.Atoi(cmp.Or(os.Getenv(workerDevicesEnv), "1"))
+	if err != nil {
+		return 1
+	}
+	be, err := fakecuda.New(fakecuda.WithDevices(devices))
 	if err != nil {
 		return 1
 	}
@@ -44,10 +54,13 @@ func runWorker() int {
 	return 0
 }
 
-func tenantOpts() []server.Option {
+func tenantOpts() []server.Option { return tenantOptsDevices(1) }
+
+// tenantOptsDevices runs workers whose fake backends have n devices.
+func tenantOptsDevices(n int) []server.Option {
 	return []server.Option{server.WithSecret(testSecret), server.WithTenantProcesses(func() *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), workerEnv+"=1")
+		cmd.Env = append(os.Environ(), workerEnv+"=1", workerDevicesEnv+"="+strconv.Itoa(n))
 		cmd.Stderr = os.Stderr
 		return cmd
 	})}

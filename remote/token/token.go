@@ -4,7 +4,8 @@
 // A pool shares one secret (gpumux-remoted --token-file on GPU servers, the
 // plugin's remote.token_file on client nodes). For each reservation the
 // plugin (or gpumux-runtime) mints a token naming the reservation, the
-// device memory quota and an expiry, signed with HMAC-SHA256; the server
+// server's GPU (or GPUs), the device memory quota and an expiry, signed
+// with HMAC-SHA256; the server
 // checks the signature before any call and caps the memory of every
 // connection that presents the token, together, at the quota. Tokens carry
 // no secret: a leaked token gives its holder its own share until it
@@ -24,8 +25,15 @@ import (
 	"time"
 )
 
-// prefix names the token format.
-const prefix = "gmx1."
+// prefix names the token format of one GPU; prefixMulti that of several
+// (a server that knows only the first refuses the second).
+const (
+	prefix      = "gmx1."
+	prefixMulti = "gmx2."
+)
+
+// MaxDevices is the most GPUs one token grants.
+const MaxDevices = 64
 
 // MinSecret is the shortest secret accepted, in bytes.
 const MinSecret = 16
@@ -46,13 +54,25 @@ type Claims struct {
 	ID string
 	// Quota is the device memory limit in bytes; 0 means no limit.
 	Quota uint64
-	// Device is the server's GPU index the share is on.
+	// Device is the server's GPU index the share is on: the client's
+	// device 0.
 	Device int
+	// MoreDevices are further GPUs of the server the token grants, the
+	// client's devices 1, 2, … in this order (none: Device alone). The
+	// quota covers the memory of all of them together.
+	MoreDevices []int
 	// Expires is when the token stops being accepted.
 	Expires time.Time
 }
 
-// Mint signs claims with secret.
+// Devices returns the server GPUs the token grants, in the client's
+// order: Device, then MoreDevices.
+func (c Claims) Devices() []int {
+	return append([]int{c.Device}, c.MoreDevices...)
+}
+
+// Mint signs claims with secret. A token of one GPU has the format gmx1, a
+// token of several gmx2.
 func Mint(secret []byte, c Claims) (string, error) {
 	if len(secret) < MinSecret {
 		return "", fmt.Errorf("token secret: %d bytes, want at least %d", len(secret), MinSecret)
@@ -60,23 +80,58 @@ func Mint(secret []byte, c Claims) (string, error) {
 	if c.ID == "" || len(c.ID) > 255 || strings.ContainsAny(c.ID, ".\x00") {
 		return "", fmt.Errorf("token id %q: want 1 to 255 bytes without '.'", c.ID)
 	}
-	if c.Device < 0 || c.Device > 0xffff {
-		return "", fmt.Errorf("token device %d: want 0 to 65535", c.Device)
+	devs := c.Devices()
+	if err := checkDevices(devs); err != nil {
+		return "", err
 	}
-	body := make([]byte, 0, 32+len(c.ID))
+	body := make([]byte, 0, 32+2*len(devs)+len(c.ID))
 	body = binary.BigEndian.AppendUint64(body, c.Quota)
-	body = binary.BigEndian.AppendUint16(body, uint16(c.Device))
-	body = binary.BigEndian.AppendUint64(body, uint64(c.Expires.Unix()))
+	p := prefix
+	if len(devs) == 1 {
+		body = binary.BigEndian.AppendUint16(body, uint16(c.Device))
+		body = binary.BigEndian.AppendUint64(body, uint64(c.Expires.Unix()))
+	} else {
+		p = prefixMulti
+		body = binary.BigEndian.AppendUint64(body, uint64(c.Expires.Unix()))
+		body = append(body, byte(len(devs)))
+		for _, d := range devs {
+			body = binary.BigEndian.AppendUint16(body, uint16(d))
+		}
+	}
 	body = append(body, c.ID...)
 	enc := base64.RawURLEncoding
-	return prefix + enc.EncodeToString(body) + "." + enc.EncodeToString(sign(secret, body)), nil
+	return p + enc.EncodeToString(body) + "." + enc.EncodeToString(sign(p, secret, body)), nil
+}
+
+// checkDevices checks a token's GPUs: 1 to MaxDevices distinct indexes of
+// 0 to 65535.
+func checkDevices(devs []int) error {
+	if len(devs) > MaxDevices {
+		return fmt.Errorf("token devices: %d, want at most %d", len(devs), MaxDevices)
+	}
+	seen := map[int]bool{}
+	for _, d := range devs {
+		if d < 0 || d > 0xffff {
+			return fmt.Errorf("token device %d: want 0 to 65535", d)
+		}
+		if seen[d] {
+			return fmt.Errorf("token device %d: named twice", d)
+		}
+		seen[d] = true
+	}
+	return nil
 }
 
 // Check verifies a token against secret at time now and returns its claims.
 func Check(secret []byte, tok string, now time.Time) (Claims, error) {
+	p := prefix
 	rest, ok := strings.CutPrefix(tok, prefix)
 	if !ok {
-		return Claims{}, fmt.Errorf("%w: does not start with %q", ErrInvalid, prefix)
+		p = prefixMulti
+		rest, ok = strings.CutPrefix(tok, prefixMulti)
+	}
+	if !ok {
+		return Claims{}, fmt.Errorf("%w: does not start with %q or %q", ErrInvalid, prefix, prefixMulti)
 	}
 	b64, s64, ok := strings.Cut(rest, ".")
 	if !ok {
@@ -88,14 +143,29 @@ func Check(secret []byte, tok string, now time.Time) (Claims, error) {
 	if err1 != nil || err2 != nil || len(body) < 19 {
 		return Claims{}, fmt.Errorf("%w: malformed", ErrInvalid)
 	}
-	if !hmac.Equal(sig, sign(secret, body)) {
+	if !hmac.Equal(sig, sign(p, secret, body)) {
 		return Claims{}, fmt.Errorf("%w: bad signature", ErrInvalid)
 	}
-	c := Claims{
-		Quota:   binary.BigEndian.Uint64(body[0:]),
-		Device:  int(binary.BigEndian.Uint16(body[8:])),
-		Expires: time.Unix(int64(binary.BigEndian.Uint64(body[10:])), 0),
-		ID:      string(body[18:]),
+	c := Claims{Quota: binary.BigEndian.Uint64(body[0:])}
+	if p == prefix {
+		c.Device = int(binary.BigEndian.Uint16(body[8:]))
+		c.Expires = time.Unix(int64(binary.BigEndian.Uint64(body[10:])), 0)
+		c.ID = string(body[18:])
+	} else {
+		c.Expires = time.Unix(int64(binary.BigEndian.Uint64(body[8:])), 0)
+		n := int(body[16])
+		if n < 2 || len(body) < 17+2*n+1 {
+			return Claims{}, fmt.Errorf("%w: malformed", ErrInvalid)
+		}
+		devs := make([]int, n)
+		for i := range devs {
+			devs[i] = int(binary.BigEndian.Uint16(body[17+2*i:]))
+		}
+		if err := checkDevices(devs); err != nil {
+			return Claims{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		c.Device, c.MoreDevices = devs[0], devs[1:]
+		c.ID = string(body[17+2*n:])
 	}
 	if !now.Before(c.Expires) {
 		return c, fmt.Errorf("%w: at %s", ErrExpired, c.Expires.UTC().Format(time.RFC3339))
@@ -103,9 +173,10 @@ func Check(secret []byte, tok string, now time.Time) (Claims, error) {
 	return c, nil
 }
 
-func sign(secret, body []byte) []byte {
+// sign is the HMAC of a token's format prefix p and body.
+func sign(p string, secret, body []byte) []byte {
 	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(prefix))
+	m.Write([]byte(p))
 	m.Write(body)
 	return m.Sum(nil)
 }

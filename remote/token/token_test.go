@@ -4,6 +4,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +24,7 @@ func TestMintCheck(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Check: %v", err)
 	}
-	if got != claims {
+	if !reflect.DeepEqual(got, claims) {
 		t.Fatalf("claims %+v, want %+v", got, claims)
 	}
 
@@ -58,6 +60,58 @@ func TestMintCheck(t *testing.T) {
 	}
 }
 
+// TestMintCheckDevices: a token of several GPUs (format gmx2) gives back
+// its GPUs in order; one of a single GPU keeps format gmx1; a multi-GPU
+// token cannot be turned into a single-GPU one or have its GPUs changed.
+func TestMintCheckDevices(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	for _, tc := range []struct {
+		name       string
+		c          Claims
+		wantPrefix string
+		want       []int
+	}{
+		{"one", Claims{ID: "j", Quota: 1 << 30, Device: 5, Expires: now.Add(time.Hour)}, prefix, []int{5}},
+		{"two", Claims{ID: "j", Quota: 1 << 30, Device: 1, MoreDevices: []int{0}, Expires: now.Add(time.Hour)}, prefixMulti, []int{1, 0}},
+		{"most", Claims{ID: "j", Device: 100, MoreDevices: manyDevices(MaxDevices - 1), Expires: now.Add(time.Hour)}, prefixMulti,
+			append([]int{100}, manyDevices(MaxDevices-1)...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tok, err := Mint(secret, tc.c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(tok, tc.wantPrefix) {
+				t.Errorf("token %s: want the prefix %s", tok, tc.wantPrefix)
+			}
+			got, err := Check(secret, tok, now)
+			if err != nil {
+				t.Fatalf("Check: %v", err)
+			}
+			if !reflect.DeepEqual(got, tc.c) || !slices.Equal(got.Devices(), tc.want) {
+				t.Fatalf("claims %+v (devices %v), want %+v (devices %v)", got, got.Devices(), tc.c, tc.want)
+			}
+			// The format is signed: the same body under the other
+			// prefix is refused.
+			other := prefix
+			if tc.wantPrefix == prefix {
+				other = prefixMulti
+			}
+			if _, err := Check(secret, other+strings.TrimPrefix(tok, tc.wantPrefix), now); !errors.Is(err, ErrInvalid) {
+				t.Errorf("the token under prefix %s: %v, want ErrInvalid", other, err)
+			}
+		})
+	}
+}
+
+func manyDevices(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
 func TestMintRefuses(t *testing.T) {
 	exp := time.Now().Add(time.Hour)
 	for _, tc := range []struct {
@@ -71,6 +125,9 @@ func TestMintRefuses(t *testing.T) {
 		{"dot in id", secret, Claims{ID: "a.b", Expires: exp}, "without '.'"},
 		{"long id", secret, Claims{ID: strings.Repeat("x", 256), Expires: exp}, "1 to 255"},
 		{"device", secret, Claims{ID: "a", Device: 70000, Expires: exp}, "device 70000"},
+		{"more device", secret, Claims{ID: "a", MoreDevices: []int{1, -1}, Expires: exp}, "device -1"},
+		{"device twice", secret, Claims{ID: "a", Device: 2, MoreDevices: []int{1, 2}, Expires: exp}, "device 2: named twice"},
+		{"too many devices", secret, Claims{ID: "a", MoreDevices: manyDevices(MaxDevices), Expires: exp}, "at most 64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Mint(tc.secret, tc.c)

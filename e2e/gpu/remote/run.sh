@@ -2,7 +2,8 @@
 # Remote GPUs on a real GPU machine (docs/validation.md, docs/benchmarks.md).
 #
 # Needs, carried from a build machine (`make gpu-bin`): .devbin/gpumux-remoted,
-# .devbin/gpumux and bin/remote/libcuda.so.1; and here nvcc and a C compiler.
+# .devbin/gpumux and bin/remote (libcuda.so.1, libnvidia-ml.so.1); and here
+# nvcc and a C compiler.
 #
 #   e2e/gpu/remote/run.sh check   # milestone programs: local vs remote output, diffed
 #   e2e/gpu/remote/run.sh bench   # local CUDA, gpumux-remoted over TCP and unix, plain sockets
@@ -11,16 +12,21 @@
 #   e2e/gpu/remote/run.sh steal   # a tenant's kernel on another tenant's address, with and
 #                                 # without --tenant-processes
 #   e2e/gpu/remote/run.sh torch   # PyTorch (torch_check.py) locally and through gpumux-remoted, diffed
+#   e2e/gpu/remote/run.sh nvml    # gpumux's NVML for remote shares: nvidia-smi and PyTorch/NVML
+#                                 # (nvml_check.py) through it, with an 8 GiB quota
 #   e2e/gpu/remote/run.sh cublas  # cublasCreate and an SGEMM (cublas.cu): locally, under darktrace,
 #                                 # and through gpumux-remoted
 #   e2e/gpu/remote/run.sh corpus [PROGRAM...]
 #                                 # the PyTorch corpus (corpus.py) locally, over TCP and over unix:
 #                                 # outputs compared exactly, a table of results and step times;
 #                                 # CORPUS_TRACE=1 also runs each under darktrace (private tables);
+#                                 # CORPUS_CALLS=1 prints the calls each made over TCP (callcounts.py);
+#                                 # CORPUS_ENV="K=V ..." sets variables for every run (local ones too);
 #                                 # the environment reaches every run, local and remote alike:
 #                                 # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (virtual memory
 #                                 # management) or =backend:cudaMallocAsync (memory pools)
-# GPUMUX_REMOTE_DEBUG=1 makes the interposer log every failing call.
+# GPUMUX_REMOTE_DEBUG=1 makes the interposer log every failing call; REMOTED_FLAGS adds
+# flags to gpumux-remoted's (e.g. REMOTED_FLAGS="--busy-poll 0").
 #
 # It starts gpumux-remoted (backend cuda) on 127.0.0.1 and a unix socket,
 # with a fresh pool secret, and stops it on exit. It changes no GPU setting.
@@ -50,7 +56,7 @@ start_server() {
 	chmod 600 "$work/pool.key"
 	port=$((20000 + RANDOM % 20000))
 	.devbin/gpumux-remoted --backend cuda --listen "127.0.0.1:$port" --unix "$work/remoted.sock" \
-		--token-file "$work/pool.key" "$@" >>"$out/remoted.log" 2>&1 &
+		--token-file "$work/pool.key" ${REMOTED_FLAGS:-} "$@" >>"$out/remoted.log" 2>&1 &
 	server=$!
 	trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 	for _ in $(seq 100); do [[ -S $work/remoted.sock ]] && break; sleep 0.1; done
@@ -116,6 +122,30 @@ if [[ $mode == trace ]]; then
 	grep -v cuGetProcAddress "$out/trace.txt" | head -150
 	exit 0
 fi
+if [[ $mode == nvml ]]; then
+	py=${PYTHON:-python3}
+	start_server
+	quota=$((8 << 30))
+	token=$(.devbin/gpumux remote token --secret-file "$work/pool.key" --id nvml --quota 8Gi --ttl 1h)
+	addr="127.0.0.1:$port"
+	echo "== local nvidia-smi"
+	nvidia-smi --query-gpu=name,uuid,pci.bus_id,memory.total,memory.used --format=csv || true
+	for args in "-L" "--query-gpu=name,uuid,pci.bus_id,memory.total,memory.used --format=csv" ""; do
+		echo "== nvidia-smi $args, through gpumux's NVML"
+		# shellcheck disable=SC2086
+		remote "$addr" timeout 60 nvidia-smi $args || echo "nvidia-smi $args: exit $?"
+	done
+	echo "== PyTorch and NVML (nvml_check.py), through gpumux's NVML"
+	GM_QUOTA=$quota GPUMUX_REMOTE_TIMEOUT=120 remote "$addr" timeout 150 "$py" e2e/gpu/remote/nvml_check.py ||
+		echo "nvml_check.py: exit $?"
+	echo "== PYTORCH_NVML_BASED_CUDA_CHECK=1"
+	PYTORCH_NVML_BASED_CUDA_CHECK=1 remote "$addr" timeout 60 "$py" -c \
+		'import torch; print("is_available", torch.cuda.is_available(), "device_count", torch.cuda.device_count())' ||
+		echo "exit $?"
+	echo "== gpumux-remoted (warnings and errors)"
+	grep -iE 'level=(warn|error)' "$out/remoted.log" | tail -10 || true
+	exit 0
+fi
 if [[ $mode == torch ]]; then
 	py=${PYTHON:-python3}
 	timeout 120 "$py" e2e/gpu/remote/torch_check.py >"$out/torch.local.txt" 2>"$out/torch.local.err" || echo "torch locally: exit $?"
@@ -138,7 +168,13 @@ if [[ $mode == corpus ]]; then
 	[[ ${#progs[@]} -gt 0 ]] || read -ra progs <<<"$("$py" e2e/gpu/remote/corpus.py list)"
 	mkdir -p "$out/corpus"
 	[[ -n ${CORPUS_TRACE:-} ]] && darktrace
-	start_server
+	metrics=()
+	if [[ -n ${CORPUS_CALLS:-} ]]; then
+		mport=$((20000 + RANDOM % 20000))
+		metrics=(--metrics-addr "127.0.0.1:$mport")
+	fi
+	start_server "${metrics[@]}"
+	read -ra corpus_env <<<"${CORPUS_ENV:-}"
 	# runs P HOW: one program, locally (local), under darktrace (trace)
 	# or through the server (tcp, unix); its output without timings in
 	# $out/corpus/P.HOW, stderr in P.HOW.err; prints the exit status.
@@ -149,9 +185,14 @@ if [[ $mode == corpus ]]; then
 		unix) pre=(remote "unix:$work/remoted.sock") ;;
 		trace) pre=(env LD_LIBRARY_PATH="$work/trace" DARKTRACE_REAL="$real") ;;
 		esac
-		local rc=0
-		GPUMUX_REMOTE_TIMEOUT=120 "${pre[@]}" timeout "${CORPUS_TIMEOUT:-600}" "$py" e2e/gpu/remote/corpus.py "$p" \
-			>"$out/corpus/$p.$how.raw" 2>"$out/corpus/$p.$how.err" || rc=$?
+		local rc=0 scrape=
+		[[ $how == tcp && -n ${CORPUS_CALLS:-} ]] && scrape=http://127.0.0.1:$mport/metrics
+		[[ -z $scrape ]] || "$py" e2e/gpu/remote/callcounts.py scrape "$scrape" "$out/corpus/$p.calls.before"
+		(
+			for kv in "${corpus_env[@]}"; do export "${kv?}"; done
+			GPUMUX_REMOTE_TIMEOUT=120 "${pre[@]}" timeout "${CORPUS_TIMEOUT:-600}" "$py" e2e/gpu/remote/corpus.py "$p"
+		) >"$out/corpus/$p.$how.raw" 2>"$out/corpus/$p.$how.err" || rc=$?
+		[[ -z $scrape ]] || "$py" e2e/gpu/remote/callcounts.py scrape "$scrape" "$out/corpus/$p.calls.after"
 		grep -v '^STEP_MS' "$out/corpus/$p.$how.raw" >"$out/corpus/$p.$how" || true
 		echo "$rc"
 	}
@@ -177,6 +218,10 @@ if [[ $mode == corpus ]]; then
 		printf '%-16s %-10s %-10s %-10s %-12s %-12s %-12s\n' "${row[@]}" "${l:--}" "$(ratio "$l" "$t")" "$(ratio "$l" "$u")"
 	done
 	for p in "${progs[@]}"; do
+		if [[ -n ${CORPUS_CALLS:-} ]]; then
+			echo "== $p over tcp: the calls it made most"
+			"$py" e2e/gpu/remote/callcounts.py diff "$out/corpus/$p.calls.before" "$out/corpus/$p.calls.after"
+		fi
 		for how in tcp unix; do
 			if ! cmp -s "$out/corpus/$p.local" "$out/corpus/$p.$how"; then
 				echo "== $p over $how: first differences, and the interposer's messages"

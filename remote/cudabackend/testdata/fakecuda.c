@@ -10,8 +10,8 @@
  *
  * Variants: -DFAKE_INIT_RESULT=n (cuInit's result), -DFAKE_OMIT_MEMALLOC
  * (no cuMemAlloc_v2), -DFAKE_OMIT_OPTIONAL (no cuFuncGetParamInfo,
- * cuEventElapsedTime_v2, cuDeviceGetUuid_v2, nor any call of virtual memory
- * management, memory pools or cuCtxSetLimit).
+ * cuEventElapsedTime_v2, cuDeviceGetUuid_v2, none of the peer calls, nor any
+ * call of virtual memory management, memory pools or cuCtxSetLimit).
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -60,6 +60,9 @@ struct fake_state {
 	uint64_t last_pool_props[6];		     /* alloc type, handle types, location type and id, max size, usage */
 	uint64_t last_attr, last_attr_value;
 	uint64_t last_limit, last_limit_value;
+	uint64_t peer_queries, last_peer_dev, last_peer_attr;
+	uint64_t peer_enables, peer_disables, last_peer_ctx, last_peer_flags;
+	uint64_t peer_copies, peer_copies_async, last_dst_ctx, last_src_ctx;
 };
 
 static struct fake_state fallback_state;
@@ -1059,6 +1062,82 @@ EXPORT CUresult cuCtxSetLimit(int limit, size_t value)
 		RET(201);
 	st->last_limit = (uint64_t)limit;
 	st->last_limit_value = value;
+	RET(0);
+}
+
+/* ---- several devices: devices 100 and 101 are peers; a device is not
+ * its own. Peer copies are queued like the other copies. ---- */
+
+EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice d, CUdevice peer)
+{
+	LOCK();
+	st->peer_queries++;
+	if (bad_dev(d) || bad_dev(peer))
+		RET(101);
+	st->last_peer_dev = (uint64_t)peer;
+	*can = d != peer;
+	RET(0);
+}
+
+EXPORT CUresult cuDeviceGetP2PAttribute(int *value, int attrib, CUdevice src, CUdevice dst)
+{
+	LOCK();
+	st->peer_queries++;
+	if (bad_dev(src) || bad_dev(dst) || src == dst)
+		RET(101);
+	st->last_peer_dev = (uint64_t)dst;
+	st->last_peer_attr = (uint64_t)attrib;
+	*value = attrib == 1 ? 0 : 1;
+	RET(attrib >= 1 && attrib <= 4 ? 0 : 1);
+}
+
+EXPORT CUresult cuCtxEnablePeerAccess(void *peer, unsigned flags)
+{
+	LOCK();
+	if (current() == NULL || !is(peer, CTX_MAGIC))
+		RET(201);
+	st->peer_enables++;
+	st->last_peer_ctx = (uint64_t)(uintptr_t)peer;
+	st->last_peer_flags = flags;
+	RET(flags != 0 ? 1 : 0);
+}
+
+EXPORT CUresult cuCtxDisablePeerAccess(void *peer)
+{
+	LOCK();
+	if (current() == NULL || !is(peer, CTX_MAGIC))
+		RET(201);
+	st->peer_disables++;
+	st->last_peer_ctx = (uint64_t)(uintptr_t)peer;
+	RET(0);
+}
+
+EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, void *dst_ctx, CUdeviceptr src, void *src_ctx, size_t n)
+{
+	LOCK();
+	if (!is(dst_ctx, CTX_MAGIC) || !is(src_ctx, CTX_MAGIC))
+		RET(201);
+	run_all(st);
+	st->peer_copies++;
+	st->last_dst_ctx = (uint64_t)(uintptr_t)dst_ctx;
+	st->last_src_ctx = (uint64_t)(uintptr_t)src_ctx;
+	note_copy(st, (void *)(uintptr_t)dst, (void *)(uintptr_t)src, n, NULL);
+	memmove((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n);
+	RET(0);
+}
+
+EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, void *dst_ctx, CUdeviceptr src, void *src_ctx, size_t n, void *s)
+{
+	LOCK();
+	if (!is(dst_ctx, CTX_MAGIC) || !is(src_ctx, CTX_MAGIC))
+		RET(201);
+	if (bad_stream(s))
+		RET(400);
+	st->peer_copies_async++;
+	st->last_dst_ctx = (uint64_t)(uintptr_t)dst_ctx;
+	st->last_src_ctx = (uint64_t)(uintptr_t)src_ctx;
+	note_copy(st, (void *)(uintptr_t)dst, (void *)(uintptr_t)src, n, s);
+	enqueue(st, OP_COPY, (void *)(uintptr_t)dst, (void *)(uintptr_t)src, n, 0);
 	RET(0);
 }
 #endif

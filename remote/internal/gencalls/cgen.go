@@ -186,6 +186,12 @@ func genCStub(b *strings.Builder, c Call) {
 	if c.Cache {
 		flags += " | GM_CACHE"
 	}
+	if c.ObjectCache() {
+		flags += " | GM_CACHE_OBJECT"
+	}
+	if c.Uncache {
+		flags += " | GM_UNCACHE"
+	}
 	w("\tgm_msg_init(&q, GM_OP_%s, %s);\n", c.Name, flags)
 	for _, p := range c.Params {
 		if !p.Out || p.Kind == "hostout" {

@@ -28,6 +28,9 @@ func TestParseLineErrors(t *testing.T) {
 		{"1 cuX sync : in u32 n color=red", `attribute "color=red"`},
 		{"1 cuX sync : in image a; in image b", "at most one streamed"},
 		{"1 cuX async,cache : in u32 n", "cannot be cached"},
+		{"1 cuX async,uncache : in mod m", "uncache needs a sync call"},
+		{"1 cuX sync,cache,uncache : in mod m", "uncache needs a sync call"},
+		{"1 cuX sync,fast : in mod m", `flag "fast"`},
 	} {
 		if _, err := parseLine(tc.line); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parseLine(%q) = %v, want an error containing %q", tc.line, err, tc.want)

@@ -317,6 +317,12 @@ func genClientMethod(b *strings.Builder, c Call) {
 		}
 	}
 	w("\treq := Request{Op: Op%s, Ctx: cur, Async: %v, Cache: %v, Payload: e.Payload()", goMethod(c.Name), c.Async, c.Cache)
+	if c.ObjectCache() {
+		w(", CacheObject: true")
+	}
+	if c.Uncache {
+		w(", Uncache: true")
+	}
 	if in != "" {
 		w(", In: %s", in)
 	}

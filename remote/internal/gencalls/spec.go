@@ -16,8 +16,11 @@ type Call struct {
 	Async  bool
 	Export bool
 	Cache  bool
-	Params []Param
-	Line   int
+	// Uncache: a success forgets the cached replies about modules and
+	// functions (see ObjectCache).
+	Uncache bool
+	Params  []Param
+	Line    int
 }
 
 // Param is one parameter, in C signature order.
@@ -105,8 +108,10 @@ func parseLine(line string) (Call, error) {
 			c.Export = true
 		case "cache":
 			c.Cache = true
+		case "uncache":
+			c.Uncache = true
 		default:
-			return Call{}, fmt.Errorf("%s: flag %q: want sync, async, export or cache", c.Name, f)
+			return Call{}, fmt.Errorf("%s: flag %q: want sync, async, export, cache or uncache", c.Name, f)
 		}
 	}
 	if modes != 1 {
@@ -202,5 +207,22 @@ func (c Call) check() error {
 	if c.Cache && c.Async {
 		return fmt.Errorf("%s: an async call cannot be cached", c.Name)
 	}
+	if c.Uncache && (c.Async || c.Cache) {
+		return fmt.Errorf("%s: uncache needs a sync call that is not cached itself", c.Name)
+	}
 	return nil
+}
+
+// ObjectCache reports whether the call's cached replies are about a module
+// or a function it takes: an uncache call forgets them.
+func (c Call) ObjectCache() bool {
+	if !c.Cache {
+		return false
+	}
+	for _, p := range c.Params {
+		if !p.Out && (p.Kind == "mod" || p.Kind == "func") {
+			return true
+		}
+	}
+	return false
 }

@@ -23,6 +23,26 @@ int main(int argc, char **argv)
 			CHECK(cuCtxSynchronize()); /* not cached */
 			ASSERT(v == 12080 && pi == 12080);
 		}
+		/* replies about a function or module are cached until an
+		 * unload or an attribute set forgets them (and only them) */
+		CUmodule mod = (CUmodule)(uintptr_t)5;
+		CUfunction f = NULL, g = NULL;
+		int pass[] = {0, 1, 2};
+		for (size_t k = 0; k < sizeof pass / sizeof pass[0]; k++) {
+			for (int i = 0; i < 3; i++) {
+				int pi = 0, nb = 0;
+				CHECK(cuModuleGetFunction(&g, mod, "kernel"));
+				CHECK(cuFuncGetAttribute(&pi, CU_FUNC_ATTRIBUTE_NUM_REGS, g));
+				CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&nb, g, 128, 0, 0));
+				CHECK(cuDeviceGetAttribute(&pi, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+				ASSERT(f == NULL || g == f);
+				f = g;
+			}
+			if (pass[k] == 0)
+				CHECK(cuFuncSetAttribute(f, (CUfunction_attribute)8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */, 1024));
+			else if (pass[k] == 1)
+				CHECK(cuModuleUnload(mod));
+		}
 		return t_done("protoerr cache");
 	}
 	if (strcmp(c, "overflow") == 0 || strcmp(c, "short") == 0) {
