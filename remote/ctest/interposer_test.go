@@ -41,7 +41,7 @@ var expectedLog = map[string]bool{
 	"launchex: gpumux: a launch configuration with 33 attributes (gpumux forwards at most 32)":                                                                                                                true,
 	"graphs: gpumux: cuGraphAddMemcpyNode with host memory or an array (the remote GPU cannot reach them) is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED":                      true,
 	"graphs: gpumux: cuGraphDebugDotPrint is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED":                                                                                      true,
-	"torchcalls: gpumux: cuMemHostGetDevicePointer_v2 is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED":                                                                          true,
+	"torchcalls: gpumux: cuMemHostGetDevicePointer: a remote GPU cannot map this process's host memory (zero-copy); it returns CUDA_ERROR_NOT_SUPPORTED":                                                      true,
 	"torchcalls: gpumux: cuPointerGetAttribute of a device address for host memory, or of a P2P, IPC, pool or handle attribute is not supported by gpumux's remote CUDA; it returns CUDA_ERROR_NOT_SUPPORTED": true,
 }
 
@@ -136,6 +136,32 @@ func TestQuota(t *testing.T) {
 	const quota = 64 << 20
 	program{name: "quota", addr: e.unix, token: mint(t, "ctest-quota", quota),
 		env: []string{fmt.Sprintf("GM_TEST_QUOTA=%d", quota)}}.run(t)
+}
+
+// TestAllocators: PyTorch's expandable segments and cudaMallocAsync
+// sequences, and cuCtxSetLimit, within the token's quota, over both
+// transports; nothing is left on the backend after.
+func TestAllocators(t *testing.T) {
+	e := startServer(t)
+	const quota = 64 << 20
+	for _, addr := range []string{e.unix, e.tcp} {
+		_, stderr := program{name: "allocators", addr: addr, token: mint(t, "ctest-allocators", quota),
+			env: []string{fmt.Sprintf("GM_TEST_QUOTA=%d", quota)}}.run(t)
+		if strings.Contains(stderr, "gpumux: ") {
+			t.Errorf("unexpected interposer messages:\n%s", stderr)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := e.fake.Stats()
+		if st.Physical == 0 && st.Mappings == 0 && st.Reservations == 0 && st.Pools == 0 && st.Allocations == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the program the backend holds %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // TestTwoDevices: a program using two GPUs as a two-GPU PyTorch program

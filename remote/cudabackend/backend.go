@@ -94,6 +94,35 @@ package cudabackend
 #cgo noescape gm_launch_ex
 #cgo nocallback gm_cluster_occupancy
 #cgo noescape gm_cluster_occupancy
+#cgo nocallback gm_ctx_set_limit
+#cgo nocallback gm_mem_granularity
+#cgo noescape gm_mem_granularity
+#cgo nocallback gm_mem_address_reserve
+#cgo noescape gm_mem_address_reserve
+#cgo nocallback gm_mem_address_free
+#cgo nocallback gm_mem_create
+#cgo noescape gm_mem_create
+#cgo nocallback gm_mem_release
+#cgo nocallback gm_mem_map
+#cgo nocallback gm_mem_unmap
+#cgo nocallback gm_mem_set_access
+#cgo noescape gm_mem_set_access
+#cgo nocallback gm_mem_get_access
+#cgo noescape gm_mem_get_access
+#cgo nocallback gm_mem_pool_create
+#cgo noescape gm_mem_pool_create
+#cgo nocallback gm_mem_pool_destroy
+#cgo nocallback gm_mem_alloc_from_pool
+#cgo noescape gm_mem_alloc_from_pool
+#cgo nocallback gm_mem_free_async
+#cgo nocallback gm_mem_pool_set_attribute
+#cgo nocallback gm_mem_pool_get_attribute
+#cgo noescape gm_mem_pool_get_attribute
+#cgo nocallback gm_mem_pool_trim
+#cgo nocallback gm_mem_pool_set_access
+#cgo noescape gm_mem_pool_set_access
+#cgo nocallback gm_mem_pool_get_access
+#cgo noescape gm_mem_pool_get_access
 #cgo nocallback gm_device_can_access_peer
 #cgo noescape gm_device_can_access_peer
 #cgo nocallback gm_device_p2p_attribute
@@ -634,6 +663,153 @@ func (b *Backend) CtxGetLimit(limit uint32) (uint64, proto.Result) {
 	var v C.size_t
 	r := C.gm_ctx_get_limit(b.t, C.int(limit), &v)
 	return uint64(v), res(r)
+}
+
+// CtxSetLimit implements server.Backend through cuCtxSetLimit.
+func (b *Backend) CtxSetLimit(limit uint32, value uint64) proto.Result {
+	return res(C.gm_ctx_set_limit(b.t, C.int(limit), C.size_t(value)))
+}
+
+// memProp is the server's checked CUmemAllocationProp fields for C.
+func memProp(p proto.MemProp) C.gm_memprop {
+	return C.gm_memprop{_type: C.uint(p.Type), handle_types: C.uint(p.HandleTypes), loc_type: C.uint(p.LocType),
+		loc_id: C.int(p.LocID), compression: C.uint(p.Compression), rdma: C.uint(p.GPUDirectRDMA), usage: C.uint(p.Usage)}
+}
+
+// accessDescs copies access descriptors for C; ok is false when there are
+// none or more than proto.MaxMemAccessDescs.
+func accessDescs(ds []proto.MemAccessDesc, out *[proto.MaxMemAccessDescs]C.gm_access) (n int, ok bool) {
+	if len(ds) == 0 || len(ds) > len(out) {
+		return 0, false
+	}
+	for i, d := range ds {
+		out[i] = C.gm_access{loc_type: C.uint(d.LocType), loc_id: C.int(d.LocID), flags: C.uint(d.Flags)}
+	}
+	return len(ds), true
+}
+
+// MemGetAllocationGranularity implements server.Backend.
+func (b *Backend) MemGetAllocationGranularity(prop proto.MemProp, option uint32) (uint64, proto.Result) {
+	var g C.size_t
+	p := memProp(prop)
+	r := C.gm_mem_granularity(b.t, &p, C.int(option), &g)
+	return uint64(g), res(r)
+}
+
+// MemAddressReserve implements server.Backend.
+func (b *Backend) MemAddressReserve(size, alignment uint64, addr proto.DevPtr, flags uint64) (proto.DevPtr, proto.Result) {
+	var p C.CUdeviceptr
+	r := C.gm_mem_address_reserve(b.t, C.size_t(size), C.size_t(alignment), C.CUdeviceptr(addr), C.ulonglong(flags), &p)
+	return proto.DevPtr(p), res(r)
+}
+
+// MemAddressFree implements server.Backend.
+func (b *Backend) MemAddressFree(p proto.DevPtr, size uint64) proto.Result {
+	return res(C.gm_mem_address_free(b.t, C.CUdeviceptr(p), C.size_t(size)))
+}
+
+// MemCreate implements server.Backend.
+func (b *Backend) MemCreate(size uint64, prop proto.MemProp, flags uint64) (uint64, proto.Result) {
+	var h C.ulonglong
+	p := memProp(prop)
+	r := C.gm_mem_create(b.t, C.size_t(size), &p, C.ulonglong(flags), &h)
+	return uint64(h), res(r)
+}
+
+// MemRelease implements server.Backend.
+func (b *Backend) MemRelease(h uint64) proto.Result {
+	return res(C.gm_mem_release(b.t, C.ulonglong(h)))
+}
+
+// MemMap implements server.Backend.
+func (b *Backend) MemMap(p proto.DevPtr, size, offset, h, flags uint64) proto.Result {
+	return res(C.gm_mem_map(b.t, C.CUdeviceptr(p), C.size_t(size), C.size_t(offset), C.ulonglong(h), C.ulonglong(flags)))
+}
+
+// MemUnmap implements server.Backend.
+func (b *Backend) MemUnmap(p proto.DevPtr, size uint64) proto.Result {
+	return res(C.gm_mem_unmap(b.t, C.CUdeviceptr(p), C.size_t(size)))
+}
+
+// MemSetAccess implements server.Backend.
+func (b *Backend) MemSetAccess(p proto.DevPtr, size uint64, descs []proto.MemAccessDesc) proto.Result {
+	var d [proto.MaxMemAccessDescs]C.gm_access
+	n, ok := accessDescs(descs, &d)
+	if !ok {
+		return proto.ErrInvalidValue
+	}
+	return res(C.gm_mem_set_access(b.t, C.CUdeviceptr(p), C.size_t(size), &d[0], C.size_t(n)))
+}
+
+// MemGetAccess implements server.Backend.
+func (b *Backend) MemGetAccess(locType uint32, locID int32, p proto.DevPtr) (uint64, proto.Result) {
+	var f C.ulonglong
+	r := C.gm_mem_get_access(b.t, C.int(locType), C.int(locID), C.CUdeviceptr(p), &f)
+	return uint64(f), res(r)
+}
+
+// MemPoolCreate implements server.Backend: a pool of pinned memory on a
+// device, without shareable handles, of at most props.MaxSize bytes (0:
+// the driver's default).
+func (b *Backend) MemPoolCreate(props proto.MemPoolProps) (uintptr, proto.Result) {
+	if props.AllocType != proto.MemAllocationTypePinned || props.LocType != proto.MemLocationTypeDevice ||
+		props.HandleTypes != proto.MemHandleTypeNone || props.Usage != 0 {
+		return 0, proto.ErrInvalidValue
+	}
+	var pool C.uintptr_t
+	r := C.gm_mem_pool_create(b.t, C.int(props.LocID), C.size_t(props.MaxSize), &pool)
+	return uintptr(pool), res(r)
+}
+
+// MemPoolDestroy implements server.Backend.
+func (b *Backend) MemPoolDestroy(pool uintptr) proto.Result {
+	return res(C.gm_mem_pool_destroy(b.t, C.uintptr_t(pool)))
+}
+
+// MemAllocFromPoolAsync implements server.Backend.
+func (b *Backend) MemAllocFromPoolAsync(n uint64, pool, stream uintptr) (proto.DevPtr, proto.Result) {
+	var p C.CUdeviceptr
+	r := C.gm_mem_alloc_from_pool(b.t, C.size_t(n), C.uintptr_t(pool), C.uintptr_t(stream), &p)
+	return proto.DevPtr(p), res(r)
+}
+
+// MemFreeAsync implements server.Backend.
+func (b *Backend) MemFreeAsync(p proto.DevPtr, stream uintptr) proto.Result {
+	return res(C.gm_mem_free_async(b.t, C.CUdeviceptr(p), C.uintptr_t(stream)))
+}
+
+// MemPoolSetAttribute implements server.Backend.
+func (b *Backend) MemPoolSetAttribute(pool uintptr, attr uint32, value uint64) proto.Result {
+	return res(C.gm_mem_pool_set_attribute(b.t, C.uintptr_t(pool), C.int(attr), C.ulonglong(value)))
+}
+
+// MemPoolGetAttribute implements server.Backend.
+func (b *Backend) MemPoolGetAttribute(pool uintptr, attr uint32) (uint64, proto.Result) {
+	var v C.ulonglong
+	r := C.gm_mem_pool_get_attribute(b.t, C.uintptr_t(pool), C.int(attr), &v)
+	return uint64(v), res(r)
+}
+
+// MemPoolTrimTo implements server.Backend.
+func (b *Backend) MemPoolTrimTo(pool uintptr, keep uint64) proto.Result {
+	return res(C.gm_mem_pool_trim(b.t, C.uintptr_t(pool), C.size_t(keep)))
+}
+
+// MemPoolSetAccess implements server.Backend.
+func (b *Backend) MemPoolSetAccess(pool uintptr, descs []proto.MemAccessDesc) proto.Result {
+	var d [proto.MaxMemAccessDescs]C.gm_access
+	n, ok := accessDescs(descs, &d)
+	if !ok {
+		return proto.ErrInvalidValue
+	}
+	return res(C.gm_mem_pool_set_access(b.t, C.uintptr_t(pool), &d[0], C.size_t(n)))
+}
+
+// MemPoolGetAccess implements server.Backend.
+func (b *Backend) MemPoolGetAccess(pool uintptr, locType uint32, locID int32) (uint32, proto.Result) {
+	var f C.int
+	r := C.gm_mem_pool_get_access(b.t, C.uintptr_t(pool), C.int(locType), C.int(locID), &f)
+	return uint32(f), res(r)
 }
 
 // DeviceCanAccessPeer implements server.Backend through

@@ -576,6 +576,198 @@ CUresult gm_ctx_get_limit(const gm_cuda *t, int limit, size_t *value)
 	return t->cuCtxGetLimit(value, limit);
 }
 
+CUresult gm_ctx_set_limit(const gm_cuda *t, int limit, size_t value)
+{
+	GM_OPTIONAL(cuCtxSetLimit, cuCtxSetLimit(limit, value));
+}
+
+/* ---- virtual memory management ---- */
+
+_Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp is 32 bytes");
+_Static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc is 12 bytes");
+_Static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes");
+
+/* prop_of builds a CUmemAllocationProp from the server's fields; the rest
+ * (Windows metadata, reserved bytes) is zero. */
+static void prop_of(CUmemAllocationProp *c, const gm_memprop *p)
+{
+	memset(c, 0, sizeof *c);
+	c->type = (int)p->type;
+	c->requestedHandleTypes = (int)p->handle_types;
+	c->location.type = (int)p->loc_type;
+	c->location.id = p->loc_id;
+	c->allocFlags.compressionType = (unsigned char)p->compression;
+	c->allocFlags.gpuDirectRDMACapable = (unsigned char)p->rdma;
+	c->allocFlags.usage = (unsigned short)p->usage;
+}
+
+/* descs_of builds CUmemAccessDesc records; 0 when there are too many. */
+static int descs_of(CUmemAccessDesc *c, const gm_access *d, size_t n)
+{
+	if (n == 0 || n > GM_MAX_ACCESS_DESCS)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		c[i].location.type = (int)d[i].loc_type;
+		c[i].location.id = d[i].loc_id;
+		c[i].flags = (int)d[i].flags;
+	}
+	return 1;
+}
+
+CUresult gm_mem_granularity(const gm_cuda *t, const gm_memprop *p, int option, size_t *g)
+{
+	CUmemAllocationProp c;
+	*g = 0;
+	if (t->cuMemGetAllocationGranularity == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	prop_of(&c, p);
+	return t->cuMemGetAllocationGranularity(g, &c, option);
+}
+
+CUresult gm_mem_address_reserve(const gm_cuda *t, size_t size, size_t align, CUdeviceptr addr,
+				unsigned long long flags, CUdeviceptr *p)
+{
+	*p = 0;
+	GM_OPTIONAL(cuMemAddressReserve, cuMemAddressReserve(p, size, align, addr, flags));
+}
+
+CUresult gm_mem_address_free(const gm_cuda *t, CUdeviceptr p, size_t size)
+{
+	GM_OPTIONAL(cuMemAddressFree, cuMemAddressFree(p, size));
+}
+
+CUresult gm_mem_create(const gm_cuda *t, size_t size, const gm_memprop *p, unsigned long long flags,
+		       unsigned long long *h)
+{
+	CUmemAllocationProp c;
+	*h = 0;
+	if (t->cuMemCreate == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	prop_of(&c, p);
+	return t->cuMemCreate(h, size, &c, flags);
+}
+
+CUresult gm_mem_release(const gm_cuda *t, unsigned long long h)
+{
+	GM_OPTIONAL(cuMemRelease, cuMemRelease(h));
+}
+
+CUresult gm_mem_map(const gm_cuda *t, CUdeviceptr p, size_t size, size_t offset, unsigned long long h,
+		    unsigned long long flags)
+{
+	GM_OPTIONAL(cuMemMap, cuMemMap(p, size, offset, h, flags));
+}
+
+CUresult gm_mem_unmap(const gm_cuda *t, CUdeviceptr p, size_t size)
+{
+	GM_OPTIONAL(cuMemUnmap, cuMemUnmap(p, size));
+}
+
+CUresult gm_mem_set_access(const gm_cuda *t, CUdeviceptr p, size_t size, const gm_access *d, size_t n)
+{
+	CUmemAccessDesc c[GM_MAX_ACCESS_DESCS];
+	if (t->cuMemSetAccess == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	if (!descs_of(c, d, n))
+		return GM_CUDA_ERROR_INVALID_VALUE;
+	return t->cuMemSetAccess(p, size, c, n);
+}
+
+CUresult gm_mem_get_access(const gm_cuda *t, int loc_type, int loc_id, CUdeviceptr p, unsigned long long *flags)
+{
+	CUmemLocation loc = {loc_type, loc_id};
+	*flags = 0;
+	GM_OPTIONAL(cuMemGetAccess, cuMemGetAccess(flags, &loc, p));
+}
+
+/* ---- memory pools ---- */
+
+CUresult gm_mem_pool_create(const gm_cuda *t, int loc_id, size_t max_size, uintptr_t *pool)
+{
+	CUmemPoolProps props;
+	CUmemoryPool p = NULL;
+	*pool = 0;
+	if (t->cuMemPoolCreate == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	memset(&props, 0, sizeof props);
+	props.allocType = 1;	 /* CU_MEM_ALLOCATION_TYPE_PINNED */
+	props.location.type = 1; /* CU_MEM_LOCATION_TYPE_DEVICE */
+	props.location.id = loc_id;
+	props.maxSize = max_size;
+	CUresult r = t->cuMemPoolCreate(&p, &props);
+	*pool = (uintptr_t)p;
+	return r;
+}
+
+CUresult gm_mem_pool_destroy(const gm_cuda *t, uintptr_t pool)
+{
+	GM_OPTIONAL(cuMemPoolDestroy, cuMemPoolDestroy((CUmemoryPool)pool));
+}
+
+CUresult gm_mem_alloc_from_pool(const gm_cuda *t, size_t n, uintptr_t pool, uintptr_t s, CUdeviceptr *p)
+{
+	*p = 0;
+	GM_OPTIONAL(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync(p, n, (CUmemoryPool)pool, (CUstream)s));
+}
+
+CUresult gm_mem_free_async(const gm_cuda *t, CUdeviceptr p, uintptr_t s)
+{
+	GM_OPTIONAL(cuMemFreeAsync, cuMemFreeAsync(p, (CUstream)s));
+}
+
+/* pool_attr_is_int: CUmemPool_attribute 1 to 3 (the reuse policies) are
+ * ints; the others cuuint64_t. */
+static int pool_attr_is_int(int attr)
+{
+	return attr >= 1 && attr <= 3;
+}
+
+CUresult gm_mem_pool_set_attribute(const gm_cuda *t, uintptr_t pool, int attr, unsigned long long value)
+{
+	int i = (int)value;
+	if (t->cuMemPoolSetAttribute == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	if (pool_attr_is_int(attr))
+		return t->cuMemPoolSetAttribute((CUmemoryPool)pool, attr, &i);
+	return t->cuMemPoolSetAttribute((CUmemoryPool)pool, attr, &value);
+}
+
+CUresult gm_mem_pool_get_attribute(const gm_cuda *t, uintptr_t pool, int attr, unsigned long long *value)
+{
+	int i = 0;
+	CUresult r;
+	*value = 0;
+	if (t->cuMemPoolGetAttribute == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	if (!pool_attr_is_int(attr))
+		return t->cuMemPoolGetAttribute((CUmemoryPool)pool, attr, value);
+	r = t->cuMemPoolGetAttribute((CUmemoryPool)pool, attr, &i);
+	*value = (unsigned long long)(unsigned int)i;
+	return r;
+}
+
+CUresult gm_mem_pool_trim(const gm_cuda *t, uintptr_t pool, size_t keep)
+{
+	GM_OPTIONAL(cuMemPoolTrimTo, cuMemPoolTrimTo((CUmemoryPool)pool, keep));
+}
+
+CUresult gm_mem_pool_set_access(const gm_cuda *t, uintptr_t pool, const gm_access *d, size_t n)
+{
+	CUmemAccessDesc c[GM_MAX_ACCESS_DESCS];
+	if (t->cuMemPoolSetAccess == NULL)
+		return GM_CUDA_ERROR_NOT_SUPPORTED;
+	if (!descs_of(c, d, n))
+		return GM_CUDA_ERROR_INVALID_VALUE;
+	return t->cuMemPoolSetAccess((CUmemoryPool)pool, c, n);
+}
+
+CUresult gm_mem_pool_get_access(const gm_cuda *t, uintptr_t pool, int loc_type, int loc_id, int *flags)
+{
+	CUmemLocation loc = {loc_type, loc_id};
+	*flags = 0;
+	GM_OPTIONAL(cuMemPoolGetAccess, cuMemPoolGetAccess(flags, (CUmemoryPool)pool, &loc));
+}
+
 /* ---- several devices ---- */
 
 CUresult gm_device_can_access_peer(const gm_cuda *t, int dev, int peer, int *can)

@@ -89,6 +89,54 @@ typedef struct CUlaunchConfig_st {
 	CUlaunchAttribute *attrs;
 	unsigned int numAttrs;
 } CUlaunchConfig;
+/* Virtual memory management and memory pools (cuda.h, CUDA 12/13). */
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUmemLocation_st {
+	int type; /* CUmemLocationType */
+	int id;
+} CUmemLocation;
+typedef struct CUmemAllocationProp_st {
+	int type;		  /* CUmemAllocationType */
+	int requestedHandleTypes; /* CUmemAllocationHandleType */
+	CUmemLocation location;
+	void *win32HandleMetaData;
+	struct {
+		unsigned char compressionType;
+		unsigned char gpuDirectRDMACapable;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} allocFlags;
+} CUmemAllocationProp;
+typedef struct CUmemAccessDesc_st {
+	CUmemLocation location;
+	int flags; /* CUmemAccess_flags */
+} CUmemAccessDesc;
+typedef struct CUmemPoolProps_st {
+	int allocType;
+	int handleTypes;
+	CUmemLocation location;
+	void *win32SecurityAttributes;
+	size_t maxSize;
+	unsigned short usage;
+	unsigned char reserved[54];
+} CUmemPoolProps;
+
+/* A CUmemAllocationProp's fields as the server checked them (proto.MemProp). */
+typedef struct gm_memprop {
+	unsigned int type, handle_types, loc_type;
+	int loc_id;
+	unsigned int compression, rdma, usage;
+} gm_memprop;
+/* A CUmemAccessDesc's fields (proto.MemAccessDesc). */
+typedef struct gm_access {
+	unsigned int loc_type;
+	int loc_id;
+	unsigned int flags;
+} gm_access;
+/* GM_MAX_ACCESS_DESCS bounds the descriptors of one call (proto.MaxMemAccessDescs). */
+#define GM_MAX_ACCESS_DESCS 64
+
 /* GM_MAX_LAUNCH_ATTRS bounds the attributes of one call (proto.MaxLaunchAttrs). */
 #define GM_MAX_LAUNCH_ATTRS 32
 #define GM_CUDA_SUCCESS 0
@@ -166,7 +214,26 @@ typedef struct CUlaunchConfig_st {
 	O(cuLaunchKernelEx)                                                    \
 	O(cuOccupancyMaxActiveClusters)                                        \
 	O(cuOccupancyMaxPotentialClusterSize)                                  \
-	O(cuCtxGetLimit)                                                        \
+	O(cuCtxGetLimit)                                                       \
+	O(cuCtxSetLimit)                                                       \
+	O(cuMemGetAllocationGranularity)                                       \
+	O(cuMemAddressReserve)                                                 \
+	O(cuMemAddressFree)                                                    \
+	O(cuMemCreate)                                                         \
+	O(cuMemRelease)                                                        \
+	O(cuMemMap)                                                            \
+	O(cuMemUnmap)                                                          \
+	O(cuMemSetAccess)                                                      \
+	O(cuMemGetAccess)                                                      \
+	O(cuMemPoolCreate)                                                     \
+	O(cuMemPoolDestroy)                                                    \
+	O(cuMemAllocFromPoolAsync)                                             \
+	O(cuMemFreeAsync)                                                      \
+	O(cuMemPoolSetAttribute)                                               \
+	O(cuMemPoolGetAttribute)                                               \
+	O(cuMemPoolTrimTo)                                                     \
+	O(cuMemPoolSetAccess)                                                  \
+	O(cuMemPoolGetAccess)                                                  \
 	O(cuDeviceCanAccessPeer)                                               \
 	O(cuDeviceGetP2PAttribute)                                             \
 	O(cuCtxEnablePeerAccess)                                               \
@@ -267,6 +334,28 @@ typedef struct gm_cuda {
 	CUresult (*cuOccupancyMaxActiveClusters)(int *n, CUfunction fn, const CUlaunchConfig *config);
 	CUresult (*cuOccupancyMaxPotentialClusterSize)(int *n, CUfunction fn, const CUlaunchConfig *config);
 	CUresult (*cuCtxGetLimit)(size_t *value, int limit);
+	CUresult (*cuCtxSetLimit)(int limit, size_t value);
+	CUresult (*cuMemGetAllocationGranularity)(size_t *granularity, const CUmemAllocationProp *prop, int option);
+	CUresult (*cuMemAddressReserve)(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+					unsigned long long flags);
+	CUresult (*cuMemAddressFree)(CUdeviceptr ptr, size_t size);
+	CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+				unsigned long long flags);
+	CUresult (*cuMemRelease)(CUmemGenericAllocationHandle handle);
+	CUresult (*cuMemMap)(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+			     unsigned long long flags);
+	CUresult (*cuMemUnmap)(CUdeviceptr ptr, size_t size);
+	CUresult (*cuMemSetAccess)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
+	CUresult (*cuMemGetAccess)(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
+	CUresult (*cuMemPoolCreate)(CUmemoryPool *pool, const CUmemPoolProps *props);
+	CUresult (*cuMemPoolDestroy)(CUmemoryPool pool);
+	CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s);
+	CUresult (*cuMemFreeAsync)(CUdeviceptr dptr, CUstream s);
+	CUresult (*cuMemPoolSetAttribute)(CUmemoryPool pool, int attr, void *value);
+	CUresult (*cuMemPoolGetAttribute)(CUmemoryPool pool, int attr, void *value);
+	CUresult (*cuMemPoolTrimTo)(CUmemoryPool pool, size_t minBytesToKeep);
+	CUresult (*cuMemPoolSetAccess)(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count);
+	CUresult (*cuMemPoolGetAccess)(int *flags, CUmemoryPool pool, CUmemLocation *location);
 	CUresult (*cuDeviceCanAccessPeer)(int *can, CUdevice dev, CUdevice peer);
 	/* attrib: a CUdevice_P2PAttribute, int-sized */
 	CUresult (*cuDeviceGetP2PAttribute)(int *value, int attrib, CUdevice src, CUdevice dst);
@@ -404,6 +493,34 @@ CUresult gm_occupancy_smem(const gm_cuda *t, uintptr_t fn, int blocks, int block
  * into an aligned array before use. which: 0 max active clusters, 1 max
  * potential cluster size. */
 CUresult gm_ctx_get_limit(const gm_cuda *t, int limit, size_t *value);
+CUresult gm_ctx_set_limit(const gm_cuda *t, int limit, size_t value);
+
+/* Virtual memory management and memory pools: CUDA_ERROR_NOT_SUPPORTED
+ * where the driver lacks them. Access descriptors are n gm_access records
+ * (at most GM_MAX_ACCESS_DESCS). Pool attributes 1 to 3 are ints in CUDA,
+ * the others 64-bit: value is widened either way. */
+CUresult gm_mem_granularity(const gm_cuda *t, const gm_memprop *p, int option, size_t *g);
+CUresult gm_mem_address_reserve(const gm_cuda *t, size_t size, size_t align, CUdeviceptr addr,
+				unsigned long long flags, CUdeviceptr *p);
+CUresult gm_mem_address_free(const gm_cuda *t, CUdeviceptr p, size_t size);
+CUresult gm_mem_create(const gm_cuda *t, size_t size, const gm_memprop *p, unsigned long long flags,
+		       unsigned long long *h);
+CUresult gm_mem_release(const gm_cuda *t, unsigned long long h);
+CUresult gm_mem_map(const gm_cuda *t, CUdeviceptr p, size_t size, size_t offset, unsigned long long h,
+		    unsigned long long flags);
+CUresult gm_mem_unmap(const gm_cuda *t, CUdeviceptr p, size_t size);
+CUresult gm_mem_set_access(const gm_cuda *t, CUdeviceptr p, size_t size, const gm_access *d, size_t n);
+CUresult gm_mem_get_access(const gm_cuda *t, int loc_type, int loc_id, CUdeviceptr p, unsigned long long *flags);
+CUresult gm_mem_pool_create(const gm_cuda *t, int loc_id, size_t max_size, uintptr_t *pool);
+CUresult gm_mem_pool_destroy(const gm_cuda *t, uintptr_t pool);
+CUresult gm_mem_alloc_from_pool(const gm_cuda *t, size_t n, uintptr_t pool, uintptr_t s, CUdeviceptr *p);
+CUresult gm_mem_free_async(const gm_cuda *t, CUdeviceptr p, uintptr_t s);
+CUresult gm_mem_pool_set_attribute(const gm_cuda *t, uintptr_t pool, int attr, unsigned long long value);
+CUresult gm_mem_pool_get_attribute(const gm_cuda *t, uintptr_t pool, int attr, unsigned long long *value);
+CUresult gm_mem_pool_trim(const gm_cuda *t, uintptr_t pool, size_t keep);
+CUresult gm_mem_pool_set_access(const gm_cuda *t, uintptr_t pool, const gm_access *d, size_t n);
+CUresult gm_mem_pool_get_access(const gm_cuda *t, uintptr_t pool, int loc_type, int loc_id, int *flags);
+
 CUresult gm_launch_ex(const gm_cuda *t, uintptr_t fn, const unsigned int *dims, uintptr_t s, const void *attrs,
 		      unsigned int nattrs, void *params, size_t nparams);
 CUresult gm_cluster_occupancy(const gm_cuda *t, int which, uintptr_t fn, const unsigned int *dims, uintptr_t s,

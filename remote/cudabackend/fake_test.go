@@ -44,6 +44,14 @@ type fakeState struct {
 	LastName                                                               [64]byte
 	ModuleHead                                                             [64]byte
 	LaunchBuf                                                              [4096]byte
+	VMMCalls                                                               uint64
+	LastProp                                                               [7]uint64
+	LastSize, LastAlign, LastAddr, LastFlags, LastHandle, LastOffset       uint64
+	LastAccess                                                             [6]uint64
+	LastAccessCount                                                        uint64
+	LastPoolProps                                                          [6]uint64
+	LastAttr, LastAttrValue                                                uint64
+	LastLimit, LastLimitValue                                              uint64
 	PeerQueries, LastPeerDev, LastPeerAttr                                 uint64
 	PeerEnables, PeerDisables, LastPeerCtx, LastPeerFlags                  uint64
 	PeerCopies, PeerCopiesAsync, LastDstCtx, LastSrcCtx                    uint64
@@ -704,6 +712,26 @@ func TestFakeOptionalSymbols(t *testing.T) {
 		want(t, "OccupancyMaxPotentialClusterSize", r, proto.ErrNotSupported)
 		_, r = b.CtxGetLimit(0)
 		want(t, "CtxGetLimit", r, proto.ErrNotSupported)
+		// Nor virtual memory management, pools or cuCtxSetLimit.
+		prop := proto.MemProp{Type: 1, LocType: 1}
+		rw := []proto.MemAccessDesc{{LocType: 1, Flags: 3}}
+		_, r = b.MemGetAllocationGranularity(prop, 0)
+		want(t, "MemGetAllocationGranularity", r, proto.ErrNotSupported)
+		_, r = b.MemAddressReserve(2<<20, 0, 0, 0)
+		want(t, "MemAddressReserve", r, proto.ErrNotSupported)
+		_, r = b.MemCreate(2<<20, prop, 0)
+		want(t, "MemCreate", r, proto.ErrNotSupported)
+		want(t, "MemMap", b.MemMap(1<<40, 2<<20, 0, 1, 0), proto.ErrNotSupported)
+		want(t, "MemSetAccess", b.MemSetAccess(1<<40, 2<<20, rw), proto.ErrNotSupported)
+		want(t, "MemUnmap", b.MemUnmap(1<<40, 2<<20), proto.ErrNotSupported)
+		want(t, "MemRelease", b.MemRelease(1), proto.ErrNotSupported)
+		want(t, "MemAddressFree", b.MemAddressFree(1<<40, 2<<20), proto.ErrNotSupported)
+		_, r = b.MemPoolCreate(proto.MemPoolProps{AllocType: 1, LocType: 1})
+		want(t, "MemPoolCreate", r, proto.ErrNotSupported)
+		_, r = b.MemAllocFromPoolAsync(1, 1, 0)
+		want(t, "MemAllocFromPoolAsync", r, proto.ErrNotSupported)
+		want(t, "MemFreeAsync", b.MemFreeAsync(1, 0), proto.ErrNotSupported)
+		want(t, "CtxSetLimit", b.CtxSetLimit(2, 1<<20), proto.ErrNotSupported)
 		// Nor the peer calls.
 		_, r = b.DeviceCanAccessPeer(0, 1)
 		want(t, "DeviceCanAccessPeer", r, proto.ErrNotSupported)
@@ -733,6 +761,78 @@ func TestFakeOptionalSymbols(t *testing.T) {
 		_, r = b.GraphInstantiate(1, 0)
 		want(t, "GraphInstantiate", r, proto.ErrNotSupported)
 		want(t, "GraphLaunch", b.GraphLaunch(1, 0), proto.ErrNotSupported)
+		ok(t, "CtxDestroy", b.CtxDestroy(ctx))
+	})
+}
+
+// TestFakeVirtualMemoryAndPools: the glue of the virtual memory, pool and
+// limit calls hands the driver CUDA's structs, with the server's fields in
+// place, and widens the pool attributes by their size.
+func TestFakeVirtualMemoryAndPools(t *testing.T) {
+	b, st := openFake(t)
+	withContext(t, b, func(ctx uintptr) {
+		prop := proto.MemProp{Type: 1, LocType: 1, LocID: 1, GPUDirectRDMA: 1}
+		g, r := b.MemGetAllocationGranularity(prop, proto.MemGranularityRecommended)
+		ok(t, "MemGetAllocationGranularity", r)
+		eq(t, "granularity", g, 2<<20)
+		eq(t, "prop", st.LastProp, [7]uint64{1, 0, 1, 1, 0, 1, 0})
+		p, r := b.MemAddressReserve(8<<20, 2<<20, 0x1234, 0)
+		ok(t, "MemAddressReserve", r)
+		eq(t, "reserved size, alignment, hint", [3]uint64{st.LastSize, st.LastAlign, st.LastAddr}, [3]uint64{8 << 20, 2 << 20, 0x1234})
+		h, r := b.MemCreate(2<<20, proto.MemProp{Type: 1, LocType: 1, LocID: 0, Usage: 0}, 0)
+		ok(t, "MemCreate", r)
+		eq(t, "created prop", st.LastProp, [7]uint64{1, 0, 1, 0, 0, 0, 0})
+		ok(t, "MemMap", b.MemMap(p+2<<20, 2<<20, 0, h, 0))
+		eq(t, "mapped at, handle", [2]uint64{st.LastAddr, st.LastHandle}, [2]uint64{uint64(p) + 2<<20, h})
+		descs := []proto.MemAccessDesc{{LocType: 1, LocID: 0, Flags: 3}, {LocType: 1, LocID: 1, Flags: 1}}
+		ok(t, "MemSetAccess", b.MemSetAccess(p, 4<<20, descs))
+		eq(t, "access", st.LastAccess, [6]uint64{1, 0, 3, 1, 1, 1})
+		eq(t, "descriptors", st.LastAccessCount, 2)
+		want(t, "MemSetAccess without descriptors", b.MemSetAccess(p, 4<<20, nil), proto.ErrInvalidValue)
+		want(t, "MemSetAccess with too many", b.MemSetAccess(p, 4<<20, make([]proto.MemAccessDesc, proto.MaxMemAccessDescs+1)), proto.ErrInvalidValue)
+		f, r := b.MemGetAccess(1, 1, p)
+		ok(t, "MemGetAccess", r)
+		eq(t, "access flags", f, 3)
+		eq(t, "asked location", [2]uint64{st.LastAccess[0], st.LastAccess[1]}, [2]uint64{1, 1})
+		ok(t, "MemUnmap", b.MemUnmap(p+2<<20, 2<<20))
+		ok(t, "MemRelease", b.MemRelease(h))
+		eq(t, "released", st.LastHandle, h)
+		ok(t, "MemAddressFree", b.MemAddressFree(p, 8<<20))
+
+		pool, r := b.MemPoolCreate(proto.MemPoolProps{AllocType: 1, LocType: 1, LocID: 1, MaxSize: 64 << 20})
+		ok(t, "MemPoolCreate", r)
+		eq(t, "pool props", st.LastPoolProps, [6]uint64{1, 0, 1, 1, 64 << 20, 0})
+		_, r = b.MemPoolCreate(proto.MemPoolProps{AllocType: 1, LocType: 1, HandleTypes: 1})
+		want(t, "MemPoolCreate with a shareable handle", r, proto.ErrInvalidValue)
+		s, r := b.StreamCreate(0)
+		ok(t, "StreamCreate", r)
+		d, r := b.MemAllocFromPoolAsync(4096, pool, s)
+		ok(t, "MemAllocFromPoolAsync", r)
+		eq(t, "allocated on", st.LastStream, uint64(s))
+		ok(t, "MemFreeAsync", b.MemFreeAsync(d, s))
+		eq(t, "freed", st.LastAddr, uint64(d))
+		ok(t, "MemPoolSetAttribute (int)", b.MemPoolSetAttribute(pool, proto.MemPoolReuseAllowOpportunistic, 0))
+		eq(t, "int attribute", [2]uint64{st.LastAttr, st.LastAttrValue}, [2]uint64{2, 0})
+		ok(t, "MemPoolSetAttribute (u64)", b.MemPoolSetAttribute(pool, proto.MemPoolReleaseThreshold, 1<<40))
+		eq(t, "u64 attribute", st.LastAttrValue, 1<<40)
+		v, r := b.MemPoolGetAttribute(pool, proto.MemPoolReuseFollowEventDependencies)
+		ok(t, "MemPoolGetAttribute (int)", r)
+		eq(t, "int attribute read", v, 1)
+		v, r = b.MemPoolGetAttribute(pool, proto.MemPoolUsedMemHigh)
+		ok(t, "MemPoolGetAttribute (u64)", r)
+		eq(t, "u64 attribute read", v, 0x123456789)
+		ok(t, "MemPoolTrimTo", b.MemPoolTrimTo(pool, 77))
+		eq(t, "kept", st.LastSize, 77)
+		ok(t, "MemPoolSetAccess", b.MemPoolSetAccess(pool, descs[1:]))
+		eq(t, "pool access", [3]uint64{st.LastAccess[0], st.LastAccess[1], st.LastAccess[2]}, [3]uint64{1, 1, 1})
+		pf, r := b.MemPoolGetAccess(pool, 1, 0)
+		ok(t, "MemPoolGetAccess", r)
+		eq(t, "pool access flags", pf, 1)
+		ok(t, "MemPoolDestroy", b.MemPoolDestroy(pool))
+		ok(t, "StreamDestroy", b.StreamDestroy(s))
+
+		ok(t, "CtxSetLimit", b.CtxSetLimit(2, 32<<20))
+		eq(t, "limit", [2]uint64{st.LastLimit, st.LastLimitValue}, [2]uint64{2, 32 << 20})
 		ok(t, "CtxDestroy", b.CtxDestroy(ctx))
 	})
 }

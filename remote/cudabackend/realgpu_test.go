@@ -364,6 +364,101 @@ func TestGPUSessions(t *testing.T) {
 	eq(t, "contexts known", left, 0)
 }
 
+// TestGPUVirtualMemoryAndPools: the expandable-segment and stream-ordered
+// sequences on the driver, a pool's maximum size honoured, and what
+// raising each limit costs in device memory against gpumux's estimate
+// (remote/server/ctxlimit.go), logged for docs/remote.md.
+func TestGPUVirtualMemoryAndPools(t *testing.T) {
+	b := openGPU(t)
+	onGPUThread(t, b, func(ctx uintptr) {
+		prop := proto.MemProp{Type: proto.MemAllocationTypePinned, LocType: proto.MemLocationTypeDevice}
+		g, r := b.MemGetAllocationGranularity(prop, proto.MemGranularityRecommended)
+		ok(t, "MemGetAllocationGranularity", r)
+		t.Logf("granularity %d", g)
+		va, r := b.MemAddressReserve(8*g, 0, 0, 0)
+		ok(t, "MemAddressReserve", r)
+		var hs []uint64
+		for i := range 2 {
+			h, r := b.MemCreate(g, prop, 0)
+			ok(t, "MemCreate", r)
+			ok(t, "MemMap", b.MemMap(va+proto.DevPtr(uint64(i)*g), g, 0, h, 0))
+			hs = append(hs, h)
+		}
+		rw := []proto.MemAccessDesc{{LocType: proto.MemLocationTypeDevice, Flags: proto.MemAccessReadWrite}}
+		ok(t, "MemSetAccess", b.MemSetAccess(va, 2*g, rw))
+		f, r := b.MemGetAccess(proto.MemLocationTypeDevice, 0, va)
+		ok(t, "MemGetAccess", r)
+		eq(t, "access", f, uint64(proto.MemAccessReadWrite))
+		// A copy across the two mappings, and a kernel on them.
+		src := pattern(1<<20, 5)
+		dst := make([]byte, len(src))
+		at := va + proto.DevPtr(g) - 1<<19
+		ok(t, "MemcpyHtoD", b.MemcpyHtoD(at, src, 0, false))
+		ok(t, "MemcpyDtoH", b.MemcpyDtoH(dst, at, 0))
+		if !bytes.Equal(dst, src) {
+			t.Fatal("a round trip across mappings differs")
+		}
+		mod, r := b.ModuleLoadData([]byte(fillPTX))
+		ok(t, "ModuleLoadData", r)
+		fn, r := b.ModuleGetFunction(mod, "fill")
+		ok(t, "ModuleGetFunction", r)
+		ok(t, "LaunchKernel on mappings", b.LaunchKernel(fn, [3]uint32{4, 1, 1}, [3]uint32{256, 1, 1}, 0, 0, params(at, 9, 1024)))
+		ok(t, "CtxSynchronize", b.CtxSynchronize())
+		ok(t, "MemcpyDtoH", b.MemcpyDtoH(dst[:4096], at, 0))
+		eq(t, "word written by the kernel", binary.LittleEndian.Uint32(dst[4092:]), 9)
+		ok(t, "ModuleUnload", b.ModuleUnload(mod))
+		ok(t, "MemUnmap of both", b.MemUnmap(va, 2*g))
+		for _, h := range hs {
+			ok(t, "MemRelease", b.MemRelease(h))
+		}
+		ok(t, "MemAddressFree", b.MemAddressFree(va, 8*g))
+
+		// A pool of at most 64 MiB.
+		pool, r := b.MemPoolCreate(proto.MemPoolProps{AllocType: 1, LocType: 1, MaxSize: 64 << 20})
+		ok(t, "MemPoolCreate", r)
+		s, r := b.StreamCreate(1)
+		ok(t, "StreamCreate", r)
+		d, r := b.MemAllocFromPoolAsync(48<<20, pool, s)
+		ok(t, "MemAllocFromPoolAsync", r)
+		_, r = b.MemAllocFromPoolAsync(32<<20, pool, s)
+		t.Logf("an allocation past the pool's maximum size: %v", r)
+		if r == proto.Success {
+			t.Error("the pool's maximum size is not honoured")
+		}
+		ok(t, "MemPoolSetAttribute(release threshold)", b.MemPoolSetAttribute(pool, proto.MemPoolReleaseThreshold, 1<<40))
+		ok(t, "MemFreeAsync", b.MemFreeAsync(d, s))
+		ok(t, "StreamSynchronize", b.StreamSynchronize(s))
+		res, r := b.MemPoolGetAttribute(pool, proto.MemPoolReservedMemCurrent)
+		ok(t, "MemPoolGetAttribute(reserved)", r)
+		ok(t, "MemPoolTrimTo", b.MemPoolTrimTo(pool, 0))
+		after, r := b.MemPoolGetAttribute(pool, proto.MemPoolReservedMemCurrent)
+		ok(t, "MemPoolGetAttribute(reserved)", r)
+		t.Logf("pool reserved %d after the free, %d after trimming", res, after)
+		reuse, r := b.MemPoolGetAttribute(pool, proto.MemPoolReuseAllowOpportunistic)
+		ok(t, "MemPoolGetAttribute(reuse)", r)
+		eq(t, "reuse opportunistic", reuse, 1)
+		ok(t, "StreamDestroy", b.StreamDestroy(s))
+		ok(t, "MemPoolDestroy", b.MemPoolDestroy(pool))
+
+		// What each limit costs: the drop in free memory.
+		for _, l := range []struct {
+			limit uint32
+			name  string
+			value uint64
+		}{{0, "stack size", 4096}, {1, "printf FIFO", 64 << 20}, {2, "malloc heap", 256 << 20}, {4, "pending launches", 32768}} {
+			before, _, r := b.MemGetInfo()
+			ok(t, "MemGetInfo", r)
+			old, r := b.CtxGetLimit(l.limit)
+			ok(t, "CtxGetLimit", r)
+			ok(t, "CtxSetLimit "+l.name, b.CtxSetLimit(l.limit, l.value))
+			free, _, r := b.MemGetInfo()
+			ok(t, "MemGetInfo", r)
+			t.Logf("%s %d -> %d: free memory %d -> %d (%d MiB)", l.name, old, l.value, before, free, (int64(before)-int64(free))>>20)
+			ok(t, "CtxSetLimit back", b.CtxSetLimit(l.limit, old))
+		}
+	})
+}
+
 // TestGPUPeers needs two GPUs (skipped with one): the peer calls on
 // contexts of devices 0 and 1, peer copies both ways with the data
 // compared, and a kernel of device 0 writing device 1's memory once peer

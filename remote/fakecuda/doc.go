@@ -34,6 +34,29 @@
 // address faults on a GPU. Unlike a GPU, the fault is not sticky: the
 // context keeps working.
 //
+// # Virtual memory and pools
+//
+// MemAddressReserve hands out ranges no allocation will get; MemCreate
+// makes physical memory (counted as used on its device until it is both
+// released and unmapped); MemMap maps a whole physical allocation into a
+// reservation, and every mapping of one allocation shares its bytes. Sizes
+// and mapped addresses are multiples of Granularity (2 MiB). Copies and
+// memsets may run across adjacent mappings, and need the access
+// MemSetAccess granted the current context's device (read for reading,
+// read-write for writing). A mapping belongs to the context current when it
+// was made: that context's kernels see it, like its allocations, and those
+// of contexts that enabled peer access to it, and only where the mapping
+// grants their device access (stricter than CUDA, where access alone
+// decides). A mapping is memory of its physical allocation's device: a
+// copy between it and another device's memory is a peer copy.
+//
+// Pools reserve device memory in PoolChunk steps up to their maximum size,
+// keep freed memory up to their release threshold (released at each free,
+// where CUDA releases at synchronization), and trim on MemPoolTrimTo. A
+// destroyed pool's allocations stay valid until freed. CtxSetLimit records
+// a context's limits (the stack size rounded up to 16 bytes), which
+// CtxGetLimit answers.
+//
 // # Modules
 //
 // ModuleLoadData accepts a text image, optionally followed by NUL bytes

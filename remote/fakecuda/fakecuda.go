@@ -53,6 +53,9 @@ type Backend struct {
 	nextID  uintptr
 
 	mem      addressSpace
+	reserved map[uint64]*reservation // by base
+	phys     map[uint64]*physical
+	pools    map[uintptr]*pool
 	launches []Launch
 	implicit int
 
@@ -75,9 +78,10 @@ type device struct {
 }
 
 type context struct {
-	id    uintptr
-	dev   *device
-	flags uint32
+	id     uintptr
+	dev    *device
+	flags  uint32
+	limits map[uint32]uint64 // CtxSetLimit's values
 	// peers are the contexts whose memory this one's kernels may access
 	// (CtxEnablePeerAccess).
 	peers map[*context]bool
@@ -114,8 +118,11 @@ func New(opts ...Option) (*Backend, error) {
 		modes:    map[int]int32{},
 		// Raw object values look nothing like the server's handles
 		// (0x1000...), so a test notices one leaking through.
-		nextID: 0x5eed_0000_0000,
-		mem:    newAddressSpace(),
+		nextID:   0x5eed_0000_0000,
+		mem:      newAddressSpace(),
+		reserved: map[uint64]*reservation{},
+		phys:     map[uint64]*physical{},
+		pools:    map[uintptr]*pool{},
 	}
 	for i := range cfg.devices {
 		sum := sha256.Sum256(fmt.Appendf(nil, "gpumux-fakecuda/device/%d", i))
@@ -251,7 +258,14 @@ func (b *Backend) CtxDestroy(ctx uintptr) proto.Result {
 		return proto.ErrInvalidContext
 	}
 	for _, a := range b.mem.owned(c) {
-		if a.module == nil {
+		switch {
+		case a.phys != nil: // a mapping: the device's, not the context's
+			continue
+		case a.pool != nil:
+			b.implicit++
+			b.poolFree(a)
+			continue
+		case a.module == nil:
 			b.implicit++
 		}
 		b.mem.remove(a)
@@ -330,9 +344,16 @@ func (b *Backend) CtxSynchronize() proto.Result {
 // Stats counts the fake's live objects.
 type Stats struct {
 	Contexts, Allocations, Modules, Functions, Streams, Events int
-	// AllocatedBytes is the size of the live MemAlloc allocations (module
-	// globals excluded).
+	// AllocatedBytes is the size of the live MemAlloc and pool allocations
+	// (module globals and mappings excluded).
 	AllocatedBytes uint64
+	// Virtual memory: reservations, physical allocations (and their
+	// bytes) and mappings.
+	Reservations, Physical, Mappings int
+	PhysicalBytes                    uint64
+	// Pools counts the live pools (destroyed ones with live allocations
+	// included).
+	Pools int
 	// ImplicitFrees counts the allocations, modules, streams and events
 	// that CtxDestroy freed because they were still alive.
 	ImplicitFrees int
@@ -359,10 +380,22 @@ func (b *Backend) Stats() Stats {
 		GraphExecs:         len(b.execs),
 		Captures:           len(b.live),
 	}
+	s.Reservations, s.Physical, s.Pools = len(b.reserved), len(b.phys), len(b.pools)
+	for _, ph := range b.phys {
+		s.PhysicalBytes += ph.size
+	}
+	dying := map[*pool]bool{}
 	for _, a := range b.mem.allocs {
-		if a.module == nil {
+		switch {
+		case a.phys != nil:
+			s.Mappings++
+		case a.module == nil:
 			s.Allocations++
 			s.AllocatedBytes += a.size
+			if a.pool != nil && a.pool.destroyed && !dying[a.pool] {
+				dying[a.pool] = true
+				s.Pools++
+			}
 		}
 	}
 	return s

@@ -355,3 +355,120 @@ func TestStreamsAndEvents(t *testing.T) {
 		}
 	})
 }
+
+// TestVirtualMemoryAliases: two mappings of one physical allocation share
+// its bytes; memory without read-write access is refused to copies; the
+// memory goes with the last of its release and its mappings.
+func TestVirtualMemoryAliases(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b, err := New(WithMemory(64 << 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Init()
+	ctx, _ := b.CtxCreate(0, 0)
+	b.CtxSetCurrent(ctx)
+	must := func(what string, r proto.Result) {
+		t.Helper()
+		if r != proto.Success {
+			t.Fatalf("%s: %v", what, r)
+		}
+	}
+	prop := proto.MemProp{Type: proto.MemAllocationTypePinned, LocType: proto.MemLocationTypeDevice}
+	va, r := b.MemAddressReserve(4*Granularity, 0, 0, 0)
+	must("MemAddressReserve", r)
+	h, r := b.MemCreate(Granularity, prop, 0)
+	must("MemCreate", r)
+	must("MemMap", b.MemMap(va, Granularity, 0, h, 0))
+	must("MemMap again", b.MemMap(va+2*Granularity, Granularity, 0, h, 0))
+	if r := b.MemcpyHtoD(va+8, []byte("x"), 0, false); r != proto.ErrInvalidValue {
+		t.Errorf("a copy before access was set: %v", r)
+	}
+	rw := []proto.MemAccessDesc{{LocType: proto.MemLocationTypeDevice, Flags: accessReadWrite}}
+	ro := []proto.MemAccessDesc{{LocType: proto.MemLocationTypeDevice, Flags: accessRead}}
+	must("MemSetAccess", b.MemSetAccess(va, Granularity, rw))
+	must("MemSetAccess read-only", b.MemSetAccess(va+2*Granularity, Granularity, ro))
+	must("MemcpyHtoD", b.MemcpyHtoD(va+8, []byte("shared"), 0, false))
+	got := make([]byte, 6)
+	must("MemcpyDtoH through the other mapping", b.MemcpyDtoH(got, va+2*Granularity+8, 0))
+	if string(got) != "shared" {
+		t.Errorf("the second mapping reads %q", got)
+	}
+	if r := b.MemcpyHtoD(va+2*Granularity, []byte("x"), 0, false); r != proto.ErrInvalidValue {
+		t.Errorf("a write through a read-only mapping: %v", r)
+	}
+	if r := b.MemMap(va+Granularity, 2*Granularity, 0, h, 0); r != proto.ErrInvalidValue {
+		t.Errorf("a mapping larger than the allocation: %v", r)
+	}
+	must("MemRelease", b.MemRelease(h))
+	if st := b.Stats(); st.Physical != 1 || st.Mappings != 2 {
+		t.Errorf("after the release %+v, want the memory kept for its mappings", st)
+	}
+	must("MemUnmap", b.MemUnmap(va, Granularity))
+	must("MemUnmap", b.MemUnmap(va+2*Granularity, Granularity))
+	if st := b.Stats(); st.Physical != 0 || st.Mappings != 0 {
+		t.Errorf("after the last unmap %+v", st)
+	}
+	if free, total, _ := b.MemGetInfo(); free != total {
+		t.Errorf("free %d of %d after everything went", free, total)
+	}
+	must("MemAddressFree", b.MemAddressFree(va, 4*Granularity))
+	must("CtxDestroy", b.CtxDestroy(ctx))
+}
+
+// TestPoolReleaseThreshold: a pool keeps freed memory up to its release
+// threshold, within its maximum size, and trims on demand.
+func TestPoolReleaseThreshold(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b, err := New(WithMemory(64 << 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Init()
+	ctx, _ := b.CtxCreate(0, 0)
+	b.CtxSetCurrent(ctx)
+	pool, r := b.MemPoolCreate(proto.MemPoolProps{AllocType: 1, LocType: 1, MaxSize: 8 << 20})
+	if r != proto.Success {
+		t.Fatal(r)
+	}
+	attr := func(a uint32) uint64 {
+		v, r := b.MemPoolGetAttribute(pool, a)
+		if r != proto.Success {
+			t.Fatal(r)
+		}
+		return v
+	}
+	p, r := b.MemAllocFromPoolAsync(3<<20, pool, 0)
+	if r != proto.Success {
+		t.Fatal(r)
+	}
+	if _, r := b.MemAllocFromPoolAsync(6<<20, pool, 0); r != proto.ErrOutOfMemory {
+		t.Errorf("past the pool's maximum size: %v", r)
+	}
+	b.MemFreeAsync(p, 0)
+	if got := attr(proto.MemPoolReservedMemCurrent); got != 0 {
+		t.Errorf("reserved %d after a free with no threshold, want 0", got)
+	}
+	b.MemPoolSetAttribute(pool, proto.MemPoolReleaseThreshold, 1<<40)
+	p, _ = b.MemAllocFromPoolAsync(3<<20, pool, 0)
+	b.MemFreeAsync(p, 0)
+	if got := attr(proto.MemPoolReservedMemCurrent); got != 4<<20 {
+		t.Errorf("reserved %d after a free under a threshold, want 4 MiB kept", got)
+	}
+	if got := attr(proto.MemPoolUsedMemHigh); got != 3<<20 {
+		t.Errorf("used high-water mark %d, want 3 MiB", got)
+	}
+	b.MemPoolTrimTo(pool, 0)
+	if got := attr(proto.MemPoolReservedMemCurrent); got != 0 {
+		t.Errorf("reserved %d after trimming, want 0", got)
+	}
+	if r := b.MemPoolDestroy(pool); r != proto.Success {
+		t.Fatal(r)
+	}
+	if st := b.Stats(); st.Pools != 0 {
+		t.Errorf("%d pools after the destroy", st.Pools)
+	}
+	b.CtxDestroy(ctx)
+}

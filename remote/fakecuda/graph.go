@@ -725,11 +725,11 @@ func (b *Backend) runOp(c *context, o op, s uintptr) proto.Result {
 	case opCopy:
 		return b.runCopy(o.copy, false)
 	case opHostCopy:
-		a, off, found := b.mem.find(o.dst, uint64(len(o.data)))
+		reg, found := b.mem.region(o.dst, uint64(len(o.data)))
 		if !found {
 			return proto.ErrIllegalAddress
 		}
-		a.write(off, o.data)
+		reg.writeAt(0, o.data)
 	case opEventRecord:
 		if b.events[o.ev.id] == o.ev {
 			o.ev.recorded = time.Now()
@@ -752,12 +752,12 @@ func (b *Backend) runMemset(o op, check bool) proto.Result {
 	}
 	n := o.width * uint64(o.elem)
 	for y := range o.height {
-		a, off, found := b.mem.find(o.dst+y*o.pitch, n)
+		reg, found := b.mem.region(o.dst+y*o.pitch, n)
 		if !found {
 			return proto.ErrIllegalAddress
 		}
 		if !check {
-			a.fill(off, n, pat)
+			reg.fill(pat)
 		}
 	}
 	return proto.Success
@@ -777,14 +777,14 @@ func (b *Backend) runCopy(c proto.Copy3D, check bool) proto.Result {
 		for y := range c.Height {
 			src := c.Src + ((c.SrcZ+z)*c.SrcHeight+c.SrcY+y)*c.SrcPitch + c.SrcX
 			dst := c.Dst + ((c.DstZ+z)*c.DstHeight+c.DstY+y)*c.DstPitch + c.DstX
-			sa, soff, ok1 := b.mem.find(src, c.Width)
-			da, doff, ok2 := b.mem.find(dst, c.Width)
+			sr, ok1 := b.mem.region(src, c.Width)
+			dr, ok2 := b.mem.region(dst, c.Width)
 			if !ok1 || !ok2 {
 				return proto.ErrIllegalAddress
 			}
 			if !check {
-				sa.read(soff, buf)
-				da.write(doff, buf)
+				sr.readAt(0, buf)
+				dr.writeAt(0, buf)
 			}
 		}
 	}

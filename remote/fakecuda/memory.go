@@ -19,8 +19,12 @@ const (
 type allocation struct {
 	base, size uint64
 	ctx        *context
-	module     *module // set for a module global
-	pages      map[uint64][]byte
+	module     *module   // set for a module global
+	pool       *pool     // set for an allocation from a pool
+	phys       *physical // set for a mapping (MemMap); pages are its pages
+	// access is a mapping's access by device index (MemSetAccess).
+	access map[int32]uint32
+	pages  map[uint64][]byte
 }
 
 // addressSpace holds the live allocations sorted by address; the caller
@@ -44,6 +48,33 @@ func (s *addressSpace) add(size uint64, ctx *context, m *module) (*allocation, b
 	a := &allocation{base: base, size: size, ctx: ctx, module: m, pages: map[uint64][]byte{}}
 	s.allocs = append(s.allocs, a) // addresses only grow: stays sorted
 	return a, true
+}
+
+// reserve takes size bytes of addresses, aligned to align (a power of
+// two, at least addrAlign), that no allocation will ever get.
+func (s *addressSpace) reserve(size, align uint64) (uint64, bool) {
+	align = max(align, addrAlign)
+	base := (s.next + align - 1) &^ (align - 1)
+	end := base + size
+	if size > addrLimit || base < s.next || end < base || end+addrGap > addrLimit {
+		return 0, false
+	}
+	s.next = end + addrGap
+	return base, true
+}
+
+// insert adds an allocation at its own address (a mapping in a
+// reservation), keeping the list sorted; false if it overlaps one.
+func (s *addressSpace) insert(a *allocation) bool {
+	i := sort.Search(len(s.allocs), func(i int) bool { return s.allocs[i].base >= a.base })
+	if i > 0 && s.allocs[i-1].base+s.allocs[i-1].size > a.base ||
+		i < len(s.allocs) && s.allocs[i].base < a.base+a.size {
+		return false
+	}
+	s.allocs = append(s.allocs, nil)
+	copy(s.allocs[i+1:], s.allocs[i:])
+	s.allocs[i] = a
+	return true
 }
 
 func (s *addressSpace) remove(a *allocation) {
@@ -75,6 +106,100 @@ func (s *addressSpace) exact(p uint64) *allocation {
 		return nil
 	}
 	return a
+}
+
+// piece is the part of a range that lies in one allocation.
+type piece struct {
+	a      *allocation
+	off, n uint64
+}
+
+// region is a range of device memory: one allocation's bytes, or bytes of
+// mappings that follow each other without a gap.
+type region []piece
+
+// region returns the pieces of [p, p+n); n may be 0 (p must still lie
+// inside).
+func (s *addressSpace) region(p, n uint64) (region, bool) {
+	if a, off, ok := s.find(p, n); ok {
+		return region{{a, off, n}}, true
+	}
+	var r region
+	for at, end := p, p+n; at < end; {
+		a, off, ok := s.find(at, 0)
+		if !ok || a.phys == nil || end < p {
+			return nil, false
+		}
+		k := min(end-at, a.size-off)
+		r = append(r, piece{a, off, k})
+		at += k
+	}
+	return r, len(r) > 0
+}
+
+// allows reports whether every mapping of r grants device d access
+// need (accessRead or accessReadWrite).
+func (r region) allows(d int32, need uint32) bool {
+	for _, pc := range r {
+		if pc.a.phys != nil && pc.a.access[d]&need != need {
+			return false
+		}
+	}
+	return true
+}
+
+// device returns the device whose memory r is (for a mapping, its
+// physical allocation's device), or nil when its pieces lie on several.
+func (r region) device() *device {
+	var d *device
+	for _, pc := range r {
+		pd := pc.a.ctx.dev
+		if pc.a.phys != nil {
+			pd = pc.a.phys.dev
+		}
+		if d != nil && pd != d {
+			return nil
+		}
+		d = pd
+	}
+	return d
+}
+
+// readAt copies len(dst) bytes from offset off of the region.
+func (r region) readAt(off uint64, dst []byte) {
+	r.each(off, uint64(len(dst)), func(a *allocation, aoff, i, k uint64) { a.read(aoff, dst[i:i+k]) })
+}
+
+// writeAt copies src to offset off of the region.
+func (r region) writeAt(off uint64, src []byte) {
+	r.each(off, uint64(len(src)), func(a *allocation, aoff, i, k uint64) { a.write(aoff, src[i:i+k]) })
+}
+
+// fill fills the whole region with pat (see allocation.fill); pieces
+// after the first start 4-aligned.
+func (r region) fill(pat [4]byte) {
+	for _, pc := range r {
+		pc.a.fill(pc.off, pc.n, pat)
+	}
+}
+
+// each calls f for every allocation part of [off, off+n) of the region:
+// the allocation, the offset in it, the offset in [off, off+n) and the
+// length.
+func (r region) each(off, n uint64, f func(a *allocation, aoff, i, k uint64)) {
+	var i uint64
+	for _, pc := range r {
+		if n == 0 {
+			return
+		}
+		if off >= pc.n {
+			off -= pc.n
+			continue
+		}
+		k := min(n, pc.n-off)
+		f(pc.a, pc.off+off, i, k)
+		i, n, off = i+k, n-k, 0
+	}
 }
 
 func (s *addressSpace) owned(c *context) []*allocation {
@@ -171,8 +296,15 @@ func (b *Backend) MemFree(p proto.DevPtr) proto.Result {
 		return r
 	}
 	a := b.mem.exact(uint64(p))
-	if a == nil || a.module != nil {
+	if a == nil || a.module != nil || a.phys != nil {
 		return proto.ErrInvalidValue
+	}
+	if a.pool != nil {
+		if a.pool.dev != c.dev {
+			return proto.ErrInvalidContext
+		}
+		b.poolFree(a)
+		return proto.Success
 	}
 	if a.ctx != c {
 		return proto.ErrInvalidContext
@@ -196,22 +328,23 @@ func (b *Backend) MemGetInfo() (free, total uint64, r proto.Result) {
 	return c.dev.total - c.dev.used, c.dev.total, proto.Success
 }
 
-// span checks a current context, stream s and the range [p, p+n), and
-// returns the capture s takes part in (nil: none); the caller holds mu.
-func (b *Backend) span(p proto.DevPtr, n uint64, s uintptr) (*allocation, uint64, *streamCapture, proto.Result) {
+// span checks a current context, stream s and the range [p, p+n), which
+// mappings must grant the context's device access need, and returns the
+// capture s takes part in (nil: none); the caller holds mu.
+func (b *Backend) span(p proto.DevPtr, n uint64, s uintptr, need uint32) (region, *streamCapture, proto.Result) {
 	c, r := b.cur()
 	if r != proto.Success {
-		return nil, 0, nil, r
+		return nil, nil, r
 	}
 	if r := b.checkStream(c, s); r != proto.Success {
-		return nil, 0, nil, r
+		return nil, nil, r
 	}
-	a, off, ok := b.mem.find(uint64(p), n)
-	if !ok {
-		return nil, 0, nil, proto.ErrInvalidValue
+	reg, ok := b.mem.region(uint64(p), n)
+	if !ok || !reg.allows(c.dev.index, need) {
+		return nil, nil, proto.ErrInvalidValue
 	}
 	sc, r := b.capturing(c, s)
-	return a, off, sc, r
+	return reg, sc, r
 }
 
 // MemcpyHtoD copies src to dst. In a capture it records a copy of the
@@ -221,14 +354,14 @@ func (b *Backend) span(p proto.DevPtr, n uint64, s uintptr) (*allocation, uint64
 func (b *Backend) MemcpyHtoD(dst proto.DevPtr, src []byte, stream uintptr, async bool) proto.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	a, off, sc, r := b.span(dst, uint64(len(src)), stream)
+	reg, sc, r := b.span(dst, uint64(len(src)), stream, accessReadWrite)
 	if r != proto.Success {
 		return r
 	}
 	if sc != nil {
 		return b.record(sc, op{kind: opHostCopy, dst: uint64(dst), data: append([]byte(nil), src...)})
 	}
-	a.write(off, src)
+	reg.writeAt(0, src)
 	return proto.Success
 }
 
@@ -237,14 +370,14 @@ func (b *Backend) MemcpyHtoD(dst proto.DevPtr, src []byte, stream uintptr, async
 func (b *Backend) MemcpyDtoH(dst []byte, src proto.DevPtr, stream uintptr) proto.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	a, off, sc, r := b.span(src, uint64(len(dst)), stream)
+	reg, sc, r := b.span(src, uint64(len(dst)), stream, accessRead)
 	if r != proto.Success {
 		return r
 	}
 	if sc != nil {
 		return b.refuse(sc, proto.ErrStreamCaptureUnsupported)
 	}
-	a.read(off, dst)
+	reg.readAt(0, dst)
 	return proto.Success
 }
 
@@ -252,15 +385,15 @@ func (b *Backend) MemcpyDtoH(dst []byte, src proto.DevPtr, stream uintptr) proto
 func (b *Backend) MemcpyDtoD(dst, src proto.DevPtr, n uint64, stream uintptr, async bool) proto.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	da, doff, _, r := b.span(dst, n, stream)
+	dr, _, r := b.span(dst, n, stream, accessReadWrite)
 	if r != proto.Success {
 		return r
 	}
-	sa, soff, sc, r := b.span(src, n, stream)
+	sr, sc, r := b.span(src, n, stream, accessRead)
 	if r != proto.Success {
 		return r
 	}
-	if da.ctx.dev != sa.ctx.dev {
+	if d := dr.device(); d == nil || d != sr.device() {
 		// CUDA's unified addressing would copy between devices here;
 		// the server must ask for a peer copy (MemcpyPeer) instead.
 		return proto.ErrInvalidValue
@@ -268,18 +401,18 @@ func (b *Backend) MemcpyDtoD(dst, src proto.DevPtr, n uint64, stream uintptr, as
 	if sc != nil {
 		return b.record(sc, op{kind: opCopy, copy: proto.Copy3D{Src: uint64(src), Dst: uint64(dst), Width: n, Height: 1, Depth: 1}})
 	}
-	copyAlloc(da, doff, sa, soff, n)
+	copyRegion(dr, sr, n)
 	return proto.Success
 }
 
-// copyAlloc copies n bytes from offset soff of sa to offset doff of da.
-func copyAlloc(da *allocation, doff uint64, sa *allocation, soff uint64, n uint64) {
+// copyRegion copies n bytes from the start of sr to the start of dr.
+func copyRegion(dr, sr region, n uint64) {
 	buf := make([]byte, min(n, 1<<20))
-	for n > 0 {
-		k := min(n, uint64(len(buf)))
-		sa.read(soff, buf[:k])
-		da.write(doff, buf[:k])
-		n, soff, doff = n-k, soff+k, doff+k
+	for off := uint64(0); off < n; {
+		k := min(n-off, uint64(len(buf)))
+		sr.readAt(off, buf[:k])
+		dr.writeAt(off, buf[:k])
+		off += k
 	}
 }
 
@@ -287,14 +420,14 @@ func copyAlloc(da *allocation, doff uint64, sa *allocation, soff uint64, n uint6
 func (b *Backend) MemsetD8(dst proto.DevPtr, v uint8, n uint64, stream uintptr, async bool) proto.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	a, off, sc, r := b.span(dst, n, stream)
+	reg, sc, r := b.span(dst, n, stream, accessReadWrite)
 	if r != proto.Success {
 		return r
 	}
 	if sc != nil {
 		return b.record(sc, op{kind: opMemset, dst: uint64(dst), value: uint32(v), elem: 1, width: n, height: 1})
 	}
-	a.fill(off, n, [4]byte{v, v, v, v})
+	reg.fill([4]byte{v, v, v, v})
 	return proto.Success
 }
 
@@ -305,13 +438,13 @@ func (b *Backend) MemsetD32(dst proto.DevPtr, v uint32, n uint64, stream uintptr
 	if dst%4 != 0 || n > (1<<62) {
 		return proto.ErrInvalidValue
 	}
-	a, off, sc, r := b.span(dst, 4*n, stream)
+	reg, sc, r := b.span(dst, 4*n, stream, accessReadWrite)
 	if r != proto.Success {
 		return r
 	}
 	if sc != nil {
 		return b.record(sc, op{kind: opMemset, dst: uint64(dst), value: v, elem: 4, width: n, height: 1})
 	}
-	a.fill(off, 4*n, [4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)})
+	reg.fill([4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)})
 	return proto.Success
 }

@@ -626,14 +626,21 @@ func (b *Backend) run(c *context, k kernelDef, params []byte) proto.Result {
 		copy(v, params[p.offset:p.offset+p.size])
 		return binary.LittleEndian.Uint64(v)
 	}
-	// span returns the bytes [p, p+n) of an allocation c's kernels may
-	// access.
-	span := func(p, n uint64) (*allocation, uint64, bool) {
-		a, off, ok := b.mem.find(p, n)
-		if !ok || !c.canReach(a.ctx) {
-			return nil, 0, false
+	// span returns the bytes [p, p+n) that c's kernels may access with
+	// need: each piece lies in memory of c or of a peer whose access c
+	// enabled (allocations and mappings alike), and mappings grant c's
+	// device need (cuMemSetAccess).
+	span := func(p, n uint64, need uint32) (region, bool) {
+		reg, ok := b.mem.region(p, n)
+		if !ok || !reg.allows(c.dev.index, need) {
+			return nil, false
 		}
-		return a, off, true
+		for _, pc := range reg {
+			if !c.canReach(pc.a.ctx) {
+				return nil, false
+			}
+		}
+		return reg, true
 	}
 	switch k.name {
 	case Fault.Name:
@@ -643,17 +650,17 @@ func (b *Backend) run(c *context, k kernelDef, params []byte) proto.Result {
 		if n > math.MaxUint64/4 {
 			return proto.ErrIllegalAddress
 		}
-		a, off, ok := span(dst, 4*n)
+		reg, ok := span(dst, 4*n, accessReadWrite)
 		if !ok || dst%4 != 0 {
 			return proto.ErrIllegalAddress
 		}
-		a.fill(off, 4*n, [4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)})
+		reg.fill([4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)})
 	case VecAddF32.Name:
 		n := arg(3) & 0xffffffff
 		pa, pb, pc := arg(0), arg(1), arg(2)
-		aa, aoff, ok1 := span(pa, 4*n)
-		ba, boff, ok2 := span(pb, 4*n)
-		ca, coff, ok3 := span(pc, 4*n)
+		aa, ok1 := span(pa, 4*n, accessRead)
+		ba, ok2 := span(pb, 4*n, accessRead)
+		ca, ok3 := span(pc, 4*n, accessReadWrite)
 		if !ok1 || !ok2 || !ok3 || (pa|pb|pc)%4 != 0 {
 			return proto.ErrIllegalAddress
 		}
@@ -661,14 +668,14 @@ func (b *Backend) run(c *context, k kernelDef, params []byte) proto.Result {
 		x, y := make([]byte, 4*chunk), make([]byte, 4*chunk)
 		for i := uint64(0); i < n; i += chunk {
 			m := min(n-i, chunk)
-			aa.read(aoff+4*i, x[:4*m])
-			ba.read(boff+4*i, y[:4*m])
+			aa.readAt(4*i, x[:4*m])
+			ba.readAt(4*i, y[:4*m])
 			for j := range m {
 				s := math.Float32frombits(binary.LittleEndian.Uint32(x[4*j:])) +
 					math.Float32frombits(binary.LittleEndian.Uint32(y[4*j:]))
 				binary.LittleEndian.PutUint32(x[4*j:], math.Float32bits(s))
 			}
-			ca.write(coff+4*i, x[:4*m])
+			ca.writeAt(4*i, x[:4*m])
 		}
 	}
 	return proto.Success
@@ -679,18 +686,46 @@ func (b *Backend) run(c *context, k kernelDef, params []byte) proto.Result {
 // granularity, persisting L2 cache size.
 var Limits = map[uint32]uint64{0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 64, 6: 0}
 
-// CtxGetLimit answers from Limits for the current context; another limit
-// is CUDA_ERROR_INVALID_VALUE (CUDA's CUDA_ERROR_UNSUPPORTED_LIMIT is
-// 215).
+// CtxGetLimit answers the current context's value: what CtxSetLimit set,
+// else Limits; another limit is CUDA_ERROR_INVALID_VALUE (CUDA's
+// CUDA_ERROR_UNSUPPORTED_LIMIT is 215).
 func (b *Backend) CtxGetLimit(limit uint32) (uint64, proto.Result) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, r := b.cur(); r != proto.Success {
+	c, r := b.cur()
+	if r != proto.Success {
 		return 0, r
+	}
+	if v, set := c.limits[limit]; set {
+		return v, proto.Success
 	}
 	v, ok := Limits[limit]
 	if !ok {
 		return 0, proto.ErrInvalidValue
 	}
 	return v, proto.Success
+}
+
+// CtxSetLimit sets a limit of the current context: any of Limits but the
+// device runtime's sync depth (3), which CUDA 12's device runtime no
+// longer has (CUDA_ERROR_UNSUPPORTED_LIMIT). The stack size is rounded up
+// to 16 bytes, as drivers round it.
+func (b *Backend) CtxSetLimit(limit uint32, value uint64) proto.Result {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c, r := b.cur()
+	if r != proto.Success {
+		return r
+	}
+	if _, ok := Limits[limit]; !ok || limit == 3 {
+		return proto.ErrUnsupportedLimit
+	}
+	if limit == 0 {
+		value = (value + 15) &^ 15
+	}
+	if c.limits == nil {
+		c.limits = map[uint32]uint64{}
+	}
+	c.limits[limit] = value
+	return proto.Success
 }

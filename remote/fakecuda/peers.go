@@ -114,7 +114,8 @@ func (b *Backend) CtxDisablePeerAccess(peer uintptr) proto.Result {
 
 // MemcpyPeer copies n bytes from src, memory on srcCtx's device, to dst,
 // memory on dstCtx's device, on a stream of the current context. Memory of
-// another device than the context named is CUDA_ERROR_INVALID_VALUE.
+// another device than the context named, or a mapping that does not grant
+// that device access, is CUDA_ERROR_INVALID_VALUE.
 func (b *Backend) MemcpyPeer(dst proto.DevPtr, dstCtx uintptr, src proto.DevPtr, srcCtx uintptr, n uint64, stream uintptr, async bool) proto.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -129,12 +130,13 @@ func (b *Backend) MemcpyPeer(dst proto.DevPtr, dstCtx uintptr, src proto.DevPtr,
 	if dc == nil || sc == nil {
 		return proto.ErrInvalidContext
 	}
-	da, doff, ok1 := b.mem.find(uint64(dst), n)
-	sa, soff, ok2 := b.mem.find(uint64(src), n)
-	if !ok1 || !ok2 || da.ctx.dev != dc.dev || sa.ctx.dev != sc.dev {
+	dr, ok1 := b.mem.region(uint64(dst), n)
+	sr, ok2 := b.mem.region(uint64(src), n)
+	if !ok1 || !ok2 || dr.device() != dc.dev || sr.device() != sc.dev ||
+		!dr.allows(dc.dev.index, accessReadWrite) || !sr.allows(sc.dev.index, accessRead) {
 		return proto.ErrInvalidValue
 	}
-	copyAlloc(da, doff, sa, soff, n)
+	copyRegion(dr, sr, n)
 	return proto.Success
 }
 

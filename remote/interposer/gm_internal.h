@@ -129,6 +129,7 @@ void gm_set_thread_capture_mode(int mode);
 	X(cuMemHostUnregister)                               \
 	X(cuPointerGetAttribute)                             \
 	X(cuPointerGetAttributes)                            \
+	X(cuMemHostGetDevicePointer_v2)                      \
 	X(cuDeviceGetP2PAttribute)                           \
 	X(cuMemcpyPeer_ptds)                                 \
 	X(cuMemcpyPeerAsync_ptsz)
@@ -179,6 +180,21 @@ void gm_set_thread_capture_mode(int mode);
 	X(cuGraphExecDestroy)                                \
 	X(cuGraphExecKernelNodeSetParams)                    \
 	X(cuGraphExecKernelNodeSetParams_v2)
+/* The entry points of gm_mem.c that cuGetProcAddress hands out. */
+#define GM_MEM_PROCS(X)                  \
+	X(cuCtxSetLimit)                 \
+	X(cuMemGetAllocationGranularity) \
+	X(cuMemSetAccess)                \
+	X(cuMemGetAccess)                \
+	X(cuMemRetainAllocationHandle)   \
+	X(cuMemAllocAsync_ptsz)          \
+	X(cuMemFreeAsync_ptsz)           \
+	X(cuMemAllocFromPoolAsync_ptsz)  \
+	X(cuMemPoolCreate)               \
+	X(cuMemPoolSetAttribute)         \
+	X(cuMemPoolGetAttribute)         \
+	X(cuMemPoolSetAccess)            \
+	X(cuMemPoolGetAccess)
 
 /* Fork handlers of gm_more.c (its host allocation table's lock). */
 void gm_more_atfork_prepare(void);

@@ -69,8 +69,8 @@ GM_EXPORT CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int
  * it to the server whatever it is. CU_MEMHOSTALLOC_DEVICEMAP and
  * CU_MEMHOSTREGISTER_DEVICEMAP are accepted (frameworks and cuDNN ask for
  * them as a matter of course), but the remote GPU cannot reach the
- * client's memory: cuMemHostGetDevicePointer stays unsupported, and a
- * pointer's device address (cuPointerGetAttribute) is none. */
+ * client's memory: cuMemHostGetDevicePointer is CUDA_ERROR_NOT_SUPPORTED
+ * (below), and a pointer's device address (cuPointerGetAttribute) is none. */
 
 struct gm_host {
 	char *p;
@@ -218,6 +218,22 @@ GM_EXPORT CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p)
 		*pFlags = h->flags;
 	pthread_mutex_unlock(&gm_host_mu);
 	return h != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* cuMemHostGetDevicePointer: a device address for this process's
+ * page-locked memory (zero-copy access from kernels). The remote GPU is in
+ * another machine or process: it cannot reach memory of this one, so there
+ * is no such address to give. CUDA_ERROR_NOT_SUPPORTED, said once. */
+GM_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+	static unsigned char once;
+	if (pdptr == NULL || p == NULL || Flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (gm_first(&once))
+		gm_log("cuMemHostGetDevicePointer: a remote GPU cannot map this process's host memory "
+		       "(zero-copy); it returns CUDA_ERROR_NOT_SUPPORTED");
+	gm_debug_local("cuMemHostGetDevicePointer_v2", CUDA_ERROR_NOT_SUPPORTED);
+	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 /* ---- pointer attributes ----

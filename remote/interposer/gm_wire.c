@@ -284,6 +284,17 @@ void gm_put_bytes(gm_msg *m, const void *b, size_t n)
 	}
 }
 
+void gm_put_memprop(gm_msg *m, const CUmemAllocationProp *p)
+{
+	gm_put_u32(m, (uint32_t)p->type);
+	gm_put_u32(m, (uint32_t)p->requestedHandleTypes);
+	gm_put_u32(m, (uint32_t)p->location.type);
+	gm_put_u32(m, (uint32_t)p->location.id);
+	gm_put_u32(m, p->allocFlags.compressionType);
+	gm_put_u32(m, p->allocFlags.gpuDirectRDMACapable);
+	gm_put_u32(m, p->allocFlags.usage);
+}
+
 void gm_stream_in(gm_msg *m, const void *p, uint64_t n)
 {
 	m->in = p;
@@ -336,6 +347,18 @@ void gm_get_raw(gm_msg *m, void *dst, size_t n)
 		memcpy(dst, p, n);
 	else
 		memset(dst, 0, n);
+}
+
+void gm_get_memprop(gm_msg *m, CUmemAllocationProp *p)
+{
+	memset(p, 0, sizeof *p);
+	p->type = (CUmemAllocationType)gm_get_u32(m);
+	p->requestedHandleTypes = (CUmemAllocationHandleType)gm_get_u32(m);
+	p->location.type = (CUmemLocationType)gm_get_u32(m);
+	p->location.id = (int)gm_get_u32(m);
+	p->allocFlags.compressionType = (unsigned char)gm_get_u32(m);
+	p->allocFlags.gpuDirectRDMACapable = (unsigned char)gm_get_u32(m);
+	p->allocFlags.usage = (unsigned short)gm_get_u32(m);
 }
 
 void gm_get_str(gm_msg *m, char *dst, int len)

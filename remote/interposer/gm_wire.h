@@ -51,6 +51,8 @@ void gm_put_u32(gm_msg *m, uint32_t v);
 void gm_put_u64(gm_msg *m, uint64_t v);
 void gm_put_str(gm_msg *m, const char *s);
 void gm_put_bytes(gm_msg *m, const void *p, size_t n);
+/* A CUmemAllocationProp's fields (remote/proto/memory.go's MemProp). */
+void gm_put_memprop(gm_msg *m, const CUmemAllocationProp *p);
 /* Host memory streamed to the server after the call frame. */
 void gm_stream_in(gm_msg *m, const void *p, uint64_t n);
 /* Host memory the server streams back before the reply. */
@@ -76,6 +78,8 @@ void gm_get_raw(gm_msg *m, void *dst, size_t n);
 /* Copies length-prefixed bytes into dst (cap bytes) and their length into
  * *len; more than cap is a malformed reply. */
 void gm_get_blob(gm_msg *m, void *dst, size_t cap, size_t *len);
+/* Fills *p from a MemProp (its other bytes zero). */
+void gm_get_memprop(gm_msg *m, CUmemAllocationProp *p);
 /* Copies a string into dst (len bytes), truncated and NUL-terminated. */
 void gm_get_str(gm_msg *m, char *dst, int len);
 /* CUDA_SUCCESS if every get was in bounds and nothing is left over. */

@@ -28,6 +28,7 @@
 GM_GENERATED_EXPORTS(GM_DECLARE)
 GM_MORE_PROCS(GM_DECLARE)
 GM_GRAPH_PROCS(GM_DECLARE)
+GM_MEM_PROCS(GM_DECLARE)
 #undef GM_DECLARE
 #endif
 
@@ -1228,6 +1229,7 @@ static const gm_proc gm_manual_procs[] = {
 	GM_PROC(cuOccupancyMaxPotentialClusterSize)
 	GM_MORE_PROCS(GM_PROC)
 	GM_GRAPH_PROCS(GM_PROC)
+	GM_MEM_PROCS(GM_PROC)
 };
 
 /* The CUDA version that introduced each name where the suffix rule
@@ -1341,6 +1343,32 @@ static const struct {
 	{"cuCtxGetLimit", 3010},
 	{"cuOccupancyMaxActiveClusters", 11070},
 	{"cuOccupancyMaxPotentialClusterSize", 11070},
+	{"cuCtxSetLimit", 3010},
+	{"cuMemHostGetDevicePointer_v2", 3020},
+	{"cuMemGetAllocationGranularity", 10020},
+	{"cuMemAddressReserve", 10020},
+	{"cuMemAddressFree", 10020},
+	{"cuMemCreate", 10020},
+	{"cuMemRelease", 10020},
+	{"cuMemMap", 10020},
+	{"cuMemUnmap", 10020},
+	{"cuMemSetAccess", 10020},
+	{"cuMemGetAccess", 10020},
+	{"cuMemGetAllocationPropertiesFromHandle", 10020},
+	{"cuMemRetainAllocationHandle", 11000},
+	{"cuMemAllocAsync", 11020},
+	{"cuMemFreeAsync", 11020},
+	{"cuMemAllocFromPoolAsync", 11020},
+	{"cuDeviceGetDefaultMemPool", 11020},
+	{"cuDeviceGetMemPool", 11020},
+	{"cuDeviceSetMemPool", 11020},
+	{"cuMemPoolCreate", 11020},
+	{"cuMemPoolDestroy", 11020},
+	{"cuMemPoolSetAttribute", 11020},
+	{"cuMemPoolGetAttribute", 11020},
+	{"cuMemPoolTrimTo", 11020},
+	{"cuMemPoolSetAccess", 11020},
+	{"cuMemPoolGetAccess", 11020},
 };
 
 static int gm_proc_version(const char *name)

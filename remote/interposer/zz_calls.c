@@ -49,6 +49,8 @@ const char *gm_op_name(int op)
 		return "cuCtxGetStreamPriorityRange";
 	case 30:
 		return "cuCtxGetLimit";
+	case 31:
+		return "cuCtxSetLimit";
 	case 40:
 		return "cuMemAlloc_v2";
 	case 41:
@@ -135,6 +137,54 @@ const char *gm_op_name(int op)
 		return "cuStreamIsCapturing";
 	case 95:
 		return "cuEventRecordWithFlags";
+	case 130:
+		return "cuMemGetAllocationGranularity";
+	case 131:
+		return "cuMemAddressReserve";
+	case 132:
+		return "cuMemAddressFree";
+	case 133:
+		return "cuMemCreate";
+	case 134:
+		return "cuMemRelease";
+	case 135:
+		return "cuMemMap";
+	case 136:
+		return "cuMemUnmap";
+	case 137:
+		return "cuMemSetAccess";
+	case 138:
+		return "cuMemGetAccess";
+	case 139:
+		return "cuMemRetainAllocationHandle";
+	case 140:
+		return "cuMemGetAllocationPropertiesFromHandle";
+	case 150:
+		return "cuMemAllocAsync";
+	case 151:
+		return "cuMemFreeAsync";
+	case 152:
+		return "cuMemAllocFromPoolAsync";
+	case 153:
+		return "cuDeviceGetDefaultMemPool";
+	case 154:
+		return "cuDeviceGetMemPool";
+	case 155:
+		return "cuDeviceSetMemPool";
+	case 156:
+		return "cuMemPoolCreate";
+	case 157:
+		return "cuMemPoolDestroy";
+	case 158:
+		return "cuMemPoolSetAttribute";
+	case 159:
+		return "cuMemPoolGetAttribute";
+	case 160:
+		return "cuMemPoolTrimTo";
+	case 161:
+		return "cuMemPoolSetAccess";
+	case 162:
+		return "cuMemPoolGetAccess";
 	case 170:
 		return "cuDeviceCanAccessPeer";
 	case 171:
@@ -559,6 +609,18 @@ CUresult gm_rpc_cuCtxGetLimit(size_t *pvalue, unsigned int limit)
 		*pvalue = (size_t)gm_get_u64(&q);
 		r = gm_reply_done(&q);
 	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuCtxSetLimit(unsigned int limit, size_t value)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuCtxSetLimit, GM_SYNC);
+	gm_put_u32(&q, (uint32_t)limit);
+	gm_put_u64(&q, (uint64_t)value);
+	r = gm_call(&q);
 	gm_msg_free(&q);
 	return r;
 }
@@ -1449,6 +1511,464 @@ CUresult gm_rpc_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigne
 GM_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
 	return gm_rpc_cuEventRecordWithFlags(hEvent, hStream, flags);
+}
+
+CUresult gm_rpc_cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, unsigned int option)
+{
+	gm_msg q;
+	CUresult r;
+	if (granularity == NULL)
+		return gm_refuse("cuMemGetAllocationGranularity", "granularity", CUDA_ERROR_INVALID_VALUE);
+	if (prop == NULL)
+		return gm_refuse("cuMemGetAllocationGranularity", "prop", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuMemGetAllocationGranularity, GM_SYNC);
+	gm_put_memprop(&q, prop);
+	gm_put_u32(&q, (uint32_t)option);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*granularity = (size_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
+{
+	gm_msg q;
+	CUresult r;
+	if (ptr == NULL)
+		return gm_refuse("cuMemAddressReserve", "ptr", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuMemAddressReserve, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)size);
+	gm_put_u64(&q, (uint64_t)alignment);
+	gm_put_u64(&q, (uint64_t)addr);
+	gm_put_u64(&q, (uint64_t)flags);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*ptr = (CUdeviceptr)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
+{
+	return gm_rpc_cuMemAddressReserve(ptr, size, alignment, addr, flags);
+}
+
+CUresult gm_rpc_cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuMemAddressFree, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)ptr);
+	gm_put_u64(&q, (uint64_t)size);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	return gm_rpc_cuMemAddressFree(ptr, size);
+}
+
+CUresult gm_rpc_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
+{
+	gm_msg q;
+	CUresult r;
+	if (handle == NULL)
+		return gm_refuse("cuMemCreate", "handle", CUDA_ERROR_INVALID_VALUE);
+	if (prop == NULL)
+		return gm_refuse("cuMemCreate", "prop", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuMemCreate, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)size);
+	gm_put_memprop(&q, prop);
+	gm_put_u64(&q, (uint64_t)flags);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*handle = (CUmemGenericAllocationHandle)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
+{
+	return gm_rpc_cuMemCreate(handle, size, prop, flags);
+}
+
+CUresult gm_rpc_cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuMemRelease, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)handle);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	return gm_rpc_cuMemRelease(handle);
+}
+
+CUresult gm_rpc_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuMemMap, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)ptr);
+	gm_put_u64(&q, (uint64_t)size);
+	gm_put_u64(&q, (uint64_t)offset);
+	gm_put_u64(&q, (uint64_t)handle);
+	gm_put_u64(&q, (uint64_t)flags);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+	return gm_rpc_cuMemMap(ptr, size, offset, handle, flags);
+}
+
+CUresult gm_rpc_cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuMemUnmap, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)ptr);
+	gm_put_u64(&q, (uint64_t)size);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	return gm_rpc_cuMemUnmap(ptr, size);
+}
+
+CUresult gm_rpc_cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t desc_len)
+{
+	gm_msg q;
+	CUresult r;
+	if (desc == NULL && desc_len != 0)
+		return gm_refuse("cuMemSetAccess", "desc", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuMemSetAccess, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)ptr);
+	gm_put_u64(&q, (uint64_t)size);
+	gm_put_bytes(&q, desc, desc_len);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuMemGetAccess(unsigned long long *flags, unsigned int locType, int locId, CUdeviceptr ptr)
+{
+	gm_msg q;
+	CUresult r;
+	if (flags == NULL)
+		return gm_refuse("cuMemGetAccess", "flags", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuMemGetAccess, GM_SYNC);
+	gm_put_u32(&q, (uint32_t)locType);
+	gm_put_u32(&q, (uint32_t)locId);
+	gm_put_u64(&q, (uint64_t)ptr);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*flags = (unsigned long long)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, CUdeviceptr addr)
+{
+	gm_msg q;
+	CUresult r;
+	if (handle == NULL)
+		return gm_refuse("cuMemRetainAllocationHandle", "handle", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuMemRetainAllocationHandle, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)addr);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*handle = (CUmemGenericAllocationHandle)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
+{
+	gm_msg q;
+	CUresult r;
+	if (prop == NULL)
+		return gm_refuse("cuMemGetAllocationPropertiesFromHandle", "prop", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuMemGetAllocationPropertiesFromHandle, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)handle);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		gm_get_memprop(&q, prop);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
+{
+	return gm_rpc_cuMemGetAllocationPropertiesFromHandle(prop, handle);
+}
+
+CUresult gm_rpc_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	gm_msg q;
+	CUresult r;
+	if (dptr == NULL)
+		return gm_refuse("cuMemAllocAsync", "dptr", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuMemAllocAsync, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)bytesize);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*dptr = (CUdeviceptr)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	return gm_rpc_cuMemAllocAsync(dptr, bytesize, hStream);
+}
+
+CUresult gm_rpc_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuMemFreeAsync, GM_ASYNC);
+	gm_put_u64(&q, (uint64_t)dptr);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+	return gm_rpc_cuMemFreeAsync(dptr, hStream);
+}
+
+CUresult gm_rpc_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+	gm_msg q;
+	CUresult r;
+	if (dptr == NULL)
+		return gm_refuse("cuMemAllocFromPoolAsync", "dptr", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuMemAllocFromPoolAsync, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)bytesize);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)pool);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)hStream);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*dptr = (CUdeviceptr)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+	return gm_rpc_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
+}
+
+CUresult gm_rpc_cuDeviceGetDefaultMemPool(CUmemoryPool *poolOut, CUdevice dev)
+{
+	gm_msg q;
+	CUresult r;
+	if (poolOut == NULL)
+		return gm_refuse("cuDeviceGetDefaultMemPool", "poolOut", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuDeviceGetDefaultMemPool, GM_SYNC);
+	gm_put_u32(&q, (uint32_t)dev);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*poolOut = (CUmemoryPool)(uintptr_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *poolOut, CUdevice dev)
+{
+	return gm_rpc_cuDeviceGetDefaultMemPool(poolOut, dev);
+}
+
+CUresult gm_rpc_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+	gm_msg q;
+	CUresult r;
+	if (pool == NULL)
+		return gm_refuse("cuDeviceGetMemPool", "pool", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuDeviceGetMemPool, GM_SYNC);
+	gm_put_u32(&q, (uint32_t)dev);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*pool = (CUmemoryPool)(uintptr_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+	return gm_rpc_cuDeviceGetMemPool(pool, dev);
+}
+
+CUresult gm_rpc_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuDeviceSetMemPool, GM_SYNC);
+	gm_put_u32(&q, (uint32_t)dev);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)pool);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+	return gm_rpc_cuDeviceSetMemPool(dev, pool);
+}
+
+CUresult gm_rpc_cuMemPoolCreate(CUmemoryPool *pool, unsigned int allocType, unsigned int handleTypes, unsigned int locType, int locId, size_t maxSize, unsigned int usage)
+{
+	gm_msg q;
+	CUresult r;
+	if (pool == NULL)
+		return gm_refuse("cuMemPoolCreate", "pool", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuMemPoolCreate, GM_SYNC);
+	gm_put_u32(&q, (uint32_t)allocType);
+	gm_put_u32(&q, (uint32_t)handleTypes);
+	gm_put_u32(&q, (uint32_t)locType);
+	gm_put_u32(&q, (uint32_t)locId);
+	gm_put_u64(&q, (uint64_t)maxSize);
+	gm_put_u32(&q, (uint32_t)usage);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*pool = (CUmemoryPool)(uintptr_t)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuMemPoolDestroy(CUmemoryPool pool)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuMemPoolDestroy, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)pool);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool)
+{
+	return gm_rpc_cuMemPoolDestroy(pool);
+}
+
+CUresult gm_rpc_cuMemPoolSetAttribute(CUmemoryPool pool, unsigned int attr, unsigned long long value)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuMemPoolSetAttribute, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)pool);
+	gm_put_u32(&q, (uint32_t)attr);
+	gm_put_u64(&q, (uint64_t)value);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuMemPoolGetAttribute(CUmemoryPool pool, unsigned int attr, unsigned long long *value)
+{
+	gm_msg q;
+	CUresult r;
+	if (value == NULL)
+		return gm_refuse("cuMemPoolGetAttribute", "value", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuMemPoolGetAttribute, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)pool);
+	gm_put_u32(&q, (uint32_t)attr);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*value = (unsigned long long)gm_get_u64(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+	gm_msg q;
+	CUresult r;
+	gm_msg_init(&q, GM_OP_cuMemPoolTrimTo, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)pool);
+	gm_put_u64(&q, (uint64_t)minBytesToKeep);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+GM_EXPORT CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+	return gm_rpc_cuMemPoolTrimTo(pool, minBytesToKeep);
+}
+
+CUresult gm_rpc_cuMemPoolSetAccess(CUmemoryPool pool, const void *descs, size_t descs_len)
+{
+	gm_msg q;
+	CUresult r;
+	if (descs == NULL && descs_len != 0)
+		return gm_refuse("cuMemPoolSetAccess", "descs", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuMemPoolSetAccess, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)pool);
+	gm_put_bytes(&q, descs, descs_len);
+	r = gm_call(&q);
+	gm_msg_free(&q);
+	return r;
+}
+
+CUresult gm_rpc_cuMemPoolGetAccess(unsigned int *flags, CUmemoryPool memPool, unsigned int locType, int locId)
+{
+	gm_msg q;
+	CUresult r;
+	if (flags == NULL)
+		return gm_refuse("cuMemPoolGetAccess", "flags", CUDA_ERROR_INVALID_VALUE);
+	gm_msg_init(&q, GM_OP_cuMemPoolGetAccess, GM_SYNC);
+	gm_put_u64(&q, (uint64_t)(uintptr_t)memPool);
+	gm_put_u32(&q, (uint32_t)locType);
+	gm_put_u32(&q, (uint32_t)locId);
+	r = gm_call(&q);
+	if (r == CUDA_SUCCESS) {
+		*flags = (unsigned int)gm_get_u32(&q);
+		r = gm_reply_done(&q);
+	}
+	gm_msg_free(&q);
+	return r;
 }
 
 CUresult gm_rpc_cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)

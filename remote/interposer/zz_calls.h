@@ -26,6 +26,7 @@ enum gm_op {
 	GM_OP_cuCtxGetDevice = 28,
 	GM_OP_cuCtxGetStreamPriorityRange = 29,
 	GM_OP_cuCtxGetLimit = 30,
+	GM_OP_cuCtxSetLimit = 31,
 	GM_OP_cuMemAlloc_v2 = 40,
 	GM_OP_cuMemFree_v2 = 41,
 	GM_OP_cuMemGetInfo_v2 = 42,
@@ -69,6 +70,30 @@ enum gm_op {
 	GM_OP_cuStreamGetFlags = 93,
 	GM_OP_cuStreamIsCapturing = 94,
 	GM_OP_cuEventRecordWithFlags = 95,
+	GM_OP_cuMemGetAllocationGranularity = 130,
+	GM_OP_cuMemAddressReserve = 131,
+	GM_OP_cuMemAddressFree = 132,
+	GM_OP_cuMemCreate = 133,
+	GM_OP_cuMemRelease = 134,
+	GM_OP_cuMemMap = 135,
+	GM_OP_cuMemUnmap = 136,
+	GM_OP_cuMemSetAccess = 137,
+	GM_OP_cuMemGetAccess = 138,
+	GM_OP_cuMemRetainAllocationHandle = 139,
+	GM_OP_cuMemGetAllocationPropertiesFromHandle = 140,
+	GM_OP_cuMemAllocAsync = 150,
+	GM_OP_cuMemFreeAsync = 151,
+	GM_OP_cuMemAllocFromPoolAsync = 152,
+	GM_OP_cuDeviceGetDefaultMemPool = 153,
+	GM_OP_cuDeviceGetMemPool = 154,
+	GM_OP_cuDeviceSetMemPool = 155,
+	GM_OP_cuMemPoolCreate = 156,
+	GM_OP_cuMemPoolDestroy = 157,
+	GM_OP_cuMemPoolSetAttribute = 158,
+	GM_OP_cuMemPoolGetAttribute = 159,
+	GM_OP_cuMemPoolTrimTo = 160,
+	GM_OP_cuMemPoolSetAccess = 161,
+	GM_OP_cuMemPoolGetAccess = 162,
 	GM_OP_cuDeviceCanAccessPeer = 170,
 	GM_OP_cuDeviceGetP2PAttribute = 171,
 	GM_OP_cuCtxEnablePeerAccess = 172,
@@ -122,6 +147,7 @@ CUresult gm_rpc_cuCtxSynchronize(void);
 CUresult gm_rpc_cuCtxGetDevice(CUdevice *device);
 CUresult gm_rpc_cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority);
 CUresult gm_rpc_cuCtxGetLimit(size_t *pvalue, unsigned int limit);
+CUresult gm_rpc_cuCtxSetLimit(unsigned int limit, size_t value);
 CUresult gm_rpc_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 CUresult gm_rpc_cuMemFree_v2(CUdeviceptr dptr);
 CUresult gm_rpc_cuMemGetInfo_v2(size_t *free, size_t *total);
@@ -165,6 +191,30 @@ CUresult gm_rpc_cuStreamGetPriority(CUstream hStream, int *priority);
 CUresult gm_rpc_cuStreamGetFlags(CUstream hStream, unsigned int *flags);
 CUresult gm_rpc_cuStreamIsCapturing(CUstream hStream, int *captureStatus);
 CUresult gm_rpc_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags);
+CUresult gm_rpc_cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, unsigned int option);
+CUresult gm_rpc_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags);
+CUresult gm_rpc_cuMemAddressFree(CUdeviceptr ptr, size_t size);
+CUresult gm_rpc_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
+CUresult gm_rpc_cuMemRelease(CUmemGenericAllocationHandle handle);
+CUresult gm_rpc_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags);
+CUresult gm_rpc_cuMemUnmap(CUdeviceptr ptr, size_t size);
+CUresult gm_rpc_cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t desc_len);
+CUresult gm_rpc_cuMemGetAccess(unsigned long long *flags, unsigned int locType, int locId, CUdeviceptr ptr);
+CUresult gm_rpc_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, CUdeviceptr addr);
+CUresult gm_rpc_cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle);
+CUresult gm_rpc_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult gm_rpc_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
+CUresult gm_rpc_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult gm_rpc_cuDeviceGetDefaultMemPool(CUmemoryPool *poolOut, CUdevice dev);
+CUresult gm_rpc_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
+CUresult gm_rpc_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
+CUresult gm_rpc_cuMemPoolCreate(CUmemoryPool *pool, unsigned int allocType, unsigned int handleTypes, unsigned int locType, int locId, size_t maxSize, unsigned int usage);
+CUresult gm_rpc_cuMemPoolDestroy(CUmemoryPool pool);
+CUresult gm_rpc_cuMemPoolSetAttribute(CUmemoryPool pool, unsigned int attr, unsigned long long value);
+CUresult gm_rpc_cuMemPoolGetAttribute(CUmemoryPool pool, unsigned int attr, unsigned long long *value);
+CUresult gm_rpc_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep);
+CUresult gm_rpc_cuMemPoolSetAccess(CUmemoryPool pool, const void *descs, size_t descs_len);
+CUresult gm_rpc_cuMemPoolGetAccess(unsigned int *flags, CUmemoryPool memPool, unsigned int locType, int locId);
 CUresult gm_rpc_cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
 CUresult gm_rpc_cuDeviceGetP2PAttribute(int *value, unsigned int attrib, CUdevice srcDevice, CUdevice dstDevice);
 CUresult gm_rpc_cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags);
@@ -245,6 +295,21 @@ CUresult gm_rpc_cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgrap
 	X(cuStreamGetPriority) \
 	X(cuStreamGetFlags) \
 	X(cuEventRecordWithFlags) \
+	X(cuMemAddressReserve) \
+	X(cuMemAddressFree) \
+	X(cuMemCreate) \
+	X(cuMemRelease) \
+	X(cuMemMap) \
+	X(cuMemUnmap) \
+	X(cuMemGetAllocationPropertiesFromHandle) \
+	X(cuMemAllocAsync) \
+	X(cuMemFreeAsync) \
+	X(cuMemAllocFromPoolAsync) \
+	X(cuDeviceGetDefaultMemPool) \
+	X(cuDeviceGetMemPool) \
+	X(cuDeviceSetMemPool) \
+	X(cuMemPoolDestroy) \
+	X(cuMemPoolTrimTo) \
 	X(cuDeviceCanAccessPeer) \
 	X(cuCtxEnablePeerAccess) \
 	X(cuCtxDisablePeerAccess) \

@@ -5,7 +5,7 @@
 
 #ifndef GM_USE_CUDA_H
 
-static unsigned char gm_once[490];
+static unsigned char gm_once[461];
 
 GM_EXPORT CUresult CUDAAPI cuDeviceTotalMem(void)
 {
@@ -262,2199 +262,2054 @@ GM_EXPORT CUresult CUDAAPI cuDeviceGetNvSciSyncAttributes(void)
 	return gm_not_supported("cuDeviceGetNvSciSyncAttributes", &gm_once[50]);
 }
 
-GM_EXPORT CUresult CUDAAPI cuDeviceSetMemPool(void)
-{
-	return gm_not_supported("cuDeviceSetMemPool", &gm_once[51]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuDeviceGetMemPool(void)
-{
-	return gm_not_supported("cuDeviceGetMemPool", &gm_once[52]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuDeviceGetDefaultMemPool(void)
-{
-	return gm_not_supported("cuDeviceGetDefaultMemPool", &gm_once[53]);
-}
-
 GM_EXPORT CUresult CUDAAPI cuDeviceGetExecAffinitySupport(void)
 {
-	return gm_not_supported("cuDeviceGetExecAffinitySupport", &gm_once[54]);
+	return gm_not_supported("cuDeviceGetExecAffinitySupport", &gm_once[51]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDeviceGetProperties(void)
 {
-	return gm_not_supported("cuDeviceGetProperties", &gm_once[55]);
+	return gm_not_supported("cuDeviceGetProperties", &gm_once[52]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDeviceComputeCapability(void)
 {
-	return gm_not_supported("cuDeviceComputeCapability", &gm_once[56]);
+	return gm_not_supported("cuDeviceComputeCapability", &gm_once[53]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDeviceGetByPCIBusId(void)
 {
-	return gm_not_supported("cuDeviceGetByPCIBusId", &gm_once[57]);
+	return gm_not_supported("cuDeviceGetByPCIBusId", &gm_once[54]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDeviceGetPCIBusId(void)
 {
-	return gm_not_supported("cuDeviceGetPCIBusId", &gm_once[58]);
+	return gm_not_supported("cuDeviceGetPCIBusId", &gm_once[55]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuFlushGPUDirectRDMAWrites(void)
 {
-	return gm_not_supported("cuFlushGPUDirectRDMAWrites", &gm_once[59]);
+	return gm_not_supported("cuFlushGPUDirectRDMAWrites", &gm_once[56]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDeviceRegisterAsyncNotification(void)
 {
-	return gm_not_supported("cuDeviceRegisterAsyncNotification", &gm_once[60]);
+	return gm_not_supported("cuDeviceRegisterAsyncNotification", &gm_once[57]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDeviceUnregisterAsyncNotification(void)
 {
-	return gm_not_supported("cuDeviceUnregisterAsyncNotification", &gm_once[61]);
+	return gm_not_supported("cuDeviceUnregisterAsyncNotification", &gm_once[58]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCtxGetFlags(void)
 {
-	return gm_not_supported("cuCtxGetFlags", &gm_once[62]);
+	return gm_not_supported("cuCtxGetFlags", &gm_once[59]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCtxSetFlags(void)
 {
-	return gm_not_supported("cuCtxSetFlags", &gm_once[63]);
+	return gm_not_supported("cuCtxSetFlags", &gm_once[60]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCtxGetId(void)
 {
-	return gm_not_supported("cuCtxGetId", &gm_once[64]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuCtxSetLimit(void)
-{
-	return gm_not_supported("cuCtxSetLimit", &gm_once[65]);
+	return gm_not_supported("cuCtxGetId", &gm_once[61]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCtxGetCacheConfig(void)
 {
-	return gm_not_supported("cuCtxGetCacheConfig", &gm_once[66]);
+	return gm_not_supported("cuCtxGetCacheConfig", &gm_once[62]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCtxSetCacheConfig(void)
 {
-	return gm_not_supported("cuCtxSetCacheConfig", &gm_once[67]);
+	return gm_not_supported("cuCtxSetCacheConfig", &gm_once[63]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCtxGetSharedMemConfig(void)
 {
-	return gm_not_supported("cuCtxGetSharedMemConfig", &gm_once[68]);
+	return gm_not_supported("cuCtxGetSharedMemConfig", &gm_once[64]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCtxSetSharedMemConfig(void)
 {
-	return gm_not_supported("cuCtxSetSharedMemConfig", &gm_once[69]);
+	return gm_not_supported("cuCtxSetSharedMemConfig", &gm_once[65]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCtxResetPersistingL2Cache(void)
 {
-	return gm_not_supported("cuCtxResetPersistingL2Cache", &gm_once[70]);
+	return gm_not_supported("cuCtxResetPersistingL2Cache", &gm_once[66]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCtxGetExecAffinity(void)
 {
-	return gm_not_supported("cuCtxGetExecAffinity", &gm_once[71]);
+	return gm_not_supported("cuCtxGetExecAffinity", &gm_once[67]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCtxRecordEvent(void)
 {
-	return gm_not_supported("cuCtxRecordEvent", &gm_once[72]);
+	return gm_not_supported("cuCtxRecordEvent", &gm_once[68]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCtxWaitEvent(void)
 {
-	return gm_not_supported("cuCtxWaitEvent", &gm_once[73]);
+	return gm_not_supported("cuCtxWaitEvent", &gm_once[69]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCtxAttach(void)
 {
-	return gm_not_supported("cuCtxAttach", &gm_once[74]);
+	return gm_not_supported("cuCtxAttach", &gm_once[70]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCtxDetach(void)
 {
-	return gm_not_supported("cuCtxDetach", &gm_once[75]);
+	return gm_not_supported("cuCtxDetach", &gm_once[71]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGreenCtxCreate(void)
 {
-	return gm_not_supported("cuGreenCtxCreate", &gm_once[76]);
+	return gm_not_supported("cuGreenCtxCreate", &gm_once[72]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGreenCtxDestroy(void)
 {
-	return gm_not_supported("cuGreenCtxDestroy", &gm_once[77]);
+	return gm_not_supported("cuGreenCtxDestroy", &gm_once[73]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCtxFromGreenCtx(void)
 {
-	return gm_not_supported("cuCtxFromGreenCtx", &gm_once[78]);
+	return gm_not_supported("cuCtxFromGreenCtx", &gm_once[74]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDeviceGetDevResource(void)
 {
-	return gm_not_supported("cuDeviceGetDevResource", &gm_once[79]);
+	return gm_not_supported("cuDeviceGetDevResource", &gm_once[75]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCtxGetDevResource(void)
 {
-	return gm_not_supported("cuCtxGetDevResource", &gm_once[80]);
+	return gm_not_supported("cuCtxGetDevResource", &gm_once[76]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGreenCtxGetDevResource(void)
 {
-	return gm_not_supported("cuGreenCtxGetDevResource", &gm_once[81]);
+	return gm_not_supported("cuGreenCtxGetDevResource", &gm_once[77]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDevSmResourceSplitByCount(void)
 {
-	return gm_not_supported("cuDevSmResourceSplitByCount", &gm_once[82]);
+	return gm_not_supported("cuDevSmResourceSplitByCount", &gm_once[78]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDevResourceGenerateDesc(void)
 {
-	return gm_not_supported("cuDevResourceGenerateDesc", &gm_once[83]);
+	return gm_not_supported("cuDevResourceGenerateDesc", &gm_once[79]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGreenCtxRecordEvent(void)
 {
-	return gm_not_supported("cuGreenCtxRecordEvent", &gm_once[84]);
+	return gm_not_supported("cuGreenCtxRecordEvent", &gm_once[80]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGreenCtxWaitEvent(void)
 {
-	return gm_not_supported("cuGreenCtxWaitEvent", &gm_once[85]);
+	return gm_not_supported("cuGreenCtxWaitEvent", &gm_once[81]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamGetGreenCtx(void)
 {
-	return gm_not_supported("cuStreamGetGreenCtx", &gm_once[86]);
+	return gm_not_supported("cuStreamGetGreenCtx", &gm_once[82]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGreenCtxStreamCreate(void)
 {
-	return gm_not_supported("cuGreenCtxStreamCreate", &gm_once[87]);
+	return gm_not_supported("cuGreenCtxStreamCreate", &gm_once[83]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuModuleGetTexRef(void)
 {
-	return gm_not_supported("cuModuleGetTexRef", &gm_once[88]);
+	return gm_not_supported("cuModuleGetTexRef", &gm_once[84]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuModuleGetSurfRef(void)
 {
-	return gm_not_supported("cuModuleGetSurfRef", &gm_once[89]);
+	return gm_not_supported("cuModuleGetSurfRef", &gm_once[85]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuModuleGetFunctionCount(void)
 {
-	return gm_not_supported("cuModuleGetFunctionCount", &gm_once[90]);
+	return gm_not_supported("cuModuleGetFunctionCount", &gm_once[86]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuModuleEnumerateFunctions(void)
 {
-	return gm_not_supported("cuModuleEnumerateFunctions", &gm_once[91]);
+	return gm_not_supported("cuModuleEnumerateFunctions", &gm_once[87]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLinkCreate_v2(void)
 {
-	return gm_not_supported("cuLinkCreate_v2", &gm_once[92]);
+	return gm_not_supported("cuLinkCreate_v2", &gm_once[88]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLinkAddData_v2(void)
 {
-	return gm_not_supported("cuLinkAddData_v2", &gm_once[93]);
+	return gm_not_supported("cuLinkAddData_v2", &gm_once[89]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLinkAddFile_v2(void)
 {
-	return gm_not_supported("cuLinkAddFile_v2", &gm_once[94]);
+	return gm_not_supported("cuLinkAddFile_v2", &gm_once[90]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLinkComplete(void)
 {
-	return gm_not_supported("cuLinkComplete", &gm_once[95]);
+	return gm_not_supported("cuLinkComplete", &gm_once[91]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLinkDestroy(void)
 {
-	return gm_not_supported("cuLinkDestroy", &gm_once[96]);
+	return gm_not_supported("cuLinkDestroy", &gm_once[92]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLibraryLoadFromFile(void)
 {
-	return gm_not_supported("cuLibraryLoadFromFile", &gm_once[97]);
+	return gm_not_supported("cuLibraryLoadFromFile", &gm_once[93]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLibraryGetKernelCount(void)
 {
-	return gm_not_supported("cuLibraryGetKernelCount", &gm_once[98]);
+	return gm_not_supported("cuLibraryGetKernelCount", &gm_once[94]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLibraryEnumerateKernels(void)
 {
-	return gm_not_supported("cuLibraryEnumerateKernels", &gm_once[99]);
+	return gm_not_supported("cuLibraryEnumerateKernels", &gm_once[95]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuKernelGetLibrary(void)
 {
-	return gm_not_supported("cuKernelGetLibrary", &gm_once[100]);
+	return gm_not_supported("cuKernelGetLibrary", &gm_once[96]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLibraryGetManaged(void)
 {
-	return gm_not_supported("cuLibraryGetManaged", &gm_once[101]);
+	return gm_not_supported("cuLibraryGetManaged", &gm_once[97]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLibraryGetUnifiedFunction(void)
 {
-	return gm_not_supported("cuLibraryGetUnifiedFunction", &gm_once[102]);
+	return gm_not_supported("cuLibraryGetUnifiedFunction", &gm_once[98]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuKernelSetCacheConfig(void)
 {
-	return gm_not_supported("cuKernelSetCacheConfig", &gm_once[103]);
+	return gm_not_supported("cuKernelSetCacheConfig", &gm_once[99]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuKernelGetName(void)
 {
-	return gm_not_supported("cuKernelGetName", &gm_once[104]);
+	return gm_not_supported("cuKernelGetName", &gm_once[100]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(void)
 {
-	return gm_not_supported("cuMemAllocPitch_v2", &gm_once[105]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(void)
-{
-	return gm_not_supported("cuMemHostGetDevicePointer_v2", &gm_once[106]);
+	return gm_not_supported("cuMemAllocPitch_v2", &gm_once[101]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemAllocManaged(void)
 {
-	return gm_not_supported("cuMemAllocManaged", &gm_once[107]);
+	return gm_not_supported("cuMemAllocManaged", &gm_once[102]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyDtoA_v2(void)
 {
-	return gm_not_supported("cuMemcpyDtoA_v2", &gm_once[108]);
+	return gm_not_supported("cuMemcpyDtoA_v2", &gm_once[103]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyAtoD_v2(void)
 {
-	return gm_not_supported("cuMemcpyAtoD_v2", &gm_once[109]);
+	return gm_not_supported("cuMemcpyAtoD_v2", &gm_once[104]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyHtoA_v2(void)
 {
-	return gm_not_supported("cuMemcpyHtoA_v2", &gm_once[110]);
+	return gm_not_supported("cuMemcpyHtoA_v2", &gm_once[105]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyAtoH_v2(void)
 {
-	return gm_not_supported("cuMemcpyAtoH_v2", &gm_once[111]);
+	return gm_not_supported("cuMemcpyAtoH_v2", &gm_once[106]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyAtoA_v2(void)
 {
-	return gm_not_supported("cuMemcpyAtoA_v2", &gm_once[112]);
+	return gm_not_supported("cuMemcpyAtoA_v2", &gm_once[107]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy2D_v2(void)
 {
-	return gm_not_supported("cuMemcpy2D_v2", &gm_once[113]);
+	return gm_not_supported("cuMemcpy2D_v2", &gm_once[108]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy2DUnaligned_v2(void)
 {
-	return gm_not_supported("cuMemcpy2DUnaligned_v2", &gm_once[114]);
+	return gm_not_supported("cuMemcpy2DUnaligned_v2", &gm_once[109]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy3D_v2(void)
 {
-	return gm_not_supported("cuMemcpy3D_v2", &gm_once[115]);
+	return gm_not_supported("cuMemcpy3D_v2", &gm_once[110]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy3DPeer(void)
 {
-	return gm_not_supported("cuMemcpy3DPeer", &gm_once[116]);
+	return gm_not_supported("cuMemcpy3DPeer", &gm_once[111]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyHtoAAsync_v2(void)
 {
-	return gm_not_supported("cuMemcpyHtoAAsync_v2", &gm_once[117]);
+	return gm_not_supported("cuMemcpyHtoAAsync_v2", &gm_once[112]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyAtoHAsync_v2(void)
 {
-	return gm_not_supported("cuMemcpyAtoHAsync_v2", &gm_once[118]);
+	return gm_not_supported("cuMemcpyAtoHAsync_v2", &gm_once[113]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy2DAsync_v2(void)
 {
-	return gm_not_supported("cuMemcpy2DAsync_v2", &gm_once[119]);
+	return gm_not_supported("cuMemcpy2DAsync_v2", &gm_once[114]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy3DAsync_v2(void)
 {
-	return gm_not_supported("cuMemcpy3DAsync_v2", &gm_once[120]);
+	return gm_not_supported("cuMemcpy3DAsync_v2", &gm_once[115]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy3DPeerAsync(void)
 {
-	return gm_not_supported("cuMemcpy3DPeerAsync", &gm_once[121]);
+	return gm_not_supported("cuMemcpy3DPeerAsync", &gm_once[116]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync(void)
 {
-	return gm_not_supported("cuMemcpyBatchAsync", &gm_once[122]);
+	return gm_not_supported("cuMemcpyBatchAsync", &gm_once[117]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy3DBatchAsync(void)
 {
-	return gm_not_supported("cuMemcpy3DBatchAsync", &gm_once[123]);
+	return gm_not_supported("cuMemcpy3DBatchAsync", &gm_once[118]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD16_v2(void)
 {
-	return gm_not_supported("cuMemsetD16_v2", &gm_once[124]);
+	return gm_not_supported("cuMemsetD16_v2", &gm_once[119]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD2D8_v2(void)
 {
-	return gm_not_supported("cuMemsetD2D8_v2", &gm_once[125]);
+	return gm_not_supported("cuMemsetD2D8_v2", &gm_once[120]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD2D16_v2(void)
 {
-	return gm_not_supported("cuMemsetD2D16_v2", &gm_once[126]);
+	return gm_not_supported("cuMemsetD2D16_v2", &gm_once[121]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD2D32_v2(void)
 {
-	return gm_not_supported("cuMemsetD2D32_v2", &gm_once[127]);
+	return gm_not_supported("cuMemsetD2D32_v2", &gm_once[122]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD16Async(void)
 {
-	return gm_not_supported("cuMemsetD16Async", &gm_once[128]);
+	return gm_not_supported("cuMemsetD16Async", &gm_once[123]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD2D8Async(void)
 {
-	return gm_not_supported("cuMemsetD2D8Async", &gm_once[129]);
+	return gm_not_supported("cuMemsetD2D8Async", &gm_once[124]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD2D16Async(void)
 {
-	return gm_not_supported("cuMemsetD2D16Async", &gm_once[130]);
+	return gm_not_supported("cuMemsetD2D16Async", &gm_once[125]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD2D32Async(void)
 {
-	return gm_not_supported("cuMemsetD2D32Async", &gm_once[131]);
+	return gm_not_supported("cuMemsetD2D32Async", &gm_once[126]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemGetHandleForAddressRange(void)
 {
-	return gm_not_supported("cuMemGetHandleForAddressRange", &gm_once[132]);
+	return gm_not_supported("cuMemGetHandleForAddressRange", &gm_once[127]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuPointerSetAttribute(void)
 {
-	return gm_not_supported("cuPointerSetAttribute", &gm_once[133]);
+	return gm_not_supported("cuPointerSetAttribute", &gm_once[128]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemPrefetchAsync(void)
 {
-	return gm_not_supported("cuMemPrefetchAsync", &gm_once[134]);
+	return gm_not_supported("cuMemPrefetchAsync", &gm_once[129]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_v2(void)
 {
-	return gm_not_supported("cuMemPrefetchAsync_v2", &gm_once[135]);
+	return gm_not_supported("cuMemPrefetchAsync_v2", &gm_once[130]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemAdvise(void)
 {
-	return gm_not_supported("cuMemAdvise", &gm_once[136]);
+	return gm_not_supported("cuMemAdvise", &gm_once[131]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemAdvise_v2(void)
 {
-	return gm_not_supported("cuMemAdvise_v2", &gm_once[137]);
+	return gm_not_supported("cuMemAdvise_v2", &gm_once[132]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemRangeGetAttribute(void)
 {
-	return gm_not_supported("cuMemRangeGetAttribute", &gm_once[138]);
+	return gm_not_supported("cuMemRangeGetAttribute", &gm_once[133]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemRangeGetAttributes(void)
 {
-	return gm_not_supported("cuMemRangeGetAttributes", &gm_once[139]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemAllocAsync(void)
-{
-	return gm_not_supported("cuMemAllocAsync", &gm_once[140]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemFreeAsync(void)
-{
-	return gm_not_supported("cuMemFreeAsync", &gm_once[141]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(void)
-{
-	return gm_not_supported("cuMemAllocFromPoolAsync", &gm_once[142]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemPoolTrimTo(void)
-{
-	return gm_not_supported("cuMemPoolTrimTo", &gm_once[143]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemPoolSetAttribute(void)
-{
-	return gm_not_supported("cuMemPoolSetAttribute", &gm_once[144]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemPoolGetAttribute(void)
-{
-	return gm_not_supported("cuMemPoolGetAttribute", &gm_once[145]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemPoolSetAccess(void)
-{
-	return gm_not_supported("cuMemPoolSetAccess", &gm_once[146]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemPoolGetAccess(void)
-{
-	return gm_not_supported("cuMemPoolGetAccess", &gm_once[147]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemPoolCreate(void)
-{
-	return gm_not_supported("cuMemPoolCreate", &gm_once[148]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemPoolDestroy(void)
-{
-	return gm_not_supported("cuMemPoolDestroy", &gm_once[149]);
+	return gm_not_supported("cuMemRangeGetAttributes", &gm_once[134]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemPoolExportToShareableHandle(void)
 {
-	return gm_not_supported("cuMemPoolExportToShareableHandle", &gm_once[150]);
+	return gm_not_supported("cuMemPoolExportToShareableHandle", &gm_once[135]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemPoolImportFromShareableHandle(void)
 {
-	return gm_not_supported("cuMemPoolImportFromShareableHandle", &gm_once[151]);
+	return gm_not_supported("cuMemPoolImportFromShareableHandle", &gm_once[136]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemPoolExportPointer(void)
 {
-	return gm_not_supported("cuMemPoolExportPointer", &gm_once[152]);
+	return gm_not_supported("cuMemPoolExportPointer", &gm_once[137]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemPoolImportPointer(void)
 {
-	return gm_not_supported("cuMemPoolImportPointer", &gm_once[153]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemAddressReserve(void)
-{
-	return gm_not_supported("cuMemAddressReserve", &gm_once[154]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemAddressFree(void)
-{
-	return gm_not_supported("cuMemAddressFree", &gm_once[155]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemCreate(void)
-{
-	return gm_not_supported("cuMemCreate", &gm_once[156]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemRelease(void)
-{
-	return gm_not_supported("cuMemRelease", &gm_once[157]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemMap(void)
-{
-	return gm_not_supported("cuMemMap", &gm_once[158]);
+	return gm_not_supported("cuMemPoolImportPointer", &gm_once[138]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemMapArrayAsync(void)
 {
-	return gm_not_supported("cuMemMapArrayAsync", &gm_once[159]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemUnmap(void)
-{
-	return gm_not_supported("cuMemUnmap", &gm_once[160]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemSetAccess(void)
-{
-	return gm_not_supported("cuMemSetAccess", &gm_once[161]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemGetAccess(void)
-{
-	return gm_not_supported("cuMemGetAccess", &gm_once[162]);
+	return gm_not_supported("cuMemMapArrayAsync", &gm_once[139]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemExportToShareableHandle(void)
 {
-	return gm_not_supported("cuMemExportToShareableHandle", &gm_once[163]);
+	return gm_not_supported("cuMemExportToShareableHandle", &gm_once[140]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemImportFromShareableHandle(void)
 {
-	return gm_not_supported("cuMemImportFromShareableHandle", &gm_once[164]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemGetAllocationGranularity(void)
-{
-	return gm_not_supported("cuMemGetAllocationGranularity", &gm_once[165]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(void)
-{
-	return gm_not_supported("cuMemGetAllocationPropertiesFromHandle", &gm_once[166]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemRetainAllocationHandle(void)
-{
-	return gm_not_supported("cuMemRetainAllocationHandle", &gm_once[167]);
+	return gm_not_supported("cuMemImportFromShareableHandle", &gm_once[141]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMulticastCreate(void)
 {
-	return gm_not_supported("cuMulticastCreate", &gm_once[168]);
+	return gm_not_supported("cuMulticastCreate", &gm_once[142]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMulticastAddDevice(void)
 {
-	return gm_not_supported("cuMulticastAddDevice", &gm_once[169]);
+	return gm_not_supported("cuMulticastAddDevice", &gm_once[143]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMulticastBindMem(void)
 {
-	return gm_not_supported("cuMulticastBindMem", &gm_once[170]);
+	return gm_not_supported("cuMulticastBindMem", &gm_once[144]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMulticastBindAddr(void)
 {
-	return gm_not_supported("cuMulticastBindAddr", &gm_once[171]);
+	return gm_not_supported("cuMulticastBindAddr", &gm_once[145]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMulticastUnbind(void)
 {
-	return gm_not_supported("cuMulticastUnbind", &gm_once[172]);
+	return gm_not_supported("cuMulticastUnbind", &gm_once[146]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMulticastGetGranularity(void)
 {
-	return gm_not_supported("cuMulticastGetGranularity", &gm_once[173]);
+	return gm_not_supported("cuMulticastGetGranularity", &gm_once[147]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuIpcGetEventHandle(void)
 {
-	return gm_not_supported("cuIpcGetEventHandle", &gm_once[174]);
+	return gm_not_supported("cuIpcGetEventHandle", &gm_once[148]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuIpcOpenEventHandle(void)
 {
-	return gm_not_supported("cuIpcOpenEventHandle", &gm_once[175]);
+	return gm_not_supported("cuIpcOpenEventHandle", &gm_once[149]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuIpcGetMemHandle(void)
 {
-	return gm_not_supported("cuIpcGetMemHandle", &gm_once[176]);
+	return gm_not_supported("cuIpcGetMemHandle", &gm_once[150]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuIpcOpenMemHandle_v2(void)
 {
-	return gm_not_supported("cuIpcOpenMemHandle_v2", &gm_once[177]);
+	return gm_not_supported("cuIpcOpenMemHandle_v2", &gm_once[151]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuIpcCloseMemHandle(void)
 {
-	return gm_not_supported("cuIpcCloseMemHandle", &gm_once[178]);
+	return gm_not_supported("cuIpcCloseMemHandle", &gm_once[152]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuArrayCreate_v2(void)
 {
-	return gm_not_supported("cuArrayCreate_v2", &gm_once[179]);
+	return gm_not_supported("cuArrayCreate_v2", &gm_once[153]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuArrayGetDescriptor_v2(void)
 {
-	return gm_not_supported("cuArrayGetDescriptor_v2", &gm_once[180]);
+	return gm_not_supported("cuArrayGetDescriptor_v2", &gm_once[154]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuArrayGetSparseProperties(void)
 {
-	return gm_not_supported("cuArrayGetSparseProperties", &gm_once[181]);
+	return gm_not_supported("cuArrayGetSparseProperties", &gm_once[155]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMipmappedArrayGetSparseProperties(void)
 {
-	return gm_not_supported("cuMipmappedArrayGetSparseProperties", &gm_once[182]);
+	return gm_not_supported("cuMipmappedArrayGetSparseProperties", &gm_once[156]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuArrayGetMemoryRequirements(void)
 {
-	return gm_not_supported("cuArrayGetMemoryRequirements", &gm_once[183]);
+	return gm_not_supported("cuArrayGetMemoryRequirements", &gm_once[157]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMipmappedArrayGetMemoryRequirements(void)
 {
-	return gm_not_supported("cuMipmappedArrayGetMemoryRequirements", &gm_once[184]);
+	return gm_not_supported("cuMipmappedArrayGetMemoryRequirements", &gm_once[158]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuArrayGetPlane(void)
 {
-	return gm_not_supported("cuArrayGetPlane", &gm_once[185]);
+	return gm_not_supported("cuArrayGetPlane", &gm_once[159]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuArrayDestroy(void)
 {
-	return gm_not_supported("cuArrayDestroy", &gm_once[186]);
+	return gm_not_supported("cuArrayDestroy", &gm_once[160]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuArray3DCreate_v2(void)
 {
-	return gm_not_supported("cuArray3DCreate_v2", &gm_once[187]);
+	return gm_not_supported("cuArray3DCreate_v2", &gm_once[161]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuArray3DGetDescriptor_v2(void)
 {
-	return gm_not_supported("cuArray3DGetDescriptor_v2", &gm_once[188]);
+	return gm_not_supported("cuArray3DGetDescriptor_v2", &gm_once[162]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMipmappedArrayCreate(void)
 {
-	return gm_not_supported("cuMipmappedArrayCreate", &gm_once[189]);
+	return gm_not_supported("cuMipmappedArrayCreate", &gm_once[163]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMipmappedArrayGetLevel(void)
 {
-	return gm_not_supported("cuMipmappedArrayGetLevel", &gm_once[190]);
+	return gm_not_supported("cuMipmappedArrayGetLevel", &gm_once[164]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMipmappedArrayDestroy(void)
 {
-	return gm_not_supported("cuMipmappedArrayDestroy", &gm_once[191]);
+	return gm_not_supported("cuMipmappedArrayDestroy", &gm_once[165]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexObjectCreate(void)
 {
-	return gm_not_supported("cuTexObjectCreate", &gm_once[192]);
+	return gm_not_supported("cuTexObjectCreate", &gm_once[166]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexObjectDestroy(void)
 {
-	return gm_not_supported("cuTexObjectDestroy", &gm_once[193]);
+	return gm_not_supported("cuTexObjectDestroy", &gm_once[167]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexObjectGetResourceDesc(void)
 {
-	return gm_not_supported("cuTexObjectGetResourceDesc", &gm_once[194]);
+	return gm_not_supported("cuTexObjectGetResourceDesc", &gm_once[168]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexObjectGetTextureDesc(void)
 {
-	return gm_not_supported("cuTexObjectGetTextureDesc", &gm_once[195]);
+	return gm_not_supported("cuTexObjectGetTextureDesc", &gm_once[169]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexObjectGetResourceViewDesc(void)
 {
-	return gm_not_supported("cuTexObjectGetResourceViewDesc", &gm_once[196]);
+	return gm_not_supported("cuTexObjectGetResourceViewDesc", &gm_once[170]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuSurfObjectCreate(void)
 {
-	return gm_not_supported("cuSurfObjectCreate", &gm_once[197]);
+	return gm_not_supported("cuSurfObjectCreate", &gm_once[171]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuSurfObjectDestroy(void)
 {
-	return gm_not_supported("cuSurfObjectDestroy", &gm_once[198]);
+	return gm_not_supported("cuSurfObjectDestroy", &gm_once[172]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuSurfObjectGetResourceDesc(void)
 {
-	return gm_not_supported("cuSurfObjectGetResourceDesc", &gm_once[199]);
+	return gm_not_supported("cuSurfObjectGetResourceDesc", &gm_once[173]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefSetArray(void)
 {
-	return gm_not_supported("cuTexRefSetArray", &gm_once[200]);
+	return gm_not_supported("cuTexRefSetArray", &gm_once[174]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefSetMipmappedArray(void)
 {
-	return gm_not_supported("cuTexRefSetMipmappedArray", &gm_once[201]);
+	return gm_not_supported("cuTexRefSetMipmappedArray", &gm_once[175]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefSetAddress_v2(void)
 {
-	return gm_not_supported("cuTexRefSetAddress_v2", &gm_once[202]);
+	return gm_not_supported("cuTexRefSetAddress_v2", &gm_once[176]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefSetAddress2D_v2(void)
 {
-	return gm_not_supported("cuTexRefSetAddress2D_v2", &gm_once[203]);
+	return gm_not_supported("cuTexRefSetAddress2D_v2", &gm_once[177]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefSetAddress2D_v3(void)
 {
-	return gm_not_supported("cuTexRefSetAddress2D_v3", &gm_once[204]);
+	return gm_not_supported("cuTexRefSetAddress2D_v3", &gm_once[178]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefSetFormat(void)
 {
-	return gm_not_supported("cuTexRefSetFormat", &gm_once[205]);
+	return gm_not_supported("cuTexRefSetFormat", &gm_once[179]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefSetAddressMode(void)
 {
-	return gm_not_supported("cuTexRefSetAddressMode", &gm_once[206]);
+	return gm_not_supported("cuTexRefSetAddressMode", &gm_once[180]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefSetFilterMode(void)
 {
-	return gm_not_supported("cuTexRefSetFilterMode", &gm_once[207]);
+	return gm_not_supported("cuTexRefSetFilterMode", &gm_once[181]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefSetMipmapFilterMode(void)
 {
-	return gm_not_supported("cuTexRefSetMipmapFilterMode", &gm_once[208]);
+	return gm_not_supported("cuTexRefSetMipmapFilterMode", &gm_once[182]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefSetMipmapLevelBias(void)
 {
-	return gm_not_supported("cuTexRefSetMipmapLevelBias", &gm_once[209]);
+	return gm_not_supported("cuTexRefSetMipmapLevelBias", &gm_once[183]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefSetMipmapLevelClamp(void)
 {
-	return gm_not_supported("cuTexRefSetMipmapLevelClamp", &gm_once[210]);
+	return gm_not_supported("cuTexRefSetMipmapLevelClamp", &gm_once[184]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefSetMaxAnisotropy(void)
 {
-	return gm_not_supported("cuTexRefSetMaxAnisotropy", &gm_once[211]);
+	return gm_not_supported("cuTexRefSetMaxAnisotropy", &gm_once[185]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefSetBorderColor(void)
 {
-	return gm_not_supported("cuTexRefSetBorderColor", &gm_once[212]);
+	return gm_not_supported("cuTexRefSetBorderColor", &gm_once[186]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefSetFlags(void)
 {
-	return gm_not_supported("cuTexRefSetFlags", &gm_once[213]);
+	return gm_not_supported("cuTexRefSetFlags", &gm_once[187]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefGetAddress_v2(void)
 {
-	return gm_not_supported("cuTexRefGetAddress_v2", &gm_once[214]);
+	return gm_not_supported("cuTexRefGetAddress_v2", &gm_once[188]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefGetArray(void)
 {
-	return gm_not_supported("cuTexRefGetArray", &gm_once[215]);
+	return gm_not_supported("cuTexRefGetArray", &gm_once[189]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefGetMipmappedArray(void)
 {
-	return gm_not_supported("cuTexRefGetMipmappedArray", &gm_once[216]);
+	return gm_not_supported("cuTexRefGetMipmappedArray", &gm_once[190]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefGetAddressMode(void)
 {
-	return gm_not_supported("cuTexRefGetAddressMode", &gm_once[217]);
+	return gm_not_supported("cuTexRefGetAddressMode", &gm_once[191]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefGetFilterMode(void)
 {
-	return gm_not_supported("cuTexRefGetFilterMode", &gm_once[218]);
+	return gm_not_supported("cuTexRefGetFilterMode", &gm_once[192]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefGetFormat(void)
 {
-	return gm_not_supported("cuTexRefGetFormat", &gm_once[219]);
+	return gm_not_supported("cuTexRefGetFormat", &gm_once[193]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefGetMipmapFilterMode(void)
 {
-	return gm_not_supported("cuTexRefGetMipmapFilterMode", &gm_once[220]);
+	return gm_not_supported("cuTexRefGetMipmapFilterMode", &gm_once[194]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefGetMipmapLevelBias(void)
 {
-	return gm_not_supported("cuTexRefGetMipmapLevelBias", &gm_once[221]);
+	return gm_not_supported("cuTexRefGetMipmapLevelBias", &gm_once[195]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefGetMipmapLevelClamp(void)
 {
-	return gm_not_supported("cuTexRefGetMipmapLevelClamp", &gm_once[222]);
+	return gm_not_supported("cuTexRefGetMipmapLevelClamp", &gm_once[196]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefGetMaxAnisotropy(void)
 {
-	return gm_not_supported("cuTexRefGetMaxAnisotropy", &gm_once[223]);
+	return gm_not_supported("cuTexRefGetMaxAnisotropy", &gm_once[197]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefGetBorderColor(void)
 {
-	return gm_not_supported("cuTexRefGetBorderColor", &gm_once[224]);
+	return gm_not_supported("cuTexRefGetBorderColor", &gm_once[198]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefGetFlags(void)
 {
-	return gm_not_supported("cuTexRefGetFlags", &gm_once[225]);
+	return gm_not_supported("cuTexRefGetFlags", &gm_once[199]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefCreate(void)
 {
-	return gm_not_supported("cuTexRefCreate", &gm_once[226]);
+	return gm_not_supported("cuTexRefCreate", &gm_once[200]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTexRefDestroy(void)
 {
-	return gm_not_supported("cuTexRefDestroy", &gm_once[227]);
+	return gm_not_supported("cuTexRefDestroy", &gm_once[201]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuSurfRefSetArray(void)
 {
-	return gm_not_supported("cuSurfRefSetArray", &gm_once[228]);
+	return gm_not_supported("cuSurfRefSetArray", &gm_once[202]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuSurfRefGetArray(void)
 {
-	return gm_not_supported("cuSurfRefGetArray", &gm_once[229]);
+	return gm_not_supported("cuSurfRefGetArray", &gm_once[203]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTensorMapEncodeTiled(void)
 {
-	return gm_not_supported("cuTensorMapEncodeTiled", &gm_once[230]);
+	return gm_not_supported("cuTensorMapEncodeTiled", &gm_once[204]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTensorMapEncodeIm2col(void)
 {
-	return gm_not_supported("cuTensorMapEncodeIm2col", &gm_once[231]);
+	return gm_not_supported("cuTensorMapEncodeIm2col", &gm_once[205]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTensorMapEncodeIm2colWide(void)
 {
-	return gm_not_supported("cuTensorMapEncodeIm2colWide", &gm_once[232]);
+	return gm_not_supported("cuTensorMapEncodeIm2colWide", &gm_once[206]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuTensorMapReplaceAddress(void)
 {
-	return gm_not_supported("cuTensorMapReplaceAddress", &gm_once[233]);
+	return gm_not_supported("cuTensorMapReplaceAddress", &gm_once[207]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamGetId(void)
 {
-	return gm_not_supported("cuStreamGetId", &gm_once[234]);
+	return gm_not_supported("cuStreamGetId", &gm_once[208]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamGetCtx(void)
 {
-	return gm_not_supported("cuStreamGetCtx", &gm_once[235]);
+	return gm_not_supported("cuStreamGetCtx", &gm_once[209]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2(void)
 {
-	return gm_not_supported("cuStreamGetCtx_v2", &gm_once[236]);
+	return gm_not_supported("cuStreamGetCtx_v2", &gm_once[210]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamGetDevice(void)
 {
-	return gm_not_supported("cuStreamGetDevice", &gm_once[237]);
+	return gm_not_supported("cuStreamGetDevice", &gm_once[211]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamAddCallback(void)
 {
-	return gm_not_supported("cuStreamAddCallback", &gm_once[238]);
+	return gm_not_supported("cuStreamAddCallback", &gm_once[212]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamAttachMemAsync(void)
 {
-	return gm_not_supported("cuStreamAttachMemAsync", &gm_once[239]);
+	return gm_not_supported("cuStreamAttachMemAsync", &gm_once[213]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamBeginCaptureToGraph(void)
 {
-	return gm_not_supported("cuStreamBeginCaptureToGraph", &gm_once[240]);
+	return gm_not_supported("cuStreamBeginCaptureToGraph", &gm_once[214]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamCopyAttributes(void)
 {
-	return gm_not_supported("cuStreamCopyAttributes", &gm_once[241]);
+	return gm_not_supported("cuStreamCopyAttributes", &gm_once[215]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamGetAttribute(void)
 {
-	return gm_not_supported("cuStreamGetAttribute", &gm_once[242]);
+	return gm_not_supported("cuStreamGetAttribute", &gm_once[216]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamSetAttribute(void)
 {
-	return gm_not_supported("cuStreamSetAttribute", &gm_once[243]);
+	return gm_not_supported("cuStreamSetAttribute", &gm_once[217]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWaitValue32(void)
 {
-	return gm_not_supported("cuStreamWaitValue32", &gm_once[244]);
+	return gm_not_supported("cuStreamWaitValue32", &gm_once[218]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWaitValue32_v2(void)
 {
-	return gm_not_supported("cuStreamWaitValue32_v2", &gm_once[245]);
+	return gm_not_supported("cuStreamWaitValue32_v2", &gm_once[219]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWaitValue64(void)
 {
-	return gm_not_supported("cuStreamWaitValue64", &gm_once[246]);
+	return gm_not_supported("cuStreamWaitValue64", &gm_once[220]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWaitValue64_v2(void)
 {
-	return gm_not_supported("cuStreamWaitValue64_v2", &gm_once[247]);
+	return gm_not_supported("cuStreamWaitValue64_v2", &gm_once[221]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWriteValue32(void)
 {
-	return gm_not_supported("cuStreamWriteValue32", &gm_once[248]);
+	return gm_not_supported("cuStreamWriteValue32", &gm_once[222]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWriteValue32_v2(void)
 {
-	return gm_not_supported("cuStreamWriteValue32_v2", &gm_once[249]);
+	return gm_not_supported("cuStreamWriteValue32_v2", &gm_once[223]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWriteValue64(void)
 {
-	return gm_not_supported("cuStreamWriteValue64", &gm_once[250]);
+	return gm_not_supported("cuStreamWriteValue64", &gm_once[224]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWriteValue64_v2(void)
 {
-	return gm_not_supported("cuStreamWriteValue64_v2", &gm_once[251]);
+	return gm_not_supported("cuStreamWriteValue64_v2", &gm_once[225]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamBatchMemOp(void)
 {
-	return gm_not_supported("cuStreamBatchMemOp", &gm_once[252]);
+	return gm_not_supported("cuStreamBatchMemOp", &gm_once[226]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamBatchMemOp_v2(void)
 {
-	return gm_not_supported("cuStreamBatchMemOp_v2", &gm_once[253]);
+	return gm_not_supported("cuStreamBatchMemOp_v2", &gm_once[227]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuImportExternalMemory(void)
 {
-	return gm_not_supported("cuImportExternalMemory", &gm_once[254]);
+	return gm_not_supported("cuImportExternalMemory", &gm_once[228]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuExternalMemoryGetMappedBuffer(void)
 {
-	return gm_not_supported("cuExternalMemoryGetMappedBuffer", &gm_once[255]);
+	return gm_not_supported("cuExternalMemoryGetMappedBuffer", &gm_once[229]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuExternalMemoryGetMappedMipmappedArray(void)
 {
-	return gm_not_supported("cuExternalMemoryGetMappedMipmappedArray", &gm_once[256]);
+	return gm_not_supported("cuExternalMemoryGetMappedMipmappedArray", &gm_once[230]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDestroyExternalMemory(void)
 {
-	return gm_not_supported("cuDestroyExternalMemory", &gm_once[257]);
+	return gm_not_supported("cuDestroyExternalMemory", &gm_once[231]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuImportExternalSemaphore(void)
 {
-	return gm_not_supported("cuImportExternalSemaphore", &gm_once[258]);
+	return gm_not_supported("cuImportExternalSemaphore", &gm_once[232]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuSignalExternalSemaphoresAsync(void)
 {
-	return gm_not_supported("cuSignalExternalSemaphoresAsync", &gm_once[259]);
+	return gm_not_supported("cuSignalExternalSemaphoresAsync", &gm_once[233]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuWaitExternalSemaphoresAsync(void)
 {
-	return gm_not_supported("cuWaitExternalSemaphoresAsync", &gm_once[260]);
+	return gm_not_supported("cuWaitExternalSemaphoresAsync", &gm_once[234]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDestroyExternalSemaphore(void)
 {
-	return gm_not_supported("cuDestroyExternalSemaphore", &gm_once[261]);
+	return gm_not_supported("cuDestroyExternalSemaphore", &gm_once[235]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuFuncSetCacheConfig(void)
 {
-	return gm_not_supported("cuFuncSetCacheConfig", &gm_once[262]);
+	return gm_not_supported("cuFuncSetCacheConfig", &gm_once[236]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuFuncSetSharedMemConfig(void)
 {
-	return gm_not_supported("cuFuncSetSharedMemConfig", &gm_once[263]);
+	return gm_not_supported("cuFuncSetSharedMemConfig", &gm_once[237]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuFuncGetModule(void)
 {
-	return gm_not_supported("cuFuncGetModule", &gm_once[264]);
+	return gm_not_supported("cuFuncGetModule", &gm_once[238]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuFuncGetName(void)
 {
-	return gm_not_supported("cuFuncGetName", &gm_once[265]);
+	return gm_not_supported("cuFuncGetName", &gm_once[239]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuFuncIsLoaded(void)
 {
-	return gm_not_supported("cuFuncIsLoaded", &gm_once[266]);
+	return gm_not_supported("cuFuncIsLoaded", &gm_once[240]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuFuncLoad(void)
 {
-	return gm_not_supported("cuFuncLoad", &gm_once[267]);
+	return gm_not_supported("cuFuncLoad", &gm_once[241]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel(void)
 {
-	return gm_not_supported("cuLaunchCooperativeKernel", &gm_once[268]);
+	return gm_not_supported("cuLaunchCooperativeKernel", &gm_once[242]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(void)
 {
-	return gm_not_supported("cuLaunchCooperativeKernelMultiDevice", &gm_once[269]);
+	return gm_not_supported("cuLaunchCooperativeKernelMultiDevice", &gm_once[243]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLaunchHostFunc(void)
 {
-	return gm_not_supported("cuLaunchHostFunc", &gm_once[270]);
+	return gm_not_supported("cuLaunchHostFunc", &gm_once[244]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuFuncSetBlockShape(void)
 {
-	return gm_not_supported("cuFuncSetBlockShape", &gm_once[271]);
+	return gm_not_supported("cuFuncSetBlockShape", &gm_once[245]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuFuncSetSharedSize(void)
 {
-	return gm_not_supported("cuFuncSetSharedSize", &gm_once[272]);
+	return gm_not_supported("cuFuncSetSharedSize", &gm_once[246]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuParamSetSize(void)
 {
-	return gm_not_supported("cuParamSetSize", &gm_once[273]);
+	return gm_not_supported("cuParamSetSize", &gm_once[247]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuParamSeti(void)
 {
-	return gm_not_supported("cuParamSeti", &gm_once[274]);
+	return gm_not_supported("cuParamSeti", &gm_once[248]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuParamSetf(void)
 {
-	return gm_not_supported("cuParamSetf", &gm_once[275]);
+	return gm_not_supported("cuParamSetf", &gm_once[249]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuParamSetv(void)
 {
-	return gm_not_supported("cuParamSetv", &gm_once[276]);
+	return gm_not_supported("cuParamSetv", &gm_once[250]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLaunch(void)
 {
-	return gm_not_supported("cuLaunch", &gm_once[277]);
+	return gm_not_supported("cuLaunch", &gm_once[251]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLaunchGrid(void)
 {
-	return gm_not_supported("cuLaunchGrid", &gm_once[278]);
+	return gm_not_supported("cuLaunchGrid", &gm_once[252]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLaunchGridAsync(void)
 {
-	return gm_not_supported("cuLaunchGridAsync", &gm_once[279]);
+	return gm_not_supported("cuLaunchGridAsync", &gm_once[253]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuParamSetTexRef(void)
 {
-	return gm_not_supported("cuParamSetTexRef", &gm_once[280]);
+	return gm_not_supported("cuParamSetTexRef", &gm_once[254]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphKernelNodeGetParams(void)
 {
-	return gm_not_supported("cuGraphKernelNodeGetParams", &gm_once[281]);
+	return gm_not_supported("cuGraphKernelNodeGetParams", &gm_once[255]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(void)
 {
-	return gm_not_supported("cuGraphKernelNodeGetParams_v2", &gm_once[282]);
+	return gm_not_supported("cuGraphKernelNodeGetParams_v2", &gm_once[256]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphKernelNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphKernelNodeSetParams", &gm_once[283]);
+	return gm_not_supported("cuGraphKernelNodeSetParams", &gm_once[257]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(void)
 {
-	return gm_not_supported("cuGraphKernelNodeSetParams_v2", &gm_once[284]);
+	return gm_not_supported("cuGraphKernelNodeSetParams_v2", &gm_once[258]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphMemcpyNodeGetParams(void)
 {
-	return gm_not_supported("cuGraphMemcpyNodeGetParams", &gm_once[285]);
+	return gm_not_supported("cuGraphMemcpyNodeGetParams", &gm_once[259]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphMemcpyNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphMemcpyNodeSetParams", &gm_once[286]);
+	return gm_not_supported("cuGraphMemcpyNodeSetParams", &gm_once[260]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphMemsetNodeGetParams(void)
 {
-	return gm_not_supported("cuGraphMemsetNodeGetParams", &gm_once[287]);
+	return gm_not_supported("cuGraphMemsetNodeGetParams", &gm_once[261]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphMemsetNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphMemsetNodeSetParams", &gm_once[288]);
+	return gm_not_supported("cuGraphMemsetNodeSetParams", &gm_once[262]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphAddHostNode(void)
 {
-	return gm_not_supported("cuGraphAddHostNode", &gm_once[289]);
+	return gm_not_supported("cuGraphAddHostNode", &gm_once[263]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphHostNodeGetParams(void)
 {
-	return gm_not_supported("cuGraphHostNodeGetParams", &gm_once[290]);
+	return gm_not_supported("cuGraphHostNodeGetParams", &gm_once[264]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphHostNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphHostNodeSetParams", &gm_once[291]);
+	return gm_not_supported("cuGraphHostNodeSetParams", &gm_once[265]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphAddChildGraphNode(void)
 {
-	return gm_not_supported("cuGraphAddChildGraphNode", &gm_once[292]);
+	return gm_not_supported("cuGraphAddChildGraphNode", &gm_once[266]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(void)
 {
-	return gm_not_supported("cuGraphChildGraphNodeGetGraph", &gm_once[293]);
+	return gm_not_supported("cuGraphChildGraphNodeGetGraph", &gm_once[267]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphEventRecordNodeGetEvent(void)
 {
-	return gm_not_supported("cuGraphEventRecordNodeGetEvent", &gm_once[294]);
+	return gm_not_supported("cuGraphEventRecordNodeGetEvent", &gm_once[268]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphEventRecordNodeSetEvent(void)
 {
-	return gm_not_supported("cuGraphEventRecordNodeSetEvent", &gm_once[295]);
+	return gm_not_supported("cuGraphEventRecordNodeSetEvent", &gm_once[269]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphEventWaitNodeGetEvent(void)
 {
-	return gm_not_supported("cuGraphEventWaitNodeGetEvent", &gm_once[296]);
+	return gm_not_supported("cuGraphEventWaitNodeGetEvent", &gm_once[270]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphEventWaitNodeSetEvent(void)
 {
-	return gm_not_supported("cuGraphEventWaitNodeSetEvent", &gm_once[297]);
+	return gm_not_supported("cuGraphEventWaitNodeSetEvent", &gm_once[271]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphAddExternalSemaphoresSignalNode(void)
 {
-	return gm_not_supported("cuGraphAddExternalSemaphoresSignalNode", &gm_once[298]);
+	return gm_not_supported("cuGraphAddExternalSemaphoresSignalNode", &gm_once[272]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExternalSemaphoresSignalNodeGetParams(void)
 {
-	return gm_not_supported("cuGraphExternalSemaphoresSignalNodeGetParams", &gm_once[299]);
+	return gm_not_supported("cuGraphExternalSemaphoresSignalNodeGetParams", &gm_once[273]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExternalSemaphoresSignalNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphExternalSemaphoresSignalNodeSetParams", &gm_once[300]);
+	return gm_not_supported("cuGraphExternalSemaphoresSignalNodeSetParams", &gm_once[274]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphAddExternalSemaphoresWaitNode(void)
 {
-	return gm_not_supported("cuGraphAddExternalSemaphoresWaitNode", &gm_once[301]);
+	return gm_not_supported("cuGraphAddExternalSemaphoresWaitNode", &gm_once[275]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExternalSemaphoresWaitNodeGetParams(void)
 {
-	return gm_not_supported("cuGraphExternalSemaphoresWaitNodeGetParams", &gm_once[302]);
+	return gm_not_supported("cuGraphExternalSemaphoresWaitNodeGetParams", &gm_once[276]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExternalSemaphoresWaitNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphExternalSemaphoresWaitNodeSetParams", &gm_once[303]);
+	return gm_not_supported("cuGraphExternalSemaphoresWaitNodeSetParams", &gm_once[277]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphAddBatchMemOpNode(void)
 {
-	return gm_not_supported("cuGraphAddBatchMemOpNode", &gm_once[304]);
+	return gm_not_supported("cuGraphAddBatchMemOpNode", &gm_once[278]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphBatchMemOpNodeGetParams(void)
 {
-	return gm_not_supported("cuGraphBatchMemOpNodeGetParams", &gm_once[305]);
+	return gm_not_supported("cuGraphBatchMemOpNodeGetParams", &gm_once[279]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphBatchMemOpNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphBatchMemOpNodeSetParams", &gm_once[306]);
+	return gm_not_supported("cuGraphBatchMemOpNodeSetParams", &gm_once[280]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExecBatchMemOpNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphExecBatchMemOpNodeSetParams", &gm_once[307]);
+	return gm_not_supported("cuGraphExecBatchMemOpNodeSetParams", &gm_once[281]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphAddMemAllocNode(void)
 {
-	return gm_not_supported("cuGraphAddMemAllocNode", &gm_once[308]);
+	return gm_not_supported("cuGraphAddMemAllocNode", &gm_once[282]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphMemAllocNodeGetParams(void)
 {
-	return gm_not_supported("cuGraphMemAllocNodeGetParams", &gm_once[309]);
+	return gm_not_supported("cuGraphMemAllocNodeGetParams", &gm_once[283]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphAddMemFreeNode(void)
 {
-	return gm_not_supported("cuGraphAddMemFreeNode", &gm_once[310]);
+	return gm_not_supported("cuGraphAddMemFreeNode", &gm_once[284]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphMemFreeNodeGetParams(void)
 {
-	return gm_not_supported("cuGraphMemFreeNodeGetParams", &gm_once[311]);
+	return gm_not_supported("cuGraphMemFreeNodeGetParams", &gm_once[285]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDeviceGraphMemTrim(void)
 {
-	return gm_not_supported("cuDeviceGraphMemTrim", &gm_once[312]);
+	return gm_not_supported("cuDeviceGraphMemTrim", &gm_once[286]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDeviceGetGraphMemAttribute(void)
 {
-	return gm_not_supported("cuDeviceGetGraphMemAttribute", &gm_once[313]);
+	return gm_not_supported("cuDeviceGetGraphMemAttribute", &gm_once[287]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDeviceSetGraphMemAttribute(void)
 {
-	return gm_not_supported("cuDeviceSetGraphMemAttribute", &gm_once[314]);
+	return gm_not_supported("cuDeviceSetGraphMemAttribute", &gm_once[288]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphNodeFindInClone(void)
 {
-	return gm_not_supported("cuGraphNodeFindInClone", &gm_once[315]);
+	return gm_not_supported("cuGraphNodeFindInClone", &gm_once[289]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphNodeGetType(void)
 {
-	return gm_not_supported("cuGraphNodeGetType", &gm_once[316]);
+	return gm_not_supported("cuGraphNodeGetType", &gm_once[290]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphGetEdges(void)
 {
-	return gm_not_supported("cuGraphGetEdges", &gm_once[317]);
+	return gm_not_supported("cuGraphGetEdges", &gm_once[291]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphGetEdges_v2(void)
 {
-	return gm_not_supported("cuGraphGetEdges_v2", &gm_once[318]);
+	return gm_not_supported("cuGraphGetEdges_v2", &gm_once[292]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphNodeGetDependencies(void)
 {
-	return gm_not_supported("cuGraphNodeGetDependencies", &gm_once[319]);
+	return gm_not_supported("cuGraphNodeGetDependencies", &gm_once[293]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphNodeGetDependencies_v2(void)
 {
-	return gm_not_supported("cuGraphNodeGetDependencies_v2", &gm_once[320]);
+	return gm_not_supported("cuGraphNodeGetDependencies_v2", &gm_once[294]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphNodeGetDependentNodes(void)
 {
-	return gm_not_supported("cuGraphNodeGetDependentNodes", &gm_once[321]);
+	return gm_not_supported("cuGraphNodeGetDependentNodes", &gm_once[295]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphNodeGetDependentNodes_v2(void)
 {
-	return gm_not_supported("cuGraphNodeGetDependentNodes_v2", &gm_once[322]);
+	return gm_not_supported("cuGraphNodeGetDependentNodes_v2", &gm_once[296]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphRemoveDependencies(void)
 {
-	return gm_not_supported("cuGraphRemoveDependencies", &gm_once[323]);
+	return gm_not_supported("cuGraphRemoveDependencies", &gm_once[297]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphRemoveDependencies_v2(void)
 {
-	return gm_not_supported("cuGraphRemoveDependencies_v2", &gm_once[324]);
+	return gm_not_supported("cuGraphRemoveDependencies_v2", &gm_once[298]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphDestroyNode(void)
 {
-	return gm_not_supported("cuGraphDestroyNode", &gm_once[325]);
+	return gm_not_supported("cuGraphDestroyNode", &gm_once[299]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExecGetFlags(void)
 {
-	return gm_not_supported("cuGraphExecGetFlags", &gm_once[326]);
+	return gm_not_supported("cuGraphExecGetFlags", &gm_once[300]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphExecMemcpyNodeSetParams", &gm_once[327]);
+	return gm_not_supported("cuGraphExecMemcpyNodeSetParams", &gm_once[301]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphExecMemsetNodeSetParams", &gm_once[328]);
+	return gm_not_supported("cuGraphExecMemsetNodeSetParams", &gm_once[302]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExecHostNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphExecHostNodeSetParams", &gm_once[329]);
+	return gm_not_supported("cuGraphExecHostNodeSetParams", &gm_once[303]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphExecChildGraphNodeSetParams", &gm_once[330]);
+	return gm_not_supported("cuGraphExecChildGraphNodeSetParams", &gm_once[304]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(void)
 {
-	return gm_not_supported("cuGraphExecEventRecordNodeSetEvent", &gm_once[331]);
+	return gm_not_supported("cuGraphExecEventRecordNodeSetEvent", &gm_once[305]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(void)
 {
-	return gm_not_supported("cuGraphExecEventWaitNodeSetEvent", &gm_once[332]);
+	return gm_not_supported("cuGraphExecEventWaitNodeSetEvent", &gm_once[306]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExecExternalSemaphoresSignalNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphExecExternalSemaphoresSignalNodeSetParams", &gm_once[333]);
+	return gm_not_supported("cuGraphExecExternalSemaphoresSignalNodeSetParams", &gm_once[307]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExecExternalSemaphoresWaitNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphExecExternalSemaphoresWaitNodeSetParams", &gm_once[334]);
+	return gm_not_supported("cuGraphExecExternalSemaphoresWaitNodeSetParams", &gm_once[308]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphNodeSetEnabled(void)
 {
-	return gm_not_supported("cuGraphNodeSetEnabled", &gm_once[335]);
+	return gm_not_supported("cuGraphNodeSetEnabled", &gm_once[309]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphNodeGetEnabled(void)
 {
-	return gm_not_supported("cuGraphNodeGetEnabled", &gm_once[336]);
+	return gm_not_supported("cuGraphNodeGetEnabled", &gm_once[310]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(void)
 {
-	return gm_not_supported("cuGraphExecUpdate_v2", &gm_once[337]);
+	return gm_not_supported("cuGraphExecUpdate_v2", &gm_once[311]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(void)
 {
-	return gm_not_supported("cuGraphKernelNodeCopyAttributes", &gm_once[338]);
+	return gm_not_supported("cuGraphKernelNodeCopyAttributes", &gm_once[312]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphKernelNodeGetAttribute(void)
 {
-	return gm_not_supported("cuGraphKernelNodeGetAttribute", &gm_once[339]);
+	return gm_not_supported("cuGraphKernelNodeGetAttribute", &gm_once[313]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphKernelNodeSetAttribute(void)
 {
-	return gm_not_supported("cuGraphKernelNodeSetAttribute", &gm_once[340]);
+	return gm_not_supported("cuGraphKernelNodeSetAttribute", &gm_once[314]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphDebugDotPrint(void)
 {
-	return gm_not_supported("cuGraphDebugDotPrint", &gm_once[341]);
+	return gm_not_supported("cuGraphDebugDotPrint", &gm_once[315]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuUserObjectCreate(void)
 {
-	return gm_not_supported("cuUserObjectCreate", &gm_once[342]);
+	return gm_not_supported("cuUserObjectCreate", &gm_once[316]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuUserObjectRetain(void)
 {
-	return gm_not_supported("cuUserObjectRetain", &gm_once[343]);
+	return gm_not_supported("cuUserObjectRetain", &gm_once[317]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuUserObjectRelease(void)
 {
-	return gm_not_supported("cuUserObjectRelease", &gm_once[344]);
+	return gm_not_supported("cuUserObjectRelease", &gm_once[318]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphRetainUserObject(void)
 {
-	return gm_not_supported("cuGraphRetainUserObject", &gm_once[345]);
+	return gm_not_supported("cuGraphRetainUserObject", &gm_once[319]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphReleaseUserObject(void)
 {
-	return gm_not_supported("cuGraphReleaseUserObject", &gm_once[346]);
+	return gm_not_supported("cuGraphReleaseUserObject", &gm_once[320]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphAddNode(void)
 {
-	return gm_not_supported("cuGraphAddNode", &gm_once[347]);
+	return gm_not_supported("cuGraphAddNode", &gm_once[321]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphAddNode_v2(void)
 {
-	return gm_not_supported("cuGraphAddNode_v2", &gm_once[348]);
+	return gm_not_supported("cuGraphAddNode_v2", &gm_once[322]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphNodeSetParams", &gm_once[349]);
+	return gm_not_supported("cuGraphNodeSetParams", &gm_once[323]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphExecNodeSetParams(void)
 {
-	return gm_not_supported("cuGraphExecNodeSetParams", &gm_once[350]);
+	return gm_not_supported("cuGraphExecNodeSetParams", &gm_once[324]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphConditionalHandleCreate(void)
 {
-	return gm_not_supported("cuGraphConditionalHandleCreate", &gm_once[351]);
+	return gm_not_supported("cuGraphConditionalHandleCreate", &gm_once[325]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(void)
 {
-	return gm_not_supported("cuOccupancyMaxPotentialBlockSize", &gm_once[352]);
+	return gm_not_supported("cuOccupancyMaxPotentialBlockSize", &gm_once[326]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(void)
 {
-	return gm_not_supported("cuOccupancyMaxPotentialBlockSizeWithFlags", &gm_once[353]);
+	return gm_not_supported("cuOccupancyMaxPotentialBlockSizeWithFlags", &gm_once[327]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphicsUnregisterResource(void)
 {
-	return gm_not_supported("cuGraphicsUnregisterResource", &gm_once[354]);
+	return gm_not_supported("cuGraphicsUnregisterResource", &gm_once[328]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphicsSubResourceGetMappedArray(void)
 {
-	return gm_not_supported("cuGraphicsSubResourceGetMappedArray", &gm_once[355]);
+	return gm_not_supported("cuGraphicsSubResourceGetMappedArray", &gm_once[329]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphicsResourceGetMappedMipmappedArray(void)
 {
-	return gm_not_supported("cuGraphicsResourceGetMappedMipmappedArray", &gm_once[356]);
+	return gm_not_supported("cuGraphicsResourceGetMappedMipmappedArray", &gm_once[330]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphicsResourceGetMappedPointer_v2(void)
 {
-	return gm_not_supported("cuGraphicsResourceGetMappedPointer_v2", &gm_once[357]);
+	return gm_not_supported("cuGraphicsResourceGetMappedPointer_v2", &gm_once[331]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphicsResourceSetMapFlags_v2(void)
 {
-	return gm_not_supported("cuGraphicsResourceSetMapFlags_v2", &gm_once[358]);
+	return gm_not_supported("cuGraphicsResourceSetMapFlags_v2", &gm_once[332]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphicsMapResources(void)
 {
-	return gm_not_supported("cuGraphicsMapResources", &gm_once[359]);
+	return gm_not_supported("cuGraphicsMapResources", &gm_once[333]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphicsUnmapResources(void)
 {
-	return gm_not_supported("cuGraphicsUnmapResources", &gm_once[360]);
+	return gm_not_supported("cuGraphicsUnmapResources", &gm_once[334]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuProfilerInitialize(void)
 {
-	return gm_not_supported("cuProfilerInitialize", &gm_once[361]);
+	return gm_not_supported("cuProfilerInitialize", &gm_once[335]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuProfilerStart(void)
 {
-	return gm_not_supported("cuProfilerStart", &gm_once[362]);
+	return gm_not_supported("cuProfilerStart", &gm_once[336]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuProfilerStop(void)
 {
-	return gm_not_supported("cuProfilerStop", &gm_once[363]);
+	return gm_not_supported("cuProfilerStop", &gm_once[337]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCoredumpGetAttribute(void)
 {
-	return gm_not_supported("cuCoredumpGetAttribute", &gm_once[364]);
+	return gm_not_supported("cuCoredumpGetAttribute", &gm_once[338]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCoredumpGetAttributeGlobal(void)
 {
-	return gm_not_supported("cuCoredumpGetAttributeGlobal", &gm_once[365]);
+	return gm_not_supported("cuCoredumpGetAttributeGlobal", &gm_once[339]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCoredumpSetAttribute(void)
 {
-	return gm_not_supported("cuCoredumpSetAttribute", &gm_once[366]);
+	return gm_not_supported("cuCoredumpSetAttribute", &gm_once[340]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCoredumpSetAttributeGlobal(void)
 {
-	return gm_not_supported("cuCoredumpSetAttributeGlobal", &gm_once[367]);
+	return gm_not_supported("cuCoredumpSetAttributeGlobal", &gm_once[341]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCheckpointProcessGetRestoreThreadId(void)
 {
-	return gm_not_supported("cuCheckpointProcessGetRestoreThreadId", &gm_once[368]);
+	return gm_not_supported("cuCheckpointProcessGetRestoreThreadId", &gm_once[342]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCheckpointProcessGetState(void)
 {
-	return gm_not_supported("cuCheckpointProcessGetState", &gm_once[369]);
+	return gm_not_supported("cuCheckpointProcessGetState", &gm_once[343]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCheckpointProcessLock(void)
 {
-	return gm_not_supported("cuCheckpointProcessLock", &gm_once[370]);
+	return gm_not_supported("cuCheckpointProcessLock", &gm_once[344]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCheckpointProcessCheckpoint(void)
 {
-	return gm_not_supported("cuCheckpointProcessCheckpoint", &gm_once[371]);
+	return gm_not_supported("cuCheckpointProcessCheckpoint", &gm_once[345]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCheckpointProcessRestore(void)
 {
-	return gm_not_supported("cuCheckpointProcessRestore", &gm_once[372]);
+	return gm_not_supported("cuCheckpointProcessRestore", &gm_once[346]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuCheckpointProcessUnlock(void)
 {
-	return gm_not_supported("cuCheckpointProcessUnlock", &gm_once[373]);
+	return gm_not_supported("cuCheckpointProcessUnlock", &gm_once[347]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyDtoA_v2_ptds(void)
 {
-	return gm_not_supported("cuMemcpyDtoA_v2_ptds", &gm_once[374]);
+	return gm_not_supported("cuMemcpyDtoA_v2_ptds", &gm_once[348]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyAtoD_v2_ptds(void)
 {
-	return gm_not_supported("cuMemcpyAtoD_v2_ptds", &gm_once[375]);
+	return gm_not_supported("cuMemcpyAtoD_v2_ptds", &gm_once[349]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyHtoA_v2_ptds(void)
 {
-	return gm_not_supported("cuMemcpyHtoA_v2_ptds", &gm_once[376]);
+	return gm_not_supported("cuMemcpyHtoA_v2_ptds", &gm_once[350]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyAtoH_v2_ptds(void)
 {
-	return gm_not_supported("cuMemcpyAtoH_v2_ptds", &gm_once[377]);
+	return gm_not_supported("cuMemcpyAtoH_v2_ptds", &gm_once[351]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyAtoA_v2_ptds(void)
 {
-	return gm_not_supported("cuMemcpyAtoA_v2_ptds", &gm_once[378]);
+	return gm_not_supported("cuMemcpyAtoA_v2_ptds", &gm_once[352]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy2D_v2_ptds(void)
 {
-	return gm_not_supported("cuMemcpy2D_v2_ptds", &gm_once[379]);
+	return gm_not_supported("cuMemcpy2D_v2_ptds", &gm_once[353]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy2DUnaligned_v2_ptds(void)
 {
-	return gm_not_supported("cuMemcpy2DUnaligned_v2_ptds", &gm_once[380]);
+	return gm_not_supported("cuMemcpy2DUnaligned_v2_ptds", &gm_once[354]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy3D_v2_ptds(void)
 {
-	return gm_not_supported("cuMemcpy3D_v2_ptds", &gm_once[381]);
+	return gm_not_supported("cuMemcpy3D_v2_ptds", &gm_once[355]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy3DPeer_ptds(void)
 {
-	return gm_not_supported("cuMemcpy3DPeer_ptds", &gm_once[382]);
+	return gm_not_supported("cuMemcpy3DPeer_ptds", &gm_once[356]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD16_v2_ptds(void)
 {
-	return gm_not_supported("cuMemsetD16_v2_ptds", &gm_once[383]);
+	return gm_not_supported("cuMemsetD16_v2_ptds", &gm_once[357]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD2D8_v2_ptds(void)
 {
-	return gm_not_supported("cuMemsetD2D8_v2_ptds", &gm_once[384]);
+	return gm_not_supported("cuMemsetD2D8_v2_ptds", &gm_once[358]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD2D16_v2_ptds(void)
 {
-	return gm_not_supported("cuMemsetD2D16_v2_ptds", &gm_once[385]);
+	return gm_not_supported("cuMemsetD2D16_v2_ptds", &gm_once[359]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD2D32_v2_ptds(void)
 {
-	return gm_not_supported("cuMemsetD2D32_v2_ptds", &gm_once[386]);
+	return gm_not_supported("cuMemsetD2D32_v2_ptds", &gm_once[360]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyHtoAAsync_v2_ptsz(void)
 {
-	return gm_not_supported("cuMemcpyHtoAAsync_v2_ptsz", &gm_once[387]);
+	return gm_not_supported("cuMemcpyHtoAAsync_v2_ptsz", &gm_once[361]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyAtoHAsync_v2_ptsz(void)
 {
-	return gm_not_supported("cuMemcpyAtoHAsync_v2_ptsz", &gm_once[388]);
+	return gm_not_supported("cuMemcpyAtoHAsync_v2_ptsz", &gm_once[362]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(void)
 {
-	return gm_not_supported("cuMemcpy2DAsync_v2_ptsz", &gm_once[389]);
+	return gm_not_supported("cuMemcpy2DAsync_v2_ptsz", &gm_once[363]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(void)
 {
-	return gm_not_supported("cuMemcpy3DAsync_v2_ptsz", &gm_once[390]);
+	return gm_not_supported("cuMemcpy3DAsync_v2_ptsz", &gm_once[364]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy3DPeerAsync_ptsz(void)
 {
-	return gm_not_supported("cuMemcpy3DPeerAsync_ptsz", &gm_once[391]);
+	return gm_not_supported("cuMemcpy3DPeerAsync_ptsz", &gm_once[365]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync_ptsz(void)
 {
-	return gm_not_supported("cuMemcpyBatchAsync_ptsz", &gm_once[392]);
+	return gm_not_supported("cuMemcpyBatchAsync_ptsz", &gm_once[366]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(void)
 {
-	return gm_not_supported("cuMemcpy3DBatchAsync_ptsz", &gm_once[393]);
+	return gm_not_supported("cuMemcpy3DBatchAsync_ptsz", &gm_once[367]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD16Async_ptsz(void)
 {
-	return gm_not_supported("cuMemsetD16Async_ptsz", &gm_once[394]);
+	return gm_not_supported("cuMemsetD16Async_ptsz", &gm_once[368]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD2D8Async_ptsz(void)
 {
-	return gm_not_supported("cuMemsetD2D8Async_ptsz", &gm_once[395]);
+	return gm_not_supported("cuMemsetD2D8Async_ptsz", &gm_once[369]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD2D16Async_ptsz(void)
 {
-	return gm_not_supported("cuMemsetD2D16Async_ptsz", &gm_once[396]);
+	return gm_not_supported("cuMemsetD2D16Async_ptsz", &gm_once[370]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemsetD2D32Async_ptsz(void)
 {
-	return gm_not_supported("cuMemsetD2D32Async_ptsz", &gm_once[397]);
+	return gm_not_supported("cuMemsetD2D32Async_ptsz", &gm_once[371]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_ptsz(void)
 {
-	return gm_not_supported("cuMemPrefetchAsync_ptsz", &gm_once[398]);
+	return gm_not_supported("cuMemPrefetchAsync_ptsz", &gm_once[372]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(void)
 {
-	return gm_not_supported("cuMemPrefetchAsync_v2_ptsz", &gm_once[399]);
+	return gm_not_supported("cuMemPrefetchAsync_v2_ptsz", &gm_once[373]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemMapArrayAsync_ptsz(void)
 {
-	return gm_not_supported("cuMemMapArrayAsync_ptsz", &gm_once[400]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(void)
-{
-	return gm_not_supported("cuMemAllocAsync_ptsz", &gm_once[401]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(void)
-{
-	return gm_not_supported("cuMemFreeAsync_ptsz", &gm_once[402]);
-}
-
-GM_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(void)
-{
-	return gm_not_supported("cuMemAllocFromPoolAsync_ptsz", &gm_once[403]);
+	return gm_not_supported("cuMemMapArrayAsync_ptsz", &gm_once[374]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamGetId_ptsz(void)
 {
-	return gm_not_supported("cuStreamGetId_ptsz", &gm_once[404]);
+	return gm_not_supported("cuStreamGetId_ptsz", &gm_once[375]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamGetCtx_ptsz(void)
 {
-	return gm_not_supported("cuStreamGetCtx_ptsz", &gm_once[405]);
+	return gm_not_supported("cuStreamGetCtx_ptsz", &gm_once[376]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(void)
 {
-	return gm_not_supported("cuStreamGetCtx_v2_ptsz", &gm_once[406]);
+	return gm_not_supported("cuStreamGetCtx_v2_ptsz", &gm_once[377]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamGetDevice_ptsz(void)
 {
-	return gm_not_supported("cuStreamGetDevice_ptsz", &gm_once[407]);
+	return gm_not_supported("cuStreamGetDevice_ptsz", &gm_once[378]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamAddCallback_ptsz(void)
 {
-	return gm_not_supported("cuStreamAddCallback_ptsz", &gm_once[408]);
+	return gm_not_supported("cuStreamAddCallback_ptsz", &gm_once[379]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamAttachMemAsync_ptsz(void)
 {
-	return gm_not_supported("cuStreamAttachMemAsync_ptsz", &gm_once[409]);
+	return gm_not_supported("cuStreamAttachMemAsync_ptsz", &gm_once[380]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(void)
 {
-	return gm_not_supported("cuStreamBeginCaptureToGraph_ptsz", &gm_once[410]);
+	return gm_not_supported("cuStreamBeginCaptureToGraph_ptsz", &gm_once[381]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamCopyAttributes_ptsz(void)
 {
-	return gm_not_supported("cuStreamCopyAttributes_ptsz", &gm_once[411]);
+	return gm_not_supported("cuStreamCopyAttributes_ptsz", &gm_once[382]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamGetAttribute_ptsz(void)
 {
-	return gm_not_supported("cuStreamGetAttribute_ptsz", &gm_once[412]);
+	return gm_not_supported("cuStreamGetAttribute_ptsz", &gm_once[383]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamSetAttribute_ptsz(void)
 {
-	return gm_not_supported("cuStreamSetAttribute_ptsz", &gm_once[413]);
+	return gm_not_supported("cuStreamSetAttribute_ptsz", &gm_once[384]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWaitValue32_ptsz(void)
 {
-	return gm_not_supported("cuStreamWaitValue32_ptsz", &gm_once[414]);
+	return gm_not_supported("cuStreamWaitValue32_ptsz", &gm_once[385]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWaitValue32_v2_ptsz(void)
 {
-	return gm_not_supported("cuStreamWaitValue32_v2_ptsz", &gm_once[415]);
+	return gm_not_supported("cuStreamWaitValue32_v2_ptsz", &gm_once[386]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWaitValue64_ptsz(void)
 {
-	return gm_not_supported("cuStreamWaitValue64_ptsz", &gm_once[416]);
+	return gm_not_supported("cuStreamWaitValue64_ptsz", &gm_once[387]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWaitValue64_v2_ptsz(void)
 {
-	return gm_not_supported("cuStreamWaitValue64_v2_ptsz", &gm_once[417]);
+	return gm_not_supported("cuStreamWaitValue64_v2_ptsz", &gm_once[388]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWriteValue32_ptsz(void)
 {
-	return gm_not_supported("cuStreamWriteValue32_ptsz", &gm_once[418]);
+	return gm_not_supported("cuStreamWriteValue32_ptsz", &gm_once[389]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(void)
 {
-	return gm_not_supported("cuStreamWriteValue32_v2_ptsz", &gm_once[419]);
+	return gm_not_supported("cuStreamWriteValue32_v2_ptsz", &gm_once[390]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWriteValue64_ptsz(void)
 {
-	return gm_not_supported("cuStreamWriteValue64_ptsz", &gm_once[420]);
+	return gm_not_supported("cuStreamWriteValue64_ptsz", &gm_once[391]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamWriteValue64_v2_ptsz(void)
 {
-	return gm_not_supported("cuStreamWriteValue64_v2_ptsz", &gm_once[421]);
+	return gm_not_supported("cuStreamWriteValue64_v2_ptsz", &gm_once[392]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamBatchMemOp_ptsz(void)
 {
-	return gm_not_supported("cuStreamBatchMemOp_ptsz", &gm_once[422]);
+	return gm_not_supported("cuStreamBatchMemOp_ptsz", &gm_once[393]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuStreamBatchMemOp_v2_ptsz(void)
 {
-	return gm_not_supported("cuStreamBatchMemOp_v2_ptsz", &gm_once[423]);
+	return gm_not_supported("cuStreamBatchMemOp_v2_ptsz", &gm_once[394]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(void)
 {
-	return gm_not_supported("cuLaunchCooperativeKernel_ptsz", &gm_once[424]);
+	return gm_not_supported("cuLaunchCooperativeKernel_ptsz", &gm_once[395]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLaunchHostFunc_ptsz(void)
 {
-	return gm_not_supported("cuLaunchHostFunc_ptsz", &gm_once[425]);
+	return gm_not_supported("cuLaunchHostFunc_ptsz", &gm_once[396]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuSignalExternalSemaphoresAsync_ptsz(void)
 {
-	return gm_not_supported("cuSignalExternalSemaphoresAsync_ptsz", &gm_once[426]);
+	return gm_not_supported("cuSignalExternalSemaphoresAsync_ptsz", &gm_once[397]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuWaitExternalSemaphoresAsync_ptsz(void)
 {
-	return gm_not_supported("cuWaitExternalSemaphoresAsync_ptsz", &gm_once[427]);
+	return gm_not_supported("cuWaitExternalSemaphoresAsync_ptsz", &gm_once[398]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphicsMapResources_ptsz(void)
 {
-	return gm_not_supported("cuGraphicsMapResources_ptsz", &gm_once[428]);
+	return gm_not_supported("cuGraphicsMapResources_ptsz", &gm_once[399]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphicsUnmapResources_ptsz(void)
 {
-	return gm_not_supported("cuGraphicsUnmapResources_ptsz", &gm_once[429]);
+	return gm_not_supported("cuGraphicsUnmapResources_ptsz", &gm_once[400]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDeviceGetHostAtomicCapabilities(void)
 {
-	return gm_not_supported("cuDeviceGetHostAtomicCapabilities", &gm_once[430]);
+	return gm_not_supported("cuDeviceGetHostAtomicCapabilities", &gm_once[401]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDeviceGetP2PAtomicCapabilities(void)
 {
-	return gm_not_supported("cuDeviceGetP2PAtomicCapabilities", &gm_once[431]);
+	return gm_not_supported("cuDeviceGetP2PAtomicCapabilities", &gm_once[402]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGreenCtxGetId(void)
 {
-	return gm_not_supported("cuGreenCtxGetId", &gm_once[432]);
+	return gm_not_supported("cuGreenCtxGetId", &gm_once[403]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLogsCurrent(void)
 {
-	return gm_not_supported("cuLogsCurrent", &gm_once[433]);
+	return gm_not_supported("cuLogsCurrent", &gm_once[404]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLogsDumpToFile(void)
 {
-	return gm_not_supported("cuLogsDumpToFile", &gm_once[434]);
+	return gm_not_supported("cuLogsDumpToFile", &gm_once[405]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLogsDumpToMemory(void)
 {
-	return gm_not_supported("cuLogsDumpToMemory", &gm_once[435]);
+	return gm_not_supported("cuLogsDumpToMemory", &gm_once[406]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLogsRegisterCallback(void)
 {
-	return gm_not_supported("cuLogsRegisterCallback", &gm_once[436]);
+	return gm_not_supported("cuLogsRegisterCallback", &gm_once[407]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuLogsUnregisterCallback(void)
 {
-	return gm_not_supported("cuLogsUnregisterCallback", &gm_once[437]);
+	return gm_not_supported("cuLogsUnregisterCallback", &gm_once[408]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemBatchDecompressAsync(void)
 {
-	return gm_not_supported("cuMemBatchDecompressAsync", &gm_once[438]);
+	return gm_not_supported("cuMemBatchDecompressAsync", &gm_once[409]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemBatchDecompressAsync_ptsz(void)
 {
-	return gm_not_supported("cuMemBatchDecompressAsync_ptsz", &gm_once[439]);
+	return gm_not_supported("cuMemBatchDecompressAsync_ptsz", &gm_once[410]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemDiscardAndPrefetchBatchAsync(void)
 {
-	return gm_not_supported("cuMemDiscardAndPrefetchBatchAsync", &gm_once[440]);
+	return gm_not_supported("cuMemDiscardAndPrefetchBatchAsync", &gm_once[411]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemDiscardAndPrefetchBatchAsync_ptsz(void)
 {
-	return gm_not_supported("cuMemDiscardAndPrefetchBatchAsync_ptsz", &gm_once[441]);
+	return gm_not_supported("cuMemDiscardAndPrefetchBatchAsync_ptsz", &gm_once[412]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemDiscardBatchAsync(void)
 {
-	return gm_not_supported("cuMemDiscardBatchAsync", &gm_once[442]);
+	return gm_not_supported("cuMemDiscardBatchAsync", &gm_once[413]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemDiscardBatchAsync_ptsz(void)
 {
-	return gm_not_supported("cuMemDiscardBatchAsync_ptsz", &gm_once[443]);
+	return gm_not_supported("cuMemDiscardBatchAsync_ptsz", &gm_once[414]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemGetAttribute(void)
 {
-	return gm_not_supported("cuMemGetAttribute", &gm_once[444]);
+	return gm_not_supported("cuMemGetAttribute", &gm_once[415]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemGetAttribute_v2(void)
 {
-	return gm_not_supported("cuMemGetAttribute_v2", &gm_once[445]);
+	return gm_not_supported("cuMemGetAttribute_v2", &gm_once[416]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemGetDefaultMemPool(void)
 {
-	return gm_not_supported("cuMemGetDefaultMemPool", &gm_once[446]);
+	return gm_not_supported("cuMemGetDefaultMemPool", &gm_once[417]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemGetMemPool(void)
 {
-	return gm_not_supported("cuMemGetMemPool", &gm_once[447]);
+	return gm_not_supported("cuMemGetMemPool", &gm_once[418]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemSetMemPool(void)
 {
-	return gm_not_supported("cuMemSetMemPool", &gm_once[448]);
+	return gm_not_supported("cuMemSetMemPool", &gm_once[419]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemPrefetchBatchAsync(void)
 {
-	return gm_not_supported("cuMemPrefetchBatchAsync", &gm_once[449]);
+	return gm_not_supported("cuMemPrefetchBatchAsync", &gm_once[420]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemPrefetchBatchAsync_ptsz(void)
 {
-	return gm_not_supported("cuMemPrefetchBatchAsync_ptsz", &gm_once[450]);
+	return gm_not_supported("cuMemPrefetchBatchAsync_ptsz", &gm_once[421]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy3DBatchAsync_v2(void)
 {
-	return gm_not_supported("cuMemcpy3DBatchAsync_v2", &gm_once[451]);
+	return gm_not_supported("cuMemcpy3DBatchAsync_v2", &gm_once[422]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpy3DBatchAsync_v2_ptsz(void)
 {
-	return gm_not_supported("cuMemcpy3DBatchAsync_v2_ptsz", &gm_once[452]);
+	return gm_not_supported("cuMemcpy3DBatchAsync_v2_ptsz", &gm_once[423]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync_v2(void)
 {
-	return gm_not_supported("cuMemcpyBatchAsync_v2", &gm_once[453]);
+	return gm_not_supported("cuMemcpyBatchAsync_v2", &gm_once[424]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(void)
 {
-	return gm_not_supported("cuMemcpyBatchAsync_v2_ptsz", &gm_once[454]);
+	return gm_not_supported("cuMemcpyBatchAsync_v2_ptsz", &gm_once[425]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLCtxCreate(void)
 {
-	return gm_not_supported("cuGLCtxCreate", &gm_once[455]);
+	return gm_not_supported("cuGLCtxCreate", &gm_once[426]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLCtxCreate_v2(void)
 {
-	return gm_not_supported("cuGLCtxCreate_v2", &gm_once[456]);
+	return gm_not_supported("cuGLCtxCreate_v2", &gm_once[427]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLGetDevices(void)
 {
-	return gm_not_supported("cuGLGetDevices", &gm_once[457]);
+	return gm_not_supported("cuGLGetDevices", &gm_once[428]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLGetDevices_v2(void)
 {
-	return gm_not_supported("cuGLGetDevices_v2", &gm_once[458]);
+	return gm_not_supported("cuGLGetDevices_v2", &gm_once[429]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLInit(void)
 {
-	return gm_not_supported("cuGLInit", &gm_once[459]);
+	return gm_not_supported("cuGLInit", &gm_once[430]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLMapBufferObject(void)
 {
-	return gm_not_supported("cuGLMapBufferObject", &gm_once[460]);
+	return gm_not_supported("cuGLMapBufferObject", &gm_once[431]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLMapBufferObject_v2(void)
 {
-	return gm_not_supported("cuGLMapBufferObject_v2", &gm_once[461]);
+	return gm_not_supported("cuGLMapBufferObject_v2", &gm_once[432]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLMapBufferObject_v2_ptds(void)
 {
-	return gm_not_supported("cuGLMapBufferObject_v2_ptds", &gm_once[462]);
+	return gm_not_supported("cuGLMapBufferObject_v2_ptds", &gm_once[433]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLMapBufferObjectAsync(void)
 {
-	return gm_not_supported("cuGLMapBufferObjectAsync", &gm_once[463]);
+	return gm_not_supported("cuGLMapBufferObjectAsync", &gm_once[434]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLMapBufferObjectAsync_v2(void)
 {
-	return gm_not_supported("cuGLMapBufferObjectAsync_v2", &gm_once[464]);
+	return gm_not_supported("cuGLMapBufferObjectAsync_v2", &gm_once[435]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLMapBufferObjectAsync_v2_ptsz(void)
 {
-	return gm_not_supported("cuGLMapBufferObjectAsync_v2_ptsz", &gm_once[465]);
+	return gm_not_supported("cuGLMapBufferObjectAsync_v2_ptsz", &gm_once[436]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLRegisterBufferObject(void)
 {
-	return gm_not_supported("cuGLRegisterBufferObject", &gm_once[466]);
+	return gm_not_supported("cuGLRegisterBufferObject", &gm_once[437]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLSetBufferObjectMapFlags(void)
 {
-	return gm_not_supported("cuGLSetBufferObjectMapFlags", &gm_once[467]);
+	return gm_not_supported("cuGLSetBufferObjectMapFlags", &gm_once[438]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLUnmapBufferObject(void)
 {
-	return gm_not_supported("cuGLUnmapBufferObject", &gm_once[468]);
+	return gm_not_supported("cuGLUnmapBufferObject", &gm_once[439]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLUnmapBufferObjectAsync(void)
 {
-	return gm_not_supported("cuGLUnmapBufferObjectAsync", &gm_once[469]);
+	return gm_not_supported("cuGLUnmapBufferObjectAsync", &gm_once[440]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGLUnregisterBufferObject(void)
 {
-	return gm_not_supported("cuGLUnregisterBufferObject", &gm_once[470]);
+	return gm_not_supported("cuGLUnregisterBufferObject", &gm_once[441]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphicsGLRegisterBuffer(void)
 {
-	return gm_not_supported("cuGraphicsGLRegisterBuffer", &gm_once[471]);
+	return gm_not_supported("cuGraphicsGLRegisterBuffer", &gm_once[442]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphicsGLRegisterImage(void)
 {
-	return gm_not_supported("cuGraphicsGLRegisterImage", &gm_once[472]);
+	return gm_not_supported("cuGraphicsGLRegisterImage", &gm_once[443]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuEGLApiInit(void)
 {
-	return gm_not_supported("cuEGLApiInit", &gm_once[473]);
+	return gm_not_supported("cuEGLApiInit", &gm_once[444]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuEGLStreamConsumerAcquireFrame(void)
 {
-	return gm_not_supported("cuEGLStreamConsumerAcquireFrame", &gm_once[474]);
+	return gm_not_supported("cuEGLStreamConsumerAcquireFrame", &gm_once[445]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuEGLStreamConsumerConnect(void)
 {
-	return gm_not_supported("cuEGLStreamConsumerConnect", &gm_once[475]);
+	return gm_not_supported("cuEGLStreamConsumerConnect", &gm_once[446]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuEGLStreamConsumerConnectWithFlags(void)
 {
-	return gm_not_supported("cuEGLStreamConsumerConnectWithFlags", &gm_once[476]);
+	return gm_not_supported("cuEGLStreamConsumerConnectWithFlags", &gm_once[447]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuEGLStreamConsumerDisconnect(void)
 {
-	return gm_not_supported("cuEGLStreamConsumerDisconnect", &gm_once[477]);
+	return gm_not_supported("cuEGLStreamConsumerDisconnect", &gm_once[448]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuEGLStreamConsumerReleaseFrame(void)
 {
-	return gm_not_supported("cuEGLStreamConsumerReleaseFrame", &gm_once[478]);
+	return gm_not_supported("cuEGLStreamConsumerReleaseFrame", &gm_once[449]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuEGLStreamProducerConnect(void)
 {
-	return gm_not_supported("cuEGLStreamProducerConnect", &gm_once[479]);
+	return gm_not_supported("cuEGLStreamProducerConnect", &gm_once[450]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuEGLStreamProducerDisconnect(void)
 {
-	return gm_not_supported("cuEGLStreamProducerDisconnect", &gm_once[480]);
+	return gm_not_supported("cuEGLStreamProducerDisconnect", &gm_once[451]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuEGLStreamProducerPresentFrame(void)
 {
-	return gm_not_supported("cuEGLStreamProducerPresentFrame", &gm_once[481]);
+	return gm_not_supported("cuEGLStreamProducerPresentFrame", &gm_once[452]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuEGLStreamProducerReturnFrame(void)
 {
-	return gm_not_supported("cuEGLStreamProducerReturnFrame", &gm_once[482]);
+	return gm_not_supported("cuEGLStreamProducerReturnFrame", &gm_once[453]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphicsEGLRegisterImage(void)
 {
-	return gm_not_supported("cuGraphicsEGLRegisterImage", &gm_once[483]);
+	return gm_not_supported("cuGraphicsEGLRegisterImage", &gm_once[454]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphicsResourceGetMappedEglFrame(void)
 {
-	return gm_not_supported("cuGraphicsResourceGetMappedEglFrame", &gm_once[484]);
+	return gm_not_supported("cuGraphicsResourceGetMappedEglFrame", &gm_once[455]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuVDPAUCtxCreate(void)
 {
-	return gm_not_supported("cuVDPAUCtxCreate", &gm_once[485]);
+	return gm_not_supported("cuVDPAUCtxCreate", &gm_once[456]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuVDPAUCtxCreate_v2(void)
 {
-	return gm_not_supported("cuVDPAUCtxCreate_v2", &gm_once[486]);
+	return gm_not_supported("cuVDPAUCtxCreate_v2", &gm_once[457]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuVDPAUGetDevice(void)
 {
-	return gm_not_supported("cuVDPAUGetDevice", &gm_once[487]);
+	return gm_not_supported("cuVDPAUGetDevice", &gm_once[458]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphicsVDPAURegisterOutputSurface(void)
 {
-	return gm_not_supported("cuGraphicsVDPAURegisterOutputSurface", &gm_once[488]);
+	return gm_not_supported("cuGraphicsVDPAURegisterOutputSurface", &gm_once[459]);
 }
 
 GM_EXPORT CUresult CUDAAPI cuGraphicsVDPAURegisterVideoSurface(void)
 {
-	return gm_not_supported("cuGraphicsVDPAURegisterVideoSurface", &gm_once[489]);
+	return gm_not_supported("cuGraphicsVDPAURegisterVideoSurface", &gm_once[460]);
 }
 
 const gm_proc gm_unsupported_procs[] = {
@@ -2509,9 +2364,6 @@ const gm_proc gm_unsupported_procs[] = {
 	{"cuDeviceGetLuid", (void *)cuDeviceGetLuid},
 	{"cuDeviceGetTexture1DLinearMaxWidth", (void *)cuDeviceGetTexture1DLinearMaxWidth},
 	{"cuDeviceGetNvSciSyncAttributes", (void *)cuDeviceGetNvSciSyncAttributes},
-	{"cuDeviceSetMemPool", (void *)cuDeviceSetMemPool},
-	{"cuDeviceGetMemPool", (void *)cuDeviceGetMemPool},
-	{"cuDeviceGetDefaultMemPool", (void *)cuDeviceGetDefaultMemPool},
 	{"cuDeviceGetExecAffinitySupport", (void *)cuDeviceGetExecAffinitySupport},
 	{"cuDeviceGetProperties", (void *)cuDeviceGetProperties},
 	{"cuDeviceComputeCapability", (void *)cuDeviceComputeCapability},
@@ -2523,7 +2375,6 @@ const gm_proc gm_unsupported_procs[] = {
 	{"cuCtxGetFlags", (void *)cuCtxGetFlags},
 	{"cuCtxSetFlags", (void *)cuCtxSetFlags},
 	{"cuCtxGetId", (void *)cuCtxGetId},
-	{"cuCtxSetLimit", (void *)cuCtxSetLimit},
 	{"cuCtxGetCacheConfig", (void *)cuCtxGetCacheConfig},
 	{"cuCtxSetCacheConfig", (void *)cuCtxSetCacheConfig},
 	{"cuCtxGetSharedMemConfig", (void *)cuCtxGetSharedMemConfig},
@@ -2564,7 +2415,6 @@ const gm_proc gm_unsupported_procs[] = {
 	{"cuKernelSetCacheConfig", (void *)cuKernelSetCacheConfig},
 	{"cuKernelGetName", (void *)cuKernelGetName},
 	{"cuMemAllocPitch_v2", (void *)cuMemAllocPitch_v2},
-	{"cuMemHostGetDevicePointer_v2", (void *)cuMemHostGetDevicePointer_v2},
 	{"cuMemAllocManaged", (void *)cuMemAllocManaged},
 	{"cuMemcpyDtoA_v2", (void *)cuMemcpyDtoA_v2},
 	{"cuMemcpyAtoD_v2", (void *)cuMemcpyAtoD_v2},
@@ -2598,34 +2448,13 @@ const gm_proc gm_unsupported_procs[] = {
 	{"cuMemAdvise_v2", (void *)cuMemAdvise_v2},
 	{"cuMemRangeGetAttribute", (void *)cuMemRangeGetAttribute},
 	{"cuMemRangeGetAttributes", (void *)cuMemRangeGetAttributes},
-	{"cuMemAllocAsync", (void *)cuMemAllocAsync},
-	{"cuMemFreeAsync", (void *)cuMemFreeAsync},
-	{"cuMemAllocFromPoolAsync", (void *)cuMemAllocFromPoolAsync},
-	{"cuMemPoolTrimTo", (void *)cuMemPoolTrimTo},
-	{"cuMemPoolSetAttribute", (void *)cuMemPoolSetAttribute},
-	{"cuMemPoolGetAttribute", (void *)cuMemPoolGetAttribute},
-	{"cuMemPoolSetAccess", (void *)cuMemPoolSetAccess},
-	{"cuMemPoolGetAccess", (void *)cuMemPoolGetAccess},
-	{"cuMemPoolCreate", (void *)cuMemPoolCreate},
-	{"cuMemPoolDestroy", (void *)cuMemPoolDestroy},
 	{"cuMemPoolExportToShareableHandle", (void *)cuMemPoolExportToShareableHandle},
 	{"cuMemPoolImportFromShareableHandle", (void *)cuMemPoolImportFromShareableHandle},
 	{"cuMemPoolExportPointer", (void *)cuMemPoolExportPointer},
 	{"cuMemPoolImportPointer", (void *)cuMemPoolImportPointer},
-	{"cuMemAddressReserve", (void *)cuMemAddressReserve},
-	{"cuMemAddressFree", (void *)cuMemAddressFree},
-	{"cuMemCreate", (void *)cuMemCreate},
-	{"cuMemRelease", (void *)cuMemRelease},
-	{"cuMemMap", (void *)cuMemMap},
 	{"cuMemMapArrayAsync", (void *)cuMemMapArrayAsync},
-	{"cuMemUnmap", (void *)cuMemUnmap},
-	{"cuMemSetAccess", (void *)cuMemSetAccess},
-	{"cuMemGetAccess", (void *)cuMemGetAccess},
 	{"cuMemExportToShareableHandle", (void *)cuMemExportToShareableHandle},
 	{"cuMemImportFromShareableHandle", (void *)cuMemImportFromShareableHandle},
-	{"cuMemGetAllocationGranularity", (void *)cuMemGetAllocationGranularity},
-	{"cuMemGetAllocationPropertiesFromHandle", (void *)cuMemGetAllocationPropertiesFromHandle},
-	{"cuMemRetainAllocationHandle", (void *)cuMemRetainAllocationHandle},
 	{"cuMulticastCreate", (void *)cuMulticastCreate},
 	{"cuMulticastAddDevice", (void *)cuMulticastAddDevice},
 	{"cuMulticastBindMem", (void *)cuMulticastBindMem},
@@ -2859,9 +2688,6 @@ const gm_proc gm_unsupported_procs[] = {
 	{"cuMemPrefetchAsync_ptsz", (void *)cuMemPrefetchAsync_ptsz},
 	{"cuMemPrefetchAsync_v2_ptsz", (void *)cuMemPrefetchAsync_v2_ptsz},
 	{"cuMemMapArrayAsync_ptsz", (void *)cuMemMapArrayAsync_ptsz},
-	{"cuMemAllocAsync_ptsz", (void *)cuMemAllocAsync_ptsz},
-	{"cuMemFreeAsync_ptsz", (void *)cuMemFreeAsync_ptsz},
-	{"cuMemAllocFromPoolAsync_ptsz", (void *)cuMemAllocFromPoolAsync_ptsz},
 	{"cuStreamGetId_ptsz", (void *)cuStreamGetId_ptsz},
 	{"cuStreamGetCtx_ptsz", (void *)cuStreamGetCtx_ptsz},
 	{"cuStreamGetCtx_v2_ptsz", (void *)cuStreamGetCtx_v2_ptsz},
@@ -2949,7 +2775,7 @@ const gm_proc gm_unsupported_procs[] = {
 	{"cuGraphicsVDPAURegisterOutputSurface", (void *)cuGraphicsVDPAURegisterOutputSurface},
 	{"cuGraphicsVDPAURegisterVideoSurface", (void *)cuGraphicsVDPAURegisterVideoSurface},
 };
-const int gm_unsupported_count = 490;
+const int gm_unsupported_count = 461;
 
 #else
 

@@ -30,6 +30,7 @@ const (
 	ErrUnknown          Result = 999
 	ErrInvalidPTX       Result = 218
 	ErrLaunchOutOfResrc Result = 701
+	ErrUnsupportedLimit Result = 215
 
 	ErrPeerAccessUnsupported    Result = 217
 	ErrPeerAccessAlreadyEnabled Result = 704
@@ -69,6 +70,7 @@ var resultNames = map[Result]string{
 	ErrUnknown:          "CUDA_ERROR_UNKNOWN",
 	ErrInvalidPTX:       "CUDA_ERROR_INVALID_PTX",
 	ErrLaunchOutOfResrc: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+	ErrUnsupportedLimit: "CUDA_ERROR_UNSUPPORTED_LIMIT",
 
 	ErrPeerAccessUnsupported:    "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
 	ErrPeerAccessAlreadyEnabled: "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",

@@ -26,6 +26,7 @@ const (
 	OpCtxGetDevice                                       Op = 28
 	OpCtxGetStreamPriorityRange                          Op = 29
 	OpCtxGetLimit                                        Op = 30
+	OpCtxSetLimit                                        Op = 31
 	OpMemAllocV2                                         Op = 40
 	OpMemFreeV2                                          Op = 41
 	OpMemGetInfoV2                                       Op = 42
@@ -69,6 +70,30 @@ const (
 	OpStreamGetFlags                                     Op = 93
 	OpStreamIsCapturing                                  Op = 94
 	OpEventRecordWithFlags                               Op = 95
+	OpMemGetAllocationGranularity                        Op = 130
+	OpMemAddressReserve                                  Op = 131
+	OpMemAddressFree                                     Op = 132
+	OpMemCreate                                          Op = 133
+	OpMemRelease                                         Op = 134
+	OpMemMap                                             Op = 135
+	OpMemUnmap                                           Op = 136
+	OpMemSetAccess                                       Op = 137
+	OpMemGetAccess                                       Op = 138
+	OpMemRetainAllocationHandle                          Op = 139
+	OpMemGetAllocationPropertiesFromHandle               Op = 140
+	OpMemAllocAsync                                      Op = 150
+	OpMemFreeAsync                                       Op = 151
+	OpMemAllocFromPoolAsync                              Op = 152
+	OpDeviceGetDefaultMemPool                            Op = 153
+	OpDeviceGetMemPool                                   Op = 154
+	OpDeviceSetMemPool                                   Op = 155
+	OpMemPoolCreate                                      Op = 156
+	OpMemPoolDestroy                                     Op = 157
+	OpMemPoolSetAttribute                                Op = 158
+	OpMemPoolGetAttribute                                Op = 159
+	OpMemPoolTrimTo                                      Op = 160
+	OpMemPoolSetAccess                                   Op = 161
+	OpMemPoolGetAccess                                   Op = 162
 	OpDeviceCanAccessPeer                                Op = 170
 	OpDeviceGetP2PAttribute                              Op = 171
 	OpCtxEnablePeerAccess                                Op = 172
@@ -123,6 +148,7 @@ var Calls = map[Op]CallInfo{
 	OpCtxGetDevice:               {Name: "cuCtxGetDevice", Async: false, Cache: false},
 	OpCtxGetStreamPriorityRange:  {Name: "cuCtxGetStreamPriorityRange", Async: false, Cache: false},
 	OpCtxGetLimit:                {Name: "cuCtxGetLimit", Async: false, Cache: false},
+	OpCtxSetLimit:                {Name: "cuCtxSetLimit", Async: false, Cache: false},
 	OpMemAllocV2:                 {Name: "cuMemAlloc_v2", Async: false, Cache: false},
 	OpMemFreeV2:                  {Name: "cuMemFree_v2", Async: false, Cache: false},
 	OpMemGetInfoV2:               {Name: "cuMemGetInfo_v2", Async: false, Cache: false},
@@ -166,6 +192,30 @@ var Calls = map[Op]CallInfo{
 	OpStreamGetFlags:                                     {Name: "cuStreamGetFlags", Async: false, Cache: false},
 	OpStreamIsCapturing:                                  {Name: "cuStreamIsCapturing", Async: false, Cache: false},
 	OpEventRecordWithFlags:                               {Name: "cuEventRecordWithFlags", Async: true, Cache: false},
+	OpMemGetAllocationGranularity:                        {Name: "cuMemGetAllocationGranularity", Async: false, Cache: false},
+	OpMemAddressReserve:                                  {Name: "cuMemAddressReserve", Async: false, Cache: false},
+	OpMemAddressFree:                                     {Name: "cuMemAddressFree", Async: false, Cache: false},
+	OpMemCreate:                                          {Name: "cuMemCreate", Async: false, Cache: false},
+	OpMemRelease:                                         {Name: "cuMemRelease", Async: false, Cache: false},
+	OpMemMap:                                             {Name: "cuMemMap", Async: false, Cache: false},
+	OpMemUnmap:                                           {Name: "cuMemUnmap", Async: false, Cache: false},
+	OpMemSetAccess:                                       {Name: "cuMemSetAccess", Async: false, Cache: false},
+	OpMemGetAccess:                                       {Name: "cuMemGetAccess", Async: false, Cache: false},
+	OpMemRetainAllocationHandle:                          {Name: "cuMemRetainAllocationHandle", Async: false, Cache: false},
+	OpMemGetAllocationPropertiesFromHandle:               {Name: "cuMemGetAllocationPropertiesFromHandle", Async: false, Cache: false},
+	OpMemAllocAsync:                                      {Name: "cuMemAllocAsync", Async: false, Cache: false},
+	OpMemFreeAsync:                                       {Name: "cuMemFreeAsync", Async: true, Cache: false},
+	OpMemAllocFromPoolAsync:                              {Name: "cuMemAllocFromPoolAsync", Async: false, Cache: false},
+	OpDeviceGetDefaultMemPool:                            {Name: "cuDeviceGetDefaultMemPool", Async: false, Cache: false},
+	OpDeviceGetMemPool:                                   {Name: "cuDeviceGetMemPool", Async: false, Cache: false},
+	OpDeviceSetMemPool:                                   {Name: "cuDeviceSetMemPool", Async: false, Cache: false},
+	OpMemPoolCreate:                                      {Name: "cuMemPoolCreate", Async: false, Cache: false},
+	OpMemPoolDestroy:                                     {Name: "cuMemPoolDestroy", Async: false, Cache: false},
+	OpMemPoolSetAttribute:                                {Name: "cuMemPoolSetAttribute", Async: false, Cache: false},
+	OpMemPoolGetAttribute:                                {Name: "cuMemPoolGetAttribute", Async: false, Cache: false},
+	OpMemPoolTrimTo:                                      {Name: "cuMemPoolTrimTo", Async: false, Cache: false},
+	OpMemPoolSetAccess:                                   {Name: "cuMemPoolSetAccess", Async: false, Cache: false},
+	OpMemPoolGetAccess:                                   {Name: "cuMemPoolGetAccess", Async: false, Cache: false},
 	OpDeviceCanAccessPeer:                                {Name: "cuDeviceCanAccessPeer", Async: false, Cache: true},
 	OpDeviceGetP2PAttribute:                              {Name: "cuDeviceGetP2PAttribute", Async: false, Cache: true},
 	OpCtxEnablePeerAccess:                                {Name: "cuCtxEnablePeerAccess", Async: false, Cache: false},
@@ -221,6 +271,7 @@ type Handler interface {
 	CtxGetDevice(c *Call) (device int32, r Result)
 	CtxGetStreamPriorityRange(c *Call) (leastPriority int32, greatestPriority int32, r Result)
 	CtxGetLimit(c *Call, limit uint32) (pvalue uint64, r Result)
+	CtxSetLimit(c *Call, limit uint32, value uint64) Result
 	MemAllocV2(c *Call, bytesize uint64) (dptr DevPtr, r Result)
 	MemFreeV2(c *Call, dptr DevPtr) Result
 	MemGetInfoV2(c *Call) (free uint64, total uint64, r Result)
@@ -264,6 +315,30 @@ type Handler interface {
 	StreamGetFlags(c *Call, hStream Handle) (flags uint32, r Result)
 	StreamIsCapturing(c *Call, hStream Handle) (captureStatus int32, r Result)
 	EventRecordWithFlags(c *Call, hEvent Handle, hStream Handle, flags uint32) Result
+	MemGetAllocationGranularity(c *Call, prop MemProp, option uint32) (granularity uint64, r Result)
+	MemAddressReserve(c *Call, size uint64, alignment uint64, addr DevPtr, flags uint64) (ptr DevPtr, r Result)
+	MemAddressFree(c *Call, ptr DevPtr, size uint64) Result
+	MemCreate(c *Call, size uint64, prop MemProp, flags uint64) (handle Handle, r Result)
+	MemRelease(c *Call, handle Handle) Result
+	MemMap(c *Call, ptr DevPtr, size uint64, offset uint64, handle Handle, flags uint64) Result
+	MemUnmap(c *Call, ptr DevPtr, size uint64) Result
+	MemSetAccess(c *Call, ptr DevPtr, size uint64, desc []byte) Result
+	MemGetAccess(c *Call, locType uint32, locId int32, ptr DevPtr) (flags uint64, r Result)
+	MemRetainAllocationHandle(c *Call, addr DevPtr) (handle Handle, r Result)
+	MemGetAllocationPropertiesFromHandle(c *Call, handle Handle) (prop MemProp, r Result)
+	MemAllocAsync(c *Call, bytesize uint64, hStream Handle) (dptr DevPtr, r Result)
+	MemFreeAsync(c *Call, dptr DevPtr, hStream Handle) Result
+	MemAllocFromPoolAsync(c *Call, bytesize uint64, pool Handle, hStream Handle) (dptr DevPtr, r Result)
+	DeviceGetDefaultMemPool(c *Call, dev int32) (poolOut Handle, r Result)
+	DeviceGetMemPool(c *Call, dev int32) (pool Handle, r Result)
+	DeviceSetMemPool(c *Call, dev int32, pool Handle) Result
+	MemPoolCreate(c *Call, allocType uint32, handleTypes uint32, locType uint32, locId int32, maxSize uint64, usage uint32) (pool Handle, r Result)
+	MemPoolDestroy(c *Call, pool Handle) Result
+	MemPoolSetAttribute(c *Call, pool Handle, attr uint32, value uint64) Result
+	MemPoolGetAttribute(c *Call, pool Handle, attr uint32) (value uint64, r Result)
+	MemPoolTrimTo(c *Call, pool Handle, minBytesToKeep uint64) Result
+	MemPoolSetAccess(c *Call, pool Handle, descs []byte) Result
+	MemPoolGetAccess(c *Call, memPool Handle, locType uint32, locId int32) (flags uint32, r Result)
 	DeviceCanAccessPeer(c *Call, dev int32, peerDev int32) (canAccessPeer int32, r Result)
 	DeviceGetP2PAttribute(c *Call, attrib uint32, srcDevice int32, dstDevice int32) (value int32, r Result)
 	CtxEnablePeerAccess(c *Call, peerContext Handle, flags uint32) Result
@@ -560,6 +635,17 @@ func Dispatch(h Handler, c *Call, payload []byte) error {
 			e.U64(pvalue)
 		}
 		return c.reply(r, &e)
+	case OpCtxSetLimit:
+		limit := d.U32()
+		value := d.U64()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuCtxSetLimit: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.CtxSetLimit(c, limit, value)
+		return c.reply(r, nil)
 	case OpMemAllocV2:
 		bytesize := d.U64()
 		if err := d.Finish(); err != nil {
@@ -1167,6 +1253,329 @@ func Dispatch(h Handler, c *Call, payload []byte) error {
 		r := h.EventRecordWithFlags(c, hEvent, hStream, flags)
 		c.deferResult(r)
 		return nil
+	case OpMemGetAllocationGranularity:
+		prop := d.MemProp()
+		option := d.U32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemGetAllocationGranularity: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		granularity, r := h.MemGetAllocationGranularity(c, prop, option)
+		var e Encoder
+		if r == Success {
+			e.U64(granularity)
+		}
+		return c.reply(r, &e)
+	case OpMemAddressReserve:
+		size := d.U64()
+		alignment := d.U64()
+		addr := DevPtr(d.U64())
+		flags := d.U64()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemAddressReserve: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		ptr, r := h.MemAddressReserve(c, size, alignment, addr, flags)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(ptr))
+		}
+		return c.reply(r, &e)
+	case OpMemAddressFree:
+		ptr := DevPtr(d.U64())
+		size := d.U64()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemAddressFree: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.MemAddressFree(c, ptr, size)
+		return c.reply(r, nil)
+	case OpMemCreate:
+		size := d.U64()
+		prop := d.MemProp()
+		flags := d.U64()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemCreate: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		handle, r := h.MemCreate(c, size, prop, flags)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(handle))
+		}
+		return c.reply(r, &e)
+	case OpMemRelease:
+		handle := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemRelease: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.MemRelease(c, handle)
+		return c.reply(r, nil)
+	case OpMemMap:
+		ptr := DevPtr(d.U64())
+		size := d.U64()
+		offset := d.U64()
+		handle := Handle(d.U64())
+		flags := d.U64()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemMap: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.MemMap(c, ptr, size, offset, handle, flags)
+		return c.reply(r, nil)
+	case OpMemUnmap:
+		ptr := DevPtr(d.U64())
+		size := d.U64()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemUnmap: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.MemUnmap(c, ptr, size)
+		return c.reply(r, nil)
+	case OpMemSetAccess:
+		ptr := DevPtr(d.U64())
+		size := d.U64()
+		desc := d.Bytes(MaxBlob)
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemSetAccess: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.MemSetAccess(c, ptr, size, desc)
+		return c.reply(r, nil)
+	case OpMemGetAccess:
+		locType := d.U32()
+		locId := d.I32()
+		ptr := DevPtr(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemGetAccess: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		flags, r := h.MemGetAccess(c, locType, locId, ptr)
+		var e Encoder
+		if r == Success {
+			e.U64(flags)
+		}
+		return c.reply(r, &e)
+	case OpMemRetainAllocationHandle:
+		addr := DevPtr(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemRetainAllocationHandle: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		handle, r := h.MemRetainAllocationHandle(c, addr)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(handle))
+		}
+		return c.reply(r, &e)
+	case OpMemGetAllocationPropertiesFromHandle:
+		handle := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemGetAllocationPropertiesFromHandle: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		prop, r := h.MemGetAllocationPropertiesFromHandle(c, handle)
+		var e Encoder
+		if r == Success {
+			e.MemProp(prop)
+		}
+		return c.reply(r, &e)
+	case OpMemAllocAsync:
+		bytesize := d.U64()
+		hStream := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemAllocAsync: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		dptr, r := h.MemAllocAsync(c, bytesize, hStream)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(dptr))
+		}
+		return c.reply(r, &e)
+	case OpMemFreeAsync:
+		dptr := DevPtr(d.U64())
+		hStream := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemFreeAsync: %w", err)
+		}
+		r := h.MemFreeAsync(c, dptr, hStream)
+		c.deferResult(r)
+		return nil
+	case OpMemAllocFromPoolAsync:
+		bytesize := d.U64()
+		pool := Handle(d.U64())
+		hStream := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemAllocFromPoolAsync: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		dptr, r := h.MemAllocFromPoolAsync(c, bytesize, pool, hStream)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(dptr))
+		}
+		return c.reply(r, &e)
+	case OpDeviceGetDefaultMemPool:
+		dev := d.I32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuDeviceGetDefaultMemPool: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		poolOut, r := h.DeviceGetDefaultMemPool(c, dev)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(poolOut))
+		}
+		return c.reply(r, &e)
+	case OpDeviceGetMemPool:
+		dev := d.I32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuDeviceGetMemPool: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		pool, r := h.DeviceGetMemPool(c, dev)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(pool))
+		}
+		return c.reply(r, &e)
+	case OpDeviceSetMemPool:
+		dev := d.I32()
+		pool := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuDeviceSetMemPool: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.DeviceSetMemPool(c, dev, pool)
+		return c.reply(r, nil)
+	case OpMemPoolCreate:
+		allocType := d.U32()
+		handleTypes := d.U32()
+		locType := d.U32()
+		locId := d.I32()
+		maxSize := d.U64()
+		usage := d.U32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemPoolCreate: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		pool, r := h.MemPoolCreate(c, allocType, handleTypes, locType, locId, maxSize, usage)
+		var e Encoder
+		if r == Success {
+			e.U64(uint64(pool))
+		}
+		return c.reply(r, &e)
+	case OpMemPoolDestroy:
+		pool := Handle(d.U64())
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemPoolDestroy: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.MemPoolDestroy(c, pool)
+		return c.reply(r, nil)
+	case OpMemPoolSetAttribute:
+		pool := Handle(d.U64())
+		attr := d.U32()
+		value := d.U64()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemPoolSetAttribute: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.MemPoolSetAttribute(c, pool, attr, value)
+		return c.reply(r, nil)
+	case OpMemPoolGetAttribute:
+		pool := Handle(d.U64())
+		attr := d.U32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemPoolGetAttribute: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		value, r := h.MemPoolGetAttribute(c, pool, attr)
+		var e Encoder
+		if r == Success {
+			e.U64(value)
+		}
+		return c.reply(r, &e)
+	case OpMemPoolTrimTo:
+		pool := Handle(d.U64())
+		minBytesToKeep := d.U64()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemPoolTrimTo: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.MemPoolTrimTo(c, pool, minBytesToKeep)
+		return c.reply(r, nil)
+	case OpMemPoolSetAccess:
+		pool := Handle(d.U64())
+		descs := d.Bytes(MaxBlob)
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemPoolSetAccess: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		r := h.MemPoolSetAccess(c, pool, descs)
+		return c.reply(r, nil)
+	case OpMemPoolGetAccess:
+		memPool := Handle(d.U64())
+		locType := d.U32()
+		locId := d.I32()
+		if err := d.Finish(); err != nil {
+			return fmt.Errorf("cuMemPoolGetAccess: %w", err)
+		}
+		if r := c.takeDeferred(); r != Success {
+			return c.reply(r, nil)
+		}
+		flags, r := h.MemPoolGetAccess(c, memPool, locType, locId)
+		var e Encoder
+		if r == Success {
+			e.U32(flags)
+		}
+		return c.reply(r, &e)
 	case OpDeviceCanAccessPeer:
 		dev := d.I32()
 		peerDev := d.I32()
@@ -1856,6 +2265,16 @@ func (cl *Client) CtxGetLimit(cur Handle, limit uint32) (pvalue uint64, r Result
 	return
 }
 
+// CtxSetLimit forwards cuCtxSetLimit.
+func (cl *Client) CtxSetLimit(cur Handle, limit uint32, value uint64) (r Result, err error) {
+	var e Encoder
+	e.U32(limit)
+	e.U64(value)
+	req := Request{Op: OpCtxSetLimit, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
 // MemAllocV2 forwards cuMemAlloc_v2.
 func (cl *Client) MemAllocV2(cur Handle, bytesize uint64) (dptr DevPtr, r Result, err error) {
 	var e Encoder
@@ -2418,6 +2837,320 @@ func (cl *Client) EventRecordWithFlags(cur Handle, hEvent Handle, hStream Handle
 	e.U32(flags)
 	req := Request{Op: OpEventRecordWithFlags, Ctx: cur, Async: true, Cache: false, Payload: e.Payload()}
 	_, r, err = cl.Do(req)
+	return
+}
+
+// MemGetAllocationGranularity forwards cuMemGetAllocationGranularity.
+func (cl *Client) MemGetAllocationGranularity(cur Handle, prop MemProp, option uint32) (granularity uint64, r Result, err error) {
+	var e Encoder
+	e.MemProp(prop)
+	e.U32(option)
+	req := Request{Op: OpMemGetAllocationGranularity, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	granularity = d.U64()
+	err = d.Finish()
+	return
+}
+
+// MemAddressReserve forwards cuMemAddressReserve.
+func (cl *Client) MemAddressReserve(cur Handle, size uint64, alignment uint64, addr DevPtr, flags uint64) (ptr DevPtr, r Result, err error) {
+	var e Encoder
+	e.U64(size)
+	e.U64(alignment)
+	e.U64(uint64(addr))
+	e.U64(flags)
+	req := Request{Op: OpMemAddressReserve, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	ptr = DevPtr(d.U64())
+	err = d.Finish()
+	return
+}
+
+// MemAddressFree forwards cuMemAddressFree.
+func (cl *Client) MemAddressFree(cur Handle, ptr DevPtr, size uint64) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(ptr))
+	e.U64(size)
+	req := Request{Op: OpMemAddressFree, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// MemCreate forwards cuMemCreate.
+func (cl *Client) MemCreate(cur Handle, size uint64, prop MemProp, flags uint64) (handle Handle, r Result, err error) {
+	var e Encoder
+	e.U64(size)
+	e.MemProp(prop)
+	e.U64(flags)
+	req := Request{Op: OpMemCreate, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	handle = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// MemRelease forwards cuMemRelease.
+func (cl *Client) MemRelease(cur Handle, handle Handle) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(handle))
+	req := Request{Op: OpMemRelease, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// MemMap forwards cuMemMap.
+func (cl *Client) MemMap(cur Handle, ptr DevPtr, size uint64, offset uint64, handle Handle, flags uint64) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(ptr))
+	e.U64(size)
+	e.U64(offset)
+	e.U64(uint64(handle))
+	e.U64(flags)
+	req := Request{Op: OpMemMap, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// MemUnmap forwards cuMemUnmap.
+func (cl *Client) MemUnmap(cur Handle, ptr DevPtr, size uint64) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(ptr))
+	e.U64(size)
+	req := Request{Op: OpMemUnmap, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// MemSetAccess forwards cuMemSetAccess.
+func (cl *Client) MemSetAccess(cur Handle, ptr DevPtr, size uint64, desc []byte) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(ptr))
+	e.U64(size)
+	e.Bytes(desc)
+	req := Request{Op: OpMemSetAccess, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// MemGetAccess forwards cuMemGetAccess.
+func (cl *Client) MemGetAccess(cur Handle, locType uint32, locId int32, ptr DevPtr) (flags uint64, r Result, err error) {
+	var e Encoder
+	e.U32(locType)
+	e.I32(locId)
+	e.U64(uint64(ptr))
+	req := Request{Op: OpMemGetAccess, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	flags = d.U64()
+	err = d.Finish()
+	return
+}
+
+// MemRetainAllocationHandle forwards cuMemRetainAllocationHandle.
+func (cl *Client) MemRetainAllocationHandle(cur Handle, addr DevPtr) (handle Handle, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(addr))
+	req := Request{Op: OpMemRetainAllocationHandle, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	handle = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// MemGetAllocationPropertiesFromHandle forwards cuMemGetAllocationPropertiesFromHandle.
+func (cl *Client) MemGetAllocationPropertiesFromHandle(cur Handle, handle Handle) (prop MemProp, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(handle))
+	req := Request{Op: OpMemGetAllocationPropertiesFromHandle, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	prop = d.MemProp()
+	err = d.Finish()
+	return
+}
+
+// MemAllocAsync forwards cuMemAllocAsync.
+func (cl *Client) MemAllocAsync(cur Handle, bytesize uint64, hStream Handle) (dptr DevPtr, r Result, err error) {
+	var e Encoder
+	e.U64(bytesize)
+	e.U64(uint64(hStream))
+	req := Request{Op: OpMemAllocAsync, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	dptr = DevPtr(d.U64())
+	err = d.Finish()
+	return
+}
+
+// MemFreeAsync forwards cuMemFreeAsync without waiting: its result comes with the next reply.
+func (cl *Client) MemFreeAsync(cur Handle, dptr DevPtr, hStream Handle) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(dptr))
+	e.U64(uint64(hStream))
+	req := Request{Op: OpMemFreeAsync, Ctx: cur, Async: true, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// MemAllocFromPoolAsync forwards cuMemAllocFromPoolAsync.
+func (cl *Client) MemAllocFromPoolAsync(cur Handle, bytesize uint64, pool Handle, hStream Handle) (dptr DevPtr, r Result, err error) {
+	var e Encoder
+	e.U64(bytesize)
+	e.U64(uint64(pool))
+	e.U64(uint64(hStream))
+	req := Request{Op: OpMemAllocFromPoolAsync, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	dptr = DevPtr(d.U64())
+	err = d.Finish()
+	return
+}
+
+// DeviceGetDefaultMemPool forwards cuDeviceGetDefaultMemPool.
+func (cl *Client) DeviceGetDefaultMemPool(cur Handle, dev int32) (poolOut Handle, r Result, err error) {
+	var e Encoder
+	e.I32(dev)
+	req := Request{Op: OpDeviceGetDefaultMemPool, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	poolOut = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// DeviceGetMemPool forwards cuDeviceGetMemPool.
+func (cl *Client) DeviceGetMemPool(cur Handle, dev int32) (pool Handle, r Result, err error) {
+	var e Encoder
+	e.I32(dev)
+	req := Request{Op: OpDeviceGetMemPool, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	pool = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// DeviceSetMemPool forwards cuDeviceSetMemPool.
+func (cl *Client) DeviceSetMemPool(cur Handle, dev int32, pool Handle) (r Result, err error) {
+	var e Encoder
+	e.I32(dev)
+	e.U64(uint64(pool))
+	req := Request{Op: OpDeviceSetMemPool, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// MemPoolCreate forwards cuMemPoolCreate.
+func (cl *Client) MemPoolCreate(cur Handle, allocType uint32, handleTypes uint32, locType uint32, locId int32, maxSize uint64, usage uint32) (pool Handle, r Result, err error) {
+	var e Encoder
+	e.U32(allocType)
+	e.U32(handleTypes)
+	e.U32(locType)
+	e.I32(locId)
+	e.U64(maxSize)
+	e.U32(usage)
+	req := Request{Op: OpMemPoolCreate, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	pool = Handle(d.U64())
+	err = d.Finish()
+	return
+}
+
+// MemPoolDestroy forwards cuMemPoolDestroy.
+func (cl *Client) MemPoolDestroy(cur Handle, pool Handle) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(pool))
+	req := Request{Op: OpMemPoolDestroy, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// MemPoolSetAttribute forwards cuMemPoolSetAttribute.
+func (cl *Client) MemPoolSetAttribute(cur Handle, pool Handle, attr uint32, value uint64) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(pool))
+	e.U32(attr)
+	e.U64(value)
+	req := Request{Op: OpMemPoolSetAttribute, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// MemPoolGetAttribute forwards cuMemPoolGetAttribute.
+func (cl *Client) MemPoolGetAttribute(cur Handle, pool Handle, attr uint32) (value uint64, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(pool))
+	e.U32(attr)
+	req := Request{Op: OpMemPoolGetAttribute, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	value = d.U64()
+	err = d.Finish()
+	return
+}
+
+// MemPoolTrimTo forwards cuMemPoolTrimTo.
+func (cl *Client) MemPoolTrimTo(cur Handle, pool Handle, minBytesToKeep uint64) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(pool))
+	e.U64(minBytesToKeep)
+	req := Request{Op: OpMemPoolTrimTo, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// MemPoolSetAccess forwards cuMemPoolSetAccess.
+func (cl *Client) MemPoolSetAccess(cur Handle, pool Handle, descs []byte) (r Result, err error) {
+	var e Encoder
+	e.U64(uint64(pool))
+	e.Bytes(descs)
+	req := Request{Op: OpMemPoolSetAccess, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	_, r, err = cl.Do(req)
+	return
+}
+
+// MemPoolGetAccess forwards cuMemPoolGetAccess.
+func (cl *Client) MemPoolGetAccess(cur Handle, memPool Handle, locType uint32, locId int32) (flags uint32, r Result, err error) {
+	var e Encoder
+	e.U64(uint64(memPool))
+	e.U32(locType)
+	e.I32(locId)
+	req := Request{Op: OpMemPoolGetAccess, Ctx: cur, Async: false, Cache: false, Payload: e.Payload()}
+	d, r, err := cl.Do(req)
+	if err != nil || r != Success {
+		return
+	}
+	flags = d.U32()
+	err = d.Finish()
 	return
 }
 

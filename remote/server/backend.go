@@ -93,6 +93,55 @@ type Backend interface {
 	// CtxGetLimit is cuCtxGetLimit in the current context.
 	CtxGetLimit(limit uint32) (uint64, proto.Result)
 
+	// CtxSetLimit is cuCtxSetLimit in the current context; the server has
+	// charged what the new value costs to the client's quota.
+	CtxSetLimit(limit uint32, value uint64) proto.Result
+
+	// Virtual memory management (virtual.go). Locations name the backend's
+	// device ordinals; the server has checked every field and handle, and
+	// that every range is the client's own.
+	//
+	// MemGetAllocationGranularity is cuMemGetAllocationGranularity.
+	MemGetAllocationGranularity(prop proto.MemProp, option uint32) (uint64, proto.Result)
+	// MemAddressReserve and MemAddressFree reserve and free a range of
+	// virtual addresses.
+	MemAddressReserve(size, alignment uint64, addr proto.DevPtr, flags uint64) (proto.DevPtr, proto.Result)
+	MemAddressFree(p proto.DevPtr, size uint64) proto.Result
+	// MemCreate makes a physical allocation and returns the backend's
+	// handle of it; MemRelease drops that handle (the memory goes when it
+	// is also unmapped everywhere).
+	MemCreate(size uint64, prop proto.MemProp, flags uint64) (uint64, proto.Result)
+	MemRelease(h uint64) proto.Result
+	// MemMap maps a physical allocation at p, in a reserved range;
+	// MemUnmap unmaps whole mappings.
+	MemMap(p proto.DevPtr, size, offset, h, flags uint64) proto.Result
+	MemUnmap(p proto.DevPtr, size uint64) proto.Result
+	// MemSetAccess and MemGetAccess set and read the access of devices to
+	// mapped memory.
+	MemSetAccess(p proto.DevPtr, size uint64, descs []proto.MemAccessDesc) proto.Result
+	MemGetAccess(locType uint32, locID int32, p proto.DevPtr) (uint64, proto.Result)
+
+	// Stream-ordered allocation (pools.go). The server never uses a
+	// device's default pool, which every tenant of a process shares: it
+	// makes each client its own pools.
+	//
+	// MemPoolCreate makes a pool; MemPoolDestroy destroys one (its live
+	// allocations stay valid until freed).
+	MemPoolCreate(props proto.MemPoolProps) (uintptr, proto.Result)
+	MemPoolDestroy(pool uintptr) proto.Result
+	// MemAllocFromPoolAsync allocates from pool in stream order on a
+	// stream of the current context; MemFreeAsync frees in stream order.
+	// MemFree frees such an allocation at once.
+	MemAllocFromPoolAsync(n uint64, pool, stream uintptr) (proto.DevPtr, proto.Result)
+	MemFreeAsync(p proto.DevPtr, stream uintptr) proto.Result
+	// MemPoolSetAttribute and MemPoolGetAttribute take the attributes of
+	// proto.MemPoolReuseFollowEventDependencies to MemPoolUsedMemHigh,
+	// every value widened to 64 bits.
+	MemPoolSetAttribute(pool uintptr, attr uint32, value uint64) proto.Result
+	MemPoolGetAttribute(pool uintptr, attr uint32) (uint64, proto.Result)
+	MemPoolTrimTo(pool uintptr, keep uint64) proto.Result
+	MemPoolSetAccess(pool uintptr, descs []proto.MemAccessDesc) proto.Result
+	MemPoolGetAccess(pool uintptr, locType uint32, locID int32) (uint32, proto.Result)
 	// Several devices (peers.go). Devices are the backend's ordinals,
 	// contexts its own; a driver without a call gives
 	// proto.ErrNotSupported.

@@ -216,25 +216,32 @@ func (s *session) MemAllocV2(c *proto.Call, n uint64) (proto.DevPtr, proto.Resul
 	if r != ok {
 		return 0, r
 	}
-	if n == 0 {
+	return s.allocate(&allocation{size: n, ctx: ctx}, func() (proto.DevPtr, proto.Result) { return s.be.MemAlloc(n) },
+		func(p proto.DevPtr) proto.Result { return s.be.MemFree(p) })
+}
+
+// allocate charges a's size to the quota, has the backend allocate it
+// (alloc) and records it at the address it got; the charge goes back if
+// either fails (free undoes an allocation the session cannot record).
+func (s *session) allocate(a *allocation, alloc func() (proto.DevPtr, proto.Result), free func(proto.DevPtr) proto.Result) (proto.DevPtr, proto.Result) {
+	if a.size == 0 {
 		return 0, proto.ErrInvalidValue
 	}
-	if !s.quota.reserve(n) {
+	if !s.charge(a.size) {
 		return 0, proto.ErrOutOfMemory
 	}
-	p, r := s.be.MemAlloc(n)
+	p, r := alloc()
 	if r != ok {
-		s.quota.release(n)
+		s.uncharge(a.size)
 		return 0, r
 	}
-	if !s.addAlloc(&allocation{base: p, size: n, ctx: ctx}) {
-		s.log.Error("the backend returned an address the client already holds", "addr", p, "size", n)
-		s.be.MemFree(p)
-		s.quota.release(n)
+	a.base = p
+	if !s.addAlloc(a) {
+		s.log.Error("the backend returned an address the client already holds", "addr", p, "size", a.size)
+		free(p)
+		s.uncharge(a.size)
 		return 0, proto.ErrUnknown
 	}
-	s.inUse += n
-	s.stats.peakMemory = max(s.stats.peakMemory, s.inUse)
 	return p, ok
 }
 
@@ -249,7 +256,7 @@ func (s *session) MemFreeV2(c *proto.Call, p proto.DevPtr) proto.Result {
 		return ok
 	}
 	a := s.find(p, 0)
-	if a == nil || a.base != p || a.mod != nil {
+	if a == nil || a.base != p || !a.charged() {
 		return proto.ErrInvalidValue
 	}
 	if r := s.use(a.ctx); r != ok {
@@ -258,10 +265,35 @@ func (s *session) MemFreeV2(c *proto.Call, p proto.DevPtr) proto.Result {
 	if r := s.be.MemFree(p); r != ok {
 		return r
 	}
+	s.forget(a)
+	return ok
+}
+
+// forget drops an allocation the backend has freed and gives its bytes
+// back to the quota.
+func (s *session) forget(a *allocation) {
 	s.removeAlloc(a)
 	s.inUse -= a.size
 	s.quota.release(a.size)
-	return ok
+	if a.pool != nil {
+		a.pool.allocs--
+	}
+}
+
+// charge takes n bytes from the quota for the session, or reports false.
+func (s *session) charge(n uint64) bool {
+	if !s.quota.reserve(n) {
+		return false
+	}
+	s.inUse += n
+	s.stats.peakMemory = max(s.stats.peakMemory, s.inUse)
+	return true
+}
+
+// uncharge gives n bytes back.
+func (s *session) uncharge(n uint64) {
+	s.inUse -= min(n, s.inUse)
+	s.quota.release(n)
 }
 
 // MemGetInfoV2 reports the device's memory, capped by the quota.
@@ -279,9 +311,11 @@ func (s *session) MemGetInfoV2(c *proto.Call) (uint64, uint64, proto.Result) {
 	return free, total, ok
 }
 
-// span checks that [p, p+n) lies within one of the client's allocations.
+// span checks that [p, p+n) lies within one of the client's allocations,
+// or within its mappings of physical memory (cuMemMap), which may follow
+// each other without a gap.
 func (s *session) span(p proto.DevPtr, n uint64) proto.Result {
-	if s.find(p, n) == nil {
+	if s.find(p, n) == nil && s.mapped(p, n) == nil {
 		return proto.ErrInvalidValue
 	}
 	return ok
@@ -427,22 +461,26 @@ func (s *session) chunk(i int) []byte {
 }
 
 func (s *session) copyDD(c *proto.Call, dst, src proto.DevPtr, n uint64, hs proto.Handle, async bool) proto.Result {
-	_, st, r := s.currentStream(c, hs)
+	cur, st, r := s.currentStream(c, hs)
 	if r != ok {
 		return r
 	}
 	if n == 0 {
 		return ok
 	}
-	da, sa := s.find(dst, n), s.find(src, n)
-	if da == nil || sa == nil {
-		return proto.ErrInvalidValue
+	d, sp, r := s.copyEnds(dst, src, n, cur)
+	if r != ok {
+		return r
 	}
-	if da.ctx.dev != sa.ctx.dev {
-		// Memory of two devices (unified addressing): a peer copy.
-		return s.be.MemcpyPeer(dst, da.ctx.raw, src, sa.ctx.raw, n, st, async)
+	if d.dev == sp.dev {
+		return s.be.MemcpyDtoD(dst, src, n, st, async)
 	}
-	return s.be.MemcpyDtoD(dst, src, n, st, async)
+	// Memory of two devices (unified addressing): a peer copy, between
+	// contexts of the two devices.
+	if d.ctx == nil || sp.ctx == nil {
+		return proto.ErrInvalidContext
+	}
+	return s.be.MemcpyPeer(dst, d.ctx.raw, src, sp.ctx.raw, n, st, async)
 }
 
 func (s *session) MemcpyHtoDV2(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n uint64) proto.Result {

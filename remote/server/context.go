@@ -58,13 +58,14 @@ func (s *session) createCtx(dev int32, flags uint32, primary bool) (*ctxState, p
 
 // freed counts what a cleanup released.
 type freed struct {
-	allocs, modules, streams, events, contexts int
-	captures, graphs, execs                    int
-	bytes                                      uint64
+	allocs, modules, streams, events, contexts, pools int
+	captures, graphs, execs                           int
+	bytes                                             uint64
 }
 
 func (f *freed) add(g freed) {
 	f.allocs += g.allocs
+	f.pools += g.pools
 	f.bytes += g.bytes
 	f.modules += g.modules
 	f.streams += g.streams
@@ -82,11 +83,7 @@ func (f *freed) add(g freed) {
 // (destroying a context frees what is left in it).
 func (s *session) destroyCtx(ctx *ctxState) freed {
 	var f freed
-	warn := func(what string, r proto.Result) {
-		if r != proto.Success {
-			s.log.Warn("cleanup: "+what+" failed", "result", r.String())
-		}
-	}
+	warn := s.warn
 	r := s.use(ctx)
 	warn("cuCtxSetCurrent", r)
 	s.destroyGraphs(ctx, &f, warn)
@@ -94,18 +91,17 @@ func (s *session) destroyCtx(ctx *ctxState) freed {
 		warn("cuCtxSynchronize", s.be.CtxSynchronize())
 	}
 	for _, a := range append([]*allocation(nil), s.allocs...) {
-		if a.ctx != ctx || a.mod != nil {
+		if a.ctx != ctx || !a.charged() {
 			continue
 		}
 		if s.curOK && s.cur == ctx.raw {
 			warn("cuMemFree", s.be.MemFree(a.base))
 		}
-		s.removeAlloc(a)
-		s.inUse -= a.size
-		s.quota.release(a.size)
+		s.forget(a)
 		f.allocs++
 		f.bytes += a.size
 	}
+	f.bytes += s.releaseLimits(ctx)
 	for _, h := range sortedHandles(s.mods) {
 		if m := s.mods[h]; m.ctx == ctx {
 			if s.curOK && s.cur == ctx.raw {
@@ -145,6 +141,13 @@ func (s *session) destroyCtx(ctx *ctxState) freed {
 	return f
 }
 
+// warn logs a backend call of a cleanup that failed.
+func (s *session) warn(what string, r proto.Result) {
+	if r != proto.Success {
+		s.log.Warn("cleanup: "+what+" failed", "result", r.String())
+	}
+}
+
 // forgetModule drops a module, its functions and its globals.
 func (s *session) forgetModule(m *moduleState) {
 	for _, h := range m.funcs {
@@ -160,6 +163,17 @@ func (s *session) forgetModule(m *moduleState) {
 // leaves the worker thread without a current context.
 func (s *session) cleanup() freed {
 	var f freed
+	// Nothing may still run on memory about to go: wait for every
+	// context first. Pools are destroyed while their contexts live (their
+	// allocations are then freed with the contexts: CUDA lets a destroyed
+	// pool's allocations live until freed).
+	for _, h := range sortedHandles(s.ctxs) {
+		if r := s.use(s.ctxs[h]); r == proto.Success {
+			s.warn("cuCtxSynchronize", s.be.CtxSynchronize())
+		}
+	}
+	f.bytes += s.freeVirtual()
+	f.pools += s.destroyPools()
 	for _, h := range sortedHandles(s.ctxs) {
 		f.add(s.destroyCtx(s.ctxs[h]))
 	}

@@ -77,6 +77,9 @@ const (
 	tagBlob
 	tagSmall
 	tagNodes
+	tagGranules // a size of 0 to 3 granules of 2 MiB
+	tagMemProp  // a CUmemAllocationProp, mostly plausible
+	tagAccess   // access descriptors
 	tagCount
 )
 
@@ -120,6 +123,8 @@ func (p *prog) handles() []proto.Handle {
 	hs = append(hs, sortedHandles(p.s.graphs)...)
 	hs = append(hs, sortedHandles(p.s.execs)...)
 	hs = append(hs, sortedHandles(p.s.nodes)...)
+	hs = append(hs, sortedHandles(p.s.virtual.phys)...)
+	hs = append(hs, sortedHandles(p.s.pools.byHandle)...)
 	return hs
 }
 
@@ -131,12 +136,23 @@ func (p *prog) handle() proto.Handle {
 	return proto.Handle(k & 0xf) // default streams, stale or unknown handles
 }
 
+// ptr picks an address in one of the session's allocations or
+// reservations (an offset in units of 4 KiB from 0x8000 on, so that a
+// reservation's later granules are reached), or a stray one.
 func (p *prog) ptr() uint64 {
 	k, off := p.u8(), uint64(p.u16())
-	if len(p.s.allocs) == 0 || k >= 0xf0 {
+	if off >= 0x8000 {
+		off = (off - 0x8000) << 12
+	}
+	n := len(p.s.allocs) + len(p.s.virtual.reserved)
+	if n == 0 || k >= 0xf0 {
 		return 0x7f00_0000_0000 + off
 	}
-	a := p.s.allocs[int(k)%len(p.s.allocs)]
+	if i := int(k) % n; i >= len(p.s.allocs) {
+		r := p.s.virtual.reserved[i-len(p.s.allocs)]
+		return uint64(r.base) + off%(r.size+2)
+	}
+	a := p.s.allocs[int(k)%n]
 	return uint64(a.base) + off%(a.size+2)
 }
 
@@ -191,6 +207,17 @@ func (p *prog) payload() []byte {
 				}
 			}
 			e.Bytes(proto.EncodeHandles(hs))
+		case tagGranules:
+			e.U64(uint64(p.u8()%4) << 21)
+		case tagMemProp:
+			e.MemProp(proto.MemProp{Type: uint32(p.u8() % 3), HandleTypes: uint32(p.u8() % 3), LocType: uint32(p.u8() % 3),
+				LocID: int32(p.u8()%3) - 1, Compression: uint32(p.u8() % 2), GPUDirectRDMA: uint32(p.u8() % 3)})
+		case tagAccess:
+			var ds []proto.MemAccessDesc
+			for n := p.u8() % 3; n > 0; n-- {
+				ds = append(ds, proto.MemAccessDesc{LocType: uint32(p.u8() % 3), LocID: int32(p.u8() % 3), Flags: uint32(p.u8() % 4)})
+			}
+			e.Bytes(proto.EncodeMemAccessDescs(ds))
 		}
 	}
 	return e.Payload()
@@ -264,10 +291,17 @@ func (p *prog) next() (frame, []frame) {
 func (s *session) check(t *testing.T, fake *fakecuda.Backend) {
 	t.Helper()
 	var used uint64
-	plain := 0
+	plain, mappings := 0, 0
 	for i, a := range s.allocs {
 		if i > 0 && uint64(s.allocs[i-1].base)+s.allocs[i-1].size > uint64(a.base) {
 			t.Fatalf("allocations overlap or are out of order at %#x", a.base)
+		}
+		if a.phys != nil {
+			if s.virtual.phys[a.phys.h] != a.phys || a.ctx != nil || !slices.Contains(s.virtual.reserved, a.res) {
+				t.Fatalf("mapping %#x of released memory or outside a reservation", a.base)
+			}
+			mappings++
+			continue
 		}
 		if s.ctxs[a.ctx.h] != a.ctx {
 			t.Fatalf("allocation %#x of a dead context", a.base)
@@ -280,6 +314,14 @@ func (s *session) check(t *testing.T, fake *fakecuda.Backend) {
 		}
 		used += a.size
 		plain++
+	}
+	for _, ph := range s.virtual.phys {
+		used += ph.size
+	}
+	for _, ctx := range s.ctxs {
+		for _, lc := range ctx.limits {
+			used += lc.charged
+		}
 	}
 	if s.quota.q.used != used || s.quota.g.used != used || s.inUse != used {
 		t.Fatalf("quota used %d, token's grant %d, allocations %d", s.quota.q.used, s.quota.g.used, used)
@@ -336,9 +378,13 @@ func (s *session) check(t *testing.T, fake *fakecuda.Backend) {
 	}
 	st := fake.Stats()
 	if st.Allocations != plain || st.Contexts != len(s.ctxs) || st.Modules != len(s.mods) ||
-		st.Streams != len(s.streams) || st.Events != len(s.events) || st.ImplicitFrees != 0 {
-		t.Fatalf("the backend holds %+v; the session %d allocations, %d contexts, %d modules, %d streams, %d events",
-			st, plain, len(s.ctxs), len(s.mods), len(s.streams), len(s.events))
+		st.Streams != len(s.streams) || st.Events != len(s.events) || st.ImplicitFrees != 0 ||
+		st.Mappings != mappings || st.Physical != len(s.virtual.phys) || st.Reservations != len(s.virtual.reserved) ||
+		st.Pools < len(s.pools.byHandle) {
+		t.Fatalf("the backend holds %+v; the session %d allocations, %d contexts, %d modules, %d streams, %d events, "+
+			"%d mappings, %d physical, %d reservations, %d pools",
+			st, plain, len(s.ctxs), len(s.mods), len(s.streams), len(s.events),
+			mappings, len(s.virtual.phys), len(s.virtual.reserved), len(s.pools.byHandle))
 	}
 	owned := 0 // graphs the client owns: not a capture's
 	for _, g := range s.graphs {
@@ -463,6 +509,13 @@ func (a *asm) callIn(k byte, op proto.Op, fields ...[]byte) *asm {
 }
 
 func small(v byte) []byte    { return []byte{tagSmall, v} }
+func granules(n byte) []byte { return []byte{tagGranules, n} }
+
+// memProp is pinned memory on device 0 (the tagMemProp field bytes).
+func memProp() []byte { return []byte{tagMemProp, 1, 0, 1, 1, 0, 0} }
+
+// access is read-write access for device 0.
+func access() []byte         { return []byte{tagAccess, 1, 1, 0, 3} }
 func handleOf(k byte) []byte { return []byte{tagHandle, k} }
 func ptrOf(k byte, off uint16) []byte {
 	return []byte{tagPtr, k, byte(off), byte(off >> 8)}
@@ -521,6 +574,41 @@ func fuzzSeeds() [][]byte {
 		call(proto.OpEventElapsedTime, handleOf(2), handleOf(2)).
 		call(proto.OpDevicePrimaryCtxRetain, small(0)).call(proto.OpDevicePrimaryCtxResetV2, small(0)).
 		call(proto.OpCtxDestroyV2, handleOf(0))
+	seeds = append(seeds, a.b)
+	// Virtual memory: reserve, create, map, set access, copy, unmap,
+	// release, free.
+	a = &asm{}
+	a.call(proto.OpDevicePrimaryCtxRetain, small(0)).
+		call(proto.OpMemGetAllocationGranularity, memProp(), u32f(0)).
+		call(proto.OpMemAddressReserve, granules(2), size(0), size(0), size(0)).
+		call(proto.OpMemCreate, granules(1), memProp(), size(0)).
+		call(proto.OpMemMap, ptrOf(0, 0), granules(1), size(0), handleOf(1), size(0)).
+		call(proto.OpMemSetAccess, ptrOf(0, 0), granules(1), access()).
+		call(proto.OpMemcpyHtoDV2, ptrOf(0, 100), size(4096), size(4096)).
+		call(proto.OpMemsetD8V2, ptrOf(0, 0), small(3), size(100)).
+		call(proto.OpMemRetainAllocationHandle, ptrOf(0, 10)).
+		call(proto.OpMemRelease, handleOf(1)).
+		call(proto.OpMemGetAccess, small(1), small(0), ptrOf(0, 0)).
+		call(proto.OpMemUnmap, ptrOf(0, 0), granules(1)).
+		call(proto.OpMemRelease, handleOf(1)).
+		call(proto.OpMemAddressFree, ptrOf(0, 0), granules(2))
+	seeds = append(seeds, a.b)
+	// Pools and limits.
+	a = &asm{}
+	a.call(proto.OpDevicePrimaryCtxRetain, small(0)).call(proto.OpStreamCreate, u32f(0)).
+		call(proto.OpDeviceGetDefaultMemPool, small(0)).
+		call(proto.OpMemAllocAsync, size(4096), handleOf(1)).
+		call(proto.OpMemPoolSetAttribute, handleOf(2), u32f(4), size(0xffff)).
+		call(proto.OpMemPoolCreate, u32f(1), u32f(0), u32f(1), u32f(0), size(0), u32f(0)).
+		call(proto.OpDeviceSetMemPool, small(0), handleOf(3)).
+		call(proto.OpMemAllocFromPoolAsync, size(8192), handleOf(3), handleOf(1)).
+		call(proto.OpMemcpyHtoDV2, ptrOf(1, 0), size(100), size(100)).
+		call(proto.OpMemFreeAsync, ptrOf(0, 0), handleOf(1)).
+		call(proto.OpMemPoolGetAttribute, handleOf(2), u32f(7)).
+		call(proto.OpMemPoolTrimTo, handleOf(2), size(0)).
+		call(proto.OpMemPoolDestroy, handleOf(3)).
+		call(proto.OpCtxSetLimit, u32f(2), size(0xffff)).
+		call(proto.OpCtxSetLimit, u32f(0), size(2048))
 	seeds = append(seeds, a.b)
 	// Two devices: a primary context and memory on each, peer queries,
 	// access and copies both ways, a device-to-device copy between them.

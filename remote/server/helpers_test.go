@@ -194,7 +194,8 @@ func (e *env) waitClean(t *testing.T) {
 	var st fakecuda.Stats
 	eventually(t, "the backend to hold nothing", func() bool {
 		st = e.fake.Stats()
-		return st.Contexts == 0 && st.Allocations == 0 && st.Modules == 0 && st.Streams == 0 && st.Events == 0
+		return st.Contexts == 0 && st.Allocations == 0 && st.Modules == 0 && st.Streams == 0 && st.Events == 0 &&
+			st.Physical == 0 && st.Mappings == 0 && st.Reservations == 0 && st.Pools == 0
 	})
 	if st.ImplicitFrees != 0 || st.ThreadsWithContext != 0 {
 		t.Errorf("after cleanup: %+v; want no implicit frees and no thread with a context", st)

@@ -19,6 +19,8 @@ type ctxState struct {
 	raw     uintptr
 	dev     int32 // the client's device ordinal
 	primary bool
+	// limits are the cuCtxSetLimit values charged to the quota (ctxlimit.go).
+	limits map[uint32]*limitCharge
 }
 
 // primaryState is a client's primary context of one device.
@@ -106,12 +108,22 @@ type streamKey struct {
 	raw uintptr
 }
 
+// allocation is a range of device memory the client may name: one of its
+// cuMemAlloc allocations, a module global, a stream-ordered allocation
+// (pool set) or a mapping of physical memory (phys set, ctx nil).
 type allocation struct {
 	base proto.DevPtr
 	size uint64
 	ctx  *ctxState
 	mod  *moduleState // set for a module global
+	pool *poolState   // set for an allocation from a pool
+	phys *physical    // set for a mapping (cuMemMap)
+	res  *reservation // the reserved range a mapping lies in
 }
+
+// charged reports whether the allocation's size is charged to the quota
+// by itself (a mapping's memory is charged with its physical allocation).
+func (a *allocation) charged() bool { return a.mod == nil && a.phys == nil }
 
 // objects are one client's server objects, by handle, and its memory.
 type objects struct {
@@ -134,8 +146,11 @@ type objects struct {
 	lastCaptureID  uint64
 	// allocs is sorted by base and never overlaps.
 	allocs []*allocation
-	// inUse is the size of the MemAlloc allocations (globals excluded).
-	inUse uint64
+	// inUse is what the session has charged to the quota: allocations
+	// (globals excluded), physical memory and context limits.
+	inUse   uint64
+	virtual virtualMemory // cuMemCreate and friends (virtual.go)
+	pools   poolTable     // memory pools (pools.go)
 	// cur is the backend context current on the worker thread, if curOK.
 	cur   uintptr
 	curOK bool
@@ -155,6 +170,8 @@ func (o *objects) init() {
 	o.execs = map[proto.Handle]*execState{}
 	o.captures = map[uint64]*captureState{}
 	o.captureOrigins = map[streamKey]*captureState{}
+	o.virtual.init()
+	o.pools.init()
 }
 
 // handle returns a new handle; handles are never reused in a session.
@@ -198,6 +215,48 @@ func (o *objects) addAlloc(a *allocation) bool {
 	}
 	o.allocs = slices.Insert(o.allocs, i, a)
 	return true
+}
+
+// vacant reports whether no allocation overlaps [p, p+n).
+func (o *objects) vacant(p proto.DevPtr, n uint64) bool {
+	end := uint64(p) + n
+	if n == 0 || end < uint64(p) {
+		return false
+	}
+	i := sort.Search(len(o.allocs), func(i int) bool { return o.allocs[i].base >= p })
+	if i > 0 {
+		prev := o.allocs[i-1]
+		if uint64(prev.base)+prev.size > uint64(p) {
+			return false
+		}
+	}
+	return i == len(o.allocs) || uint64(o.allocs[i].base) >= end
+}
+
+// mapped returns the mappings that together cover [p, p+n) without a gap,
+// in address order, or nil.
+func (o *objects) mapped(p proto.DevPtr, n uint64) []*allocation {
+	end := uint64(p) + n
+	if n == 0 || end < uint64(p) {
+		return nil
+	}
+	i := sort.Search(len(o.allocs), func(i int) bool { return o.allocs[i].base > p }) - 1
+	if i < 0 {
+		return nil
+	}
+	var ms []*allocation
+	for at := uint64(p); at < end; i++ {
+		if i >= len(o.allocs) {
+			return nil
+		}
+		a := o.allocs[i]
+		if a.phys == nil || uint64(a.base) > at || uint64(a.base)+a.size <= at {
+			return nil
+		}
+		ms = append(ms, a)
+		at = uint64(a.base) + a.size
+	}
+	return ms
 }
 
 func (o *objects) removeAlloc(a *allocation) {

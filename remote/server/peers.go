@@ -99,20 +99,77 @@ func (s *session) copyPeer(c *proto.Call, dst proto.DevPtr, hdst proto.Handle, s
 	if n == 0 {
 		return ok
 	}
-	da, sa := s.find(dst, n), s.find(src, n)
-	if da == nil || sa == nil || da.ctx.dev != dctx.dev || sa.ctx.dev != sctx.dev {
+	d, sp, r := s.copyEnds(dst, src, n, nil)
+	if r != ok {
+		return r
+	}
+	if d.dev != dctx.dev || sp.dev != sctx.dev {
 		return proto.ErrInvalidValue
 	}
 	return s.be.MemcpyPeer(dst, dctx.raw, src, sctx.raw, n, st, async)
 }
 
+// memPlace is where memory of the client is: its device, and the context
+// it belongs to (see memOf).
+type memPlace struct {
+	dev int32
+	ctx *ctxState
+}
+
+// copyEnds resolves both addresses of a copy of n bytes (memOf).
+func (s *session) copyEnds(dst, src proto.DevPtr, n uint64, cur *ctxState) (d, sp memPlace, r proto.Result) {
+	if d, r = s.memOf(dst, n, cur); r != ok {
+		return d, sp, r
+	}
+	sp, r = s.memOf(src, n, cur)
+	return d, sp, r
+}
+
+// memOf returns where [p, p+n) is: the client's device whose memory it
+// is, and the context that memory belongs to: one allocation's, or for
+// mappings (cuMemMap), which belong to no context, a context of the client
+// on their physical memory's device (cur if it is there), nil when the
+// client has none there. Memory that is not the client's is
+// CUDA_ERROR_INVALID_VALUE; a range over mappings of two devices' memory
+// CUDA_ERROR_NOT_SUPPORTED.
+func (s *session) memOf(p proto.DevPtr, n uint64, cur *ctxState) (memPlace, proto.Result) {
+	if a := s.find(p, n); a != nil && a.phys == nil {
+		return memPlace{a.ctx.dev, a.ctx}, ok
+	}
+	ms := s.mapped(p, max(n, 1))
+	if ms == nil {
+		return memPlace{}, proto.ErrInvalidValue
+	}
+	at := memPlace{dev: ms[0].phys.prop.LocID}
+	for _, m := range ms[1:] {
+		if m.phys.prop.LocID != at.dev {
+			return memPlace{}, proto.ErrNotSupported
+		}
+	}
+	if cur != nil && cur.dev == at.dev {
+		at.ctx = cur
+		return at, ok
+	}
+	for _, c := range s.ctxs {
+		if c.dev == at.dev && (at.ctx == nil || c.h < at.ctx.h) {
+			at.ctx = c
+		}
+	}
+	return at, ok
+}
+
 // PointerGetAttributes answers what the interposer's cuPointerGetAttribute
 // asks of an address: the client's allocation holding it, and that
-// allocation's context and device.
+// allocation's context and device; for a mapping (cuMemMap), the mapping,
+// no context and the device of its physical memory.
 func (s *session) PointerGetAttributes(c *proto.Call, p proto.DevPtr) (proto.DevPtr, uint64, proto.Handle, int32, proto.Result) {
 	a := s.find(p, 0)
 	if a == nil {
 		return 0, 0, 0, 0, proto.ErrInvalidValue
+	}
+	if a.phys != nil {
+		// A mapping: memory of cuMemCreate belongs to no context.
+		return a.base, a.size, 0, a.phys.prop.LocID, ok
 	}
 	return a.base, a.size, a.ctx.h, a.ctx.dev, ok
 }

@@ -174,6 +174,15 @@ func TestPeerCopies(t *testing.T) {
 	}
 }
 
+// fillSync runs the fill_u32 kernel f on ctx's default stream and waits
+// for it: the launch's failure, or the synchronization's.
+func fillSync(cl *proto.Client, ctx, f proto.Handle, dst proto.DevPtr, v uint32, n uint64) (proto.Result, error) {
+	if r, err := launch1(cl, ctx, f, 0, fillParams(dst, v, n)); err != nil || r != proto.Success {
+		return r, err
+	}
+	return cl.CtxSynchronize(ctx)
+}
+
 // outcome is a call's result and error, for tables of calls.
 type outcome struct {
 	r   proto.Result
@@ -209,12 +218,7 @@ func TestPeerAccessAndPointers(t *testing.T) {
 
 	a1 := alloc(t, cl, p.ctx1, 64)
 	_, fns := module(t, cl, p.ctx0)
-	fill := func() (proto.Result, error) {
-		if r, err := launch1(cl, p.ctx0, fns["fill_u32"], 0, fillParams(a1, 0xabcd, 16)); err != nil || r != proto.Success {
-			return r, err
-		}
-		return cl.CtxSynchronize(p.ctx0)
-	}
+	fill := func() (proto.Result, error) { return fillSync(cl, p.ctx0, fns["fill_u32"], a1, 0xabcd, 16) }
 	is(t, "a kernel on device 0 writing device 1's memory", proto.ErrIllegalAddress)(fill())
 	is(t, "cuCtxDisablePeerAccess before enabling", proto.ErrPeerAccessNotEnabled)(cl.CtxDisablePeerAccess(p.ctx0, p.ctx1))
 	is(t, "cuCtxEnablePeerAccess of its own context", proto.ErrInvalidContext)(cl.CtxEnablePeerAccess(p.ctx0, p.ctx0, 0))

@@ -261,7 +261,7 @@ func (s *session) serve(conn net.Conn, br *bufio.Reader) {
 		"calls", s.stats.calls, "bytes_in", s.stats.bytesIn, "bytes_out", s.stats.bytesOut,
 		"peak_memory", s.stats.peakMemory, "freed_allocations", freed.allocs, "freed_bytes", freed.bytes,
 		"unloaded_modules", freed.modules, "destroyed_streams", freed.streams,
-		"destroyed_events", freed.events, "destroyed_contexts", freed.contexts,
+		"destroyed_events", freed.events, "destroyed_contexts", freed.contexts, "destroyed_pools", freed.pools,
 		"ended_captures", freed.captures, "destroyed_graphs", freed.graphs, "destroyed_graph_execs", freed.execs)
 }
 

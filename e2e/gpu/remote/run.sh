@@ -22,7 +22,10 @@
 #                                 # outputs compared exactly, a table of results and step times;
 #                                 # CORPUS_TRACE=1 also runs each under darktrace (private tables);
 #                                 # CORPUS_CALLS=1 prints the calls each made over TCP (callcounts.py);
-#                                 # CORPUS_ENV="K=V ..." sets variables for every run (local ones too)
+#                                 # CORPUS_ENV="K=V ..." sets variables for every run (local ones too);
+#                                 # the environment reaches every run, local and remote alike:
+#                                 # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (virtual memory
+#                                 # management) or =backend:cudaMallocAsync (memory pools)
 # GPUMUX_REMOTE_DEBUG=1 makes the interposer log every failing call; REMOTED_FLAGS adds
 # flags to gpumux-remoted's (e.g. REMOTED_FLAGS="--busy-poll 0").
 #

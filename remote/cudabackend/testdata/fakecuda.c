@@ -10,7 +10,8 @@
  *
  * Variants: -DFAKE_INIT_RESULT=n (cuInit's result), -DFAKE_OMIT_MEMALLOC
  * (no cuMemAlloc_v2), -DFAKE_OMIT_OPTIONAL (no cuFuncGetParamInfo,
- * cuEventElapsedTime_v2, cuDeviceGetUuid_v2 and none of the peer calls).
+ * cuEventElapsedTime_v2, cuDeviceGetUuid_v2, none of the peer calls, nor any
+ * call of virtual memory management, memory pools or cuCtxSetLimit).
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -51,6 +52,14 @@ struct fake_state {
 	char last_name[64];
 	unsigned char module_head[64];
 	unsigned char launch_buf[4096];
+	/* Virtual memory management, pools and limits: the last arguments. */
+	uint64_t vmm_calls;
+	uint64_t last_prop[7]; /* type, handle types, location type and id, compression, RDMA, usage */
+	uint64_t last_size, last_align, last_addr, last_flags, last_handle, last_offset;
+	uint64_t last_access[6], last_access_count; /* two descriptors: type, id, flags */
+	uint64_t last_pool_props[6];		     /* alloc type, handle types, location type and id, max size, usage */
+	uint64_t last_attr, last_attr_value;
+	uint64_t last_limit, last_limit_value;
 	uint64_t peer_queries, last_peer_dev, last_peer_attr;
 	uint64_t peer_enables, peer_disables, last_peer_ctx, last_peer_flags;
 	uint64_t peer_copies, peer_copies_async, last_dst_ctx, last_src_ctx;
@@ -828,6 +837,254 @@ EXPORT CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) { return elap
 #endif
 
 #ifndef FAKE_OMIT_OPTIONAL
+/* Virtual memory management, memory pools, cuCtxSetLimit: they record
+ * their arguments and answer fixed values; the structs have CUDA's layout. */
+typedef struct {
+	int type, id;
+} fake_loc;
+typedef struct {
+	int type, handle_types;
+	fake_loc loc;
+	void *win32;
+	unsigned char compression, rdma;
+	unsigned short usage;
+	unsigned char reserved[4];
+} fake_prop;
+typedef struct {
+	fake_loc loc;
+	int flags;
+} fake_access;
+typedef struct {
+	int alloc_type, handle_types;
+	fake_loc loc;
+	void *win32;
+	size_t max_size;
+	unsigned short usage;
+	unsigned char reserved[54];
+} fake_pool_props;
+_Static_assert(sizeof(fake_prop) == 32 && sizeof(fake_access) == 12 && sizeof(fake_pool_props) == 88,
+	       "CUDA's layouts");
+#define POOL_MAGIC 0x6c6f6f70ULL
+
+static void record_prop(struct fake_state *st, const fake_prop *p)
+{
+	uint64_t v[7] = {(uint64_t)p->type, (uint64_t)p->handle_types, (uint64_t)p->loc.type, (uint64_t)p->loc.id,
+			 p->compression, p->rdma, p->usage};
+	memcpy(st->last_prop, v, sizeof v);
+	st->vmm_calls++;
+}
+
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const fake_prop *p, int option)
+{
+	LOCK();
+	record_prop(st, p);
+	st->last_flags = (uint64_t)option;
+	*g = option == 1 ? 2 << 20 : 64 << 10;
+	RET(0);
+}
+
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
+				    unsigned long long flags)
+{
+	LOCK();
+	st->vmm_calls++;
+	st->last_size = size;
+	st->last_align = align;
+	st->last_addr = addr;
+	st->last_flags = flags;
+	*ptr = 0x700000000000ULL + (st->vmm_calls << 32);
+	RET(0);
+}
+
+EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	LOCK();
+	st->vmm_calls++;
+	st->last_addr = ptr;
+	st->last_size = size;
+	RET(ptr == 0 ? 1 : 0);
+}
+
+EXPORT CUresult cuMemCreate(unsigned long long *h, size_t size, const fake_prop *p, unsigned long long flags)
+{
+	LOCK();
+	record_prop(st, p);
+	st->last_size = size;
+	st->last_flags = flags;
+	*h = 0x4200 + st->vmm_calls;
+	RET(0);
+}
+
+EXPORT CUresult cuMemRelease(unsigned long long h)
+{
+	LOCK();
+	st->vmm_calls++;
+	st->last_handle = h;
+	RET(0);
+}
+
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned long long h, unsigned long long flags)
+{
+	LOCK();
+	st->vmm_calls++;
+	st->last_addr = ptr;
+	st->last_size = size;
+	st->last_offset = offset;
+	st->last_handle = h;
+	st->last_flags = flags;
+	RET(0);
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	LOCK();
+	st->vmm_calls++;
+	st->last_addr = ptr;
+	st->last_size = size;
+	RET(0);
+}
+
+static void record_access(struct fake_state *st, const fake_access *d, size_t n)
+{
+	st->vmm_calls++;
+	st->last_access_count = n;
+	for (size_t i = 0; i < n && i < 2; i++) {
+		st->last_access[3 * i] = (uint64_t)d[i].loc.type;
+		st->last_access[3 * i + 1] = (uint64_t)d[i].loc.id;
+		st->last_access[3 * i + 2] = (uint64_t)d[i].flags;
+	}
+}
+
+EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const fake_access *d, size_t n)
+{
+	LOCK();
+	record_access(st, d, n);
+	st->last_addr = ptr;
+	st->last_size = size;
+	RET(0);
+}
+
+EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const fake_loc *loc, CUdeviceptr ptr)
+{
+	LOCK();
+	fake_access d = {*loc, 0};
+	record_access(st, &d, 1);
+	st->last_addr = ptr;
+	*flags = 3;
+	RET(0);
+}
+
+EXPORT CUresult cuMemPoolCreate(void **pool, const fake_pool_props *p)
+{
+	LOCK();
+	uint64_t v[6] = {(uint64_t)p->alloc_type, (uint64_t)p->handle_types, (uint64_t)p->loc.type,
+			 (uint64_t)p->loc.id, p->max_size, p->usage};
+	memcpy(st->last_pool_props, v, sizeof v);
+	st->vmm_calls++;
+	*pool = new_obj(POOL_MAGIC, 0);
+	RET(0);
+}
+
+EXPORT CUresult cuMemPoolDestroy(void *pool)
+{
+	LOCK();
+	if (!is(pool, POOL_MAGIC))
+		RET(1);
+	st->vmm_calls++;
+	((struct obj *)pool)->magic = 0;
+	free(pool);
+	RET(0);
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pool, void *s)
+{
+	LOCK();
+	if (!is(pool, POOL_MAGIC) || bad_stream(s))
+		RET(400);
+	st->vmm_calls++;
+	st->last_size = n;
+	st->last_stream = (uint64_t)(uintptr_t)s;
+	*p = 0x500000000000ULL + n;
+	RET(0);
+}
+
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, void *s)
+{
+	LOCK();
+	if (bad_stream(s))
+		RET(400);
+	st->vmm_calls++;
+	st->last_addr = p;
+	st->last_stream = (uint64_t)(uintptr_t)s;
+	RET(0);
+}
+
+/* The reuse policies (1 to 3) are ints: only 4 bytes are read or written. */
+EXPORT CUresult cuMemPoolSetAttribute(void *pool, int attr, void *value)
+{
+	LOCK();
+	if (!is(pool, POOL_MAGIC))
+		RET(400);
+	st->vmm_calls++;
+	st->last_attr = (uint64_t)attr;
+	st->last_attr_value = attr <= 3 ? (uint64_t)(uint32_t) * (int *)value : *(uint64_t *)value;
+	RET(0);
+}
+
+EXPORT CUresult cuMemPoolGetAttribute(void *pool, int attr, void *value)
+{
+	LOCK();
+	if (!is(pool, POOL_MAGIC))
+		RET(400);
+	st->vmm_calls++;
+	st->last_attr = (uint64_t)attr;
+	if (attr <= 3)
+		*(int *)value = 1;
+	else
+		*(uint64_t *)value = 0x123456789ULL;
+	RET(0);
+}
+
+EXPORT CUresult cuMemPoolTrimTo(void *pool, size_t keep)
+{
+	LOCK();
+	if (!is(pool, POOL_MAGIC))
+		RET(400);
+	st->vmm_calls++;
+	st->last_size = keep;
+	RET(0);
+}
+
+EXPORT CUresult cuMemPoolSetAccess(void *pool, const fake_access *d, size_t n)
+{
+	LOCK();
+	if (!is(pool, POOL_MAGIC))
+		RET(400);
+	record_access(st, d, n);
+	RET(0);
+}
+
+EXPORT CUresult cuMemPoolGetAccess(int *flags, void *pool, fake_loc *loc)
+{
+	LOCK();
+	if (!is(pool, POOL_MAGIC))
+		RET(400);
+	fake_access d = {*loc, 0};
+	record_access(st, &d, 1);
+	*flags = 1;
+	RET(0);
+}
+
+EXPORT CUresult cuCtxSetLimit(int limit, size_t value)
+{
+	LOCK();
+	if (current() == NULL)
+		RET(201);
+	st->last_limit = (uint64_t)limit;
+	st->last_limit_value = value;
+	RET(0);
+}
+
 /* ---- several devices: devices 100 and 101 are peers; a device is not
  * its own. Peer copies are queued like the other copies. ---- */
 

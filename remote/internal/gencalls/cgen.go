@@ -13,8 +13,13 @@ func cType(p Param) string {
 		"fattr": "CUfunction_attribute", "dptr": "CUdeviceptr",
 		"ctx": "CUcontext", "mod": "CUmodule", "func": "CUfunction", "stream": "CUstream", "event": "CUevent",
 		"graph": "CUgraph", "gexec": "CUgraphExec", "node": "CUgraphNode", "uuid": "CUuuid",
+		"memh": "CUmemGenericAllocationHandle", "pool": "CUmemoryPool",
 	}
 	switch {
+	case p.Kind == "memprop" && p.Out:
+		return "CUmemAllocationProp *"
+	case p.Kind == "memprop":
+		return "const CUmemAllocationProp *"
 	case p.Kind == "str" && p.Out:
 		return "char *"
 	case p.Kind == "str":
@@ -69,10 +74,12 @@ func cPut(p Param) string {
 	switch p.Kind {
 	case "u8", "u32", "i32", "dev", "attr", "fattr":
 		return fmt.Sprintf("gm_put_u32(&q, (uint32_t)%s);", p.Name)
-	case "u64", "size", "dptr":
+	case "u64", "size", "dptr", "memh":
 		return fmt.Sprintf("gm_put_u64(&q, (uint64_t)%s);", p.Name)
-	case "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node":
+	case "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node", "pool":
 		return fmt.Sprintf("gm_put_u64(&q, (uint64_t)(uintptr_t)%s);", p.Name)
+	case "memprop":
+		return fmt.Sprintf("gm_put_memprop(&q, %s);", p.Name)
 	case "str":
 		return fmt.Sprintf("gm_put_str(&q, %s);", p.Name)
 	case "blob":
@@ -100,13 +107,17 @@ func cGet(p Param) string {
 		return fmt.Sprintf("*%s = (CUdevice)gm_get_u32(&q);", p.Name)
 	case "u64":
 		return fmt.Sprintf("*%s = (unsigned long long)gm_get_u64(&q);", p.Name)
+	case "memh":
+		return fmt.Sprintf("*%s = (CUmemGenericAllocationHandle)gm_get_u64(&q);", p.Name)
+	case "memprop":
+		return fmt.Sprintf("gm_get_memprop(&q, %s);", p.Name)
 	case "size":
 		return fmt.Sprintf("*%s = (size_t)gm_get_u64(&q);", p.Name)
 	case "dptr":
 		return fmt.Sprintf("*%s = (CUdeviceptr)gm_get_u64(&q);", p.Name)
 	case "f32":
 		return fmt.Sprintf("*%s = gm_get_f32(&q);", p.Name)
-	case "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node":
+	case "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node", "pool":
 		return fmt.Sprintf("*%s = (%s)(uintptr_t)gm_get_u64(&q);", p.Name, strings.TrimSuffix(cType(p), " *"))
 	case "blob":
 		return fmt.Sprintf("gm_get_blob(&q, %s, %s_cap, %s_len);", p.Name, p.Name, p.Name)
@@ -177,7 +188,7 @@ func genCStub(b *strings.Builder, c Call) {
 			w("\tif (%s == NULL && %s_len != 0)\n\t\treturn gm_refuse(\"%s\", \"%s\", CUDA_ERROR_INVALID_VALUE);\n", p.Name, p.Name, c.Name, p.Name)
 		case p.Kind == "str" && p.Out:
 			w("\tif (%s == NULL || %s <= 0)\n\t\treturn gm_refuse(\"%s\", \"%s\", CUDA_ERROR_INVALID_VALUE);\n", p.Name, p.Len, c.Name, p.Name)
-		case p.Out || p.Kind == "str":
+		case p.Out || p.Kind == "str" || p.Kind == "memprop":
 			w("\tif (%s == NULL)\n\t\treturn gm_refuse(\"%s\", \"%s\", CUDA_ERROR_INVALID_VALUE);\n", p.Name, c.Name, p.Name)
 		}
 	}

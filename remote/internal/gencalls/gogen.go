@@ -41,8 +41,10 @@ func goType(p Param) string {
 		return "float32"
 	case "dptr":
 		return "DevPtr"
-	case "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node":
+	case "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node", "memh", "pool":
 		return "Handle"
+	case "memprop":
+		return "MemProp"
 	case "str":
 		return "string"
 	case "blob", "image":
@@ -77,8 +79,10 @@ func decodeExpr(p Param) string {
 		return "d.U64()"
 	case "dptr":
 		return "DevPtr(d.U64())"
-	case "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node":
+	case "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node", "memh", "pool":
 		return "Handle(d.U64())"
+	case "memprop":
+		return "d.MemProp()"
 	case "str":
 		return "d.Str(MaxString)"
 	case "blob":
@@ -100,8 +104,10 @@ func encodeStmt(p Param, v string) string {
 		return fmt.Sprintf("e.U64(%s)", v)
 	case "f32":
 		return fmt.Sprintf("e.F32(%s)", v)
-	case "dptr", "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node":
+	case "dptr", "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node", "memh", "pool":
 		return fmt.Sprintf("e.U64(uint64(%s))", v)
+	case "memprop":
+		return fmt.Sprintf("e.MemProp(%s)", v)
 	case "str":
 		return fmt.Sprintf("e.Str(%s)", v)
 	case "blob":
@@ -127,8 +133,10 @@ func outDecodeExpr(p Param) string {
 		return "d.F32()"
 	case "dptr":
 		return "DevPtr(d.U64())"
-	case "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node":
+	case "ctx", "mod", "func", "stream", "event", "graph", "gexec", "node", "memh", "pool":
 		return "Handle(d.U64())"
+	case "memprop":
+		return "d.MemProp()"
 	case "str":
 		return "d.Str(MaxString)"
 	case "blob":

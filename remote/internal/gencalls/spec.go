@@ -37,6 +37,7 @@ var inKinds = map[string]bool{
 	"attr": true, "fattr": true, "dptr": true,
 	"ctx": true, "mod": true, "func": true, "stream": true, "event": true,
 	"graph": true, "gexec": true, "node": true,
+	"memh": true, "pool": true, "memprop": true,
 	"str": true, "blob": true, "image": true, "hostin": true,
 }
 
@@ -44,6 +45,7 @@ var outKinds = map[string]bool{
 	"u32": true, "i32": true, "u64": true, "size": true, "f32": true, "dev": true, "dptr": true,
 	"ctx": true, "mod": true, "func": true, "stream": true, "event": true,
 	"graph": true, "gexec": true, "node": true,
+	"memh": true, "pool": true, "memprop": true,
 	"uuid": true, "str": true, "hostout": true, "blob": true,
 }
 

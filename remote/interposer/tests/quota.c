@@ -4,12 +4,7 @@
 
 int main(void)
 {
-	const char *q = getenv("GM_TEST_QUOTA");
-	if (q == NULL) {
-		printf("FAIL: GM_TEST_QUOTA is not set\n");
-		return 1;
-	}
-	size_t quota = strtoull(q, NULL, 0);
+	size_t quota = t_quota();
 	t_setup();
 
 	size_t free_ = 0, total = 0, devtotal = 0;

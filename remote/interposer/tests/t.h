@@ -161,6 +161,18 @@ static inline int t_done(const char *name)
 	return 0;
 }
 
+/* t_quota returns the token's quota the test runs with (GM_TEST_QUOTA),
+ * or exits if it is not set. */
+static inline size_t t_quota(void)
+{
+	const char *q = getenv("GM_TEST_QUOTA");
+	if (q == NULL) {
+		printf("FAIL: GM_TEST_QUOTA is not set\n");
+		exit(1);
+	}
+	return strtoull(q, NULL, 0);
+}
+
 /* t_setup: cuInit, device 0's primary context made current. */
 static inline CUcontext t_setup(void)
 {
