@@ -306,7 +306,9 @@ typedef enum CUmemAllocationHandleType_enum {
 typedef enum CUmemLocationType_enum {
 	CU_MEM_LOCATION_TYPE_INVALID = 0x0,
 	CU_MEM_LOCATION_TYPE_DEVICE = 0x1,
-	CU_MEM_LOCATION_TYPE_HOST = 0x2
+	CU_MEM_LOCATION_TYPE_HOST = 0x2,
+	CU_MEM_LOCATION_TYPE_HOST_NUMA = 0x3,
+	CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT = 0x4
 } CUmemLocationType;
 
 typedef enum CUmemAccess_flags_enum {

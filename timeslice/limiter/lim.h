@@ -73,40 +73,7 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_v1_st {
 	unsigned int Flags;
 } CUDA_ARRAY3D_DESCRIPTOR_v1;
 
-typedef enum CUmemLocationType_enum {
-	CU_MEM_LOCATION_TYPE_INVALID = 0x0,
-	CU_MEM_LOCATION_TYPE_DEVICE = 0x1,
-	CU_MEM_LOCATION_TYPE_HOST = 0x2,
-	CU_MEM_LOCATION_TYPE_HOST_NUMA = 0x3,
-	CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT = 0x4
-} CUmemLocationType;
-
-typedef struct CUmemLocation_st {
-	CUmemLocationType type;
-	int id;
-} CUmemLocation;
-
-typedef struct CUmemAllocationProp_st {
-	int type;                 /* CUmemAllocationType */
-	int requestedHandleTypes; /* CUmemAllocationHandleType */
-	CUmemLocation location;
-	void *win32HandleMetaData;
-	struct {
-		unsigned char compressionType;
-		unsigned char gpuDirectRDMACapable;
-		unsigned short usage;
-		unsigned char reserved[4];
-	} allocFlags;
-} CUmemAllocationProp;
-
-typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUDA_LAUNCH_PARAMS_st CUDA_LAUNCH_PARAMS;
-
-typedef enum CUstreamCaptureMode_enum {
-	CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
-	CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
-	CU_STREAM_CAPTURE_MODE_RELAXED = 2
-} CUstreamCaptureMode;
 
 /* cuArray3DCreate flags that create an array without memory of its own. */
 #define CUDA_ARRAY3D_SPARSE 0x40
