@@ -192,6 +192,38 @@ func TestTwoDevices(t *testing.T) {
 	}
 }
 
+// TestLibraryTwoDevices: one library, one CUkernel, launched on two GPUs
+// as the CUDA runtime does (tests/libctx.c): a module in each context, and
+// none left on the server once the library is unloaded while both contexts
+// live, nothing at all after the program.
+func TestLibraryTwoDevices(t *testing.T) {
+	e := startServerOn(t, 2, nil)
+	tok, err := token.Mint(secret, token.Claims{ID: "ctest-libctx", Device: 0, MoreDevices: []int{1},
+		Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	bg, _ := program{name: "libctx", addr: e.unix, token: tok}.start(ctx, t, "UNLOADED ")
+	if st := e.fake.Stats(); st.Modules != 0 || st.Functions != 0 || st.Contexts != 2 || st.ImplicitFrees != 0 {
+		t.Errorf("after cuLibraryUnload: %+v; want no module or function in the 2 live contexts", st)
+	}
+	bg.finish(t)
+	if strings.Contains(bg.stderr.String(), "gpumux: ") {
+		t.Errorf("unexpected interposer messages:\n%s", bg.stderr.String())
+	}
+	var st fakecuda.Stats
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if st = e.fake.Stats(); st.Contexts == 0 {
+			break
+		}
+	}
+	if st.Contexts != 0 || st.Modules != 0 || st.Allocations != 0 || st.ImplicitFrees != 0 {
+		t.Errorf("after the program: %+v; want nothing left and nothing freed implicitly", st)
+	}
+}
+
 // TestCrossClient: a second process given the first's device pointer can
 // neither read, write nor free it.
 func TestCrossClient(t *testing.T) {

@@ -35,6 +35,8 @@
 #ifndef GM_USE_CUDA_H
 GM_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx);
 GM_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx);
+GM_EXPORT CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx);
+GM_EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx);
 #endif
 
 /* gm_cls_ctx_current: ctx, or the calling thread's current context when it
@@ -643,33 +645,252 @@ GM_EXPORT CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CU
 	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-/* ---- libraries and kernels ---- */
+/* ---- libraries and kernels ----
+ * A library is context-independent, as in CUDA: it keeps its image and
+ * loads a module from it, through the forwarded cuModuleLoadData, in each
+ * context that needs one (the current context when a kernel is resolved or
+ * a global or the module asked for). A CUkernel is an object here, not a
+ * server handle: its name, its library and the function it resolved to in
+ * each context. CUkernel handles are tagged numbers (GM_KERNEL_TAG in the
+ * high 32 bits, an index in the low ones; never a valid pointer, and far
+ * above any server handle, which counts up from 1), so every call that
+ * takes a CUfunction tells one from the other without a lookup:
+ * gm_kernel_function, which the generated stubs call for each function
+ * they send, swaps a CUkernel for the current context's function.
+ *
+ * gm_lib_mu guards every table (libraries' modules, kernels' functions,
+ * the kernel index) and is never held across a round trip; a library's
+ * load mutex serializes the round trips that load its module or look up
+ * its functions, so two threads do not load it twice in one context. Lock
+ * order: load, then gm_lib_mu. Destroying a context, or releasing the last
+ * retain of a primary one or resetting it, drops its modules and
+ * functions (gm_lib_forget_ctx); a forked child starts with none. */
+
+#define GM_LIB_MAGIC 0x6d6c6962u
+#define GM_KERNEL_TAG 0x676d6b00ull /* "gmk": the handle's high 32 bits */
+
+struct gm_ctxh {
+	uint64_t ctx;
+	uint64_t h; /* the module or function in ctx */
+};
+
+/* gm_ctxhs: a small table from context to server handle. */
+struct gm_ctxhs {
+	struct gm_ctxh *e;
+	int n, cap;
+};
+
+struct gm_kernel {
+	struct CUlib_st *lib;
+	char *name;
+	uint32_t index; /* in gm_kernels */
+	struct gm_ctxhs fns;
+};
 
 struct CUlib_st {
 	unsigned magic;
 	void *image; /* a copy of the image (the fatbin a wrapper points to) */
-	CUmodule mod;
-	pthread_mutex_t mu;
+	struct gm_ctxhs mods;
+	struct gm_kernel **kernels; /* the ones handed out, by name */
+	int nkernels, capkernels;
+	pthread_mutex_t load;
+	struct CUlib_st *next; /* in gm_libs */
 };
 
-#define GM_LIB_MAGIC 0x6d6c6962u
+static pthread_mutex_t gm_lib_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct CUlib_st *gm_libs;
+static struct gm_kernel **gm_kernels; /* by index; NULL once unloaded (indexes are never reused) */
+static uint32_t gm_nkernels, gm_capkernels;
 
 static struct CUlib_st *gm_lib(CUlibrary l)
 {
 	return l != NULL && l->magic == GM_LIB_MAGIC ? l : NULL;
 }
 
-/* gm_lib_module loads the library's module in the current context on first
- * use. */
+/* gm_grow makes room for one more element of size sz in *v (holding n of
+ * cap); 0 when out of memory. */
+static int gm_grow(void **v, int n, int *cap, size_t sz)
+{
+	if (n < *cap)
+		return 1;
+	int c = *cap > 0 ? *cap * 2 : 4;
+	void *p = realloc(*v, (size_t)c * sz);
+	if (p == NULL)
+		return 0;
+	*v = p;
+	*cap = c;
+	return 1;
+}
+
+/* gm_ctxhs_find returns ctx's handle, 0 if none (gm_lib_mu held). */
+static uint64_t gm_ctxhs_find(const struct gm_ctxhs *t, uint64_t ctx)
+{
+	for (int i = 0; i < t->n; i++)
+		if (t->e[i].ctx == ctx)
+			return t->e[i].h;
+	return 0;
+}
+
+/* gm_ctxhs_add records ctx's handle (gm_lib_mu held). */
+static CUresult gm_ctxhs_add(struct gm_ctxhs *t, uint64_t ctx, uint64_t h)
+{
+	if (!gm_grow((void **)&t->e, t->n, &t->cap, sizeof t->e[0]))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	t->e[t->n].ctx = ctx;
+	t->e[t->n++].h = h;
+	return CUDA_SUCCESS;
+}
+
+/* gm_ctxhs_drop forgets ctx's entry (gm_lib_mu held). */
+static void gm_ctxhs_drop(struct gm_ctxhs *t, uint64_t ctx)
+{
+	int j = 0;
+	for (int i = 0; i < t->n; i++)
+		if (t->e[i].ctx != ctx)
+			t->e[j++] = t->e[i];
+	t->n = j;
+}
+
+/* gm_current: the calling thread's current context, or
+ * CUDA_ERROR_INVALID_CONTEXT. */
+static CUresult gm_current(uint64_t *ctx)
+{
+	*ctx = gm_current_ctx();
+	return *ctx != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+/* gm_lib_module_locked returns l's module in ctx, loading it there first
+ * if it has none (l->load held; ctx current). */
+static CUresult gm_lib_module_locked(struct CUlib_st *l, uint64_t ctx, CUmodule *mod)
+{
+	pthread_mutex_lock(&gm_lib_mu);
+	uint64_t h = gm_ctxhs_find(&l->mods, ctx);
+	pthread_mutex_unlock(&gm_lib_mu);
+	if (h != 0) {
+		*mod = (CUmodule)(uintptr_t)h;
+		return CUDA_SUCCESS;
+	}
+	CUresult r = gm_rpc_cuModuleLoadData(mod, l->image);
+	if (r != CUDA_SUCCESS)
+		return r;
+	pthread_mutex_lock(&gm_lib_mu);
+	r = gm_ctxhs_add(&l->mods, ctx, (uint64_t)(uintptr_t)*mod);
+	pthread_mutex_unlock(&gm_lib_mu);
+	if (r != CUDA_SUCCESS)
+		(void)gm_rpc_cuModuleUnload(*mod);
+	return r;
+}
+
+/* gm_lib_module returns l's module in the current context. */
 static CUresult gm_lib_module(struct CUlib_st *l, CUmodule *mod)
 {
-	pthread_mutex_lock(&l->mu);
-	CUresult r = CUDA_SUCCESS;
-	if (l->mod == NULL)
-		r = gm_rpc_cuModuleLoadData(&l->mod, l->image);
-	*mod = l->mod;
-	pthread_mutex_unlock(&l->mu);
+	uint64_t ctx;
+	CUresult r = gm_current(&ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	pthread_mutex_lock(&l->load);
+	r = gm_lib_module_locked(l, ctx, mod);
+	pthread_mutex_unlock(&l->load);
 	return r;
+}
+
+/* gm_kernel_of returns the kernel a tagged handle names, NULL for anything
+ * else (gm_lib_mu held). */
+static struct gm_kernel *gm_kernel_of(uint64_t h)
+{
+	uint32_t i = (uint32_t)h;
+	if (h >> 32 != GM_KERNEL_TAG || i == 0 || i > gm_nkernels)
+		return NULL;
+	return gm_kernels[i - 1];
+}
+
+static CUkernel gm_kernel_handle(const struct gm_kernel *k)
+{
+	return (CUkernel)(uintptr_t)(GM_KERNEL_TAG << 32 | (uint64_t)(k->index + 1));
+}
+
+/* gm_kernel_resolve returns k's function in ctx (current), looking it up
+ * in the library's module there on first use. */
+static CUresult gm_kernel_resolve(struct gm_kernel *k, uint64_t ctx, CUfunction *f)
+{
+	struct CUlib_st *l = k->lib;
+	pthread_mutex_lock(&l->load);
+	pthread_mutex_lock(&gm_lib_mu);
+	uint64_t h = gm_ctxhs_find(&k->fns, ctx);
+	pthread_mutex_unlock(&gm_lib_mu);
+	CUresult r = CUDA_SUCCESS;
+	if (h != 0) {
+		*f = (CUfunction)(uintptr_t)h;
+	} else {
+		CUmodule mod;
+		r = gm_lib_module_locked(l, ctx, &mod);
+		if (r == CUDA_SUCCESS)
+			r = gm_rpc_cuModuleGetFunction(f, mod, k->name);
+		if (r == CUDA_SUCCESS) {
+			pthread_mutex_lock(&gm_lib_mu);
+			r = gm_ctxhs_add(&k->fns, ctx, (uint64_t)(uintptr_t)*f);
+			pthread_mutex_unlock(&gm_lib_mu);
+		}
+	}
+	pthread_mutex_unlock(&l->load);
+	return r;
+}
+
+CUresult gm_kernel_function_in(CUfunction *f, uint64_t ctx)
+{
+	uint64_t h = (uint64_t)(uintptr_t)*f;
+	if (h >> 32 != GM_KERNEL_TAG)
+		return CUDA_SUCCESS; /* a function: the server checks it */
+	if (ctx == 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&gm_lib_mu);
+	struct gm_kernel *k = gm_kernel_of(h);
+	uint64_t fh = k != NULL ? gm_ctxhs_find(&k->fns, ctx) : 0;
+	pthread_mutex_unlock(&gm_lib_mu);
+	if (k == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (fh != 0) {
+		*f = (CUfunction)(uintptr_t)fh;
+		return CUDA_SUCCESS;
+	}
+	if (ctx != gm_current_ctx()) {
+		/* A graph's kernel node names its context: look the function up
+		 * there. */
+		CUresult r = cuCtxPushCurrent_v2((CUcontext)(uintptr_t)ctx);
+		if (r != CUDA_SUCCESS)
+			return r;
+		r = gm_kernel_resolve(k, ctx, f);
+		CUcontext popped;
+		(void)cuCtxPopCurrent_v2(&popped);
+		return r;
+	}
+	return gm_kernel_resolve(k, ctx, f);
+}
+
+CUresult gm_kernel_function(CUfunction *f)
+{
+	if ((uint64_t)(uintptr_t)*f >> 32 != GM_KERNEL_TAG)
+		return CUDA_SUCCESS;
+	return gm_kernel_function_in(f, gm_current_ctx());
+}
+
+/* gm_kernel_free frees k (gm_lib_mu held, k out of the index). */
+static void gm_kernel_free(struct gm_kernel *k)
+{
+	free(k->fns.e);
+	free(k->name);
+	free(k);
+}
+
+void gm_lib_forget_ctx(uint64_t ctx)
+{
+	pthread_mutex_lock(&gm_lib_mu);
+	for (struct CUlib_st *l = gm_libs; l != NULL; l = l->next) {
+		gm_ctxhs_drop(&l->mods, ctx);
+		for (int i = 0; i < l->nkernels; i++)
+			gm_ctxhs_drop(&l->kernels[i]->fns, ctx);
+	}
+	pthread_mutex_unlock(&gm_lib_mu);
 }
 
 /* gm_more.c: the calls whose outputs are optional. */
@@ -702,19 +923,52 @@ GM_EXPORT CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *cod
 	memcpy(img, gm_image_data(code), n);
 	l->magic = GM_LIB_MAGIC;
 	l->image = img;
-	pthread_mutex_init(&l->mu, NULL);
+	pthread_mutex_init(&l->load, NULL);
+	pthread_mutex_lock(&gm_lib_mu);
+	l->next = gm_libs;
+	gm_libs = l;
+	pthread_mutex_unlock(&gm_lib_mu);
 	*library = l;
 	return CUDA_SUCCESS;
 }
 
+/* cuLibraryUnload unloads the library's module in every context that has
+ * one; its kernels' handles stop working. Using a library while another
+ * thread unloads it is the caller's error, as in CUDA. */
 GM_EXPORT CUresult CUDAAPI cuLibraryUnload(CUlibrary library)
 {
 	struct CUlib_st *l = gm_lib(library);
 	if (l == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
-	CUresult r = l->mod != NULL ? gm_rpc_cuModuleUnload(l->mod) : CUDA_SUCCESS;
+	pthread_mutex_lock(&l->load);
+	pthread_mutex_lock(&gm_lib_mu);
 	l->magic = 0;
-	pthread_mutex_destroy(&l->mu);
+	for (struct CUlib_st **p = &gm_libs; *p != NULL; p = &(*p)->next)
+		if (*p == l) {
+			*p = l->next;
+			break;
+		}
+	for (int i = 0; i < l->nkernels; i++) {
+		gm_kernels[l->kernels[i]->index] = NULL;
+		gm_kernel_free(l->kernels[i]);
+	}
+	pthread_mutex_unlock(&gm_lib_mu);
+	CUresult r = CUDA_SUCCESS;
+	for (int i = 0; i < l->mods.n; i++) {
+		/* Each module is unloaded in its own context. */
+		CUcontext ctx = (CUcontext)(uintptr_t)l->mods.e[i].ctx, popped;
+		CUresult u = cuCtxPushCurrent_v2(ctx);
+		if (u == CUDA_SUCCESS) {
+			u = gm_rpc_cuModuleUnload((CUmodule)(uintptr_t)l->mods.e[i].h);
+			(void)cuCtxPopCurrent_v2(&popped);
+		}
+		if (r == CUDA_SUCCESS)
+			r = u;
+	}
+	pthread_mutex_unlock(&l->load);
+	pthread_mutex_destroy(&l->load);
+	free(l->mods.e);
+	free(l->kernels);
 	free(l->image);
 	free(l);
 	return r;
@@ -730,18 +984,66 @@ GM_EXPORT CUresult CUDAAPI cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
 	return gm_lib_module(l, pMod);
 }
 
+/* gm_lib_kernel returns l's kernel called name, made on first use: one
+ * handle per name, as in CUDA. */
+static CUresult gm_lib_kernel(struct CUlib_st *l, const char *name, struct gm_kernel **out)
+{
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&gm_lib_mu);
+	*out = NULL;
+	for (int i = 0; i < l->nkernels && *out == NULL; i++)
+		if (strcmp(l->kernels[i]->name, name) == 0)
+			*out = l->kernels[i];
+	if (*out != NULL)
+		goto done;
+	int cap = (int)gm_capkernels;
+	struct gm_kernel *k = calloc(1, sizeof *k);
+	if (k == NULL || (k->name = strdup(name)) == NULL || gm_nkernels == UINT32_MAX - 1 ||
+	    !gm_grow((void **)&gm_kernels, (int)gm_nkernels, &cap, sizeof gm_kernels[0]) ||
+	    !gm_grow((void **)&l->kernels, l->nkernels, &l->capkernels, sizeof l->kernels[0])) {
+		gm_capkernels = (uint32_t)cap;
+		if (k != NULL)
+			free(k->name);
+		free(k);
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+		goto done;
+	}
+	gm_capkernels = (uint32_t)cap;
+	k->lib = l;
+	k->index = gm_nkernels;
+	gm_kernels[gm_nkernels++] = k;
+	l->kernels[l->nkernels++] = k;
+	*out = k;
+done:
+	pthread_mutex_unlock(&gm_lib_mu);
+	return r;
+}
+
+/* cuLibraryGetKernel hands out the kernel's handle; with a context current
+ * it also looks the kernel up there, so that a name the library lacks is
+ * CUDA_ERROR_NOT_FOUND at once, as in CUDA. */
 GM_EXPORT CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
 	struct CUlib_st *l = gm_lib(library);
-	CUmodule mod;
 	if (pKernel == NULL || name == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (l == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
-	CUresult r = gm_lib_module(l, &mod);
+	if (strlen(name) >= GM_MAX_STRING)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct gm_kernel *k;
+	CUresult r = gm_lib_kernel(l, name, &k);
 	if (r != CUDA_SUCCESS)
 		return r;
-	return gm_rpc_cuModuleGetFunction((CUfunction *)pKernel, mod, name);
+	uint64_t ctx = gm_current_ctx();
+	if (ctx != 0) {
+		CUfunction f;
+		r = gm_kernel_resolve(k, ctx, &f);
+		if (r != CUDA_SUCCESS)
+			return r;
+	}
+	*pKernel = gm_kernel_handle(k);
+	return CUDA_SUCCESS;
 }
 
 GM_EXPORT CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
@@ -756,16 +1058,23 @@ GM_EXPORT CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, 
 	return cuModuleGetGlobal_v2(dptr, bytes, mod, name);
 }
 
+/* cuKernelGetFunction: the kernel's function in the current context. */
 GM_EXPORT CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
 	if (pFunc == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (kernel == NULL)
+	CUfunction f = (CUfunction)kernel;
+	if ((uint64_t)(uintptr_t)f >> 32 != GM_KERNEL_TAG)
 		return CUDA_ERROR_INVALID_HANDLE;
-	*pFunc = (CUfunction)kernel;
-	return CUDA_SUCCESS;
+	CUresult r = gm_kernel_function(&f);
+	if (r == CUDA_SUCCESS)
+		*pFunc = f;
+	return r;
 }
 
+/* The kernel calls below run on the current context's function (the
+ * generated stubs resolve a CUkernel): dev is the current context's device
+ * in what the runtime asks. */
 GM_EXPORT CUresult CUDAAPI cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
 {
 	(void)dev;
@@ -776,6 +1085,33 @@ GM_EXPORT CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramInd
 						size_t *paramSize)
 {
 	return cuFuncGetParamInfo((CUfunction)kernel, paramIndex, paramOffset, paramSize);
+}
+
+/* ---- fork ---- */
+
+void gm_dark_atfork_prepare(void)
+{
+	pthread_mutex_lock(&gm_lib_mu);
+}
+
+void gm_dark_atfork_parent(void)
+{
+	pthread_mutex_unlock(&gm_lib_mu);
+}
+
+/* The child is a new client: the parent's modules and functions mean
+ * nothing on its connection. Its libraries and kernel handles stay, and
+ * load again in the child's contexts. */
+void gm_dark_atfork_child(void)
+{
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+	for (struct CUlib_st *l = gm_libs; l != NULL; l = l->next) {
+		l->mods.n = 0;
+		for (int i = 0; i < l->nkernels; i++)
+			l->kernels[i]->fns.n = 0;
+		memcpy(&l->load, &fresh, sizeof fresh); /* its holder, if any, is not in the child */
+	}
+	pthread_mutex_unlock(&gm_lib_mu);
 }
 
 /* Every library is loaded whole when first used in a context. */

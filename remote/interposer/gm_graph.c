@@ -332,8 +332,8 @@ GM_EXPORT CUresult CUDAAPI cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *root
 	return gm_graph_nodes(gm_rpc_cuGraphGetRootNodes, hGraph, rootNodes, numRootNodes);
 }
 
-/* A kernel node's launch: the function (or its CUkernel, which is the
- * function here; the context then is the graph's) and its parameters
+/* A kernel node's launch: the function, or its CUkernel's function in the
+ * node's context (the current one when it names none), and its parameters
  * packed as cuLaunchKernel packs them. */
 static CUresult gm_kernel_node(const CUDA_KERNEL_NODE_PARAMS_v2 *p, CUfunction *f, struct gm_params *params)
 {
@@ -342,6 +342,11 @@ static CUresult gm_kernel_node(const CUDA_KERNEL_NODE_PARAMS_v2 *p, CUfunction *
 	*f = p->func != NULL ? p->func : (CUfunction)p->kern;
 	if (*f == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (p->func == NULL) {
+		CUresult r = gm_kernel_function_in(f, p->ctx != NULL ? (uint64_t)(uintptr_t)p->ctx : gm_current_ctx());
+		if (r != CUDA_SUCCESS)
+			return r;
+	}
 	return gm_params_pack(params, *f, p->kernelParams, p->extra);
 }
 

@@ -203,6 +203,19 @@ void gm_more_atfork_child(void);
 
 #include "gm_md2.h"
 
+/* gm_kernel_function_in is gm_kernel_function in ctx (a graph kernel
+ * node's), pushed for the lookup if it is not the current one. */
+CUresult gm_kernel_function_in(CUfunction *f, uint64_t ctx);
+
+/* gm_lib_forget_ctx drops the libraries' modules and kernels' functions
+ * in ctx, which the server has destroyed (gm_dark.c). */
+void gm_lib_forget_ctx(uint64_t ctx);
+
+/* Fork handlers of gm_dark.c's libraries, run from interposer.c's. */
+void gm_dark_atfork_prepare(void);
+void gm_dark_atfork_parent(void);
+void gm_dark_atfork_child(void);
+
 /* Fork handlers of interposer.c, run from gm_wire.c's pthread_atfork
  * handlers (prepare before gm_wire's lock, child after its reset). */
 void gm_interposer_atfork_prepare(void);

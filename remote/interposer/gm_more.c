@@ -56,7 +56,7 @@ GM_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numB
 									   dynamicSMemSize, 0);
 }
 
-/* A CUkernel is its module's CUfunction (gm_dark.c), bound to one context. */
+/* A CUkernel runs as its function in the current context (gm_dark.c). */
 GM_EXPORT CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
 {
 	(void)dev;

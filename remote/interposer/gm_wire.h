@@ -97,6 +97,11 @@ const void *gm_image_data(const void *image);
 /* The calling thread's current context handle, sent with every frame. */
 uint64_t gm_current_ctx(void);
 
+/* gm_kernel_function swaps a CUkernel (gm_dark.c) for its function in the
+ * current context, looked up there on first use; a CUfunction stays as it
+ * is. The generated stubs call it for every function they send. */
+CUresult gm_kernel_function(CUfunction *f);
+
 /* gm_refuse returns r for an argument refused without a round trip, logging
  * it at debug level (GPUMUX_REMOTE_DEBUG). */
 CUresult gm_refuse(const char *call, const char *arg, CUresult r);

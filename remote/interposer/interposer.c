@@ -192,6 +192,7 @@ static struct {
 	int held;	   /* retains this process holds */
 	int known;	   /* flags below are the server's last answer */
 	unsigned int flags;
+	uint64_t ctx;	   /* the handle of the last retain */
 } gm_prim[GM_PRIMARY_DEVS];
 
 static int gm_prim_dev(CUdevice dev)
@@ -205,6 +206,7 @@ GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice de
 	if (r == CUDA_SUCCESS && gm_prim_dev(dev)) {
 		pthread_mutex_lock(&gm_ctxdev_mu);
 		gm_prim[dev].held++;
+		gm_prim[dev].ctx = (uint64_t)(uintptr_t)*pctx;
 		pthread_mutex_unlock(&gm_ctxdev_mu);
 	}
 	return r;
@@ -234,17 +236,26 @@ GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int
 }
 
 /* gm_prim_change notes a change of dev's primary context: held retains
- * move by delta (down to none when reset), and its flags are asked again. */
+ * move by delta (down to none when reset), and its flags are asked again.
+ * When the context is gone (the last retain released, or reset) the
+ * libraries forget their modules in it. */
 static void gm_prim_change(CUdevice dev, int delta, int reset)
 {
 	if (!gm_prim_dev(dev))
 		return;
+	uint64_t gone = 0;
 	pthread_mutex_lock(&gm_ctxdev_mu);
 	gm_prim[dev].held += delta;
 	if (reset || gm_prim[dev].held < 0)
 		gm_prim[dev].held = 0;
 	gm_prim[dev].known = 0;
+	if ((reset || delta < 0) && gm_prim[dev].held == 0) {
+		gone = gm_prim[dev].ctx;
+		gm_prim[dev].ctx = 0;
+	}
 	pthread_mutex_unlock(&gm_ctxdev_mu);
+	if (gone != 0)
+		gm_lib_forget_ctx(gone);
 }
 
 GM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
@@ -280,6 +291,7 @@ GM_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 	gm_ctxdev_forget();
 	if (r != CUDA_SUCCESS)
 		return r;
+	gm_lib_forget_ctx((uint64_t)(uintptr_t)ctx);
 	int j = 0;
 	for (int i = 0; i < gm_ctx_depth; i++)
 		if (gm_ctx_stack[i] != ctx)
@@ -1505,6 +1517,7 @@ GM_EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int 
 void gm_interposer_atfork_prepare(void)
 {
 	gm_more_atfork_prepare();
+	gm_dark_atfork_prepare();
 	pthread_mutex_lock(&gm_ctxdev_mu);
 	gm_layout_fork_locked = pthread_mutex_trylock(&gm_layout_mu) == 0;
 }
@@ -1512,6 +1525,7 @@ void gm_interposer_atfork_prepare(void)
 void gm_interposer_atfork_parent(void)
 {
 	gm_more_atfork_parent();
+	gm_dark_atfork_parent();
 	pthread_mutex_unlock(&gm_ctxdev_mu);
 	if (gm_layout_fork_locked)
 		pthread_mutex_unlock(&gm_layout_mu);
@@ -1523,6 +1537,7 @@ void gm_interposer_atfork_parent(void)
 void gm_interposer_atfork_child(void)
 {
 	gm_more_atfork_child();
+	gm_dark_atfork_child();
 	gm_nctxdev = 0;
 	memset(gm_prim, 0, sizeof gm_prim); /* a new connection: nothing retained */
 	pthread_mutex_unlock(&gm_ctxdev_mu);

@@ -1007,6 +1007,8 @@ CUresult gm_rpc_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *p
 		return gm_refuse("cuFuncGetParamInfo", "paramOffset", CUDA_ERROR_INVALID_VALUE);
 	if (paramSize == NULL)
 		return gm_refuse("cuFuncGetParamInfo", "paramSize", CUDA_ERROR_INVALID_VALUE);
+	if ((r = gm_kernel_function(&func)) != CUDA_SUCCESS)
+		return r;
 	gm_msg_init(&q, GM_OP_cuFuncGetParamInfo, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u64(&q, (uint64_t)paramIndex);
@@ -1026,6 +1028,8 @@ CUresult gm_rpc_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunct
 	CUresult r;
 	if (pi == NULL)
 		return gm_refuse("cuFuncGetAttribute", "pi", CUDA_ERROR_INVALID_VALUE);
+	if ((r = gm_kernel_function(&hfunc)) != CUDA_SUCCESS)
+		return r;
 	gm_msg_init(&q, GM_OP_cuFuncGetAttribute, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u32(&q, (uint32_t)attrib);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hfunc);
@@ -1049,6 +1053,8 @@ CUresult gm_rpc_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int
 	CUresult r;
 	if (params == NULL && params_len != 0)
 		return gm_refuse("cuLaunchKernel", "params", CUDA_ERROR_INVALID_VALUE);
+	if ((r = gm_kernel_function(&f)) != CUDA_SUCCESS)
+		return r;
 	gm_msg_init(&q, GM_OP_cuLaunchKernel, GM_ASYNC);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)f);
 	gm_put_u32(&q, (uint32_t)gridDimX);
@@ -1069,6 +1075,8 @@ CUresult gm_rpc_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib
 {
 	gm_msg q;
 	CUresult r;
+	if ((r = gm_kernel_function(&hfunc)) != CUDA_SUCCESS)
+		return r;
 	gm_msg_init(&q, GM_OP_cuFuncSetAttribute, GM_SYNC | GM_UNCACHE);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hfunc);
 	gm_put_u32(&q, (uint32_t)attrib);
@@ -1089,6 +1097,8 @@ CUresult gm_rpc_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlo
 	CUresult r;
 	if (numBlocks == NULL)
 		return gm_refuse("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "numBlocks", CUDA_ERROR_INVALID_VALUE);
+	if ((r = gm_kernel_function(&func)) != CUDA_SUCCESS)
+		return r;
 	gm_msg_init(&q, GM_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u32(&q, (uint32_t)blockSize);
@@ -1114,6 +1124,8 @@ CUresult gm_rpc_cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize,
 	CUresult r;
 	if (dynamicSmemSize == NULL)
 		return gm_refuse("cuOccupancyAvailableDynamicSMemPerBlock", "dynamicSmemSize", CUDA_ERROR_INVALID_VALUE);
+	if ((r = gm_kernel_function(&func)) != CUDA_SUCCESS)
+		return r;
 	gm_msg_init(&q, GM_OP_cuOccupancyAvailableDynamicSMemPerBlock, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u32(&q, (uint32_t)numBlocks);
@@ -1140,6 +1152,8 @@ CUresult gm_rpc_cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, 
 		return gm_refuse("cuOccupancyMaxActiveClusters", "numClusters", CUDA_ERROR_INVALID_VALUE);
 	if (attrs == NULL && attrs_len != 0)
 		return gm_refuse("cuOccupancyMaxActiveClusters", "attrs", CUDA_ERROR_INVALID_VALUE);
+	if ((r = gm_kernel_function(&func)) != CUDA_SUCCESS)
+		return r;
 	gm_msg_init(&q, GM_OP_cuOccupancyMaxActiveClusters, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u32(&q, (uint32_t)gridDimX);
@@ -1168,6 +1182,8 @@ CUresult gm_rpc_cuLaunchKernelEx(CUfunction f, unsigned int gridDimX, unsigned i
 		return gm_refuse("cuLaunchKernelEx", "attrs", CUDA_ERROR_INVALID_VALUE);
 	if (params == NULL && params_len != 0)
 		return gm_refuse("cuLaunchKernelEx", "params", CUDA_ERROR_INVALID_VALUE);
+	if ((r = gm_kernel_function(&f)) != CUDA_SUCCESS)
+		return r;
 	gm_msg_init(&q, GM_OP_cuLaunchKernelEx, GM_ASYNC);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)f);
 	gm_put_u32(&q, (uint32_t)gridDimX);
@@ -1193,6 +1209,8 @@ CUresult gm_rpc_cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction 
 		return gm_refuse("cuOccupancyMaxPotentialClusterSize", "clusterSize", CUDA_ERROR_INVALID_VALUE);
 	if (attrs == NULL && attrs_len != 0)
 		return gm_refuse("cuOccupancyMaxPotentialClusterSize", "attrs", CUDA_ERROR_INVALID_VALUE);
+	if ((r = gm_kernel_function(&func)) != CUDA_SUCCESS)
+		return r;
 	gm_msg_init(&q, GM_OP_cuOccupancyMaxPotentialClusterSize, GM_SYNC | GM_CACHE | GM_CACHE_OBJECT);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)func);
 	gm_put_u32(&q, (uint32_t)gridDimX);
@@ -2326,6 +2344,8 @@ CUresult gm_rpc_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph
 		return gm_refuse("cuGraphAddKernelNode_v2", "deps", CUDA_ERROR_INVALID_VALUE);
 	if (params == NULL && params_len != 0)
 		return gm_refuse("cuGraphAddKernelNode_v2", "params", CUDA_ERROR_INVALID_VALUE);
+	if ((r = gm_kernel_function(&f)) != CUDA_SUCCESS)
+		return r;
 	gm_msg_init(&q, GM_OP_cuGraphAddKernelNode_v2, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraph);
 	gm_put_bytes(&q, deps, deps_len);
@@ -2537,6 +2557,8 @@ CUresult gm_rpc_cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgrap
 	CUresult r;
 	if (params == NULL && params_len != 0)
 		return gm_refuse("cuGraphExecKernelNodeSetParams_v2", "params", CUDA_ERROR_INVALID_VALUE);
+	if ((r = gm_kernel_function(&f)) != CUDA_SUCCESS)
+		return r;
 	gm_msg_init(&q, GM_OP_cuGraphExecKernelNodeSetParams_v2, GM_SYNC);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hGraphExec);
 	gm_put_u64(&q, (uint64_t)(uintptr_t)hNode);

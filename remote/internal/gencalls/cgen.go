@@ -192,6 +192,13 @@ func genCStub(b *strings.Builder, c Call) {
 			w("\tif (%s == NULL)\n\t\treturn gm_refuse(\"%s\", \"%s\", CUDA_ERROR_INVALID_VALUE);\n", p.Name, c.Name, p.Name)
 		}
 	}
+	// A CUkernel becomes the current context's function (gm_dark.c) before
+	// anything is allocated: that may take round trips of its own.
+	for _, p := range c.Params {
+		if !p.Out && p.Kind == "func" {
+			w("\tif ((r = gm_kernel_function(&%s)) != CUDA_SUCCESS)\n\t\treturn r;\n", p.Name)
+		}
+	}
 	flags := "GM_SYNC"
 	if c.Async {
 		flags = "GM_ASYNC"
