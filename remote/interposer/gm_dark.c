@@ -666,7 +666,6 @@ GM_EXPORT CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CU
  * retain of a primary one or resetting it, drops its modules and
  * functions (gm_lib_forget_ctx); a forked child starts with none. */
 
-#define GM_LIB_MAGIC 0x6d6c6962u
 #define GM_KERNEL_TAG 0x676d6b00ull /* "gmk": the handle's high 32 bits */
 
 struct gm_ctxh {
@@ -688,7 +687,6 @@ struct gm_kernel {
 };
 
 struct CUlib_st {
-	unsigned magic;
 	void *image; /* a copy of the image (the fatbin a wrapper points to) */
 	struct gm_ctxhs mods;
 	struct gm_kernel **kernels; /* the ones handed out, by name */
@@ -702,9 +700,16 @@ static struct CUlib_st *gm_libs;
 static struct gm_kernel **gm_kernels; /* by index; NULL once unloaded (indexes are never reused) */
 static uint32_t gm_nkernels, gm_capkernels;
 
+/* gm_lib returns the library l names, NULL if it is none (never loaded,
+ * or unloaded): l is looked up, never read. */
 static struct CUlib_st *gm_lib(CUlibrary l)
 {
-	return l != NULL && l->magic == GM_LIB_MAGIC ? l : NULL;
+	pthread_mutex_lock(&gm_lib_mu);
+	struct CUlib_st *p = gm_libs;
+	while (p != NULL && p != l)
+		p = p->next;
+	pthread_mutex_unlock(&gm_lib_mu);
+	return p;
 }
 
 /* gm_grow makes room for one more element of size sz in *v (holding n of
@@ -921,7 +926,6 @@ GM_EXPORT CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *cod
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	memcpy(img, gm_image_data(code), n);
-	l->magic = GM_LIB_MAGIC;
 	l->image = img;
 	pthread_mutex_init(&l->load, NULL);
 	pthread_mutex_lock(&gm_lib_mu);
@@ -942,7 +946,6 @@ GM_EXPORT CUresult CUDAAPI cuLibraryUnload(CUlibrary library)
 		return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&l->load);
 	pthread_mutex_lock(&gm_lib_mu);
-	l->magic = 0;
 	for (struct CUlib_st **p = &gm_libs; *p != NULL; p = &(*p)->next)
 		if (*p == l) {
 			*p = l->next;
