@@ -184,7 +184,7 @@ func TestRemoteShares(t *testing.T) {
 		nomadagent.WithDrivers("exec", "raw_exec"))
 
 	// The pool secret, where the server job's template reads it.
-	if _, _, err := a.Client.Variables().Create(&api.Variable{Path: "nomad/jobs/gpumux-remote", Items: api.VariableItems{"secret": secret}}, nil); err != nil {
+	if err := a.PutVariable(ctx, &api.Variable{Path: "nomad/jobs/gpumux-remote", Items: api.VariableItems{"secret": secret}}); err != nil {
 		t.Fatal(err)
 	}
 	if devs, err := a.NodeDevices(ctx); err != nil || remoteGroup(devs) != nil {

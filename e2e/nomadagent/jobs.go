@@ -438,3 +438,18 @@ func shortID(id string) string {
 	}
 	return id
 }
+
+// PutVariable writes a Nomad variable. A new server takes a moment to set
+// up the keyring that encrypts variables ("keyring has not been
+// initialized yet"); PutVariable retries that until ctx ends.
+func (a *Agent) PutVariable(ctx context.Context, v *api.Variable) error {
+	for {
+		_, _, err := a.Client.Variables().Create(v, a.w(ctx))
+		if err == nil || !strings.Contains(err.Error(), "keyring has not been initialized") {
+			return err
+		}
+		if err := a.sleep(ctx, func() string { return "writing variable " + v.Path + ": " + err.Error() }); err != nil {
+			return err
+		}
+	}
+}
