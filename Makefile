@@ -118,7 +118,7 @@ LIMITER_OUT_DIR ?= $(BIN_DIR)/limiter
 LIMITER_COMMON := $(sort $(wildcard $(LIMITER_DIR)/lim_*.c))
 LIMITER_CUDA_SRCS := $(LIMITER_COMMON) $(sort $(wildcard $(LIMITER_DIR)/cuda_*.c)) $(LIMITER_DIR)/zz_cuda.c
 LIMITER_NVML_SRCS := $(LIMITER_COMMON) $(sort $(wildcard $(LIMITER_DIR)/nvml_*.c)) $(LIMITER_DIR)/zz_nvml.c
-LIMITER_HDRS := $(sort $(wildcard $(LIMITER_DIR)/*.h)) $(INTERPOSER_DIR)/gm_abi.h
+LIMITER_HDRS := $(sort $(wildcard $(LIMITER_DIR)/*.h)) $(INTERPOSER_DIR)/gm_abi.h $(NVML_DIR)/nvml_abi.h
 LIMITER_CFLAGS ?= -std=gnu11 -fPIC -O2 -g -Wall -Wextra -Werror -fvisibility=hidden
 LIMITER_LDFLAGS ?= -shared -Wl,-z,defs -Wl,-z,now -ldl -lpthread
 # More flags, e.g. -fsanitize=address,undefined (timeslice/ctest's GM_CTEST_SANITIZE).

@@ -11,28 +11,7 @@
 
 #include "lim.h"
 #include "zz_nvml.h"
-
-typedef int nvmlReturn_t;
-#define NVML_SUCCESS 0
-#define NVML_ERROR_NO_PERMISSION 4
-#define NVML_ERROR_LIBRARY_NOT_FOUND 12
-#define NVML_ERROR_FUNCTION_NOT_FOUND 13
-
-typedef struct nvmlDevice_st *nvmlDevice_t;
-
-typedef struct nvmlMemory_st {
-	unsigned long long total;
-	unsigned long long free;
-	unsigned long long used;
-} nvmlMemory_t;
-
-typedef struct nvmlMemory_v2_st {
-	unsigned int version;
-	unsigned long long total;
-	unsigned long long reserved;
-	unsigned long long free;
-	unsigned long long used;
-} nvmlMemory_v2_t;
+#include "../../remote/nvml/nvml_abi.h"
 
 LIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 LIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
