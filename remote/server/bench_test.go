@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/server"
 )
 
@@ -41,22 +42,22 @@ func BenchmarkSmallCall(b *testing.B) {
 func BenchmarkCopy(b *testing.B) {
 	const n = 64 << 20
 	host := make([]byte, n)
-	b.Run("htod", func(b *testing.B) {
+	// copyEnv is a client with an allocation of n bytes.
+	copyEnv := func(b *testing.B) (*proto.Client, proto.Handle, proto.DevPtr) {
 		e := start(b, envConfig{})
 		cl := e.dial(b, e.token(b, "bench", 0))
 		ctx := primary(b, cl)
-		p := alloc(b, cl, ctx, n)
 		b.SetBytes(n)
+		return cl, ctx, alloc(b, cl, ctx, n)
+	}
+	b.Run("htod", func(b *testing.B) {
+		cl, ctx, p := copyEnv(b)
 		for b.Loop() {
 			upload(b, cl, ctx, p, host)
 		}
 	})
 	b.Run("dtoh", func(b *testing.B) {
-		e := start(b, envConfig{})
-		cl := e.dial(b, e.token(b, "bench", 0))
-		ctx := primary(b, cl)
-		p := alloc(b, cl, ctx, n)
-		b.SetBytes(n)
+		cl, ctx, p := copyEnv(b)
 		for b.Loop() {
 			if r, err := cl.MemcpyDtoHV2(ctx, host, p, n); err != nil || r != 0 {
 				b.Fatalf("cuMemcpyDtoH: %v %v", r, err)
