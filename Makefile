@@ -159,7 +159,10 @@ test-unit:
 test-e2e:
 	@test -x "$(NOMAD_BIN)" || { echo "test-e2e: $(NOMAD_BIN) missing; run 'make nomad'" >&2; exit 1; }
 	@[[ $$(id -u) == 0 ]] || { echo "test-e2e: must run as root (Nomad exec driver)" >&2; exit 1; }
-	$(GO) test -tags 'e2e no_dynamic_plugins' -count=1 -p 1 -timeout $(E2E_TIMEOUT) $(E2E_FLAGS) ./e2e/...
+	@log=$$(mktemp -t gpumux-e2e.XXXXXX.log); rc=0; \
+	  echo "$(GO) test -tags 'e2e no_dynamic_plugins' -count=1 -p 1 -timeout $(E2E_TIMEOUT) $(E2E_FLAGS) ./e2e/... (output also in $$log)"; \
+	  $(GO) test -tags 'e2e no_dynamic_plugins' -count=1 -p 1 -timeout $(E2E_TIMEOUT) $(E2E_FLAGS) ./e2e/... 2>&1 | tee "$$log" || rc=$$?; \
+	  if (( rc )); then scripts/test-failures "$$log"; fi; exit $$rc
 
 ## bench: all benchmarks
 bench:
