@@ -100,8 +100,18 @@ NVML_LDFLAGS ?= -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,-z,defs -Wl,-z,now -ld
 # More flags, e.g. -fsanitize=address,undefined (remote/ctest's GM_CTEST_SANITIZE).
 NVML_EXTRA_CFLAGS ?=
 
-## remote-nvml: build the NVML library of remote shares into $(NVML_OUT) (and a libnvidia-ml.so link beside it)
-remote-nvml: $(NVML_OUT)
+# Its nvidia-smi (remote/nvml/smi), beside it; it finds the library on
+# LD_LIBRARY_PATH or where containers have it (remote.Mount).
+SMI_OUT := $(dir $(NVML_OUT))nvidia-smi
+SMI_SRCS := $(NVML_DIR)/smi/nvidia-smi.c
+SMI_CFLAGS ?= -std=gnu11 -O2 -g -Wall -Wextra -Werror -I$(NVML_DIR)
+
+## remote-nvml: build the NVML library of remote shares into $(NVML_OUT) (and a libnvidia-ml.so link beside it), and its nvidia-smi
+remote-nvml: $(NVML_OUT) $(SMI_OUT)
+
+$(SMI_OUT): $(SMI_SRCS) $(NVML_DIR)/nvml_abi.h $(NVML_OUT)
+	$(CC) $(SMI_CFLAGS) $(NVML_EXTRA_CFLAGS) -o $@.tmp $(SMI_SRCS) -L$(@D) -l:$(notdir $(NVML_OUT)) -Wl,-rpath,/run/gpumux/remote
+	@mv -f $@.tmp $@
 
 $(NVML_OUT): $(NVML_SRCS) $(NVML_HDRS)
 	@command -v $(CC) >/dev/null 2>&1 || { echo "remote-nvml: no C compiler ($(CC)); run 'make deps' or set CC" >&2; exit 1; }

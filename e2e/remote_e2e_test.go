@@ -82,7 +82,7 @@ func remoteJob(t *testing.T, url string) string {
 	t.Helper()
 	const name = "examples/jobs/remote.nomad.hcl"
 	job := readJob(t, "remote")
-	job = mustReplace(t, name, job, `ls -l /run/gpumux/remote"]`, `ls -l /run/gpumux/remote; local/remote-probe"]`)
+	job = mustReplace(t, name, job, `--format=csv,noheader"]`, `--format=csv,noheader; local/remote-probe"]`)
 	return mustReplace(t, name, job, "      resources {", fmt.Sprintf("      artifact {\n        source      = %q\n        destination = \"local/\"\n      }\n      resources {", url))
 }
 
@@ -271,6 +271,8 @@ func TestRemoteShares(t *testing.T) {
 		"LD_LIBRARY_PATH=/run/gpumux/remote\n",
 		"GPUMUX_REMOTE_TOKEN=gmx1.",
 		"libcuda.so.1\n",
+		// gpumux's nvidia-smi, answering for the share:
+		"gpumux fake GPU, 4096 MiB\n",
 		// remote-probe, through the interposer mounted from the reservation:
 		"LIB /run/gpumux/remote/libcuda.so.1\n",
 		"DEVICES 1\n",

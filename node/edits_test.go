@@ -239,7 +239,10 @@ func TestEditsRemote(t *testing.T) {
 	if len(e.DeviceNodes) != 0 {
 		t.Errorf("a remote share got device nodes %v", e.DeviceNodes)
 	}
-	if len(e.Mounts) != 1 || e.Mounts[0] != (share.Mount{HostPath: interposer, ContainerPath: remote.Mount, ReadOnly: true}) {
+	if want := []share.Mount{
+		{HostPath: interposer, ContainerPath: remote.Mount, ReadOnly: true},
+		{HostPath: filepath.Join(interposer, "nvidia-smi"), ContainerPath: remote.SMIPath, ReadOnly: true},
+	}; !slices.Equal(e.Mounts, want) {
 		t.Errorf("mounts %+v", e.Mounts)
 	}
 	// Each reservation gets a token of its own.

@@ -68,8 +68,9 @@ type Remote struct {
 	TokenTTL string `codec:"token_ttl"`
 	// Shares splits each remote GPU into equal shares (memory = total/shares).
 	Shares int `codec:"shares"`
-	// InterposerDir holds the interposer's libcuda.so.1 and the NVML
-	// library of remote shares (libnvidia-ml.so.1), mounted into tasks.
+	// InterposerDir holds the interposer's libcuda.so.1, the NVML
+	// library of remote shares (libnvidia-ml.so.1) and its nvidia-smi,
+	// mounted into tasks.
 	InterposerDir string `codec:"interposer_dir"`
 	// TLSCAFile, if set, holds the CA certificate (PEM) that signed the
 	// servers' (gpumux-remoted --tls-cert-file): TCP servers are then
@@ -169,7 +170,7 @@ func (r *Remote) Validate() error {
 	}
 	errs = append(errs, r.validateTLS()...)
 	if !filepath.IsAbs(r.InterposerDir) {
-		bad("interposer_dir", r.InterposerDir, "want the absolute path of the directory holding the interposer's libcuda.so.1 and libnvidia-ml.so.1 (default %s)", DefaultInterposerDir)
+		bad("interposer_dir", r.InterposerDir, "want the absolute path of the directory holding the interposer's libcuda.so.1, libnvidia-ml.so.1 and nvidia-smi (default %s)", DefaultInterposerDir)
 	}
 	return errors.Join(errs...)
 }

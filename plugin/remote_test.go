@@ -173,8 +173,11 @@ func TestRemoteReserve(t *testing.T) {
 			if len(r.Devices) != 0 {
 				t.Errorf("a remote share got device nodes %+v", r.Devices)
 			}
-			if len(r.Mounts) != 1 || r.Mounts[0].HostPath != interposerDir || r.Mounts[0].TaskPath != "/run/gpumux/remote" || !r.Mounts[0].ReadOnly {
-				t.Errorf("mounts %+v", r.Mounts)
+			if len(r.Mounts) != 2 || r.Mounts[0].HostPath != interposerDir || r.Mounts[0].TaskPath != "/run/gpumux/remote" || !r.Mounts[0].ReadOnly ||
+				r.Mounts[1].HostPath != filepath.Join(interposerDir, "nvidia-smi") || r.Mounts[1].TaskPath != "/usr/bin/nvidia-smi" || !r.Mounts[1].ReadOnly {
+				for _, m := range r.Mounts {
+					t.Errorf("mount %+v", *m)
+				}
 			}
 			env := r.Envs
 			if env["GPUMUX_REMOTE_ADDR"] != srv.Addr || env["LD_LIBRARY_PATH"] != "/run/gpumux/remote" || env["GPUMUX_SHARES"] != strings.Join(tc.ids, ",") ||

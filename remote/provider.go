@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -40,6 +41,11 @@ const (
 	EnvTLSKey        = "GPUMUX_REMOTE_TLS_KEY"
 	EnvTLSServerName = "GPUMUX_REMOTE_TLS_SERVER_NAME"
 )
+
+// SMIPath is where a remote share's container finds nvidia-smi: gpumux's,
+// which answers for the share from the NVML library beside the
+// interposer (NVIDIA's needs the driver's own NVML, which is not there).
+const SMIPath = "/usr/bin/nvidia-smi"
 
 // TLSMount is the directory of the TLS files mounted into a container
 // (each file on its own, read-only): ca.pem, client.pem, client-key.pem.
@@ -302,7 +308,7 @@ func (p *Provider) Health(s share.Share) (bool, string) {
 
 // Edits are what remote shares need: no device node at all (see
 // share.DeviceEdits), the interposer directory mounted read-only at Mount
-// and first on LD_LIBRARY_PATH, the server's address and a token for the
+// and first on LD_LIBRARY_PATH, its nvidia-smi at SMIPath, the server's address and a token for the
 // shares' memory (together) in GPUMUX_REMOTE_ADDR and GPUMUX_REMOTE_TOKEN.
 // The interposer talks to one server about one GPU, so a task's remote
 // shares must all be of one GPU, and cannot be mixed with local ones (the
@@ -335,7 +341,9 @@ func (p *Provider) Edits(mine, all []share.Share, e *share.Edits) error {
 	e.Env[EnvAddr] = g.Addr
 	e.Env[EnvToken] = tok
 	e.Env[share.EnvLibraryPath] = Mount
-	e.Mounts = append(e.Mounts, share.Mount{HostPath: p.cfg.InterposerDir, ContainerPath: Mount, ReadOnly: true})
+	e.Mounts = append(e.Mounts,
+		share.Mount{HostPath: p.cfg.InterposerDir, ContainerPath: Mount, ReadOnly: true},
+		share.Mount{HostPath: filepath.Join(p.cfg.InterposerDir, pool.SMI), ContainerPath: SMIPath, ReadOnly: true})
 	tlsEdits(p.cfg, g.Addr, e)
 	return nil
 }

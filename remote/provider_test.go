@@ -250,7 +250,7 @@ func TestProvider(t *testing.T) {
 	if claims.Quota != 8<<30 || claims.Device != two[0].Remote.Index || claims.Device != 1 || !strings.HasPrefix(claims.ID, "runtime-") || claims.Expires.Before(time.Now().Add(719*time.Hour)) {
 		t.Errorf("token claims %+v: want the two shares' 8 GiB on GPU 1, from runtime, for 720h", claims)
 	}
-	if len(e.DeviceNodes) != 0 || len(e.Mounts) != 1 || e.Mounts[0] != (share.Mount{HostPath: pl.interposer, ContainerPath: remote.Mount, ReadOnly: true}) {
+	if len(e.DeviceNodes) != 0 || !slices.Equal(e.Mounts, interposerMounts(pl.interposer)) {
 		t.Errorf("device nodes %v, mounts %+v", e.DeviceNodes, e.Mounts)
 	}
 
@@ -397,12 +397,11 @@ func TestProviderTLS(t *testing.T) {
 			t.Errorf("%s=%q, want %q", env, e.Env[env], want)
 		}
 	}
-	wantMounts := []share.Mount{
-		{HostPath: mtls.InterposerDir, ContainerPath: remote.Mount, ReadOnly: true},
+	wantMounts := append(interposerMounts(mtls.InterposerDir), []share.Mount{
 		{HostPath: ca.CertFile, ContainerPath: remote.TLSMount + "/ca.pem", ReadOnly: true},
 		{HostPath: client.CertFile, ContainerPath: remote.TLSMount + "/client.pem", ReadOnly: true},
 		{HostPath: client.KeyFile, ContainerPath: remote.TLSMount + "/client-key.pem", ReadOnly: true},
-	}
+	}...)
 	if !slices.Equal(e.Mounts, wantMounts) {
 		t.Errorf("mounts\n got %+v\nwant %+v", e.Mounts, wantMounts)
 	}
@@ -416,7 +415,7 @@ func TestProviderTLS(t *testing.T) {
 	if err := p.Edits(u, u, &e); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := e.Env[remote.EnvTLSCA]; ok || len(e.Mounts) != 1 {
+	if _, ok := e.Env[remote.EnvTLSCA]; ok || !slices.Equal(e.Mounts, interposerMounts(mtls.InterposerDir)) {
 		t.Errorf("a unix server's edits: env %v, mounts %+v", e.Env, e.Mounts)
 	}
 
@@ -439,5 +438,14 @@ func TestProviderTLS(t *testing.T) {
 		if err := sc.Down[srv.Addr]; len(sc.GPUs) != 0 || err == nil || !strings.Contains(err.Error(), tc.why) {
 			t.Errorf("%s: %d GPUs, down: %v; want none, and %q", tc.name, len(sc.GPUs), err, tc.why)
 		}
+	}
+}
+
+// interposerMounts are the mounts every remote share's container gets from
+// the interposer directory dir: the directory, and its nvidia-smi.
+func interposerMounts(dir string) []share.Mount {
+	return []share.Mount{
+		{HostPath: dir, ContainerPath: remote.Mount, ReadOnly: true},
+		{HostPath: filepath.Join(dir, "nvidia-smi"), ContainerPath: remote.SMIPath, ReadOnly: true},
 	}
 }

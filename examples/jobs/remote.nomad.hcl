@@ -12,7 +12,7 @@ job "remote" {
       driver = "exec"
       config {
         command = "/bin/sh"
-        args    = ["-c", "env | grep -E '^(GPUMUX_REMOTE_ADDR|GPUMUX_SHARES|LD_LIBRARY_PATH)=' | sort; echo \"GPUMUX_REMOTE_TOKEN=$(printenv GPUMUX_REMOTE_TOKEN | cut -c1-12)...\"; ls -l /run/gpumux/remote"]
+        args    = ["-c", "env | grep -E '^(GPUMUX_REMOTE_ADDR|GPUMUX_SHARES|LD_LIBRARY_PATH)=' | sort; echo \"GPUMUX_REMOTE_TOKEN=$(printenv GPUMUX_REMOTE_TOKEN | cut -c1-12)...\"; ls -l /run/gpumux/remote; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader"]
       }
       resources {
         cpu    = 100

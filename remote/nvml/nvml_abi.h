@@ -1,9 +1,10 @@
 /*
  * The part of NVML's ABI gpumux's libraries use: names, values and layouts
  * are nvml.h's (NVML API 13 of driver 580, as go-nvml ships it). Included
- * by the NVML library of remote shares (nvml_internal.h) and by the
- * time-slice limiter's NVML (timeslice/limiter/nvml_lim.c), so that the
- * two cannot disagree on a layout.
+ * by the NVML library of remote shares (nvml_internal.h), its nvidia-smi
+ * (remote/nvml/smi) and the time-slice limiter's NVML
+ * (timeslice/limiter/nvml_lim.c), so that they cannot disagree on a layout
+ * or a signature.
  */
 #ifndef GPUMUX_NVML_ABI_H
 #define GPUMUX_NVML_ABI_H
@@ -95,5 +96,54 @@ typedef struct nvmlProcessInfo_v2_st {
 typedef enum nvmlBrandType_enum { NVML_BRAND_UNKNOWN = 0 } nvmlBrandType_t;
 
 #define NVML_DEVICE_MIG_DISABLE 0u
+
+/* ---- the public entry points gpumux's NVML for remote shares answers
+ * (remote/nvml/answered.list), which its nvidia-smi calls ---- */
+
+/* nvml_lib.c */
+nvmlReturn_t nvmlInit(void);
+nvmlReturn_t nvmlInit_v2(void);
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags);
+nvmlReturn_t nvmlShutdown(void);
+const char *nvmlErrorString(nvmlReturn_t result);
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion);
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion);
+nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length);
+
+/* nvml_device.c */
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount);
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount);
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index);
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length);
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci);
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor);
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
+					      unsigned int *pendingMode);
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice);
+nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *type);
+
+/* nvml_memory.c; the process lists of each kind in three versions, the
+ * first with nvmlProcessInfo_v1_t entries, _v2 and _v3 nvmlProcessInfo_v2_t. */
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
+#define NVML_PROCESS_LISTS(X)                                                     \
+	X(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t, 0, 1)        \
+	X(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, 1, 1)     \
+	X(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_v2_t, 1, 1)     \
+	X(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t, 0, 0)       \
+	X(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_v2_t, 1, 0)    \
+	X(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_v2_t, 1, 0)    \
+	X(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t, 0, 0)     \
+	X(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, 1, 0)  \
+	X(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_v2_t, 1, 0)
+#define NVML_PROCESS_LIST_PROTO(name, info_t, v2, compute) \
+	nvmlReturn_t name(nvmlDevice_t device, unsigned int *infoCount, info_t *infos);
+NVML_PROCESS_LISTS(NVML_PROCESS_LIST_PROTO)
 
 #endif /* GPUMUX_NVML_ABI_H */

@@ -1,7 +1,7 @@
 /*
- * gpumux's libnvidia-ml.so.1 for remote shares: the entry points it
- * answers (their types are in nvml_abi.h) and the internals its C files
- * share. Built
+ * gpumux's libnvidia-ml.so.1 for remote shares: the internals its C files
+ * share (the entry points it answers, and their types, are in
+ * nvml_abi.h). Built
  * with -fvisibility=hidden: only NVML_EXPORT functions are visible.
  */
 #ifndef GPUMUX_NVML_INTERNAL_H
@@ -12,53 +12,8 @@
 
 #define NVML_EXPORT __attribute__((visibility("default")))
 
-/* ---- the entry points the library answers (answered.list) ---- */
-
-/* nvml_lib.c */
-NVML_EXPORT nvmlReturn_t nvmlInit(void);
-NVML_EXPORT nvmlReturn_t nvmlInit_v2(void);
-NVML_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags);
-NVML_EXPORT nvmlReturn_t nvmlShutdown(void);
-NVML_EXPORT const char *nvmlErrorString(nvmlReturn_t result);
-NVML_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion);
-NVML_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion);
-NVML_EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length);
-
-/* nvml_device.c */
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
-					      unsigned int *pendingMode);
-NVML_EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *type);
-
-/* nvml_memory.c; the process lists of each kind in three versions, the
- * first with nvmlProcessInfo_v1_t entries, _v2 and _v3 nvmlProcessInfo_v2_t. */
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
-#define NVML_PROCESS_LISTS(X)                                                     \
-	X(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t, 0, 1)        \
-	X(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, 1, 1)     \
-	X(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_v2_t, 1, 1)     \
-	X(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t, 0, 0)       \
-	X(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_v2_t, 1, 0)    \
-	X(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_v2_t, 1, 0)    \
-	X(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t, 0, 0)     \
-	X(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, 1, 0)  \
-	X(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_v2_t, 1, 0)
-#define NVML_PROCESS_LIST_PROTO(name, info_t, v2, compute) \
-	NVML_EXPORT nvmlReturn_t name(nvmlDevice_t device, unsigned int *infoCount, info_t *infos);
-NVML_PROCESS_LISTS(NVML_PROCESS_LIST_PROTO)
+/* The entry points the library answers (answered.list) are declared in
+ * nvml_abi.h; their definitions are NVML_EXPORT. */
 
 /* ---- internals ---- */
 

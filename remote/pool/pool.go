@@ -506,13 +506,19 @@ const InterposerLib = "libcuda.so.1"
 // queries (nvidia-smi's, PyTorch's) for the share through the interposer.
 const NVMLLib = "libnvidia-ml.so.1"
 
+// SMI is the file name of the nvidia-smi of remote shares in a node's
+// interposer_dir (remote/nvml/smi): it answers from NVMLLib, and containers
+// get it as /usr/bin/nvidia-smi.
+const SMI = "nvidia-smi"
+
 // CheckInterposer says why the interposer directory dir cannot be given to
-// a container, or returns nil: it must hold the interposer and the NVML
-// library of remote shares, as regular files.
+// a container, or returns nil: it must hold the interposer, the NVML
+// library of remote shares and its nvidia-smi, as regular files.
 func CheckInterposer(dir string) error {
 	for _, f := range []struct{ name, what, hint string }{
 		{InterposerLib, "interposer", "make interposer"},
 		{NVMLLib, "NVML library of remote shares", "make remote-nvml"},
+		{SMI, "nvidia-smi of remote shares", "make remote-nvml"},
 	} {
 		lib := filepath.Join(dir, f.name)
 		fi, err := os.Stat(lib)

@@ -13,7 +13,7 @@
 #   e2e/gpu/remote/run.sh steal   # a tenant's kernel on another tenant's address, with and
 #                                 # without --tenant-processes
 #   e2e/gpu/remote/run.sh torch   # PyTorch (torch_check.py) locally and through gpumux-remoted, diffed
-#   e2e/gpu/remote/run.sh nvml    # gpumux's NVML for remote shares: nvidia-smi and PyTorch/NVML
+#   e2e/gpu/remote/run.sh nvml    # gpumux's NVML for remote shares: gpumux's nvidia-smi and PyTorch/NVML
 #                                 # (nvml_check.py) through it, with an 8 GiB quota
 #   e2e/gpu/remote/run.sh cublas  # cublasCreate and an SGEMM (cublas.cu): locally, under darktrace,
 #                                 # and through gpumux-remoted
@@ -131,11 +131,13 @@ if [[ $mode == nvml ]]; then
 	addr="127.0.0.1:$port"
 	echo "== local nvidia-smi"
 	nvidia-smi --query-gpu=name,uuid,pci.bus_id,memory.total,memory.used --format=csv || true
-	for args in "-L" "--query-gpu=name,uuid,pci.bus_id,memory.total,memory.used --format=csv" ""; do
-		echo "== nvidia-smi $args, through gpumux's NVML"
+	for args in "-L" "--query-gpu=name,uuid,pci.bus_id,memory.total,memory.used --format=csv" "" "-q"; do
+		echo "== gpumux's nvidia-smi $args (bin/remote/nvidia-smi), through gpumux's NVML"
 		# shellcheck disable=SC2086
-		remote "$addr" timeout 60 nvidia-smi $args || echo "nvidia-smi $args: exit $?"
+		remote "$addr" timeout 60 bin/remote/nvidia-smi $args || echo "nvidia-smi $args: exit $?"
 	done
+	echo "== NVIDIA's nvidia-smi -L through gpumux's NVML (refused: it needs the driver's private table)"
+	remote "$addr" timeout 60 nvidia-smi -L || echo "nvidia-smi -L: exit $?"
 	echo "== PyTorch and NVML (nvml_check.py), through gpumux's NVML"
 	GM_QUOTA=$quota GPUMUX_REMOTE_TIMEOUT=120 remote "$addr" timeout 150 "$py" e2e/gpu/remote/nvml_check.py ||
 		echo "nvml_check.py: exit $?"

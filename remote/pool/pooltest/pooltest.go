@@ -143,15 +143,15 @@ func WriteSecret(t testing.TB, dir string) string {
 }
 
 // WriteInterposer makes an interposer directory in dir holding stand-ins
-// for the interposer (libcuda.so.1) and the NVML library of remote shares
-// (libnvidia-ml.so.1) and returns its path.
+// for the interposer (libcuda.so.1), the NVML library of remote shares
+// (libnvidia-ml.so.1) and its nvidia-smi, and returns its path.
 func WriteInterposer(t testing.TB, dir string) string {
 	t.Helper()
 	d := filepath.Join(dir, "interposer")
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, lib := range []string{"libcuda.so.1", "libnvidia-ml.so.1"} {
+	for _, lib := range []string{"libcuda.so.1", "libnvidia-ml.so.1", "nvidia-smi"} {
 		if err := os.WriteFile(filepath.Join(d, lib), []byte("a stand-in for gpumux's "+lib), 0o644); err != nil {
 			t.Fatal(err)
 		}
