@@ -15,7 +15,7 @@
 # and the interposer and its NVML library (make interposer remote-nvml builds
 # bin/remote/libcuda.so.1 and bin/remote/libnvidia-ml.so.1):
 #
-#   install -D -m 644 bin/remote/libcuda.so.1 bin/remote/libnvidia-ml.so.1 -t /usr/lib/gpumux/remote/
+#   install -D -m 644 bin/remote/libcuda.so.1 bin/remote/libnvidia-ml.so.1 -t /usr/lib/gpumux/remote/ && install -m 755 bin/remote/nvidia-smi /usr/lib/gpumux/remote/
 #   ln -sfn libnvidia-ml.so.1 /usr/lib/gpumux/remote/libnvidia-ml.so
 #
 # A node with GPUs of its own may have a remote block too: its own GPUs are
