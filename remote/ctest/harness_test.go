@@ -181,6 +181,14 @@ type env struct {
 	logs *syncbuf.Buffer
 }
 
+// gpu0 returns the fake's first device's name and its UUID as NVML
+// writes it (GPU-xxxxxxxx-xxxx-…).
+func (e *env) gpu0() (name, uuid string) {
+	name, _ = e.fake.DeviceName(0)
+	u, _ := e.fake.DeviceUUID(0)
+	return name, fmt.Sprintf("GPU-%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
 func startServer(t *testing.T, opts ...server.Option) *env {
 	t.Helper()
 	return startServerOn(t, 1, nil, opts...)

@@ -152,10 +152,8 @@ func TestNVMLGoNVML(t *testing.T) {
 	holder, _ := program{name: "nvml", args: []string{"hold", strconv.Itoa(held)}, addr: e.unix, token: tok}.start(ctx, t, "READY")
 	defer holder.finish(t)
 
-	name, _ := e.fake.DeviceName(0)
-	u, _ := e.fake.DeviceUUID(0)
-	want := goNVMLExpect{name: name, total: quota, used: held,
-		uuid: fmt.Sprintf("GPU-%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])}
+	name, uuid := e.gpu0()
+	want := goNVMLExpect{name: name, uuid: uuid, total: quota, used: held}
 	child := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 	child.Env = append(os.Environ(), goNVMLEnv+"="+filepath.Join(build(t), "libnvidia-ml.so.1"), goNVMLWant+"="+want.String(),
 		"GPUMUX_REMOTE_ADDR="+e.tcp, "GPUMUX_REMOTE_TOKEN="+tok)

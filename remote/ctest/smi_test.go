@@ -26,9 +26,7 @@ func TestNVIDIASMI(t *testing.T) {
 	holder, _ := program{name: "nvml", args: []string{"hold", strconv.Itoa(held)}, addr: e.unix, token: tok}.start(ctx, t, "READY")
 	defer holder.finish(t)
 
-	name, _ := e.fake.DeviceName(0)
-	u, _ := e.fake.DeviceUUID(0)
-	uuid := fmt.Sprintf("GPU-%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+	name, uuid := e.gpu0()
 	smi := func(args ...string) (string, string) {
 		return program{name: "nvidia-smi", args: args, addr: e.tcp, token: tok}.run(t)
 	}
