@@ -87,9 +87,9 @@ type Config struct {
 	// as nomad-device-nvidia names them).
 	GroupNames        share.Naming `codec:"group_names"`
 	Simulate          string       `codec:"simulate"`
-	StateDir          string `codec:"state_dir"`
-	FingerprintPeriod string `codec:"fingerprint_period"`
-	MPSControlBinary  string `codec:"mps_control_binary"`
+	StateDir          string       `codec:"state_dir"`
+	FingerprintPeriod string       `codec:"fingerprint_period"`
+	MPSControlBinary  string       `codec:"mps_control_binary"`
 	// LimiterDir holds gpumux's limiter (its libcuda.so.1 and
 	// libnvidia-ml.so.1), mounted into the containers of limited
 	// time-slice replicas.
@@ -229,7 +229,6 @@ func (c *Config) usesMPS() bool {
 	}
 	return false
 }
-
 
 // ParseConfig reads the plugin config from HCL1 text, exactly as a Nomad
 // agent does: HCL1 into a map, through the hclspec schema, to msgpack, then
