@@ -74,6 +74,25 @@ func TestSimulatedH200MatchesRealReadings(t *testing.T) {
 	}
 	for _, g := range node.GPUs {
 		checkH200(t, g)
+		// Settable on a real card, so checked on the simulation only.
+		if g.Hardware.PersistenceMode != gpu.StateEnabled || g.Hardware.DisplayMode != gpu.StateEnabled {
+			t.Errorf("GPU %d: persistence mode %v, display mode %v; the H200 reads enabled, enabled", g.Index, g.Hardware.PersistenceMode, g.Hardware.DisplayMode)
+		}
+	}
+}
+
+func TestHardwareCommon(t *testing.T) {
+	a := gpu.Hardware{PowerLimitW: 700, BAR1MiB: 262144, MaxCoresClockMHz: 1980, MaxMemoryClockMHz: 3201, PCIeGeneration: 5, PCIeWidth: 16,
+		DisplayMode: gpu.StateEnabled, PersistenceMode: gpu.StateEnabled}
+	b := a
+	b.PowerLimitW, b.PersistenceMode = 500, gpu.StateDisabled // nvidia-smi -pl 500 -pm 0 on one GPU
+	want := a
+	want.PowerLimitW, want.PersistenceMode = 0, gpu.StateUnknown
+	if got := a.Common(b); got != want {
+		t.Errorf("Common = %+v, want %+v", got, want)
+	}
+	if got := a.Common(a); got != a {
+		t.Errorf("Common with itself = %+v, want %+v", got, a)
 	}
 }
 
@@ -149,6 +168,11 @@ func TestUsage(t *testing.T) {
 	if u.MemoryTotalMiB != 143771 || u.GPUUtilPercent == nil || *u.GPUUtilPercent != 55 ||
 		u.TemperatureC == nil || *u.TemperatureC != 61 || u.PowerWatts == nil || *u.PowerWatts != 312 {
 		t.Errorf("usage of GPU 2: %+v", u)
+	}
+	if u.PowerLimitWatts == nil || *u.PowerLimitWatts != 700 || u.BAR1TotalMiB != 262144 || u.BAR1UsedMiB != 1 ||
+		u.MemoryUtilPercent == nil || u.EncoderUtilPercent == nil || u.DecoderUtilPercent == nil {
+		t.Errorf("usage of GPU 2: power limit %v W, BAR1 %d/%d MiB, memory/encoder/decoder utilization %v/%v/%v; want 700 W, 1/262144 MiB, all reported",
+			deref(u.PowerLimitWatts), u.BAR1UsedMiB, u.BAR1TotalMiB, deref(u.MemoryUtilPercent), deref(u.EncoderUtilPercent), deref(u.DecoderUtilPercent))
 	}
 }
 

@@ -35,6 +35,12 @@ func checkH200(t *testing.T, g gpu.GPU) {
 		t.Errorf("GPU %d: model %q, %d SMs, %d MiB, CC %s, MIG capable %v; want NVIDIA H200, 132 SMs, 143771 MiB, CC 9.0, MIG capable",
 			g.Index, g.Model, g.SMCount, g.MemoryMiB, g.ComputeCapability, g.MIGCapable)
 	}
+	// Fixed by the card (and its default power limit): nvidia-smi -q of the H200.
+	hw := g.Hardware
+	if hw.BAR1MiB != 262144 || hw.MaxCoresClockMHz != 1980 || hw.MaxMemoryClockMHz != 3201 || hw.PCIeGeneration != 5 || hw.PCIeWidth != 16 || hw.PowerLimitW != 700 {
+		t.Errorf("GPU %d: BAR1 %d MiB, max clocks %d/%d MHz, PCIe gen %d x%d, power limit %d W; want 262144 MiB, 1980/3201 MHz, gen 5 x16, 700 W",
+			g.Index, hw.BAR1MiB, hw.MaxCoresClockMHz, hw.MaxMemoryClockMHz, hw.PCIeGeneration, hw.PCIeWidth, hw.PowerLimitW)
+	}
 	if !strings.HasPrefix(g.UUID, "GPU-") || g.PCIBusID == "" {
 		t.Errorf("GPU %d: UUID %q, PCI bus %q", g.Index, g.UUID, g.PCIBusID)
 	}
@@ -57,4 +63,12 @@ func checkH200(t *testing.T, g gpu.GPU) {
 			t.Errorf("GPU %d profile %s: %s; want %s", g.Index, w.name, got, want)
 		}
 	}
+}
+
+// deref is *p, or nil, for printing.
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

@@ -93,6 +93,7 @@ func (h *Host) readGPU(index int, minors migMinors) (GPU, error) {
 		return GPU{}, err
 	}
 	g.SMCount = smCount(dev, g.ComputeCapability)
+	g.Hardware = readHardware(dev)
 	current, pending, ret := dev.GetMigMode()
 	switch ret {
 	case nvml.SUCCESS:
@@ -136,6 +137,45 @@ func smCount(dev nvml.Device, cc string) int {
 		return cores / per
 	}
 	return 0
+}
+
+// readHardware reads what NVML reports of a whole GPU beyond what gpumux
+// schedules on. Every read is optional: a field NVML does not answer for
+// this model or driver stays zero.
+func readHardware(dev nvml.Device) Hardware {
+	var h Hardware
+	if mw, ret := dev.GetPowerManagementLimit(); ret == nvml.SUCCESS {
+		h.PowerLimitW = int(mw / 1000)
+	}
+	if bar1, ret := dev.GetBAR1MemoryInfo(); ret == nvml.SUCCESS {
+		h.BAR1MiB = bar1.Bar1Total >> 20
+	}
+	if mhz, ret := dev.GetMaxClockInfo(nvml.CLOCK_GRAPHICS); ret == nvml.SUCCESS {
+		h.MaxCoresClockMHz = int(mhz)
+	}
+	if mhz, ret := dev.GetMaxClockInfo(nvml.CLOCK_MEM); ret == nvml.SUCCESS {
+		h.MaxMemoryClockMHz = int(mhz)
+	}
+	if gen, ret := dev.GetMaxPcieLinkGeneration(); ret == nvml.SUCCESS {
+		h.PCIeGeneration = int(gen)
+	}
+	if width, ret := dev.GetMaxPcieLinkWidth(); ret == nvml.SUCCESS {
+		h.PCIeWidth = int(width)
+	}
+	if mode, ret := dev.GetDisplayMode(); ret == nvml.SUCCESS {
+		h.DisplayMode = stateOf(mode)
+	}
+	if mode, ret := dev.GetPersistenceMode(); ret == nvml.SUCCESS {
+		h.PersistenceMode = stateOf(mode)
+	}
+	return h
+}
+
+func stateOf(s nvml.EnableState) State {
+	if s == nvml.FEATURE_ENABLED {
+		return StateEnabled
+	}
+	return StateDisabled
 }
 
 func busID(pci nvml.PciInfo) string {

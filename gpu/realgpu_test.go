@@ -49,7 +49,12 @@ func TestRealInventory(t *testing.T) {
 	if !ok || u.MemoryTotalMiB != node.GPUs[0].MemoryMiB || u.TemperatureC == nil || u.PowerWatts == nil {
 		t.Errorf("usage of GPU 0: %+v", u)
 	}
-	t.Logf("usage of GPU 0: memory %d/%d MiB, temperature %v C, power %v W", u.MemoryUsedMiB, u.MemoryTotalMiB, deref(u.TemperatureC), deref(u.PowerWatts))
+	t.Logf("usage of GPU 0: memory %d/%d MiB, temperature %v C, power %v/%v W, BAR1 %d/%d MiB, utilization GPU %v%% memory %v%% encoder %v%% decoder %v%%",
+		u.MemoryUsedMiB, u.MemoryTotalMiB, deref(u.TemperatureC), deref(u.PowerWatts), deref(u.PowerLimitWatts), u.BAR1UsedMiB, u.BAR1TotalMiB,
+		deref(u.GPUUtilPercent), deref(u.MemoryUtilPercent), deref(u.EncoderUtilPercent), deref(u.DecoderUtilPercent))
+	if u.BAR1TotalMiB == 0 || u.PowerLimitWatts == nil {
+		t.Errorf("usage of GPU 0 lacks BAR1 or the power limit: %+v", u)
+	}
 
 	// The XID watch registers on the real driver and stops when cancelled.
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -61,13 +66,6 @@ func TestRealInventory(t *testing.T) {
 	for ev := range events {
 		t.Logf("XID seen during the test: %+v", ev)
 	}
-}
-
-func deref[T any](p *T) any {
-	if p == nil {
-		return nil
-	}
-	return *p
 }
 
 // TestRealSMCountSource records where a whole GPU's SM count comes from on the

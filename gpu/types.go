@@ -24,7 +24,62 @@ type GPU struct {
 	MIGPending        bool // pending MIG mode (differs from MIGEnabled until a reset)
 	MIGProfiles       []MIGProfile
 	MIGInstances      []MIGInstance
+	// Hardware is what else NVML reports of the GPU: the attributes
+	// nomad-device-nvidia offers.
+	Hardware Hardware
 }
+
+// Hardware is what NVML reports of a GPU beyond what gpumux schedules on.
+// A zero field is one NVML did not report for this GPU (ERROR_NOT_SUPPORTED
+// on its model, ERROR_DEPRECATED on its driver, or any other error: none of
+// them is worth failing an inventory for).
+type Hardware struct {
+	PowerLimitW       int    // nvmlDeviceGetPowerManagementLimit, in W
+	BAR1MiB           uint64 // total BAR1 memory
+	MaxCoresClockMHz  int    // nvmlDeviceGetMaxClockInfo(NVML_CLOCK_GRAPHICS)
+	MaxMemoryClockMHz int    // nvmlDeviceGetMaxClockInfo(NVML_CLOCK_MEM)
+	PCIeGeneration    int    // nvmlDeviceGetMaxPcieLinkGeneration
+	PCIeWidth         int    // nvmlDeviceGetMaxPcieLinkWidth, in lanes
+	DisplayMode       State  // nvmlDeviceGetDisplayMode: a display is connected
+	PersistenceMode   State  // nvmlDeviceGetPersistenceMode
+}
+
+// Common is what h and o agree on: each field that differs is zero.
+func (h Hardware) Common(o Hardware) Hardware {
+	keep := func(a, b int) int {
+		if a == b {
+			return a
+		}
+		return 0
+	}
+	c := Hardware{
+		PowerLimitW:       keep(h.PowerLimitW, o.PowerLimitW),
+		MaxCoresClockMHz:  keep(h.MaxCoresClockMHz, o.MaxCoresClockMHz),
+		MaxMemoryClockMHz: keep(h.MaxMemoryClockMHz, o.MaxMemoryClockMHz),
+		PCIeGeneration:    keep(h.PCIeGeneration, o.PCIeGeneration),
+		PCIeWidth:         keep(h.PCIeWidth, o.PCIeWidth),
+	}
+	if h.BAR1MiB == o.BAR1MiB {
+		c.BAR1MiB = h.BAR1MiB
+	}
+	if h.DisplayMode == o.DisplayMode {
+		c.DisplayMode = h.DisplayMode
+	}
+	if h.PersistenceMode == o.PersistenceMode {
+		c.PersistenceMode = h.PersistenceMode
+	}
+	return c
+}
+
+// State is an NVML feature state that may be unknown.
+type State uint8
+
+// States of a feature.
+const (
+	StateUnknown State = iota
+	StateDisabled
+	StateEnabled
+)
 
 // MIGProfile is one GPU instance profile the GPU supports, with its full-size
 // compute instance.
@@ -93,8 +148,21 @@ type Usage struct {
 	MemoryUsedMiB  uint64
 	MemoryTotalMiB uint64
 	GPUUtilPercent *uint32
-	TemperatureC   *uint32
-	PowerWatts     *float64
+	// MemoryUtilPercent is the part of the sample period during which
+	// device memory was read or written.
+	MemoryUtilPercent  *uint32
+	EncoderUtilPercent *uint32
+	DecoderUtilPercent *uint32
+	TemperatureC       *uint32
+	PowerWatts         *float64
+	// PowerLimitWatts is the power management limit PowerWatts is drawn
+	// against.
+	PowerLimitWatts *float64
+	// BAR1UsedMiB and BAR1TotalMiB are the BAR1 memory (the GPU memory
+	// mapped for the CPU and peers) in use and in all; BAR1TotalMiB is 0 when
+	// NVML does not report it.
+	BAR1UsedMiB  uint64
+	BAR1TotalMiB uint64
 }
 
 // XIDEvent is a critical error the driver reported for a GPU, or for one MIG

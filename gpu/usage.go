@@ -8,8 +8,9 @@ import (
 )
 
 // Usage reads the current usage of every GPU and MIG instance, keyed by UUID.
-// MIG instances report their own memory; NVML gives utilisation, temperature
-// and power only for the whole GPU, so those are left nil on MIG instances.
+// MIG instances report their own memory; NVML gives utilisation, temperature,
+// power and BAR1 only for the whole GPU, so those are left unset on MIG
+// instances.
 func (h *Host) Usage(ctx context.Context) (map[string]Usage, error) {
 	count, ret := h.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
@@ -58,7 +59,13 @@ func deviceUsage(dev nvml.Device, whole bool) Usage {
 		return u
 	}
 	if util, ret := dev.GetUtilizationRates(); ret == nvml.SUCCESS {
-		u.GPUUtilPercent = &util.Gpu
+		u.GPUUtilPercent, u.MemoryUtilPercent = &util.Gpu, &util.Memory
+	}
+	if enc, _, ret := dev.GetEncoderUtilization(); ret == nvml.SUCCESS {
+		u.EncoderUtilPercent = &enc
+	}
+	if dec, _, ret := dev.GetDecoderUtilization(); ret == nvml.SUCCESS {
+		u.DecoderUtilPercent = &dec
 	}
 	if t, ret := dev.GetTemperature(nvml.TEMPERATURE_GPU); ret == nvml.SUCCESS {
 		u.TemperatureC = &t
@@ -66,6 +73,13 @@ func deviceUsage(dev nvml.Device, whole bool) Usage {
 	if mw, ret := dev.GetPowerUsage(); ret == nvml.SUCCESS {
 		w := float64(mw) / 1000
 		u.PowerWatts = &w
+	}
+	if mw, ret := dev.GetPowerManagementLimit(); ret == nvml.SUCCESS {
+		w := float64(mw) / 1000
+		u.PowerLimitWatts = &w
+	}
+	if bar1, ret := dev.GetBAR1MemoryInfo(); ret == nvml.SUCCESS {
+		u.BAR1UsedMiB, u.BAR1TotalMiB = bar1.Bar1Used>>20, bar1.Bar1Total>>20
 	}
 	return u
 }

@@ -39,6 +39,7 @@ func (n *Node) Start(ctx context.Context, who string) error {
 	n.changed = make(chan struct{}, 1)
 	n.mu.Unlock()
 	n.xids.watch(ctx, n, n.changed)
+	warnUnknownIgnored(ctx, n.host, n.logger)
 	for _, p := range n.providers {
 		lc, ok := p.(Lifecycle)
 		if !ok {

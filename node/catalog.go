@@ -64,6 +64,8 @@ func (n *Node) read(ctx context.Context, opts ...CatalogOption) (*gpu.Node, *sha
 		}
 		offers = append(offers, got...)
 	}
+	offers = withoutIgnored(n.cfg, offers)
+	n.cfg.GroupNames.Rename(offers)
 	c, err := share.NewCatalog(offers)
 	if err != nil {
 		return nil, nil, err

@@ -124,10 +124,18 @@ func WithHealthInterval(d time.Duration) Option {
 	return func(o *options) { o.mpsOpts = append(o.mpsOpts, mps.WithCheckInterval(d)) }
 }
 
+// ErrDisabled is Open's answer for a config with enabled = false.
+var ErrDisabled = errors.New("gpumux is disabled on this node: its config has enabled = false")
+
 // Open opens the node's GPUs under cfg: a simulated node, or real NVML. A
 // node without an NVIDIA driver whose config has a remote block has no
-// GPUs of its own and offers remote ones only.
+// GPUs of its own and offers remote ones only. GPUs in ignored_gpu_ids are
+// left out of everything the node reads. A config with enabled = false
+// opens nothing: ErrDisabled.
 func Open(cfg *nodeconfig.Config, opts ...Option) (*Node, error) {
+	if !cfg.IsEnabled() {
+		return nil, ErrDisabled
+	}
 	o := options{open: openHost, logger: hclog.NewNullLogger(), issuer: "gpumux"}
 	for _, opt := range opts {
 		opt(&o)
@@ -139,6 +147,9 @@ func Open(cfg *nodeconfig.Config, opts ...Option) (*Node, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if len(cfg.IgnoredGPUIDs) > 0 {
+		host = ignoring{Host: host, cfg: cfg}
 	}
 	if o.mpsBinary == "" {
 		o.mpsBinary = ResolveBinary(cfg.MPSControlBinary)

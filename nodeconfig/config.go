@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -46,6 +48,11 @@ const (
 // Spec is the node config's schema (the Nomad plugin block's config). Nomad reads agent config as HCL1,
 // so mig_devices is a block of attributes: mig_devices { "3g.71gb" = 1 }.
 var Spec = hclspec.NewObject(map[string]*hclspec.Spec{
+	// enabled, ignored_gpu_ids and fingerprint_period are nomad-device-nvidia's
+	// keys, with its defaults, so that its plugin block works here.
+	"enabled":            hclspec.NewDefault(hclspec.NewAttr("enabled", "bool", false), hclspec.NewLiteral("true")),
+	"ignored_gpu_ids":    hclspec.NewDefault(hclspec.NewAttr("ignored_gpu_ids", "list(string)", false), hclspec.NewLiteral("[]")),
+	"group_names":        hclspec.NewDefault(hclspec.NewAttr("group_names", "string", false), hclspec.NewLiteral(`"`+string(share.NamingGpumux)+`"`)),
 	"simulate":           hclspec.NewAttr("simulate", "string", false),
 	"state_dir":          hclspec.NewDefault(hclspec.NewAttr("state_dir", "string", false), hclspec.NewLiteral(`"`+DefaultStateDir+`"`)),
 	"fingerprint_period": hclspec.NewDefault(hclspec.NewAttr("fingerprint_period", "string", false), hclspec.NewLiteral(`"1m"`)),
@@ -67,10 +74,22 @@ var Spec = hclspec.NewObject(map[string]*hclspec.Spec{
 
 // Config is the decoded plugin config.
 type Config struct {
-	Simulate          string `codec:"simulate"`
-	StateDir          string `codec:"state_dir"`
-	FingerprintPeriod string `codec:"fingerprint_period"`
-	MPSControlBinary  string `codec:"mps_control_binary"`
+	// Enabled false makes the node offer nothing: the plugin fingerprints
+	// no devices (as nomad-device-nvidia's enabled = false) and node.Open
+	// refuses, for every front door. Nil (a config without the key) is true.
+	Enabled *bool `codec:"enabled"`
+	// IgnoredGPUIDs are UUIDs of GPUs ("GPU-…") and MIG instances ("MIG-…")
+	// the node does not offer (nomad-device-nvidia's ignored_gpu_ids). An
+	// ignored GPU is left alone altogether: no gpu block matches it.
+	IgnoredGPUIDs []string `codec:"ignored_gpu_ids"`
+	// GroupNames is how whole GPUs' and MIG instances' device groups are
+	// named: share.NamingGpumux ("H200") or share.NamingNVIDIA ("NVIDIA H200",
+	// as nomad-device-nvidia names them).
+	GroupNames        share.Naming `codec:"group_names"`
+	Simulate          string       `codec:"simulate"`
+	StateDir          string       `codec:"state_dir"`
+	FingerprintPeriod string       `codec:"fingerprint_period"`
+	MPSControlBinary  string       `codec:"mps_control_binary"`
 	// LimiterDir holds gpumux's limiter (its libcuda.so.1 and
 	// libnvidia-ml.so.1), mounted into the containers of limited
 	// time-slice replicas.
@@ -86,6 +105,13 @@ type Config struct {
 
 // normalize fills defaults and parses derived fields; Validate reports errors.
 func (c *Config) normalize() {
+	if c.Enabled == nil {
+		enabled := true
+		c.Enabled = &enabled
+	}
+	if c.GroupNames == "" {
+		c.GroupNames = share.NamingGpumux
+	}
 	if c.StateDir == "" {
 		c.StateDir = DefaultStateDir
 	}
@@ -109,6 +135,13 @@ func (c *Config) normalize() {
 	}
 }
 
+// IsEnabled reports whether the node offers anything (enabled, default true).
+func (c *Config) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
+
+// Ignored reports whether uuid, a GPU's or a MIG instance's, is in
+// ignored_gpu_ids.
+func (c *Config) Ignored(uuid string) bool { return slices.Contains(c.IgnoredGPUIDs, uuid) }
+
 // Period is the parsed fingerprint_period.
 func (c *Config) Period() time.Duration { return c.period }
 
@@ -119,13 +152,18 @@ func (c *Config) Layout() *share.Layout { return &share.Layout{GPUs: c.GPUs} }
 // what is valid.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.Simulate != "" && !contains(sim.Names(), c.Simulate) {
+	if c.Simulate != "" && !slices.Contains(sim.Names(), c.Simulate) {
 		errs = append(errs, fmt.Errorf("simulate = %q: not a simulated node (valid: %v, or omit it on real hardware)", c.Simulate, sim.Names()))
 	}
 	if c.FingerprintPeriod != "" {
 		if d, err := time.ParseDuration(c.FingerprintPeriod); err != nil || d < time.Second {
-			errs = append(errs, fmt.Errorf("fingerprint_period = %q: want a duration of at least 1s, e.g. \"1m\"", c.FingerprintPeriod))
+			errs = append(errs, fmt.Errorf("fingerprint_period = %q: want a duration of at least 1s with its unit, e.g. \"30s\", \"1m\" or \"1h30m\"", c.FingerprintPeriod))
 		}
+	}
+	errs = append(errs, checkIgnoredIDs(c.IgnoredGPUIDs)...)
+	if !slices.Contains(share.Namings, c.GroupNames) && c.GroupNames != "" {
+		errs = append(errs, fmt.Errorf("group_names = %q: want one of %q (%q names whole GPUs \"H200\", %q names them \"NVIDIA H200\" as nomad-device-nvidia does)",
+			c.GroupNames, share.Namings, share.NamingGpumux, share.NamingNVIDIA))
 	}
 	if c.MetricsAddr != "" {
 		if err := checkListenAddr(c.MetricsAddr); err != nil {
@@ -149,6 +187,27 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// checkIgnoredIDs checks that each of ignored_gpu_ids is a GPU or MIG UUID
+// as nvidia-smi -L prints it, and that none is listed twice.
+func checkIgnoredIDs(ids []string) []error {
+	var errs []error
+	seen := map[string]bool{}
+	for i, id := range ids {
+		switch {
+		case !gpuOrMIGUUID.MatchString(id):
+			errs = append(errs, fmt.Errorf("ignored_gpu_ids[%d] = %q: want the UUID of a GPU or MIG instance as nvidia-smi -L prints it, e.g. \"GPU-c70bf8d8-08b9-e783-2313-aaab3311dacf\" or \"MIG-…\"", i, id))
+		case seen[id]:
+			errs = append(errs, fmt.Errorf("ignored_gpu_ids[%d] = %q: listed twice", i, id))
+		}
+		seen[id] = true
+	}
+	return errs
+}
+
+// gpuOrMIGUUID matches "GPU-<uuid>" and "MIG-<uuid>", and the MIG device
+// names of drivers before R470, "MIG-GPU-<uuid>/<gi>/<ci>".
+var gpuOrMIGUUID = regexp.MustCompile(`^(GPU|MIG)-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$|^MIG-GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}/[0-9]+/[0-9]+$`)
+
 // checkListenAddr checks a "host:port" to listen on (port 0 to 65535; an
 // empty host listens on every address).
 func checkListenAddr(s string) error {
@@ -165,15 +224,6 @@ func checkListenAddr(s string) error {
 func (c *Config) usesMPS() bool {
 	for _, r := range c.GPUs {
 		if r.Mechanism == share.MPS {
-			return true
-		}
-	}
-	return false
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
 			return true
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/hashicorp/nomad/plugins/shared/structs"
 
+	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -23,6 +24,18 @@ const (
 	AttrModel           = "model"
 	// AttrRemoteAddr is a remote group's server, when all its shares are on one.
 	AttrRemoteAddr = "remote_addr"
+)
+
+// nomad-device-nvidia's attributes, with its names and units, of the
+// shares' physical GPU. A group has each one its GPUs report and agree on.
+const (
+	AttrPower           = "power"            // W: the power limit
+	AttrBAR1            = "bar1"             // MiB
+	AttrCoresClock      = "cores_clock"      // MHz: the graphics clock's maximum
+	AttrMemoryClock     = "memory_clock"     // MHz: the memory clock's maximum
+	AttrPCIBandwidth    = "pci_bandwidth"    // MB/s, see pciBandwidthMBps
+	AttrDisplayState    = "display_state"    // "1": a display is attached, "0": none
+	AttrPersistenceMode = "persistence_mode" // "1": on, "0": off
 )
 
 // deviceGroups turns a catalog into Nomad device groups, with each share's
@@ -76,5 +89,48 @@ func attributes(g share.Group) map[string]*structs.Attribute {
 	if a.ParentUUID != "" {
 		attrs[AttrParentUUID] = structs.NewStringAttribute(a.ParentUUID)
 	}
+	hardwareAttributes(a.Hardware, attrs)
 	return attrs
+}
+
+// hardwareAttributes adds to attrs nomad-device-nvidia's attributes of the
+// hardware that NVML reported, with its units and its values.
+func hardwareAttributes(h gpu.Hardware, attrs map[string]*structs.Attribute) {
+	ints := []struct {
+		name  string
+		value int64
+		unit  string
+	}{
+		{AttrPower, int64(h.PowerLimitW), structs.UnitW},
+		{AttrBAR1, int64(h.BAR1MiB), structs.UnitMiB},
+		{AttrCoresClock, int64(h.MaxCoresClockMHz), structs.UnitMHz},
+		{AttrMemoryClock, int64(h.MaxMemoryClockMHz), structs.UnitMHz},
+		{AttrPCIBandwidth, pciBandwidthMBps(h.PCIeGeneration, h.PCIeWidth), structs.UnitMBPerS},
+	}
+	for _, a := range ints {
+		if a.value > 0 {
+			attrs[a.name] = structs.NewIntAttribute(a.value, a.unit)
+		}
+	}
+	for name, st := range map[string]gpu.State{AttrDisplayState: h.DisplayMode, AttrPersistenceMode: h.PersistenceMode} {
+		switch st {
+		case gpu.StateEnabled:
+			attrs[name] = structs.NewStringAttribute("1")
+		case gpu.StateDisabled:
+			attrs[name] = structs.NewStringAttribute("0")
+		}
+	}
+}
+
+// pciBandwidthMBps is the figure nomad-device-nvidia reports as
+// pci_bandwidth for a link of generation gen and width lanes: 1024 MB/s per
+// lane at PCIe 3, and 1024 more at each generation after it (0, no
+// attribute, before PCIe 3 or when NVML reports no link). It understates
+// PCIe 5 and 6 (about 3938 and 7563 MB/s per lane); it is kept so that job
+// constraints written for nomad-device-nvidia compare the same numbers.
+func pciBandwidthMBps(gen, width int) int64 {
+	if gen < 3 || gen > 6 || width <= 0 {
+		return 0
+	}
+	return int64(width) * int64(gen-2) * 1024
 }

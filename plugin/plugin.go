@@ -104,6 +104,11 @@ func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *device.FingerprintRes
 	if cfg == nil {
 		return nil, errors.New("Fingerprint called before SetConfig")
 	}
+	if !cfg.IsEnabled() {
+		// As nomad-device-nvidia: Nomad logs that the plugin is not enabled
+		// and stops asking it; the node is never opened.
+		return nil, device.ErrPluginDisabled
+	}
 	out := make(chan *device.FingerprintResponse)
 	go p.fingerprintLoop(ctx, cfg, out)
 	return out, nil
@@ -206,6 +211,13 @@ func allUnhealthy(groups []*device.DeviceGroup, why string) []*device.DeviceGrou
 	return out
 }
 
+// enabled reports whether the config (once set) leaves the plugin enabled.
+func (p *Plugin) enabled() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cfg == nil || p.cfg.IsEnabled()
+}
+
 // current returns the node and its last catalog, or an error before the
 // first fingerprint.
 func (p *Plugin) current() (*node.Node, *share.Catalog, error) {
@@ -221,6 +233,9 @@ func (p *Plugin) current() (*node.Node, *share.Catalog, error) {
 // Reserve returns the container edits of the given shares. IDs that are
 // unknown, stale or unhealthy are named in the error.
 func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
+	if !p.enabled() {
+		return nil, device.ErrPluginDisabled
+	}
 	n, catalog, err := p.current()
 	if err != nil {
 		return nil, err

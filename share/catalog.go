@@ -83,6 +83,9 @@ type Attributes struct {
 	// RemoteAddr is a remote group's server, when every share of the group
 	// is on one.
 	RemoteAddr string
+	// Hardware is what NVML reports of the shares' physical GPUs, as far as
+	// they all agree (zero for remote groups: their GPUs are not read here).
+	Hardware gpu.Hardware
 }
 
 // Offer is one share as a mechanism's provider offers it: the share, and
@@ -109,6 +112,40 @@ func GroupName(model string, parts ...string) string {
 	return name
 }
 
+// Naming is how a node names the device groups of whole GPUs and of MIG
+// instances; the groups of the other mechanisms have gpumux's names under
+// both.
+type Naming string
+
+// Namings.
+const (
+	// NamingGpumux is GroupName's: "H200", "H200-mig-3g.71gb".
+	NamingGpumux Naming = "gpumux"
+	// NamingNVIDIA is nomad-device-nvidia's, NVML's names of the devices:
+	// "NVIDIA H200", "NVIDIA H200 MIG 3g.71gb".
+	NamingNVIDIA Naming = "nomad-device-nvidia"
+)
+
+// Namings lists the valid Namings.
+var Namings = []Naming{NamingGpumux, NamingNVIDIA}
+
+// Rename names the groups of whole GPUs and MIG instances among offers
+// under n.
+func (n Naming) Rename(offers []Offer) {
+	if n != NamingNVIDIA {
+		return
+	}
+	for i := range offers {
+		o := &offers[i]
+		switch o.Share.Mechanism {
+		case Exclusive:
+			o.Group = o.Share.GPU.Model
+		case MIG:
+			o.Group = o.Share.GPU.Model + " MIG " + o.Profile
+		}
+	}
+}
+
 // BaseAttributes are the attributes every share of a node's GPU g has:
 // the mechanism's guarantees, and what the GPU and its driver are.
 func BaseAttributes(node *gpu.Node, g *gpu.GPU, m Mechanism, p Properties) Attributes {
@@ -120,6 +157,7 @@ func BaseAttributes(node *gpu.Node, g *gpu.GPU, m Mechanism, p Properties) Attri
 		CUDAComputeCapability: g.ComputeCapability,
 		DriverVersion:         node.DriverVersion,
 		CUDAVersion:           node.CUDAVersion,
+		Hardware:              g.Hardware,
 	}
 }
 
@@ -136,7 +174,8 @@ var (
 
 // NewCatalog groups offers by group name, in the order the names first
 // appear, and sets the attributes that depend on every share of a group
-// (parent_uuid, remote_addr). A share ID offered twice is an error.
+// (parent_uuid, remote_addr, and of the hardware what all the group's GPUs
+// agree on). A share ID offered twice is an error.
 func NewCatalog(offers []Offer) (*Catalog, error) {
 	byName := map[string]int{}
 	c := &Catalog{}
@@ -150,6 +189,7 @@ func NewCatalog(offers []Offer) (*Catalog, error) {
 				Profile: o.Profile, Attrs: o.Attrs, Spread: o.Spread,
 			})
 		}
+		c.Groups[i].Attrs.Hardware = c.Groups[i].Attrs.Hardware.Common(o.Attrs.Hardware)
 		c.Groups[i].Shares = append(c.Groups[i].Shares, o.Share)
 	}
 	for gi := range c.Groups {

@@ -10,7 +10,14 @@ import (
 // Sources of the tables below:
 //
 //   - dgxh200: a real H200 with driver 580.159.04 (nvidia-smi -q, nvidia-smi
-//     mig -lgip/-lgipp, NVML queries; copied into testdata/h200.json).
+//     mig -lgip/-lgipp, NVML queries; copied into testdata/h200.json): also
+//     its power limit (700 W), BAR1 (262144 MiB, 1 MiB used when idle), max
+//     clocks (1980 MHz graphics, 3201 MHz memory), PCIe link (gen 5, x16),
+//     persistence mode (enabled) and display (attached, not active).
+//   - dgxh100 and dgxa100 BAR1, max clocks and PCIe links are the
+//     H100-SXM5-80GB's (131072 MiB, 1980/2619 MHz, gen 5 x16) and the
+//     A100-SXM4-40GB's (65536 MiB, 1410/1215 MHz, gen 4 x16) from NVIDIA's
+//     data sheets and nvidia-smi -q of those cards.
 //   - dgxh100: nvidia-smi mig -lgip of an "NVIDIA H100 80GB HBM3" (memory
 //     9.75/19.62/39.50/79.25 GiB, SMs 16/16/26/32/60/64/132) and nvidia-smi -q
 //     of a DGX H100 (81559 MiB, 454 MiB reserved, device 0x233010DE,
@@ -32,6 +39,7 @@ const (
 	maxCIPerGI  = 8    // compute instance ids per GPU instance (ci0..ci7 in mig-minors)
 	maxGIPerGPU = 15   // GPU instance ids per GPU (gi0..gi14 in mig-minors)
 	processMiB  = 1024 // memory each simulated process uses
+	bar1IdleMiB = 1    // BAR1 in use on an idle GPU (the H200's)
 )
 
 // giProfile is one GPU instance profile of a model.
@@ -70,6 +78,10 @@ type model struct {
 	driver         string
 	cudaDriver     int
 	powerLimitMW   uint32
+	bar1Bytes      uint64
+	maxClocksMHz   [2]uint32 // graphics, memory (nvmlDeviceGetMaxClockInfo)
+	pcieGen        uint32    // max link generation
+	pcieWidth      uint32    // max link width
 	idle           Telemetry
 	giProfiles     []giProfile
 }
@@ -119,6 +131,7 @@ var models = map[string]*model{
 		smCount: 108, coresPerSM: 64, sliceSMs: 14, pciDeviceID: 0x20B010DE, pciSubsystemID: 0x134F10DE,
 		busNumbers: dgxBusA100, driver: simDriver, cudaDriver: simCudaDriver,
 		powerLimitMW: 400000, idle: Telemetry{TemperatureC: 31, PowerMilliwatts: 57000},
+		bar1Bytes: 65536 * mib, maxClocksMHz: [2]uint32{1410, 1215}, pcieGen: 4, pcieWidth: 16,
 		giProfiles: []giProfile{
 			//  index id  name          sl inst SMs  memMB  CE DEC ENC JPG OFA size starts
 			gp(p1, 19, "1g.5gb", 1, 7, 14, 4864, 1, 0, 0, 0, 0, 1, 0, 1, 2, 3, 4, 5, 6),
@@ -136,6 +149,7 @@ var models = map[string]*model{
 		smCount: 132, coresPerSM: 128, sliceSMs: 16, pciDeviceID: 0x233010DE, pciSubsystemID: 0x16C110DE,
 		busNumbers: dgxBusHopper, driver: simDriver, cudaDriver: simCudaDriver,
 		powerLimitMW: 700000, idle: Telemetry{TemperatureC: 30, PowerMilliwatts: 100890},
+		bar1Bytes: 131072 * mib, maxClocksMHz: [2]uint32{1980, 2619}, pcieGen: 5, pcieWidth: 16,
 		giProfiles: []giProfile{
 			//  index id  name          sl inst SMs  memMB  CE DEC ENC JPG OFA size starts
 			gp(p1, 19, "1g.10gb", 1, 7, 16, 9984, 1, 1, 0, 1, 0, 1, 0, 1, 2, 3, 4, 5, 6),
@@ -153,6 +167,7 @@ var models = map[string]*model{
 		smCount: 132, coresPerSM: 128, sliceSMs: 16, pciDeviceID: 0x233510DE, pciSubsystemID: 0x18BF10DE,
 		busNumbers: dgxBusHopper, driver: simDriver, cudaDriver: simCudaDriver,
 		powerLimitMW: 700000, idle: Telemetry{TemperatureC: 39, PowerMilliwatts: 130990},
+		bar1Bytes: 262144 * mib, maxClocksMHz: [2]uint32{1980, 3201}, pcieGen: 5, pcieWidth: 16,
 		giProfiles: []giProfile{
 			//  index id  name          sl inst SMs  memMB   CE DEC ENC JPG OFA size starts
 			gp(p1, 19, "1g.18gb", 1, 7, 16, 16384, 1, 1, 0, 1, 0, 1, 0, 1, 2, 3, 4, 5, 6),

@@ -266,6 +266,20 @@ func newGPU(n *Node, idx int) *gpu {
 	d.GetPowerUsageFunc = d.getPowerUsage
 	d.GetPowerManagementLimitFunc = func() (uint32, nvml.Return) { return ifInit(n, n.model.powerLimitMW) }
 	d.GetEnforcedPowerLimitFunc = d.GetPowerManagementLimitFunc
+	d.GetBAR1MemoryInfoFunc = func() (nvml.BAR1Memory, nvml.Return) {
+		used := uint64(bar1IdleMiB * mib)
+		return ifInit(n, nvml.BAR1Memory{Bar1Total: n.model.bar1Bytes, Bar1Used: used, Bar1Free: n.model.bar1Bytes - used})
+	}
+	d.GetMaxClockInfoFunc = d.getMaxClockInfo
+	d.GetMaxPcieLinkGenerationFunc = func() (int, nvml.Return) { return ifInit(n, int(n.model.pcieGen)) }
+	d.GetMaxPcieLinkWidthFunc = func() (int, nvml.Return) { return ifInit(n, int(n.model.pcieWidth)) }
+	// The H200 reports a display attached (nvidia-smi: "Display Attached:
+	// Yes", the display mode) but not active, with persistence mode on.
+	d.GetDisplayModeFunc = func() (nvml.EnableState, nvml.Return) { return ifInit(n, nvml.FEATURE_ENABLED) }
+	d.GetDisplayActiveFunc = func() (nvml.EnableState, nvml.Return) { return ifInit(n, nvml.FEATURE_DISABLED) }
+	d.GetPersistenceModeFunc = func() (nvml.EnableState, nvml.Return) { return ifInit(n, nvml.FEATURE_ENABLED) }
+	d.GetEncoderUtilizationFunc = d.getCodecUtilization
+	d.GetDecoderUtilizationFunc = d.getCodecUtilization
 	d.RegisterEventsFunc = d.registerEvents
 	d.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return ifInit(n, uint64(supportedEvents)) }
 	return d
@@ -656,6 +670,34 @@ func (d *gpu) getUtilizationRates() (u nvml.Utilization, ret nvml.Return) {
 		return nvml.SUCCESS
 	})
 	return u, ret
+}
+
+// getMaxClockInfo answers for the graphics (and SM) and memory clocks.
+func (d *gpu) getMaxClockInfo(clock nvml.ClockType) (uint32, nvml.Return) {
+	switch clock {
+	case nvml.CLOCK_GRAPHICS, nvml.CLOCK_SM:
+		return ifInit(d.n, d.n.model.maxClocksMHz[0])
+	case nvml.CLOCK_MEM:
+		return ifInit(d.n, d.n.model.maxClocksMHz[1])
+	}
+	if _, ret := ifInit(d.n, 0); ret != nvml.SUCCESS {
+		return 0, ret
+	}
+	return 0, nvml.ERROR_INVALID_ARGUMENT
+}
+
+// getCodecUtilization is the encoder's and decoder's: nothing simulated
+// encodes or decodes video, and, like the GPU's utilization, it is not
+// reported in MIG mode. The sampling period is the driver's, 167 ms.
+func (d *gpu) getCodecUtilization() (util, periodUs uint32, ret nvml.Return) {
+	ret = d.read(func(g *gpuState) nvml.Return {
+		if g.MigCurrent == nvml.DEVICE_MIG_ENABLE {
+			return nvml.ERROR_NOT_SUPPORTED
+		}
+		periodUs = 167000
+		return nvml.SUCCESS
+	})
+	return 0, periodUs, ret
 }
 
 func (d *gpu) getTemperature(sensor nvml.TemperatureSensors) (t uint32, ret nvml.Return) {
