@@ -26,9 +26,9 @@ type Option func(*config)
 type config struct {
 	devices    int
 	devicesSet bool // WithDevices was given
-	memory  uint64
-	name    string
-	uuids   []string
+	memory     uint64
+	name       string
+	uuids      []string
 }
 
 // WithDevices sets the number of fake devices (at least 1).
