@@ -348,7 +348,11 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.server.WaitAllocs(ctx, serverJob, api.AllocClientStatusRunning); err != nil {
+	if allocs, err := c.server.WaitAllocs(ctx, serverJob, api.AllocClientStatusRunning); err != nil {
+		for _, al := range allocs {
+			errOut, _ := c.server.TaskLogs(ctx, al.ID, "remoted", "stderr")
+			t.Logf("allocation %s: gpumux-remoted's stderr:\n%s", al.ID, errOut)
+		}
 		t.Fatal(err)
 	}
 	servers := c.waitServers(ctx, t, serverJob, 2)
@@ -435,8 +439,63 @@ func TestCluster(t *testing.T) {
 		return
 	}
 
-	var survivor remoted
+	t.Run("draining a GPU node moves its server and the pool follows", func(t *testing.T) {
+		// Its server moves to the other GPU node, which then runs both.
+		drained := all[0]
+		node := drained.alloc.NodeID
+		spec := &api.DrainOptions{DrainSpec: &api.DrainSpec{Deadline: 2 * time.Minute}}
+		if _, err := c.server.Client.Nodes().UpdateDrainOpts(node, spec, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			n, _, err := c.server.Client.Nodes().Info(node, (&api.QueryOptions{}).WithContext(ctx))
+			if err != nil {
+				t.Fatal(err)
+			}
+			servers = c.waitServers(ctx, t, serverJob, 2)
+			left := 0
+			for _, r := range servers {
+				if r.alloc.NodeID == node {
+					left++
+				}
+			}
+			if n.DrainStrategy == nil && left == 0 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("node %s: drain %+v, servers %v: %v", node, n.DrainStrategy, servers, ctx.Err())
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+		all = all[:0]
+		for _, r := range servers {
+			all = append(all, r)
+			if r.gpu == drained.gpu || !strings.HasPrefix(r.addr, c.hosts[r.alloc.NodeID].Addr.String()+":") {
+				t.Errorf("server %s is not at its node's address, with a GPU of its own", r)
+			}
+		}
+		t.Logf("after draining node %s, gpumux-remoted runs at %v", node, all)
+		byGPU := c.waitPool(ctx, t, all, []remoted{drained})
+		for uuid, shares := range byGPU {
+			for _, d := range shares {
+				if d.Healthy && uuid != all[0].gpu && uuid != all[1].gpu {
+					t.Errorf("share %s of GPU %s is healthy; only the GPUs of %v are served", d.ID, uuid, all)
+				}
+			}
+		}
+		if _, err := c.server.Client.Nodes().ToggleEligibility(node, true, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	// After the drain: Nomad's drainer migrates no allocation of a job that
+	// has an unhealthy one (such as a killed server's), so this comes second.
 	t.Run("killed server fails its task, which Nomad reschedules onto the other", func(t *testing.T) {
+		var survivor remoted
 		jobID, err := c.server.RunJob(ctx, remoteHoldJob(probeURL))
 		if err != nil {
 			t.Fatal(err)
@@ -516,51 +575,6 @@ func TestCluster(t *testing.T) {
 		}
 		c.waitPool(ctx, t, []remoted{survivor}, []remoted{victim})
 		if err := c.server.StopJob(ctx, jobID, true, c.clients()...); err != nil {
-			t.Fatal(err)
-		}
-	})
-	if t.Failed() {
-		return
-	}
-
-	t.Run("draining a GPU node moves its server and the pool follows", func(t *testing.T) {
-		node := survivor.alloc.NodeID
-		spec := &api.DrainOptions{DrainSpec: &api.DrainSpec{Deadline: time.Minute}}
-		if _, err := c.server.Client.Nodes().UpdateDrainOpts(node, spec, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
-			t.Fatal(err)
-		}
-		var moved remoted
-		for {
-			n, _, err := c.server.Client.Nodes().Info(node, (&api.QueryOptions{}).WithContext(ctx))
-			if err != nil {
-				t.Fatal(err)
-			}
-			now := c.waitServers(ctx, t, serverJob, 1)
-			for _, r := range now {
-				moved = r
-			}
-			if n.DrainStrategy == nil && moved.alloc.NodeID != node {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("node %s: drain %+v, server %s: %v", node, n.DrainStrategy, moved, ctx.Err())
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
-		t.Logf("after draining node %s, gpumux-remoted runs at %s", node, moved)
-		if !strings.HasPrefix(moved.addr, c.hosts[moved.alloc.NodeID].Addr.String()+":") || moved.gpu == survivor.gpu {
-			t.Errorf("the moved server %s is not at its new node's address, with a GPU of its own", moved)
-		}
-		byGPU := c.waitPool(ctx, t, []remoted{moved}, []remoted{survivor})
-		for uuid, shares := range byGPU {
-			for _, d := range shares {
-				if d.Healthy && uuid != moved.gpu {
-					t.Errorf("share %s of GPU %s is healthy; only the moved server's GPU %s is served", d.ID, uuid, moved.gpu)
-				}
-			}
-		}
-		if _, err := c.server.Client.Nodes().ToggleEligibility(node, true, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
 			t.Fatal(err)
 		}
 	})
