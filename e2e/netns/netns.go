@@ -137,9 +137,12 @@ func New(ctx context.Context, t testing.TB, name, subnet string) *Network {
 		t.Fatalf("netns: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := n.Close(); err != nil {
-			t.Errorf("netns: %v", err)
-		}
+		// What an explicit Close found, its caller has reported.
+		n.closeOnce.Do(func() {
+			if n.closeErr = n.teardown(); n.closeErr != nil {
+				t.Errorf("netns: %v", n.closeErr)
+			}
+		})
 	})
 	prefixLen, _ := ipnet.Mask.Size()
 	steps := [][]string{
@@ -218,31 +221,34 @@ func (node *Node) Command(name string, args ...string) *exec.Cmd {
 // Close removes the network: it kills what still runs in its namespaces
 // (an error: whoever started it should have stopped it), deletes the
 // namespaces and the root namespace's link, then checks that nothing of
-// the network is left. It is idempotent; New's cleanup calls it.
+// the network is left. It is idempotent. New's cleanup closes the network
+// unless Close was called, and fails the test with what it found.
 func (n *Network) Close() error {
-	n.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		var errs []error
-		names := []string{n.bridgeNS}
-		n.mu.Lock()
-		for _, node := range n.nodes {
-			names = append(names, node.NS)
-		}
-		n.mu.Unlock()
-		for _, ns := range names {
-			procs, err := procsIn(ns)
-			if err != nil {
-				errs = append(errs, err)
-			}
-			if err := hostcheck.KillProcs(procs, 10*time.Second); err != nil {
-				errs = append(errs, fmt.Errorf("namespace %s: %w", ns, err))
-			}
-		}
-		errs = append(errs, n.remove(ctx, names, false))
-		n.closeErr = errors.Join(errs...)
-	})
+	n.closeOnce.Do(func() { n.closeErr = n.teardown() })
 	return n.closeErr
+}
+
+func (n *Network) teardown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var errs []error
+	names := []string{n.bridgeNS}
+	n.mu.Lock()
+	for _, node := range n.nodes {
+		names = append(names, node.NS)
+	}
+	n.mu.Unlock()
+	for _, ns := range names {
+		procs, err := procsIn(ns)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if err := hostcheck.KillProcs(procs, 10*time.Second); err != nil {
+			errs = append(errs, fmt.Errorf("namespace %s: %w", ns, err))
+		}
+	}
+	errs = append(errs, n.remove(ctx, names, false))
+	return errors.Join(errs...)
 }
 
 // Leftovers lists what of the network exists: its namespaces, their
