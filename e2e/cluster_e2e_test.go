@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -330,12 +329,7 @@ var remoteAddrLine = regexp.MustCompile(`(?m)^GPUMUX_REMOTE_ADDR=(\S+)$`)
 func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	root := repoRoot(t)
-	for _, f := range []string{"bin/gpumux-remoted", "bin/remote/libcuda.so.1", "bin/remote/libnvidia-ml.so.1", "bin/plugins/nomad-device-gpumux"} {
-		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
-			t.Fatalf("%v (run make build)", err)
-		}
-	}
+	requireRemoteBuild(t)
 	secret, keyFile := poolSecret(t)
 	c := startCluster(ctx, t, keyFile)
 	// The tasks fetch the probe from the root namespace, over the network.

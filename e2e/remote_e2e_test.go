@@ -130,6 +130,18 @@ func serveRemoteProbe(t *testing.T, host string) string {
 	return srv.URL + "/remote-probe.tar.gz"
 }
 
+// requireRemoteBuild fails the test when `make build` has not built what
+// the remote tests run: the server, the interposer, its NVML and the plugin.
+func requireRemoteBuild(t *testing.T) {
+	t.Helper()
+	root := repoRoot(t)
+	for _, f := range []string{"bin/gpumux-remoted", "bin/remote/libcuda.so.1", "bin/remote/libnvidia-ml.so.1", "bin/plugins/nomad-device-gpumux"} {
+		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+			t.Fatalf("%v (run make build)", err)
+		}
+	}
+}
+
 // poolSecret makes a remote pool's secret and writes it to a file (mode
 // 0600) for the plugin's token_file.
 func poolSecret(t *testing.T) (secret, keyFile string) {
@@ -182,12 +194,7 @@ func attr(d *api.NodeDeviceResource, name string) string {
 func TestRemoteShares(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	root := repoRoot(t)
-	for _, f := range []string{"bin/gpumux-remoted", "bin/remote/libcuda.so.1", "bin/remote/libnvidia-ml.so.1", "bin/plugins/nomad-device-gpumux"} {
-		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
-			t.Fatalf("%v (run make build)", err)
-		}
-	}
+	requireRemoteBuild(t)
 	secret, keyFile := poolSecret(t)
 	probeURL := serveRemoteProbe(t, "127.0.0.1")
 
