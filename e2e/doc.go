@@ -8,9 +8,19 @@
 // package, which would make the test binary bind go-nvml's NVML symbols at
 // start and die on a machine without the driver (see tags_e2e_test.go).
 //
-// Subpackage nomadagent starts and drives Nomad dev agents (also for the
-// demo); ctrd starts a private containerd and runs containers from a rootfs
+// Subpackage nomadagent starts and drives Nomad agents: dev agents (also
+// for the demo), and the server-only and client-only agents of a cluster,
+// each in a network namespace of its own that subpackage netns builds (a
+// bridge in a namespace of its own, veth pairs, an address per host, a
+// link from the test's namespace; stale namespaces of a killed run removed
+// at start). TestCluster (cluster_e2e_test.go) runs the remote pool on such
+// a cluster: a server, two simulated GPU nodes running gpumux-remoted as a
+// Nomad job and a node without GPUs whose tasks use them, with a server's
+// drain, a server killed under its task, and a job larger than the cluster.
+// ctrd starts a private containerd and runs containers from a rootfs
 // holding probe, a static program that prints the env, device nodes and
 // mounts a container sees. internal/hostcheck holds the host inspection
-// (mountinfo, /proc scanning, leftover reports) the three share.
+// (mountinfo, /proc scanning by process group, marker, directory or
+// network namespace, named namespaces and links, leftover reports) they
+// share.
 package e2e

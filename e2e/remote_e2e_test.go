@@ -57,21 +57,28 @@ func remoteClientConfig(t *testing.T, keyFile string) string {
 	return cfg
 }
 
-// remoteServerJob is examples/jobs/remote-server.nomad.hcl running the
-// built gpumux-remoted with two fake 16 GiB GPUs: with raw_exec as root
-// (exec's chroot would not hold bin/), and without the GPU reservation (this
-// node has none to give).
-func remoteServerJob(t *testing.T) string {
+// remotedJob is examples/jobs/remote-server.nomad.hcl running the built
+// gpumux-remoted on the fake backend with these flags (backendFlags, HCL
+// list items ending in a comma) with raw_exec as root (exec's chroot would
+// not hold bin/).
+func remotedJob(t *testing.T, backendFlags string) string {
 	t.Helper()
 	const name = "examples/jobs/remote-server.nomad.hcl"
 	job := readJob(t, "remote-server")
 	job = mustReplace(t, name, job, "driver = \"exec\"\n      user   = \"nobody\"", `driver = "raw_exec"`)
 	job = mustReplace(t, name, job, `command = "/usr/local/bin/gpumux-remoted"`, `command = "`+filepath.Join(repoRoot(t), "bin", "gpumux-remoted")+`"`)
-	job = mustReplace(t, name, job, `"--backend", "cuda",`, `"--backend", "fake", "--fake-devices", "2", "--fake-memory", "16GiB",`)
+	return mustReplace(t, name, job, `"--backend", "cuda",`, `"--backend", "fake", `+backendFlags)
+}
+
+// remoteServerJob is remotedJob with two fake 16 GiB GPUs and without the
+// GPU reservation (this node has none to give).
+func remoteServerJob(t *testing.T) string {
+	t.Helper()
+	job := remotedJob(t, `"--fake-devices", "2", "--fake-memory", "16GiB",`)
 	start := strings.Index(job, "        # The GPU to serve")
 	end := strings.Index(job, "\n      }\n    }\n  }\n}")
 	if start < 0 || end < start {
-		t.Fatalf("%s: no GPU reservation where the test removes it", name)
+		t.Fatalf("examples/jobs/remote-server.nomad.hcl: no GPU reservation where the test removes it")
 	}
 	return job[:start] + job[end+1:]
 }
@@ -87,8 +94,9 @@ func remoteJob(t *testing.T, url string) string {
 }
 
 // serveRemoteProbe builds e2e/remoteprobe with the system C compiler and
-// serves it as a .tar.gz (go-getter keeps its mode) for a task's artifact.
-func serveRemoteProbe(t *testing.T) string {
+// serves it as a .tar.gz (go-getter keeps its mode) for a task's artifact,
+// on an ephemeral port of host (an address of this network namespace).
+func serveRemoteProbe(t *testing.T, host string) string {
 	t.Helper()
 	cc := os.Getenv("CC")
 	if cc == "" {
@@ -109,7 +117,7 @@ func serveRemoteProbe(t *testing.T) string {
 	tw.Write(exe)
 	tw.Close()
 	gz.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +128,34 @@ func serveRemoteProbe(t *testing.T) string {
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv.URL + "/remote-probe.tar.gz"
+}
+
+// requireRemoteBuild fails the test when `make build` has not built what
+// the remote tests run: the server, the interposer, its NVML and the plugin.
+func requireRemoteBuild(t *testing.T) {
+	t.Helper()
+	root := repoRoot(t)
+	for _, f := range []string{"bin/gpumux-remoted", "bin/remote/libcuda.so.1", "bin/remote/libnvidia-ml.so.1", "bin/plugins/nomad-device-gpumux"} {
+		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+			t.Fatalf("%v (run make build)", err)
+		}
+	}
+}
+
+// poolSecret makes a remote pool's secret and writes it to a file (mode
+// 0600) for the plugin's token_file.
+func poolSecret(t *testing.T) (secret, keyFile string) {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	secret = hex.EncodeToString(b)
+	keyFile = filepath.Join(t.TempDir(), "remote.key")
+	if err := os.WriteFile(keyFile, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return secret, keyFile
 }
 
 // remoteGroup returns the node's device group of remote shares, or nil.
@@ -158,20 +194,9 @@ func attr(d *api.NodeDeviceResource, name string) string {
 func TestRemoteShares(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	root := repoRoot(t)
-	for _, f := range []string{"bin/gpumux-remoted", "bin/remote/libcuda.so.1", "bin/remote/libnvidia-ml.so.1", "bin/plugins/nomad-device-gpumux"} {
-		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
-			t.Fatalf("%v (run make build)", err)
-		}
-	}
-	b := make([]byte, 32)
-	rand.Read(b)
-	secret := hex.EncodeToString(b)
-	keyFile := filepath.Join(t.TempDir(), "remote.key")
-	if err := os.WriteFile(keyFile, []byte(secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	probeURL := serveRemoteProbe(t)
+	requireRemoteBuild(t)
+	secret, keyFile := poolSecret(t)
+	probeURL := serveRemoteProbe(t, "127.0.0.1")
 
 	a := nomadagent.Start(ctx, t,
 		nomadagent.WithPluginDir(nomadagent.DefaultPluginDir()),

@@ -8,7 +8,11 @@
 #                    go-nvml need a C compiler; also `go test -race`.
 #   make             the Makefile.
 #   ca-certificates  HTTPS to the Go module proxy.
-#   util-linux       flock, mount (Essential on Debian; listed for clarity).
+#   util-linux       flock, mount, nsenter (Essential on Debian; listed for
+#                    clarity).
+#   iproute2         `ip`: e2e/netns builds the network namespaces, veth
+#                    pairs and bridge of the multi-node Nomad cluster
+#                    (TestCluster); its agents run under nsenter --net.
 #   libbearssl-dev   BearSSL, the interposer's TLS client (remote/interposer/
 #                    gm_tls.c), linked statically into its libcuda.so.1.
 #   containerd runc  e2e/ctrd runs a private containerd (its own config,
@@ -27,6 +31,7 @@ PACKAGES=(
 	make
 	ca-certificates
 	util-linux
+	iproute2
 	libbearssl-dev
 	containerd
 	runc

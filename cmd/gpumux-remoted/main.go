@@ -38,9 +38,9 @@ func main() {
 
 // backendConfig is what the backends' flags say.
 type backendConfig struct {
-	cudaLib     string
-	fakeDevices int
-	fakeMemory  uint64
+	cudaLib string
+	// fake: the fakecuda options the --fake-* flags give.
+	fake []fakecuda.Option
 }
 
 // backends are the --backend choices.
@@ -53,7 +53,7 @@ var backends = map[string]func(backendConfig) (server.Backend, error){
 		return b, nil
 	},
 	"fake": func(c backendConfig) (server.Backend, error) {
-		b, err := fakecuda.New(fakecuda.WithDevices(c.fakeDevices), fakecuda.WithMemory(c.fakeMemory))
+		b, err := fakecuda.New(c.fake...)
 		if err != nil {
 			return nil, err // not a typed nil in the interface
 		}
@@ -111,6 +111,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		backendName = fs.String("backend", "cuda", "`name` of what runs the calls: "+backendNames())
 		fakeDevices = fs.Int("fake-devices", fakecuda.DefaultDevices, "number of fake GPUs (--backend fake)")
 		fakeMemory  = fs.String("fake-memory", "16GiB", "memory of each fake GPU (--backend fake), a `quantity`: "+share.QuantityRule)
+		fakeUUIDs   = fs.String("fake-uuids", "", "the fake GPUs' `UUIDs` (--backend fake), comma-separated, written as NVML does (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx), one per GPU; without --fake-devices they set the number of GPUs (default: UUIDs derived from the GPU's index, the same on every fake server)")
 		maxClients  = fs.Int("max-clients", server.DefaultMaxClients, "logged-in connections served at once, with or without --tenant-processes; more are refused at their handshake (connections still in their handshake do not count)")
 		maxTenant   = fs.Int("max-tenant-connections", server.DefaultMaxTenantConnections, "logged-in connections served at once that present one token ID; more are refused at their handshake")
 		maxShakes   = fs.Int("max-handshakes", server.DefaultMaxHandshakes, "connections whose handshake is under way at once; one more closes the oldest of them")
@@ -172,7 +173,7 @@ Flags:
 		return usageError{fmt.Errorf("--backend %q: want one of %s", *backendName, backendNames())}
 	}
 	if *backendName != "fake" {
-		for _, f := range []string{"fake-devices", "fake-memory"} {
+		for _, f := range []string{"fake-devices", "fake-memory", "fake-uuids"} {
 			if set[f] {
 				return usageError{fmt.Errorf("--%s applies only to --backend fake, not %q", f, *backendName)}
 			}
@@ -233,7 +234,17 @@ Flags:
 		}
 		opts = append(opts, server.WithSecret(secret))
 	}
-	be, err := open(backendConfig{cudaLib: *cudaLib, fakeDevices: *fakeDevices, fakeMemory: memory})
+	fake := []fakecuda.Option{fakecuda.WithMemory(memory)}
+	if set["fake-devices"] || !set["fake-uuids"] {
+		fake = append(fake, fakecuda.WithDevices(*fakeDevices))
+	}
+	if set["fake-uuids"] {
+		fake = append(fake, fakecuda.WithUUIDs(strings.Split(*fakeUUIDs, ",")...))
+		if _, err := fakecuda.New(fake...); err != nil {
+			return usageError{fmt.Errorf("--fake-uuids %q: %w", *fakeUUIDs, err)}
+		}
+	}
+	be, err := open(backendConfig{cudaLib: *cudaLib, fake: fake})
 	if err != nil {
 		return fmt.Errorf("backend %s: %w", *backendName, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpumux/gpumux/internal/tlstest"
+	"github.com/gpumux/gpumux/remote/pool"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
 	"github.com/gpumux/gpumux/share"
@@ -85,6 +86,9 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-memory", "99999999Ti"}, 2, `--fake-memory "99999999Ti": too large`},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-memory", "16G"}, 2, `--fake-memory "16G": unit "G" is ambiguous (want ` + share.QuantityRule + ")"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--fake-devices", "2"}, 2, `--fake-devices applies only to --backend fake, not "cuda"`},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--fake-uuids", "GPU-0a1b2c3d-4e5f-4a6b-8c7d-0123456789ab"}, 2, `--fake-uuids applies only to --backend fake, not "cuda"`},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-uuids", "GPU-1"}, 2, `--fake-uuids "GPU-1": fakecuda: UUID "GPU-1": want GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-devices", "2", "--fake-uuids", "GPU-0a1b2c3d-4e5f-4a6b-8c7d-0123456789ab"}, 2, "1 UUIDs for 2 devices"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--max-clients", "0"}, 2, "--max-clients 0"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--handshake-timeout", "0s"}, 2, "--handshake-timeout 0s"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--busy-poll", "20ms"}, 2, "--busy-poll 20ms: want 0 to 10ms"},
@@ -126,7 +130,7 @@ func TestHelp(t *testing.T) {
 		t.Errorf("--help exits %d", code)
 	}
 	for _, want := range []string{"--listen", "-unix", "-token-file", "-insecure-no-auth", "-backend", "-fake-devices",
-		"-fake-memory", "-max-clients", "-max-tenant-connections", "-max-handshakes", "-max-handshakes-per-peer", "-handshake-timeout", "-busy-poll", "-cpu-profile", "-log-level", "-cuda-lib", "-tenant-processes", "worker process of its own",
+		"-fake-memory", "-fake-uuids", "-max-clients", "-max-tenant-connections", "-max-handshakes", "-max-handshakes-per-peer", "-handshake-timeout", "-busy-poll", "-cpu-profile", "-log-level", "-cuda-lib", "-tenant-processes", "worker process of its own",
 		"-metrics-addr", "Prometheus metrics", "/metrics", "every tenant worker", "off by default",
 		"-tls-cert-file", "-tls-key-file", "-tls-client-ca-file", "mutual TLS", "SIGHUP", "in clear"} {
 		if !strings.Contains(stderr.String(), want) {
@@ -216,6 +220,28 @@ func TestServesFakeOnUnixSocket(t *testing.T) {
 	}
 	if _, _, err := cl.DeviceGetName(0, 64, 0); err == nil {
 		t.Error("a client call succeeded after the daemon stopped")
+	}
+}
+
+// TestFakeUUIDs: --fake-uuids gives the fake GPUs those UUIDs (and their
+// number), also in the tenant worker that serves the client.
+func TestFakeUUIDs(t *testing.T) {
+	uuids := []string{"GPU-0a1b2c3d-4e5f-4a6b-8c7d-0123456789ab", "GPU-ffffffff-0000-4000-8000-000000000001"}
+	sock := filepath.Join(shortDir(t), "gpumux.sock")
+	stderr, stop := serveFake(t, "--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-uuids", strings.Join(uuids, ","))
+	cl := dialUntil(t, "unix", sock, proto.Hello{Identity: "main_test"})
+	n, r, err := cl.DeviceGetCount(0)
+	if err != nil || r != proto.Success || n != 2 {
+		t.Fatalf("cuDeviceGetCount: %d %v %v, want 2 devices", n, r, err)
+	}
+	for i, want := range uuids {
+		u, r, err := cl.DeviceGetUuidV2(0, int32(i))
+		if err != nil || r != proto.Success || pool.FormatUUID(u) != want {
+			t.Errorf("device %d: UUID %s %v %v, want %s", i, pool.FormatUUID(u), r, err, want)
+		}
+	}
+	if code := stop(); code != 0 {
+		t.Errorf("exit %d after a signal, want 0; stderr:\n%s", code, stderr.String())
 	}
 }
 

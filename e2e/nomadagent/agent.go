@@ -1,8 +1,12 @@
-// Package nomadagent drives a real Nomad dev agent (`nomad agent -dev`) from
-// Go tests: it writes the agent configuration, starts the agent in its own
-// process group, waits until the client node is ready, talks to it through
-// the HTTP API and, on cleanup, stops it and asserts that nothing (agent,
-// executors, logmon, task processes, mounts) is left behind.
+// Package nomadagent drives real Nomad agents from Go tests: a dev agent
+// (`nomad agent -dev`, server and client in one), or the agents of a
+// cluster, a server-only agent and client-only agents that join it, each
+// in a network namespace of its own (package e2e/netns). It writes the
+// agent configuration, starts the agent in its own process group, waits
+// until it is ready (a leader elected; the client node ready with its
+// drivers and devices), talks to it through the HTTP API and, on cleanup,
+// stops it and asserts that nothing (agent, executors, logmon, task
+// processes, mounts) is left behind.
 //
 // The package itself has no build tag so that `go vet ./...` covers it; the
 // tests that use it carry the `e2e` build tag.
@@ -17,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -86,7 +91,19 @@ func DefaultPluginDir() string {
 	}
 }
 
+// role is what an agent runs: a dev agent, a server only or a client only.
+type role int
+
+const (
+	roleDev role = iota
+	roleServer
+	roleClient
+)
+
 type config struct {
+	role         role
+	servers      []string // roleClient: the servers' RPC addresses
+	netns        *NetNS
 	bin          string
 	pluginDir    string
 	pluginConfig *string
@@ -102,6 +119,38 @@ type config struct {
 
 // Option configures Start.
 type Option func(*config)
+
+// AsServer makes the agent a server only (`server { enabled = true }`,
+// no client), the single server of its cluster (bootstrap_expect = 1).
+// Start then waits for it to be the leader. Use it with InNetNS; its RPC
+// address for AsClient is ServerAddr.
+func AsServer() Option { return func(c *config) { c.role = roleServer } }
+
+// AsClient makes the agent a client only that joins the servers at these
+// RPC addresses (host:port, `client { servers = [...] }`). Start then
+// waits for its own node to be ready. Use it with InNetNS.
+func AsClient(servers ...string) Option {
+	return func(c *config) { c.role, c.servers = roleClient, servers }
+}
+
+// NetNS is a network namespace an agent runs in (a netns.Node's fields).
+type NetNS struct {
+	// Path is the namespace's binding, e.g. /run/netns/NAME.
+	Path string
+	// Interface is the namespace's link to the other agents: a client's
+	// network_interface, whose address it advertises for its tasks.
+	Interface string
+	// Addr is the address on Interface.
+	Addr string
+}
+
+// InNetNS runs the agent in a network namespace (`nsenter --net=PATH --
+// nomad agent ...`: the network namespace only, so that its mounts stay
+// visible to the leftover checks), where every executor, logmon and task
+// it starts runs too. The agent binds Nomad's default ports on all the
+// namespace's addresses and advertises ns.Addr. Without it the agent runs
+// in the caller's namespace on free ports of 127.0.0.1.
+func InNetNS(ns NetNS) Option { return func(c *config) { c.netns = &ns } }
 
 // WithNomadBin overrides the Nomad binary (default DefaultNomadBin()).
 func WithNomadBin(path string) Option { return func(c *config) { c.bin = path } }
@@ -164,7 +213,7 @@ func WithReadyTimeout(d time.Duration) Option { return func(c *config) { c.ready
 // the process group (default 60s).
 func WithStopTimeout(d time.Duration) Option { return func(c *config) { c.stopTimeout = d } }
 
-// Agent is a running Nomad dev agent.
+// Agent is a running Nomad agent.
 type Agent struct {
 	// Dir is the test's temp dir holding the config and the log.
 	Dir string
@@ -178,11 +227,13 @@ type Agent struct {
 	HTTPAddr string
 	// Client is an API client for the agent.
 	Client *api.Client
-	// NodeID is the ID of the agent's client node.
+	// NodeID is the ID of the agent's client node ("" for a server-only
+	// agent).
 	NodeID string
 
 	t       testing.TB
 	cfg     config
+	rpcAddr string
 	cmd     *exec.Cmd
 	logFile *os.File
 	exited  chan struct{}
@@ -192,11 +243,12 @@ type Agent struct {
 	stopErr  error
 }
 
-// Start writes an agent configuration, starts `nomad agent -dev` and waits
-// until its client node is ready (and the requested drivers/devices are
-// fingerprinted). It registers a t.Cleanup that stops the agent, prints the
-// agent log if the test failed, and fails the test if anything is left
-// behind. Start calls t.Fatal on error.
+// Start writes an agent configuration, starts `nomad agent -dev` (or a
+// server or client agent: AsServer, AsClient) and waits until its client
+// node is ready (and the requested drivers/devices are fingerprinted) or,
+// for a server, until it leads. It registers a t.Cleanup that stops the
+// agent, prints the agent log if the test failed, and fails the test if
+// anything is left behind. Start calls t.Fatal on error.
 func Start(ctx context.Context, t testing.TB, opts ...Option) *Agent {
 	t.Helper()
 	cfg := config{
@@ -214,6 +266,12 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Agent {
 	}
 	if os.Geteuid() != 0 {
 		t.Fatalf("the Nomad e2e harness must run as root (exec driver, cgroups, mounts); euid is %d", os.Geteuid())
+	}
+	switch {
+	case cfg.role == roleClient && len(cfg.servers) == 0:
+		t.Fatalf("AsClient needs the servers' RPC addresses")
+	case cfg.role != roleDev && cfg.netns == nil:
+		t.Fatalf("AsServer and AsClient need InNetNS: agents of one cluster use Nomad's default ports, each in a namespace of its own")
 	}
 	if cfg.pluginConfig != nil {
 		p := filepath.Join(cfg.pluginDir, PluginName)
@@ -241,21 +299,32 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Agent {
 	a.ConfigPath = filepath.Join(a.Dir, "agent.hcl")
 	a.LogPath = filepath.Join(a.Dir, "agent.log")
 
-	ports, err := freePorts(3)
-	if err != nil {
+	ports := defaultPorts
+	host := "127.0.0.1"
+	if cfg.netns != nil {
+		host = cfg.netns.Addr
+	} else if ports, err = freePorts(3); err != nil {
 		t.Fatalf("choosing ports: %v", err)
 	}
+	a.HTTPAddr = "http://" + net.JoinHostPort(host, strconv.Itoa(ports[0]))
+	a.rpcAddr = net.JoinHostPort(host, strconv.Itoa(ports[1]))
 	hcl := a.renderConfig(ports)
 	if err := os.WriteFile(a.ConfigPath, []byte(hcl), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a.HTTPAddr = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 
 	a.logFile, err = os.Create(a.LogPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(cfg.bin, "agent", "-dev", "-config="+a.ConfigPath)
+	args := []string{"agent", "-config=" + a.ConfigPath}
+	if cfg.role == roleDev {
+		args = []string{"agent", "-dev", "-config=" + a.ConfigPath}
+	}
+	cmd := exec.Command(cfg.bin, args...)
+	if cfg.netns != nil {
+		cmd = exec.Command("nsenter", append([]string{"--net=" + cfg.netns.Path, "--", cfg.bin}, args...)...)
+	}
 	cmd.Dir = a.Dir
 	cmd.Stdout = a.logFile
 	cmd.Stderr = a.logFile
@@ -300,22 +369,63 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Agent {
 	return a
 }
 
+// defaultPorts are Nomad's HTTP, RPC and Serf ports, which agents in
+// network namespaces of their own use.
+var defaultPorts = []int{4646, 4647, 4648}
+
+// ServerAddr is the RPC address (host:port) of the agent's server, for
+// AsClient.
+func (a *Agent) ServerAddr() string { return a.rpcAddr }
+
+// renderConfig writes the agent configuration. A client's alloc_dir and
+// state_dir are Nomad's defaults under its own data_dir, so no two agents
+// share them. All agents of a host share Nomad's cgroups (v1: /nomad under
+// each controller; client `cgroup_parent` only names it to tasks in Nomad
+// 1.10, NOMAD_PARENT_CGROUP): each task's cgroup is named for its
+// allocation and task, which no two clients share, and each client writes
+// the same cpuset (all cores) to the shared partition, as long as no task
+// reserves cores (`resources { cores = N }`).
 func (a *Agent) renderConfig(ports []int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "data_dir   = %q\n", a.DataDir)
 	fmt.Fprintf(&b, "plugin_dir = %q\n", a.PluginDir)
-	fmt.Fprintf(&b, "bind_addr  = \"127.0.0.1\"\n")
 	fmt.Fprintf(&b, "log_level  = %q\n", a.cfg.logLevel)
 	fmt.Fprintf(&b, "disable_update_check = true\n\n")
-	fmt.Fprintf(&b, "ports {\n  http = %d\n  rpc  = %d\n  serf = %d\n}\n\n", ports[0], ports[1], ports[2])
-	fmt.Fprintf(&b, "client {\n  options = {\n    \"fingerprint.denylist\" = %q\n  }\n}\n", FingerprintDenylist)
+	if ns := a.cfg.netns; ns != nil {
+		fmt.Fprintf(&b, "bind_addr = \"0.0.0.0\"\n")
+		fmt.Fprintf(&b, "advertise {\n  http = %q\n  rpc  = %q\n  serf = %q\n}\n\n", ns.Addr, ns.Addr, ns.Addr)
+	} else {
+		fmt.Fprintf(&b, "bind_addr = \"127.0.0.1\"\n")
+		fmt.Fprintf(&b, "ports {\n  http = %d\n  rpc  = %d\n  serf = %d\n}\n\n", ports[0], ports[1], ports[2])
+	}
+	if a.cfg.role == roleServer {
+		fmt.Fprintf(&b, "server {\n  enabled          = true\n  bootstrap_expect = 1\n}\n")
+	} else {
+		fmt.Fprintf(&b, "client {\n")
+		if a.cfg.role == roleClient {
+			fmt.Fprintf(&b, "  enabled = true\n  servers = [%s]\n", quoteList(a.cfg.servers))
+		}
+		if a.cfg.netns != nil {
+			fmt.Fprintf(&b, "  network_interface = %q\n", a.cfg.netns.Interface)
+		}
+		fmt.Fprintf(&b, "  options = {\n    \"fingerprint.denylist\" = %q\n  }\n}\n", FingerprintDenylist)
+	}
 	if a.cfg.pluginConfig != nil {
 		fmt.Fprintf(&b, "\nplugin %q {\n  config {\n%s\n  }\n}\n", PluginName, *a.cfg.pluginConfig)
 	}
 	for _, x := range a.cfg.extraConfig {
 		fmt.Fprintf(&b, "\n%s\n", x)
 	}
-	return strings.ReplaceAll(b.String(), HTTPAddrPlaceholder, fmt.Sprintf("http://127.0.0.1:%d", ports[0]))
+	return strings.ReplaceAll(b.String(), HTTPAddrPlaceholder, a.HTTPAddr)
+}
+
+// quoteList writes strings as the items of an HCL list.
+func quoteList(items []string) string {
+	q := make([]string, len(items))
+	for i, s := range items {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, ", ")
 }
 
 // waitReady waits for the node to be ready, with the requested drivers
@@ -345,17 +455,38 @@ func (a *Agent) waitReady(ctx context.Context) error {
 
 func (a *Agent) checkReady(ctx context.Context) (bool, string) {
 	q := (&api.QueryOptions{}).WithContext(ctx)
-	nodes, _, err := a.Client.Nodes().List(q)
-	if err != nil {
-		return false, "listing nodes: " + err.Error()
+	switch a.cfg.role {
+	case roleServer:
+		leader, err := a.Client.Status().Leader()
+		if err != nil || leader == "" {
+			return false, fmt.Sprintf("no leader yet (%v)", err)
+		}
+		if leader != a.rpcAddr {
+			return false, fmt.Sprintf("the leader is %s, not this server (%s)", leader, a.rpcAddr)
+		}
+		return true, ""
+	case roleClient:
+		self, err := a.Client.Agent().Self()
+		if err != nil {
+			return false, "agent self: " + err.Error()
+		}
+		a.NodeID = self.Stats["client"]["node_id"]
+		if a.NodeID == "" {
+			return false, "the agent has no client node ID yet"
+		}
+	default:
+		nodes, _, err := a.Client.Nodes().List(q)
+		if err != nil {
+			return false, "listing nodes: " + err.Error()
+		}
+		if len(nodes) == 0 {
+			return false, "no client node registered yet"
+		}
+		if len(nodes) > 1 {
+			return false, fmt.Sprintf("%d nodes registered, want 1", len(nodes))
+		}
+		a.NodeID = nodes[0].ID
 	}
-	if len(nodes) == 0 {
-		return false, "no client node registered yet"
-	}
-	if len(nodes) > 1 {
-		return false, fmt.Sprintf("%d nodes registered, want 1", len(nodes))
-	}
-	a.NodeID = nodes[0].ID
 	node, _, err := a.Client.Nodes().Info(a.NodeID, q)
 	if err != nil {
 		return false, "node info: " + err.Error()
@@ -470,15 +601,20 @@ func (p Proc) String() string { return hostcheck.Proc(p).String() }
 // itself, its process group, anything with the agent's marker environment
 // variable such as `nomad executor` and `nomad logmon`, anything whose
 // command line, root or cwd is under the data dir, such as chrooted exec
-// tasks) and the mount points under the data dir, from /proc/self/mountinfo.
+// tasks, and anything in its network namespace) and the mount points under
+// the data dir, from /proc/self/mountinfo.
 func (a *Agent) Leftovers() ([]Proc, []string, error) {
-	procs, err := hostcheck.Procs[Proc](hostcheck.Owner{
+	owner := hostcheck.Owner{
 		PID:     a.cmd.Process.Pid,
 		Name:    "agent",
 		Dir:     a.DataDir,
 		DirName: "data dir",
 		Marker:  markerEnv + "=" + a.DataDir,
-	})
+	}
+	if a.cfg.netns != nil {
+		owner.NetNS = a.cfg.netns.Path
+	}
+	procs, err := hostcheck.Procs[Proc](owner)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -333,8 +333,13 @@ func FormatAllocMetric(m *api.AllocationMetric) string {
 // killed. With purge the client garbage-collects the allocations at once;
 // StopJob then also waits until their alloc dirs (and the mounts in them)
 // are gone, because an agent stopped in the middle of that collection
-// leaves the mounts behind.
-func (a *Agent) StopJob(ctx context.Context, jobID string, purge bool) error {
+// leaves the mounts behind. clients are the agents whose nodes may have run
+// the job's allocations, for their alloc dirs (default: a itself; an
+// allocation of another node is not waited for).
+func (a *Agent) StopJob(ctx context.Context, jobID string, purge bool, clients ...*Agent) error {
+	if len(clients) == 0 {
+		clients = []*Agent{a}
+	}
 	stubs, _, err := a.Client.Jobs().Allocations(jobID, true, a.q(ctx))
 	if err != nil {
 		return fmt.Errorf("listing allocations of %s: %w", jobID, err)
@@ -364,23 +369,50 @@ func (a *Agent) StopJob(ctx context.Context, jobID string, purge bool) error {
 		if !purge {
 			continue
 		}
-		dir := filepath.Join(a.DataDir, "alloc", s.ID)
-		for {
-			mounts, err := hostcheck.MountsUnder(dir)
-			if err != nil {
-				return err
+		for _, c := range clients {
+			if c.NodeID != s.NodeID {
+				continue
 			}
-			_, statErr := os.Stat(dir)
-			if len(mounts) == 0 && os.IsNotExist(statErr) {
-				break
-			}
-			state = fmt.Sprintf("alloc dir %s of purged job %s not yet destroyed (%d mounts)", dir, jobID, len(mounts))
-			if err := a.sleep(ctx, func() string { return state }); err != nil {
+			if err := a.waitAllocDirGone(ctx, filepath.Join(c.DataDir, "alloc", s.ID), jobID); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// StopJobs stops and purges every job of the default namespace (StopJob),
+// e.g. before the clients of a cluster stop: a client agent, unlike a dev
+// agent, leaves its tasks running when it stops.
+func (a *Agent) StopJobs(ctx context.Context, clients ...*Agent) error {
+	jobs, _, err := a.Client.Jobs().List(a.q(ctx))
+	if err != nil {
+		return fmt.Errorf("listing jobs: %w", err)
+	}
+	var errs []error
+	for _, j := range jobs {
+		errs = append(errs, a.StopJob(ctx, j.ID, true, clients...))
+	}
+	return errors.Join(errs...)
+}
+
+// waitAllocDirGone waits until the alloc dir and the mounts in it are gone.
+func (a *Agent) waitAllocDirGone(ctx context.Context, dir, jobID string) error {
+	var state string
+	for {
+		mounts, err := hostcheck.MountsUnder(dir)
+		if err != nil {
+			return err
+		}
+		_, statErr := os.Stat(dir)
+		if len(mounts) == 0 && os.IsNotExist(statErr) {
+			return nil
+		}
+		state = fmt.Sprintf("alloc dir %s of purged job %s not yet destroyed (%d mounts)", dir, jobID, len(mounts))
+		if err := a.sleep(ctx, func() string { return state }); err != nil {
+			return err
+		}
+	}
 }
 
 // Node returns the agent's client node.

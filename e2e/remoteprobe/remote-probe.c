@@ -12,14 +12,25 @@
  *	                           of half of it (past the quota)
  *	DEVNODE <path> <0|1>       whether /dev/nvidiactl exists in the task
  *
- * It exits 0 when every call it expects to succeed did. Built by the test
- * with the system C compiler: cc -o remote-probe remote-probe.c -ldl
+ * It exits 0 when every call it expects to succeed did. With the argument
+ * "hold" (the multi-node test, e2e/cluster_e2e_test.go) it then keeps its
+ * memory and asks the server for its memory (cuMemGetInfo_v2) every 100 ms
+ * until a call fails, prints
+ *
+ *	HOLD                       once, before the first of those calls
+ *	LOST <ms> <result>         the failed call: how long it took (monotonic
+ *	                           clock) and what it returned
+ *
+ * and exits 3. Built by the test with the system C compiler:
+ * cc -o remote-probe remote-probe.c -ldl
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -58,7 +69,31 @@ static const char *errname(CUresult r)
 		}                                                                    \
 	} while (0)
 
-int main(void)
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* hold asks the server for memory info until a call fails (see above). */
+static int hold(void)
+{
+	CUresult (*memGetInfo)(size_t *, size_t *) = sym("cuMemGetInfo_v2");
+	printf("HOLD\n");
+	for (;;) {
+		size_t free_ = 0, total = 0;
+		double start = now_ms();
+		CUresult r = memGetInfo(&free_, &total);
+		if (r != 0) {
+			printf("LOST %.0f %s\n", now_ms() - start, errname(r));
+			return 3;
+		}
+		usleep(100 * 1000);
+	}
+}
+
+int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	lib = dlopen("libcuda.so.1", RTLD_NOW);
@@ -96,6 +131,8 @@ int main(void)
 	printf("ALLOC %zu %s\n", second, errname(r));
 
 	printf("DEVNODE /dev/nvidiactl %d\n", access("/dev/nvidiactl", F_OK) == 0);
+	if (argc > 1 && strcmp(argv[1], "hold") == 0)
+		return hold();
 	CALL(cuMemFree_v2, a);
 	CALL(cuCtxDestroy_v2, ctx);
 	return 0;

@@ -2,7 +2,9 @@ package fakecuda
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/gpumux/gpumux/remote/proto"
@@ -22,19 +24,44 @@ const (
 type Option func(*config)
 
 type config struct {
-	devices int
-	memory  uint64
-	name    string
+	devices    int
+	devicesSet bool // WithDevices was given
+	memory     uint64
+	name       string
+	uuids      []string
 }
 
 // WithDevices sets the number of fake devices (at least 1).
-func WithDevices(n int) Option { return func(c *config) { c.devices = n } }
+func WithDevices(n int) Option { return func(c *config) { c.devices, c.devicesSet = n, true } }
 
 // WithMemory sets each device's memory in bytes.
 func WithMemory(bytes uint64) Option { return func(c *config) { c.memory = bytes } }
 
 // WithName sets the devices' name (cuDeviceGetName).
 func WithName(name string) Option { return func(c *config) { c.name = name } }
+
+// WithUUIDs gives the devices these UUIDs, written as NVML writes them
+// (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx), one per device in order,
+// instead of UUIDs derived from the device index: fake servers standing in
+// for different GPUs (a server per simulated GPU node) then tell their GPUs
+// apart, as real ones do. With WithDevices the counts must agree; without
+// it, the list sets the number of devices.
+func WithUUIDs(uuids ...string) Option { return func(c *config) { c.uuids = uuids } }
+
+// parseUUID reads a UUID as NVML writes it: "GPU-" and 32 hex digits in
+// groups of 8-4-4-4-12.
+func parseUUID(s string) ([16]byte, error) {
+	var u [16]byte
+	groups := strings.Split(strings.TrimPrefix(s, "GPU-"), "-")
+	if !strings.HasPrefix(s, "GPU-") || len(groups) != 5 || len(groups[0]) != 8 || len(groups[1]) != 4 ||
+		len(groups[2]) != 4 || len(groups[3]) != 4 || len(groups[4]) != 12 {
+		return u, fmt.Errorf("fakecuda: UUID %q: want GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex digits)", s)
+	}
+	if _, err := hex.Decode(u[:], []byte(strings.Join(groups, ""))); err != nil {
+		return u, fmt.Errorf("fakecuda: UUID %q: want GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex digits): %w", s, err)
+	}
+	return u, nil
+}
 
 // Backend is the fake driver. The zero value is not usable: call New.
 type Backend struct {
@@ -94,6 +121,25 @@ func New(opts ...Option) (*Backend, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	uuids := make([][16]byte, len(cfg.uuids))
+	seen := map[[16]byte]bool{}
+	for i, s := range cfg.uuids {
+		u, err := parseUUID(s)
+		if err != nil {
+			return nil, err
+		}
+		if seen[u] {
+			return nil, fmt.Errorf("fakecuda: UUID %q given twice: each device needs its own", s)
+		}
+		seen[u] = true
+		uuids[i] = u
+	}
+	switch {
+	case len(uuids) > 0 && !cfg.devicesSet:
+		cfg.devices = len(uuids)
+	case len(uuids) > 0 && len(uuids) != cfg.devices:
+		return nil, fmt.Errorf("fakecuda: %d UUIDs for %d devices: give one per device", len(uuids), cfg.devices)
+	}
 	if cfg.devices < 1 || cfg.devices > 64 {
 		return nil, fmt.Errorf("fakecuda: %d devices, want 1 to 64", cfg.devices)
 	}
@@ -125,11 +171,15 @@ func New(opts ...Option) (*Backend, error) {
 		pools:    map[uintptr]*pool{},
 	}
 	for i := range cfg.devices {
-		sum := sha256.Sum256(fmt.Appendf(nil, "gpumux-fakecuda/device/%d", i))
 		var u [16]byte
-		copy(u[:], sum[:16])
-		u[6] = u[6]&0x0f | 0x40 // an RFC 4122 version 4 layout
-		u[8] = u[8]&0x3f | 0x80
+		if len(uuids) > 0 {
+			u = uuids[i]
+		} else {
+			sum := sha256.Sum256(fmt.Appendf(nil, "gpumux-fakecuda/device/%d", i))
+			copy(u[:], sum[:16])
+			u[6] = u[6]&0x0f | 0x40 // an RFC 4122 version 4 layout
+			u[8] = u[8]&0x3f | 0x80
+		}
 		b.devs = append(b.devs, &device{index: int32(i), name: cfg.name, total: cfg.memory, uuid: u})
 	}
 	return b, nil

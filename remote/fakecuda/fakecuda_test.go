@@ -2,6 +2,7 @@ package fakecuda
 
 import (
 	"encoding/binary"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -136,6 +137,43 @@ func TestNew(t *testing.T) {
 	}
 	if _, r := b.DeviceName(2); r != proto.ErrInvalidDevice {
 		t.Errorf("device 2: %v", r)
+	}
+}
+
+func TestNewWithUUIDs(t *testing.T) {
+	const a, b = "GPU-0a1b2c3d-4e5f-4a6b-8c7d-0123456789ab", "GPU-ffffffff-0000-4000-8000-000000000001"
+	for _, tc := range []struct {
+		opts []Option
+		err  string // "" when New must accept them
+	}{
+		{[]Option{WithUUIDs(a, b)}, ""},
+		{[]Option{WithUUIDs(a, b), WithDevices(2)}, ""},
+		{[]Option{WithUUIDs(a), WithDevices(2)}, "1 UUIDs for 2 devices"},
+		{[]Option{WithUUIDs(a, a)}, `UUID "` + a + `" given twice`},
+		{[]Option{WithUUIDs("0a1b2c3d-4e5f-4a6b-8c7d-0123456789ab")}, "want GPU-xxxxxxxx"},
+		{[]Option{WithUUIDs("GPU-0a1b2c3d4e5f4a6b8c7d0123456789ab")}, "want GPU-xxxxxxxx"},
+		{[]Option{WithUUIDs("GPU-0a1b2c3d-4e5f-4a6b-8c7d-0123456789zz")}, "hex digits"},
+	} {
+		be, err := New(tc.opts...)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("New(%d options): error %v, want one containing %q", len(tc.opts), err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		be.Init()
+		if n := must[int32](t, "count")(be.DeviceCount()); n != 2 {
+			t.Errorf("%d devices, want 2", n)
+		}
+		for i, want := range []string{a, b} {
+			u := must[[16]byte](t, "uuid")(be.DeviceUUID(int32(i)))
+			if got := fmt.Sprintf("GPU-%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:]); got != want {
+				t.Errorf("device %d: UUID %s, want %s", i, got, want)
+			}
+		}
 	}
 }
 

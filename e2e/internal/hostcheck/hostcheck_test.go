@@ -1,6 +1,7 @@
 package hostcheck
 
 import (
+	"os"
 	"reflect"
 	"testing"
 )
@@ -38,5 +39,21 @@ func TestParseStat(t *testing.T) {
 	}
 	if state, ppid, pgid := ParseStat([]byte("42 (trunc")); state != "" || ppid != 0 || pgid != 0 {
 		t.Errorf("ParseStat of a truncated line = %q, %d, %d, want zeros", state, ppid, pgid)
+	}
+}
+
+// TestOwnerUnsetFields: an owner known by its network namespace alone
+// (netns.Network's) claims no process by pid, process group, command line,
+// environment, root or cwd: not the kernel's threads of process group 0,
+// not this process.
+func TestOwnerUnsetFields(t *testing.T) {
+	o := Owner{NetNS: "/run/netns/none"}
+	for _, tc := range []struct{ pid, pgid int }{{2, 0}, {os.Getpid(), os.Getpid()}} {
+		if why := o.why(tc.pid, tc.pgid, "anything"); why != "" {
+			t.Errorf("why(%d, %d) = %q, want none", tc.pid, tc.pgid, why)
+		}
+	}
+	if _, err := Procs[Proc](o); err == nil {
+		t.Error("Procs of an owner whose namespace does not exist: no error")
 	}
 }

@@ -47,6 +47,11 @@ type Owner struct {
 	// process whose environment holds it belongs (Why "inherited <Name>
 	// environment").
 	Marker string
+	// NetNS: a process in the network namespace bound at this path (e.g.
+	// /run/netns/NAME) belongs (Why "in network namespace <path>"): every
+	// process of an agent started in a namespace of its own, its tasks
+	// included, whatever their environment or process group.
+	NetNS string
 	// Descendants: the live descendants of the processes found belong too
 	// (Why "child of pid <ppid>"), e.g. container processes, which have
 	// their own root and a clean environment, under their shim.
@@ -61,6 +66,12 @@ func Procs[P ProcType](o Owner) ([]P, error) {
 		return nil, err
 	}
 	self := os.Getpid()
+	var netns uint64
+	if o.NetNS != "" {
+		if netns, err = NetNSInode(o.NetNS); err != nil {
+			return nil, err
+		}
+	}
 	type proc struct {
 		Proc
 		ppid int
@@ -82,6 +93,9 @@ func Procs[P ProcType](o Owner) ([]P, error) {
 		}
 		cl := Cmdline(pid)
 		why := o.why(pid, pgid, cl)
+		if why == "" && netns != 0 && procNetNS(pid) == netns {
+			why = "in network namespace " + o.NetNS
+		}
 		all = append(all, proc{Proc{PID: pid, Cmdline: cl, Why: why}, ppid})
 		if why != "" {
 			found[pid] = true
@@ -107,21 +121,27 @@ func Procs[P ProcType](o Owner) ([]P, error) {
 }
 
 // why says how process pid (of process group pgid, command line cl)
-// belongs to o, "" when it does not.
+// belongs to o by its PID, Dir and Marker (those set), "" when it does
+// not.
 func (o Owner) why(pid, pgid int, cl string) string {
 	switch {
-	case pid == o.PID:
+	case o.PID > 0 && pid == o.PID:
 		return o.Name
-	case pgid == o.PID:
+	case o.PID > 0 && pgid == o.PID:
 		return o.Name + " process group"
-	case strings.Contains(cl, o.Dir):
+	case o.Dir != "" && strings.Contains(cl, o.Dir):
 		return "command line names " + o.DirName
 	}
 	dir := filepath.Join("/proc", strconv.Itoa(pid))
-	marker := []byte(o.Marker + "\x00")
-	if env, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil &&
-		(bytes.Contains(env, marker) || bytes.HasSuffix(env, marker[:len(marker)-1])) {
-		return "inherited " + o.Name + " environment"
+	if o.Marker != "" {
+		marker := []byte(o.Marker + "\x00")
+		if env, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil &&
+			(bytes.Contains(env, marker) || bytes.HasSuffix(env, marker[:len(marker)-1])) {
+			return "inherited " + o.Name + " environment"
+		}
+	}
+	if o.Dir == "" {
+		return ""
 	}
 	for _, l := range []string{"root", "cwd"} {
 		if p, err := os.Readlink(filepath.Join(dir, l)); err == nil && Under(p, o.Dir) {
