@@ -192,9 +192,9 @@ func (j dockerJob) hcl() string {
 
 // TestDockerDriverJobs is Nomad's docker driver on a private Docker engine
 // with nvidia_runtime = "gpumux": a job of each mechanism gets the share the
-// plugin reserved, through gpumux-runtime; the share's lease is held while
-// the task runs and released when the allocation stops; a task whose
-// request gpumux-runtime refuses fails with the reason in its events.
+// plugin reserved, through gpumux-runtime, which leases it to the task's
+// container until the allocation stops; a task whose request gpumux-runtime
+// refuses fails with the reason in its events.
 func TestDockerDriverJobs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -242,15 +242,16 @@ func TestDockerDriverJobs(t *testing.T) {
 		{"timeslice", false, false},
 	} {
 		t.Run(tc.mechanism, func(t *testing.T) {
-			jobID, err := a.RunJob(ctx, dockerJob{name: "docker-" + tc.mechanism, image: image, mechanism: tc.mechanism}.hcl())
+			jobID, err := a.RunJob(ctx, dockerJob{name: "docker-" + tc.mechanism, image: image, mechanism: tc.mechanism, args: []string{"-sleep"}}.hcl())
 			if err != nil {
 				t.Fatal(err)
 			}
-			allocs, err := a.WaitAllocs(ctx, jobID, "complete")
+			allocs, err := a.WaitAllocs(ctx, jobID, "running")
 			if err != nil {
 				t.Fatal(err)
 			}
-			devices, err := a.AllocDevices(ctx, allocs[0].ID)
+			alloc := allocs[0].ID
+			devices, err := a.AllocDevices(ctx, alloc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -258,45 +259,24 @@ func TestDockerDriverJobs(t *testing.T) {
 			if len(ids) != 1 {
 				t.Fatalf("allocated %v, want one share", ids)
 			}
-			out, err := a.TaskLogs(ctx, allocs[0].ID, "probe", "stdout")
+			p := ctrd.ParseProbe(taskOutput(t, ctx, a, alloc))
+			checkShareProbe(t, p, regexp.MustCompile("^"+regexp.QuoteMeta(ids[0])+"$"), tc.caps, tc.mps)
+			// gpumux-runtime, not runc, started the task's container: it
+			// claimed the plugin's reservation and leased the share to it.
+			out, _, err := d.Docker(ctx, "ps", "-q", "--no-trunc", "--filter", "label=com.hashicorp.nomad.alloc_id="+alloc)
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := ctrd.ParseProbe(out)
-			checkShareProbe(t, p, regexp.MustCompile("^"+regexp.QuoteMeta(ids[0])+"$"), tc.caps, tc.mps)
-			if p.Env["GPUMUX_RESERVATION"] == "" {
-				t.Errorf("the task has no GPUMUX_RESERVATION: gpumux-runtime did not get the plugin's reservation\n%s", out)
+			container := strings.TrimSpace(out)
+			if l := leases(t, ctx, stateDir); len(l) != 1 || container == "" || l[ids[0]] != container {
+				t.Errorf("leases %v while the task runs, want %s held by its container %q", l, ids[0], container)
 			}
-			waitNoLeases(t, ctx, stateDir)
 			if err := a.StopJob(ctx, jobID, true); err != nil {
 				t.Fatal(err)
 			}
+			waitNoLeases(t, ctx, stateDir)
 		})
 	}
-
-	t.Run("lease held while the allocation runs", func(t *testing.T) {
-		jobID, err := a.RunJob(ctx, dockerJob{name: "docker-running", image: image, mechanism: "exclusive", args: []string{"-sleep"}}.hcl())
-		if err != nil {
-			t.Fatal(err)
-		}
-		allocs, err := a.WaitAllocs(ctx, jobID, "running")
-		if err != nil {
-			t.Fatal(err)
-		}
-		devices, err := a.AllocDevices(ctx, allocs[0].ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The task runs once its container started, so its lease is there.
-		l := leases(t, ctx, stateDir)
-		if len(devices["probe"]) != 1 || len(l) != 1 || l[devices["probe"][0]] == "" {
-			t.Fatalf("the running task holds %v; leases %v", devices["probe"], l)
-		}
-		if err := a.StopJob(ctx, jobID, true); err != nil {
-			t.Fatal(err)
-		}
-		waitNoLeases(t, ctx, stateDir)
-	})
 
 	t.Run("bad request in the allocation's events", func(t *testing.T) {
 		// No device: the task asks gpumux-runtime itself, for a mechanism
@@ -311,6 +291,7 @@ func TestDockerDriverJobs(t *testing.T) {
 			t.Fatal(err)
 		}
 		events := nomadagent.TaskEvents(allocs[0])
+		t.Logf("the refused task's events:\n%s", events)
 		if want := `GPUMUX_MECHANISM = "vgpu": unknown mechanism`; !strings.Contains(events, want) {
 			t.Errorf("the failed allocation's events do not say %q:\n%s", want, events)
 		}
@@ -318,6 +299,23 @@ func TestDockerDriverJobs(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// taskOutput waits until the probe task of the allocation has written its
+// report (it then sleeps) and returns it.
+func taskOutput(t *testing.T, ctx context.Context, a *nomadagent.Agent, alloc string) string {
+	t.Helper()
+	for {
+		out, err := a.TaskLogs(ctx, alloc, "probe", "stdout")
+		if err == nil && strings.Contains(out, "MOUNT /") {
+			return out
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the task wrote no report: %q (%v)", out, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // waitNoLeases waits until the node holds no lease: gpumux-runtime's
