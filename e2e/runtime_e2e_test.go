@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -190,7 +191,7 @@ func checkShareProbe(t *testing.T, p ctrd.Probe, idPattern *regexp.Regexp, caps,
 // leases returns the node's leases: share ID → container.
 func leases(t testing.TB, ctx context.Context, stateDir string) map[string]string {
 	t.Helper()
-	s, err := lease.Open(filepath.Join(stateDir, "leases.db"))
+	s, err := lease.Open(lease.PathIn(stateDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,5 +360,61 @@ func TestRuntimeHonoursNomadReservation(t *testing.T) {
 	}
 	if _, err := d.Run(ctx, "again", ctrd.RunOpts{BinaryName: runtime, Env: env}); err == nil || !strings.Contains(err.Error(), "used already") {
 		t.Errorf("the token a second time: %v", err)
+	}
+}
+
+// TestRuntimeConfigureContainerdConfig runs `gpumux runtime configure
+// --runtime=containerd` on the config `containerd config default` writes
+// and asks containerd how it reads the result: the gpumux runtime class,
+// with runc's settings, and every other setting as before.
+func TestRuntimeConfigureContainerdConfig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	containerd := func(args ...string) string {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, ctrd.DefaultContainerdBin(), args...).Output()
+		if err != nil {
+			t.Fatalf("containerd %v: %v", args, err)
+		}
+		return string(out)
+	}
+	path := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(path, []byte(containerd("config", "default")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := containerd("--config", path, "config", "dump")
+	runtime := filepath.Join(repoRoot(t), "bin", "gpumux-runtime")
+	out, err := exec.CommandContext(ctx, filepath.Join(repoRoot(t), "bin", "gpumux"), "runtime", "configure", "--runtime=containerd", "--config", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("gpumux runtime configure: %v\n%s", err, out)
+	}
+	after := containerd("--config", path, "config", "dump")
+
+	// The dump's gpumux tables, and the rest.
+	var gpumux, rest []string
+	in := false
+	for _, line := range strings.Split(after, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "[") {
+			in = strings.Contains(line, ".runtimes.gpumux]") || strings.Contains(line, ".runtimes.gpumux.")
+		}
+		if in {
+			gpumux = append(gpumux, strings.TrimSpace(line))
+		} else {
+			rest = append(rest, line)
+		}
+	}
+	if strings.Join(rest, "\n") != before {
+		t.Errorf("settings other than the gpumux runtime changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	got := strings.Join(gpumux, "\n")
+	for _, want := range []string{
+		`[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gpumux]`,
+		`runtime_type = "io.containerd.runc.v2"`,
+		`BinaryName = "` + runtime + `"`,
+		`SystemdCgroup = false`, // runc's, copied
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("containerd reads no %s in the gpumux runtime:\n%s\n(gpumux runtime configure said:\n%s)", want, got, out)
+		}
 	}
 }

@@ -537,17 +537,5 @@ func shimSockets() []string {
 // dumpLog prints the tail of dockerd's log to the test log (and copies it
 // to $GPUMUX_E2E_LOGDIR when set).
 func (d *Daemon) dumpLog() {
-	const max = 128 << 10
-	b := []byte(d.Log())
-	full := b
-	if len(b) > max {
-		b = b[len(b)-max:]
-	}
-	d.t.Logf("----- dockerd log (%s, last %d bytes) -----\n%s\n----- end of dockerd log -----", d.LogPath, len(b), b)
-	if dir := os.Getenv("GPUMUX_E2E_LOGDIR"); dir != "" {
-		name := strings.NewReplacer("/", "_", " ", "_").Replace(d.t.Name()) + ".dockerd.log"
-		if err := os.MkdirAll(dir, 0o755); err == nil {
-			_ = os.WriteFile(filepath.Join(dir, name), full, 0o644)
-		}
-	}
+	hostcheck.ReportLog(d.t.Logf, d.t.Name(), "dockerd", d.LogPath, []byte(d.Log()), 128<<10)
 }
