@@ -119,6 +119,7 @@ func TestDockerRunsShares(t *testing.T) {
 
 	t.Run("bad request", func(t *testing.T) {
 		_, stderr, err := d.Docker(ctx, "run", "--rm", "--runtime", "gpumux", "-e", "GPUMUX_MECHANISM=vgpu", image)
+		t.Logf("docker run's error: %s", stderr)
 		want := `environment variable GPUMUX_MECHANISM = "vgpu": unknown mechanism (valid: auto, exclusive, mig, mps, timeslice, remote)`
 		if err == nil || !strings.Contains(stderr, want) {
 			t.Errorf("docker run: %v\nstderr: %s\nwant an error saying %q", err, stderr, want)
