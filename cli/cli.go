@@ -32,6 +32,8 @@ Usage:
                             MIG layouts from a file: plan, apply and check them, export the node's
   gpumux remote secret|token
                             a pool secret for remote GPUs, a token for gpumux-remoted
+  gpumux runtime configure --runtime=docker|containerd
+                            register gpumux-runtime with Docker or containerd as the runtime "gpumux"
   gpumux version            print the version
 
 Run 'gpumux <command> -h' for the flags of a command.
@@ -54,6 +56,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runMIG(ctx, args[1:], stdout, stderr)
 	case "remote":
 		return runRemote(ctx, args[1:], stdout, stderr)
+	case "runtime":
+		return runRuntime(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "gpumux", version.Version)
 		return ExitOK

@@ -19,7 +19,6 @@ import (
 	"github.com/gpumux/gpumux/e2e/ctrd"
 	"github.com/gpumux/gpumux/internal/scrape"
 	"github.com/gpumux/gpumux/internal/syncbuf"
-	"github.com/gpumux/gpumux/node/lease"
 )
 
 // agentProc is a running `gpumux agent`.
@@ -243,18 +242,7 @@ gpu {
 			t.Fatal(err)
 		}
 	}
-	held := func() map[string]string {
-		s, err := lease.Open(lease.PathIn(stateDir))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		l, err := s.Leases(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
+	held := func() map[string]string { return leases(t, ctx, stateDir) }
 	var forgotten, kept string
 	for id, c := range held() {
 		switch c {

@@ -1,6 +1,7 @@
 // Package e2e holds gpumux's end-to-end tests: a real Nomad agent built from
-// source, and a private containerd with Debian's runc, driving the gpumux
-// binaries on a simulated GPU node. The tests need root and two build tags:
+// source, a private containerd with Debian's runc, and a private Docker
+// engine (Debian's docker.io), driving the gpumux binaries on a simulated
+// GPU node. The tests need root and two build tags:
 //
 //	go test -tags 'e2e no_dynamic_plugins' ./e2e/...   (what make test-e2e runs)
 //
@@ -19,7 +20,9 @@
 // drain, a server killed under its task, and a job larger than the cluster.
 // ctrd starts a private containerd and runs containers from a rootfs
 // holding probe, a static program that prints the env, device nodes and
-// mounts a container sees. internal/hostcheck holds the host inspection
+// mounts a container sees; dockerd starts a private dockerd on a ctrd
+// containerd, with the probe rootfs imported as an image, for the docker CLI
+// and Nomad's docker driver. internal/hostcheck holds the host inspection
 // (mountinfo, /proc scanning by process group, marker, directory or
 // network namespace, named namespaces and links, leftover reports) they
 // share.

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -130,51 +131,76 @@ func TestRuntimeInjectsShares(t *testing.T) {
 			if res.ExitCode != 0 {
 				t.Fatalf("probe exit %d: %s %s", res.ExitCode, res.Stdout, res.Stderr)
 			}
-			p := ctrd.ParseProbe(res.Stdout)
-			id := p.Env["GPUMUX_SHARES"]
-			if !regexp.MustCompile(tc.idPattern).MatchString(id) {
-				t.Fatalf("container got share %q, want one matching %s\n%s", id, tc.idPattern, res.Stdout)
-			}
-			if want := strings.SplitN(id, "/", 2)[0]; p.Env["NVIDIA_VISIBLE_DEVICES"] != want {
-				t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want %q", p.Env["NVIDIA_VISIBLE_DEVICES"], want)
-			}
-			for path, want := range map[string]string{"/dev/nvidiactl": "195:255", "/dev/nvidia-uvm": "238:0", "/dev/nvidia-uvm-tools": "238:1"} {
-				if p.Devices[path] != want {
-					t.Errorf("%s is %q, want %s", path, p.Devices[path], want)
-				}
-			}
-			gpus, caps := 0, 0
-			for path, mm := range p.Devices {
-				if m := statDev.FindStringSubmatch(path); m != nil {
-					gpus++
-					if mm != "195:"+m[1] {
-						t.Errorf("%s is %s", path, mm)
-					}
-				}
-				if strings.HasPrefix(path, "/dev/nvidia-caps/") {
-					caps++
-				}
-			}
-			if gpus != 1 || (caps == 2) != tc.caps {
-				t.Errorf("container sees %d GPU nodes and %d caps nodes; want 1 and caps=%v", gpus, caps, tc.caps)
-			}
-			// A time-slice replica gets the limiter (limit = "cap", the
-			// default): its library, its limits and accounting, its GPU's
-			// registry.
-			limited := strings.Contains(id, "/timeslice/")
-			for _, m := range []string{"/run/gpumux/limiter/lib", "/run/gpumux/limiter/limits", "/run/gpumux/limiter/state", "/run/gpumux/limiter/node"} {
-				if p.HasMount(m) != limited {
-					t.Errorf("mount %s: %v, want %v (share %s)", m, p.HasMount(m), limited, id)
-				}
-			}
-			if got := p.Env["GPUMUX_LIMITER_LIMITS"]; (got == "/run/gpumux/limiter/limits") != limited {
-				t.Errorf("GPUMUX_LIMITER_LIMITS=%q for share %s", got, id)
-			}
-			if _, ok := p.Env["CUDA_MPS_PIPE_DIRECTORY"]; ok != tc.mps || (tc.mps && !p.HasMount("/run/gpumux/mps")) {
-				t.Errorf("MPS settings %v (pipe dir mounted: %v), want them: %v", ok, p.HasMount("/run/gpumux/mps"), tc.mps)
-			}
+			checkShareProbe(t, ctrd.ParseProbe(res.Stdout), regexp.MustCompile(tc.idPattern), tc.caps, tc.mps)
 		})
 	}
+}
+
+// checkShareProbe checks what the probe saw in a container that got one
+// share of runtimeNode: the share ID (matching idPattern) in GPUMUX_SHARES
+// and its GPU in NVIDIA_VISIBLE_DEVICES, the control device nodes and its
+// one GPU node, two MIG capability nodes (caps), the MPS settings and pipe
+// directory (mps), and the limiter's mounts for a time-slice replica. It
+// returns the share ID.
+func checkShareProbe(t *testing.T, p ctrd.Probe, idPattern *regexp.Regexp, caps, mps bool) string {
+	t.Helper()
+	id := p.Env["GPUMUX_SHARES"]
+	if !idPattern.MatchString(id) {
+		t.Fatalf("container got share %q, want one matching %s\n%+v", id, idPattern, p)
+	}
+	if want := strings.SplitN(id, "/", 2)[0]; p.Env["NVIDIA_VISIBLE_DEVICES"] != want {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want %q", p.Env["NVIDIA_VISIBLE_DEVICES"], want)
+	}
+	for path, want := range map[string]string{"/dev/nvidiactl": "195:255", "/dev/nvidia-uvm": "238:0", "/dev/nvidia-uvm-tools": "238:1"} {
+		if p.Devices[path] != want {
+			t.Errorf("%s is %q, want %s", path, p.Devices[path], want)
+		}
+	}
+	gpus, capNodes := 0, 0
+	for path, mm := range p.Devices {
+		if m := statDev.FindStringSubmatch(path); m != nil {
+			gpus++
+			if mm != "195:"+m[1] {
+				t.Errorf("%s is %s", path, mm)
+			}
+		}
+		if strings.HasPrefix(path, "/dev/nvidia-caps/") {
+			capNodes++
+		}
+	}
+	if gpus != 1 || (capNodes == 2) != caps {
+		t.Errorf("container sees %d GPU nodes and %d caps nodes; want 1 and caps=%v", gpus, capNodes, caps)
+	}
+	// A time-slice replica gets the limiter (limit = "cap", the default):
+	// its library, its limits and accounting, its GPU's registry.
+	limited := strings.Contains(id, "/timeslice/")
+	for _, m := range []string{"/run/gpumux/limiter/lib", "/run/gpumux/limiter/limits", "/run/gpumux/limiter/state", "/run/gpumux/limiter/node"} {
+		if p.HasMount(m) != limited {
+			t.Errorf("mount %s: %v, want %v (share %s)", m, p.HasMount(m), limited, id)
+		}
+	}
+	if got := p.Env["GPUMUX_LIMITER_LIMITS"]; (got == "/run/gpumux/limiter/limits") != limited {
+		t.Errorf("GPUMUX_LIMITER_LIMITS=%q for share %s", got, id)
+	}
+	if _, ok := p.Env["CUDA_MPS_PIPE_DIRECTORY"]; ok != mps || (mps && !p.HasMount("/run/gpumux/mps")) {
+		t.Errorf("MPS settings %v (pipe dir mounted: %v), want them: %v", ok, p.HasMount("/run/gpumux/mps"), mps)
+	}
+	return id
+}
+
+// leases returns the node's leases: share ID → container.
+func leases(t testing.TB, ctx context.Context, stateDir string) map[string]string {
+	t.Helper()
+	s, err := lease.Open(lease.PathIn(stateDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l, err := s.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 func TestRuntimeLeases(t *testing.T) {
@@ -183,18 +209,7 @@ func TestRuntimeLeases(t *testing.T) {
 	stateDir, config := runtimeNode(t)
 	d, runtime := startContainerd(t, ctx, config)
 	whole := ctrd.RunOpts{BinaryName: runtime, Args: []string{ctrd.ProbePath, "-sleep"}, Annotations: map[string]string{"gpumux.io/mechanism": "exclusive"}}
-	leases := func() map[string]string {
-		s, err := lease.Open(filepath.Join(stateDir, "leases.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		l, err := s.Leases(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
+	leases := func() map[string]string { return leases(t, ctx, stateDir) }
 
 	// The node has four whole GPUs: 2, 3, 5 and 7 (0-1 are replicas, 4 is MPS, 6 is MIG).
 	var held []string
@@ -345,5 +360,61 @@ func TestRuntimeHonoursNomadReservation(t *testing.T) {
 	}
 	if _, err := d.Run(ctx, "again", ctrd.RunOpts{BinaryName: runtime, Env: env}); err == nil || !strings.Contains(err.Error(), "used already") {
 		t.Errorf("the token a second time: %v", err)
+	}
+}
+
+// TestRuntimeConfigureContainerdConfig runs `gpumux runtime configure
+// --runtime=containerd` on the config `containerd config default` writes
+// and asks containerd how it reads the result: the gpumux runtime class,
+// with runc's settings, and every other setting as before.
+func TestRuntimeConfigureContainerdConfig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	containerd := func(args ...string) string {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, ctrd.DefaultContainerdBin(), args...).Output()
+		if err != nil {
+			t.Fatalf("containerd %v: %v", args, err)
+		}
+		return string(out)
+	}
+	path := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(path, []byte(containerd("config", "default")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := containerd("--config", path, "config", "dump")
+	runtime := filepath.Join(repoRoot(t), "bin", "gpumux-runtime")
+	out, err := exec.CommandContext(ctx, filepath.Join(repoRoot(t), "bin", "gpumux"), "runtime", "configure", "--runtime=containerd", "--config", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("gpumux runtime configure: %v\n%s", err, out)
+	}
+	after := containerd("--config", path, "config", "dump")
+
+	// The dump's gpumux tables, and the rest.
+	var gpumux, rest []string
+	in := false
+	for _, line := range strings.Split(after, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "[") {
+			in = strings.Contains(line, ".runtimes.gpumux]") || strings.Contains(line, ".runtimes.gpumux.")
+		}
+		if in {
+			gpumux = append(gpumux, strings.TrimSpace(line))
+		} else {
+			rest = append(rest, line)
+		}
+	}
+	if strings.Join(rest, "\n") != before {
+		t.Errorf("settings other than the gpumux runtime changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	got := strings.Join(gpumux, "\n")
+	for _, want := range []string{
+		`[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gpumux]`,
+		`runtime_type = "io.containerd.runc.v2"`,
+		`BinaryName = "` + runtime + `"`,
+		`SystemdCgroup = false`, // runc's, copied
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("containerd reads no %s in the gpumux runtime:\n%s\n(gpumux runtime configure said:\n%s)", want, got, out)
+		}
 	}
 }

@@ -23,6 +23,11 @@
 #                    both and conflicts with Debian's). The system service the
 #                    containerd package ships is not started by this script
 #                    (policy-rc.d while installing): tests never use it.
+#   docker.io        e2e/dockerd runs a private Docker engine (dockerd with its
+#                    own data root, exec root, socket and daemon.json in a temp
+#                    dir, on e2e/ctrd's private containerd) and the docker CLI
+#                    (Debian 12: Docker 20.10.24). Its docker.service and
+#                    docker.socket are not started either (policy-rc.d).
 set -euo pipefail
 
 PACKAGES=(
@@ -35,12 +40,14 @@ PACKAGES=(
 	libbearssl-dev
 	containerd
 	runc
+	docker.io
 )
 
 # Packages that count as present when this command is on PATH.
 declare -A COMMAND_OF=(
 	[containerd]=containerd
 	[runc]=runc
+	[docker.io]=dockerd
 )
 
 log() { echo "install-deps: $*" >&2; }
@@ -78,16 +85,16 @@ fi
 log "installing: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 
-# Keep the containerd package from starting its system service (a policy
-# of 101 tells invoke-rc.d and deb-systemd-invoke not to start anything);
-# an existing policy-rc.d is left alone.
+# Keep the containerd and docker.io packages from starting their system
+# services (a policy of 101 tells invoke-rc.d and deb-systemd-invoke not to
+# start anything); an existing policy-rc.d is left alone.
 POLICY=/usr/sbin/policy-rc.d
-if [[ " ${missing[*]} " == *" containerd "* && ! -e $POLICY ]]; then
+if [[ " ${missing[*]} " =~ " "(containerd|docker.io)" " && ! -e $POLICY ]]; then
 	printf '#!/bin/sh\n# installed by gpumux scripts/install-deps.sh while installing\nexit 101\n' |
 		"${SUDO[@]}" tee "$POLICY" >/dev/null
 	"${SUDO[@]}" chmod 755 "$POLICY"
 	trap '"${SUDO[@]}" rm -f "$POLICY"' EXIT
-	log "not starting containerd.service while installing ($POLICY)"
+	log "not starting containerd.service or docker.service while installing ($POLICY)"
 fi
 "${SUDO[@]}" apt-get update
 "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}"

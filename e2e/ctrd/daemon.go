@@ -631,18 +631,5 @@ func shimSocket(address, id string) string {
 // dumpLog prints the tail of the daemon log to the test log (and copies
 // the whole log to $GPUMUX_E2E_LOGDIR when set).
 func (d *Daemon) dumpLog() {
-	const max = 256 << 10
-	full := []byte(d.Log())
-	b := full
-	if len(b) > max {
-		d.t.Logf("containerd log is %d bytes; last %d bytes follow", len(b), max)
-		b = b[len(b)-max:]
-	}
-	d.t.Logf("----- containerd log (%s) -----\n%s\n----- end of containerd log -----", d.LogPath, b)
-	if dir := os.Getenv("GPUMUX_E2E_LOGDIR"); dir != "" {
-		name := strings.NewReplacer("/", "_", " ", "_").Replace(d.t.Name()) + ".containerd.log"
-		if err := os.MkdirAll(dir, 0o755); err == nil {
-			_ = os.WriteFile(filepath.Join(dir, name), full, 0o644)
-		}
-	}
+	hostcheck.ReportLog(d.t.Logf, d.t.Name(), "containerd", d.LogPath, []byte(d.Log()), 256<<10)
 }

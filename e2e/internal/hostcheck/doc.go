@@ -1,13 +1,14 @@
 // Package hostcheck holds the host inspection shared by the e2e harnesses
-// (e2e/nomadagent, e2e/ctrd, e2e/netns) and the probe program (e2e/probe): reading
-// /proc/self/mountinfo (mount points with their octal escapes decoded, the
-// mounts under a dir, the cgroup hierarchies), scanning /proc for the live
-// processes that belong to a daemon under test (by pid, process group,
-// command line, inherited marker environment, root or cwd, network
-// namespace, and optionally descent), listing the named network namespaces,
-// their bindings in /run/netns and the network interfaces a harness made,
-// reporting and removing what a stopped daemon left behind, and filtering
-// the environment the harnesses start their processes with.
+// (e2e/nomadagent, e2e/ctrd, e2e/dockerd, e2e/netns) and the probe program
+// (e2e/probe): reading /proc/self/mountinfo (mount points with their octal
+// escapes decoded, the mounts under a dir, the cgroup hierarchies), scanning
+// /proc for the live processes that belong to a daemon under test (by pid,
+// process group, command line, inherited marker environment, root or cwd,
+// network namespace, and optionally descent), listing the named network
+// namespaces, their bindings in /run/netns and the network interfaces a
+// harness made, reporting and removing what a stopped daemon left behind,
+// reporting a failed test's daemon log, and filtering the environment the
+// harnesses start their processes with.
 //
 // It reads the host as it is and depends on the standard library only (no
 // cgo, no build tag), so that the static probe can use it and `go vet ./...`
