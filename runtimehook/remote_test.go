@@ -98,7 +98,7 @@ func TestCreateRemoteShare(t *testing.T) {
 			}
 			// The createRuntime hook accepts a remote lease.
 			state, _ := json.Marshal(specs.State{ID: "c1", Bundle: f.bundle})
-			if err := f.rt.Hook(context.Background(), HookCreateRuntime, bytes.NewReader(state)); err != nil {
+			if err := f.rt.Hook(context.Background(), HookCreateRuntime, nil, bytes.NewReader(state)); err != nil {
 				t.Errorf("create-runtime hook: %v", err)
 			}
 			// The server admits the token.

@@ -209,7 +209,7 @@ func TestPoststopReleases(t *testing.T) {
 		t.Fatal(f.stderr.String())
 	}
 	state, _ := json.Marshal(specs.State{ID: "c1", Bundle: f.bundle})
-	if err := f.rt.Hook(context.Background(), HookPoststop, bytes.NewReader(state)); err != nil {
+	if err := f.rt.Hook(context.Background(), HookPoststop, nil, bytes.NewReader(state)); err != nil {
 		t.Fatal(err)
 	}
 	if held, _ := f.rt.store().held(context.Background(), "c1"); len(held) != 0 {
@@ -283,7 +283,7 @@ func TestCreateRuntimeHookRefusesUnusableShares(t *testing.T) {
 	}
 	hook := func(id string) error {
 		state, _ := json.Marshal(specs.State{ID: id, Bundle: f.bundle})
-		return f.rt.Hook(ctx, HookCreateRuntime, bytes.NewReader(state))
+		return f.rt.Hook(ctx, HookCreateRuntime, nil, bytes.NewReader(state))
 	}
 
 	// An MPS share whose daemon is not running (no agent or plugin on this
