@@ -33,7 +33,7 @@ func updateLdcache(ctx context.Context, st specs.State, dirs []string) error {
 		return errors.New("no directories given")
 	}
 	for _, d := range dirs {
-		if !filepath.IsAbs(d) || filepath.Clean(d) != d || strings.HasPrefix(d, "-") {
+		if !filepath.IsAbs(d) || filepath.Clean(d) != d {
 			return fmt.Errorf("directory %q: want a clean absolute path in the container", d)
 		}
 	}
