@@ -1,12 +1,15 @@
 package node_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/gpumux/gpumux/gpu/driverfiles"
 	"github.com/gpumux/gpumux/gpu/sim"
@@ -175,5 +178,38 @@ func TestDriverRoot(t *testing.T) {
 	}
 	if m := driverMounts(n, e.Mounts); len(m) == 0 || !strings.HasPrefix(m[0].HostPath, empty+"/") || m[0].ContainerPath != "/"+filepath.Join(sim.LibDir(), "libcuda.so.580.159.04") {
 		t.Errorf("driver mounts %+v, want libcuda from %s first", m, empty)
+	}
+}
+
+// TestStartLogsDriverFiles: a node agent says at start what containers get
+// of the driver, or why they cannot get it.
+func TestStartLogsDriverFiles(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		driverRoot string
+		want       string
+	}{
+		{"found", "", `driver files for containers: version=580.159.04`},
+		{"missing", "<empty>", "containers of this node's shares cannot get the driver's files"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log strings.Builder
+			root := tc.driverRoot
+			if root == "<empty>" {
+				root = t.TempDir()
+			}
+			cfg := &nodeconfig.Config{Simulate: "dgxh200", StateDir: t.TempDir(), DriverRoot: root}
+			n, err := node.Open(cfg, node.WithOpen(openDGXHost), node.WithLogger(hclog.New(&hclog.LoggerOptions{Output: &log, Level: hclog.Info})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n.Close()
+			if err := n.Start(context.Background(), "a test"); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(log.String(), tc.want) {
+				t.Errorf("the log does not say %q:\n%s", tc.want, log.String())
+			}
+		})
 	}
 }

@@ -386,6 +386,8 @@ func TestConfigErrors(t *testing.T) {
 		{"gpu {\n match = \"0\"\n mechanism = \"mps\"\n share_sizes = [\"60%\", \"60%\"]\n}", `add up to 120%`},
 		{"gpu {\n match = \"0\"\n mechanism = \"exclusive\"\n replica = 2\n}", `replica`},
 		{"gpu {\n mechanism = \"exclusive\"\n}", `match`},
+		{`driver_root = "run/nvidia/driver"`, `driver_root = "run/nvidia/driver": want a clean absolute path`},
+		{`driver_root = "/run/nvidia/driver/"`, `driver_root = "/run/nvidia/driver/": want a clean absolute path`},
 	}
 	for _, tc := range tests {
 		_, err := nodeconfig.ParseConfig([]byte(tc.config))
