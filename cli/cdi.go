@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -30,12 +31,15 @@ func runCDI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var nf nodeFlags
 	nf.register(fs)
 	output := fs.String("output", "", "write the spec to `FILE` (e.g. /etc/cdi/gpumux.json) instead of standard output")
+	runtimeBinary := fs.String("runtime-binary", "", "gpumux-runtime `PATH` whose update-ldcache hook the spec names (default: gpumux-runtime on PATH or next to gpumux, else "+node.DefaultRuntimeBinary+")")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: gpumux cdi generate [flags]
 
 Writes a CDI spec (kind %s) with one device per share the node offers under
-its layout, carrying the same edits as the Nomad plugin and gpumux-runtime:
-for CDI-native engines (containerd 2.x, Docker 25+, Podman), e.g.
+its layout, carrying the same edits as the Nomad plugin and gpumux-runtime
+(device nodes, environment, mounts: the host driver's libraries and
+nvidia-smi among them, and gpumux-runtime's hook that adds the libraries
+to the container's linker cache): for CDI-native engines (containerd 2.x, Docker 25+, Podman), e.g.
   podman run --device %s=<name> …
 A CDI device is handed out as named, with no lease: use gpumux-runtime for
 shares that must not be given twice. Names are share IDs with "/" as "_".
@@ -47,7 +51,11 @@ Flags:
 	if code, ok := parseFlags(fs, args[1:], stderr); !ok {
 		return code
 	}
-	spec, err := cdiSpec(ctx, &nf, stderr)
+	var opts []node.Option
+	if *runtimeBinary != "" {
+		opts = append(opts, node.WithRuntimeBinary(*runtimeBinary))
+	}
+	spec, err := cdiSpec(ctx, &nf, stderr, opts...)
 	if err == nil {
 		err = writeCDI(spec, *output, stdout)
 	}
@@ -62,9 +70,11 @@ Flags:
 // not among them: their edits carry a token per container, which a CDI spec
 // handed to every container cannot. A share whose edits cannot be made now
 // (a limited replica without the limiter installed) is left out, and said
-// so on warn, so that the others are still served.
-func cdiSpec(ctx context.Context, nf *nodeFlags, warn io.Writer) (*cdispec.Spec, error) {
-	n, err := nf.open()
+// so on warn, so that the others are still served. A hook program that is
+// not installed is said on warn too: containers given such a device would
+// fail to start.
+func cdiSpec(ctx context.Context, nf *nodeFlags, warn io.Writer, opts ...node.Option) (*cdispec.Spec, error) {
+	n, err := nf.open(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -74,6 +84,7 @@ func cdiSpec(ctx context.Context, nf *nodeFlags, warn io.Writer) (*cdispec.Spec,
 		return nil, err
 	}
 	spec := &cdispec.Spec{Version: cdispec.CurrentVersion, Kind: CDIKind}
+	var missing []string // hook programs not installed, said once each
 	for _, s := range c.Shares() {
 		edits, err := n.Edits([]share.Share{s})
 		if err != nil {
@@ -85,6 +96,12 @@ func cdiSpec(ctx context.Context, nf *nodeFlags, warn io.Writer) (*cdispec.Spec,
 			Annotations:    map[string]string{"gpumux.io/share": s.ID, "gpumux.io/mechanism": string(s.Mechanism)},
 			ContainerEdits: *node.CDIEdits(edits),
 		})
+		for _, h := range edits.Hooks {
+			if _, err := os.Stat(h.Path); err != nil && !slices.Contains(missing, h.Path) {
+				missing = append(missing, h.Path)
+				fmt.Fprintf(warn, "gpumux cdi generate: warning: hook program %s: %v (install gpumux-runtime there, or give --runtime-binary)\n", h.Path, err)
+			}
+		}
 	}
 	return spec, nil
 }

@@ -106,12 +106,12 @@ func (n *nodeFlags) config() (*nodeconfig.Config, error) {
 }
 
 // open reads the node config and opens the node it names.
-func (n *nodeFlags) open() (*node.Node, error) {
+func (n *nodeFlags) open(opts ...node.Option) (*node.Node, error) {
 	cfg, err := n.config()
 	if err != nil {
 		return nil, err
 	}
-	return node.Open(cfg)
+	return node.Open(cfg, opts...)
 }
 
 // writeJSON writes v as indented JSON, the form --output json gives scripts.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpumux/gpumux/cli"
+	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/node/lease"
 )
 
@@ -176,6 +178,44 @@ gpu {
 	}
 	if code, _, errOut := run(t, "cdi", "generate", "--config", cfg, "--output", filepath.Join(dir, "x.txt")); code != cli.ExitError || !strings.Contains(errOut, "*.json") {
 		t.Errorf("a non-.json output: exit %d, %q", code, errOut)
+	}
+
+	// Every device carries the driver's files and the hook that adds them
+	// to the container's linker cache, which runs --runtime-binary; one
+	// that is not installed is said once.
+	lib := "/" + sim.LibDir()
+	installed := filepath.Join(t.TempDir(), "gpumux-runtime")
+	if err := os.WriteFile(installed, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		binary string
+		warn   bool
+	}{{installed, false}, {filepath.Join(dir, "no", "gpumux-runtime"), true}} {
+		code, stdout, errOut := run(t, "cdi", "generate", "--config", cfg, "--runtime-binary", tc.binary)
+		if code != cli.ExitOK {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		if n := strings.Count(errOut, "warning: hook program "+tc.binary); n != map[bool]int{true: 1, false: 0}[tc.warn] {
+			t.Errorf("--runtime-binary %s: %d warnings (want one if it is missing): %q", tc.binary, n, errOut)
+		}
+		var spec cdispec.Spec
+		if err := json.Unmarshal([]byte(stdout), &spec); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range spec.Devices {
+			hooks := d.ContainerEdits.Hooks
+			if len(hooks) != 1 || hooks[0].HookName != "createContainer" || hooks[0].Path != tc.binary || strings.Join(hooks[0].Args, " ") != "gpumux-runtime hook update-ldcache "+lib {
+				t.Errorf("device %s: hooks %+v", d.Name, hooks)
+			}
+			found := false
+			for _, m := range d.ContainerEdits.Mounts {
+				found = found || m.ContainerPath == lib+"/libcuda.so.1" && slices.Contains(m.Options, "ro") && strings.HasPrefix(m.HostPath, filepath.Join(dir, "sim")+"/")
+			}
+			if !found {
+				t.Errorf("device %s has no read-only %s/libcuda.so.1 of the simulated driver", d.Name, lib)
+			}
+		}
 	}
 }
 

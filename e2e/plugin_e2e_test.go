@@ -17,7 +17,9 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/gpumux/gpumux/e2e/internal/hostcheck"
 	"github.com/gpumux/gpumux/e2e/nomadagent"
+	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/internal/scrape"
 )
 
@@ -77,18 +79,39 @@ func readJob(t *testing.T, name string) string {
 	return string(b)
 }
 
-// probe is what a task printed: its gpumux env and device nodes.
+// probe is what a task printed: its gpumux env and device nodes, and its
+// mounts where the job prints them (withMountinfo).
 type probe struct {
 	env     map[string]string
 	devices map[string]string // path → "major:minor" (decimal) of character devices
+	mounts  map[string]bool   // mount point → read-only
 }
 
 var statLine = regexp.MustCompile(`^(/dev/\S+) character special file ([0-9a-f]+):([0-9a-f]+)$`)
 
+// mountinfoPrefix starts the lines of /proc/self/mountinfo that a job
+// rewritten by withMountinfo prints.
+const mountinfoPrefix = "MOUNTINFO "
+
+// withMountinfo makes an example job's shell command also print the task's
+// mounts.
+func withMountinfo(t *testing.T, job string) string {
+	t.Helper()
+	args := regexp.MustCompile(`(args\s+=\s+\["-c", ".*)"\]`)
+	if !args.MatchString(job) {
+		t.Fatalf("the job has no args = [\"-c\", \"…\"] line to extend:\n%s", job)
+	}
+	return args.ReplaceAllString(job, `${1}; sed 's/^/`+mountinfoPrefix+`/' /proc/self/mountinfo"]`)
+}
+
 func parseProbe(out string) probe {
-	p := probe{env: map[string]string{}, devices: map[string]string{}}
+	p := probe{env: map[string]string{}, devices: map[string]string{}, mounts: map[string]bool{}}
 	for _, line := range strings.Split(out, "\n") {
-		if m := statLine.FindStringSubmatch(line); m != nil {
+		if mi, ok := strings.CutPrefix(line, mountinfoPrefix); ok {
+			for _, m := range hostcheck.ParseMountinfo([]byte(mi)) {
+				p.mounts[m.Point] = m.ReadOnly
+			}
+		} else if m := statLine.FindStringSubmatch(line); m != nil {
 			maj, _ := strconv.ParseInt(m[2], 16, 64)
 			min, _ := strconv.ParseInt(m[3], 16, 64)
 			p.devices[m[1]] = strconv.FormatInt(maj, 10) + ":" + strconv.FormatInt(min, 10)
@@ -212,6 +235,7 @@ func TestPluginSchedulesShares(t *testing.T) {
 					t.Fatal("the rewrite of the example job changed nothing")
 				}
 			}
+			hcl = withMountinfo(t, hcl)
 			jobID, err := a.RunJob(ctx, hcl)
 			if err != nil {
 				t.Fatal(err)
@@ -300,6 +324,17 @@ func TestPluginSchedulesShares(t *testing.T) {
 				}
 			} else if _, ok := p.env["GPUMUX_LIMITER_LIMITS"]; ok {
 				t.Errorf("a %s task got the limiter", tc.job)
+			}
+			// The (simulated) driver's files, read-only, at their paths;
+			// a limited replica's limiter loads the real libraries there.
+			lib := "/" + sim.LibDir()
+			for _, f := range []string{lib + "/libcuda.so.1", lib + "/libnvidia-ml.so.1", "/usr/bin/nvidia-smi"} {
+				if ro, ok := p.mounts[f]; !ok || !ro {
+					t.Errorf("task's %s: mounted %v, read-only %v; want the driver's file read-only", f, ok, ro)
+				}
+			}
+			if tc.job == "timeslice" && p.env["GPUMUX_LIMITER_CUDA"] != lib+"/libcuda.so.1" {
+				t.Errorf("the time-slice task's GPUMUX_LIMITER_CUDA=%q, want the driver's %s/libcuda.so.1", p.env["GPUMUX_LIMITER_CUDA"], lib)
 			}
 			if err := a.StopJob(ctx, jobID, true); err != nil {
 				t.Fatal(err)

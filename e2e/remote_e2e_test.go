@@ -269,7 +269,7 @@ func TestRemoteShares(t *testing.T) {
 	}
 
 	// A task asking for a remote share.
-	jobID, err := a.RunJob(ctx, remoteJob(t, probeURL))
+	jobID, err := a.RunJob(ctx, withMountinfo(t, remoteJob(t, probeURL)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,6 +309,12 @@ func TestRemoteShares(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the task's output lacks %q", want)
+		}
+	}
+	// gpumux's interposer only, never a driver's library or program.
+	for point := range parseProbe(out).mounts {
+		if base := filepath.Base(point); !strings.HasPrefix(point, "/run/gpumux/remote") && (strings.HasPrefix(base, "libcuda.so") || strings.HasPrefix(base, "libnvidia-ml.so") || base == "nvidia-smi") {
+			t.Errorf("the remote task got a driver file mounted at %s", point)
 		}
 	}
 	if errOut, _ := a.TaskLogs(ctx, allocs[0].ID, "probe", "stderr"); strings.TrimSpace(errOut) != "" {

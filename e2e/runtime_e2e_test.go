@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpumux/gpumux/e2e/ctrd"
 	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/mps"
 	"github.com/gpumux/gpumux/node"
@@ -140,7 +141,8 @@ func TestRuntimeInjectsShares(t *testing.T) {
 // share of runtimeNode: the share ID (matching idPattern) in GPUMUX_SHARES
 // and its GPU in NVIDIA_VISIBLE_DEVICES, the control device nodes and its
 // one GPU node, two MIG capability nodes (caps), the MPS settings and pipe
-// directory (mps), and the limiter's mounts for a time-slice replica. It
+// directory (mps), the limiter's mounts for a time-slice replica (and the
+// real libraries it loads), and the driver's files (checkDriverFiles). It
 // returns the share ID.
 func checkShareProbe(t *testing.T, p ctrd.Probe, idPattern *regexp.Regexp, caps, mps bool) string {
 	t.Helper()
@@ -185,6 +187,12 @@ func checkShareProbe(t *testing.T, p ctrd.Probe, idPattern *regexp.Regexp, caps,
 	if _, ok := p.Env["CUDA_MPS_PIPE_DIRECTORY"]; ok != mps || (mps && !p.HasMount("/run/gpumux/mps")) {
 		t.Errorf("MPS settings %v (pipe dir mounted: %v), want them: %v", ok, p.HasMount("/run/gpumux/mps"), mps)
 	}
+	checkDriverFiles(t, p)
+	// The limiter loads the real libraries from the driver's mounts.
+	lib := "/" + sim.LibDir()
+	if got := p.Env["GPUMUX_LIMITER_CUDA"]; (got == lib+"/libcuda.so.1") != limited || (limited && p.Env["GPUMUX_LIMITER_NVML"] != lib+"/libnvidia-ml.so.1") {
+		t.Errorf("GPUMUX_LIMITER_CUDA=%q GPUMUX_LIMITER_NVML=%q for share %s", got, p.Env["GPUMUX_LIMITER_NVML"], id)
+	}
 	return id
 }
 
@@ -201,6 +209,26 @@ func leases(t testing.TB, ctx context.Context, stateDir string) map[string]strin
 		t.Fatal(err)
 	}
 	return l
+}
+
+// checkDriverFiles checks that a container got the simulated driver's
+// files read-only at their paths under its root (runtimeNode's node is
+// simulated), and their directory in its linker cache: the probe's root
+// file system has no NVIDIA file of its own, nor a cache.
+func checkDriverFiles(t *testing.T, p ctrd.Probe) {
+	t.Helper()
+	lib := "/" + sim.LibDir()
+	for _, f := range []string{lib + "/libcuda.so.580.159.04", lib + "/libcuda.so.1", lib + "/libcuda.so", lib + "/libnvidia-ml.so.1",
+		lib + "/libnvidia-ptxjitcompiler.so.1", lib + "/libnvidia-nvvm.so.4", "/usr/bin/nvidia-smi", "/run/nvidia-persistenced/socket"} {
+		if !p.HasMount(f) || !p.ReadOnly[f] {
+			t.Errorf("%s: mounted %v, read-only %v; want the driver's file read-only", f, p.HasMount(f), p.ReadOnly[f])
+		}
+	}
+	for _, name := range []string{"libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-nvvm.so.4"} {
+		if got := p.LdCache[name]; got != lib+"/"+name {
+			t.Errorf("the container's linker cache has %s at %q, want %s/%s (cache %v)", name, got, lib, name, p.LdCache)
+		}
+	}
 }
 
 func TestRuntimeLeases(t *testing.T) {
@@ -358,6 +386,7 @@ func TestRuntimeHonoursNomadReservation(t *testing.T) {
 	if probe.Env["NVIDIA_VISIBLE_DEVICES"] != id || probe.Env["GPUMUX_SHARES"] != id {
 		t.Errorf("the task's container saw %v, want the reserved %s", probe.Env, id)
 	}
+	checkDriverFiles(t, probe)
 	if _, err := d.Run(ctx, "again", ctrd.RunOpts{BinaryName: runtime, Env: env}); err == nil || !strings.Contains(err.Error(), "used already") {
 		t.Errorf("the token a second time: %v", err)
 	}

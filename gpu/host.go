@@ -81,13 +81,17 @@ func OpenNVML(opts ...Option) (*Host, error) {
 }
 
 // OpenSimulated opens the simulated node name (see package sim) whose state
-// lives under stateDir, and creates its device nodes.
+// lives under stateDir, and creates its device nodes and its driver's
+// user-space files (stubs: see sim.Node.EnsureDriverFiles).
 func OpenSimulated(name, stateDir string, opts ...sim.Option) (*Host, error) {
 	node, err := sim.Open(name, stateDir, opts...)
 	if err != nil {
 		return nil, err
 	}
 	if err := node.EnsureDeviceNodes(); err != nil {
+		return nil, fmt.Errorf("simulated node %s: %w", name, err)
+	}
+	if err := node.EnsureDriverFiles(); err != nil {
 		return nil, fmt.Errorf("simulated node %s: %w", name, err)
 	}
 	lib := node.NVML()
@@ -122,6 +126,25 @@ func (h *Host) Close() error {
 // DevicePath returns the host path of a device node given its name under /dev
 // (e.g. "nvidia0" or "nvidia-caps/nvidia-cap12").
 func (h *Host) DevicePath(name string) string { return filepath.Join(h.devRoot, name) }
+
+// DriverRoot is where the driver's user-space files are: "/" on a real
+// host, the simulated driver (sim.Node.DriverRoot) on a simulated one.
+func (h *Host) DriverRoot() string {
+	if h.simulated != nil {
+		return h.simulated.DriverRoot()
+	}
+	return "/"
+}
+
+// DriverVersion is the version of the driver NVML runs on ("580.159.04"):
+// the version of its libraries' file names (libcuda.so.580.159.04).
+func (h *Host) DriverVersion() (string, error) {
+	v, ret := h.lib.SystemGetDriverVersion()
+	if ret != nvml.SUCCESS {
+		return "", fmt.Errorf("NVML driver version: %w", nvmlError(ret))
+	}
+	return v, nil
+}
 
 // nvmlError turns an NVML return code into an error that keeps the code, so
 // callers can test it with errors.Is(err, nvml.ERROR_IN_USE).

@@ -11,7 +11,8 @@ import (
 // Start makes this process the node's agent, named who in the state
 // directory's lock ("gpumux agent", "the gpumux Nomad plugin"): it takes
 // the lock (failing with ErrAgentRunning while another agent holds it),
-// starts watching XIDs, and starts each mechanism that has something to
+// starts watching XIDs, logs what containers get of the driver (or why
+// they cannot get it), and starts each mechanism that has something to
 // run (Lifecycle): the mig provider applies the config's MIG layouts, the
 // mps provider starts watching its daemons. A mechanism that fails to
 // start is logged and keeps what it has (a GPU whose MIG layout cannot be
@@ -40,6 +41,9 @@ func (n *Node) Start(ctx context.Context, who string) error {
 	n.mu.Unlock()
 	n.xids.watch(ctx, n, n.changed)
 	warnUnknownIgnored(ctx, n.host, n.logger)
+	if _, remoteOnly := n.host.(noGPUs); !remoteOnly {
+		n.logDriver()
+	}
 	for _, p := range n.providers {
 		lc, ok := p.(Lifecycle)
 		if !ok {

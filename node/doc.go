@@ -5,7 +5,7 @@
 //	n, err := node.Open(cfg, node.WithLogger(logger))   // real NVML, a simulated node, or remote GPUs only
 //	c, err := n.Catalog(ctx)                            // the shares the node offers under its layout
 //	ok, why := n.Health(s)                              // XIDs, and the mechanism's own (MPS daemon, MIG instance, remote server)
-//	e, err := n.Edits(shares)                           // what a container needs to use them
+//	e, err := n.Edits(shares)                           // what a container needs to use them, the driver's files included
 //	h, err := n.Holders(ctx)                            // who holds what: leases, and Nomad allocations
 //
 // A node agent (the plugin, gpumux agent) also runs the node: Start takes

@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
@@ -10,14 +11,21 @@ import (
 )
 
 // Edits computes what a container needs to use shares: the edits every
-// share on the node's devices needs (share.DeviceEdits), then each
-// mechanism's own, from its provider. The Nomad plugin's Reserve,
+// share on the node's devices needs (share.DeviceEdits), the driver's
+// files when any share is on the node's own GPUs (addDriver; remote shares
+// get gpumux's interposer from their mechanism instead, never the real
+// driver), then each mechanism's own, from its provider. The Nomad plugin's Reserve,
 // gpumux-runtime and gpumux cdi generate all come here, so one share gets
 // the same edits through each.
 func (n *Node) Edits(shares []share.Share) (share.Edits, error) {
 	e, err := share.DeviceEdits(shares, n.host)
 	if err != nil {
 		return share.Edits{}, err
+	}
+	if slices.ContainsFunc(shares, func(s share.Share) bool { return s.Remote == nil }) {
+		if err := n.addDriver(&e); err != nil {
+			return share.Edits{}, fmt.Errorf("shares %v: %w", share.SortedIDs(shares), err)
+		}
 	}
 	byMech := map[share.Mechanism][]share.Share{}
 	var order []share.Mechanism
@@ -42,7 +50,8 @@ func (n *Node) Edits(shares []share.Share) (share.Edits, error) {
 // CDIEdits turns container edits into CDI container edits: the form both
 // gpumux-runtime (applied to config.json with the CDI library) and CDI spec
 // files use. Device nodes carry host paths only; CDI reads their type and
-// major/minor from the host when it applies them.
+// major/minor from the host when it applies them. Hook stages are OCI's
+// names, which are CDI's.
 func CDIEdits(e share.Edits) *cdispec.ContainerEdits {
 	out := &cdispec.ContainerEdits{}
 	keys := make([]string, 0, len(e.Env))
@@ -62,6 +71,9 @@ func CDIEdits(e share.Edits) *cdispec.ContainerEdits {
 			opts = append(opts, "ro")
 		}
 		out.Mounts = append(out.Mounts, &cdispec.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, Options: opts, Type: "bind"})
+	}
+	for _, h := range e.Hooks {
+		out.Hooks = append(out.Hooks, &cdispec.Hook{HookName: h.Stage, Path: h.Path, Args: h.Args})
 	}
 	return out
 }

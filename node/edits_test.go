@@ -99,8 +99,8 @@ func TestEdits(t *testing.T) {
 			if !slices.Equal(got, tc.devices) {
 				t.Errorf("devices\n got %v\nwant %v", got, tc.devices)
 			}
-			if len(e.Mounts) != 0 {
-				t.Errorf("mounts %+v", e.Mounts)
+			if len(driverMounts(n, e.Mounts)) == 0 || len(withoutDriver(n, e.Mounts)) != 0 {
+				t.Errorf("mounts %+v, want the driver's files only", e.Mounts)
 			}
 		})
 	}
@@ -144,8 +144,8 @@ func TestEditsMPS(t *testing.T) {
 		t.Errorf("env\n got %v\nwant %v", e.Env, wantEnv)
 	}
 	pipe := filepath.Join(n.Config().StateDir, "mps", g4, "pipe")
-	if len(e.Mounts) != 1 || e.Mounts[0] != (share.Mount{HostPath: pipe, ContainerPath: mps.PipeMount}) {
-		t.Errorf("mounts %+v, want %s at %s", e.Mounts, pipe, mps.PipeMount)
+	if m := withoutDriver(n, e.Mounts); len(m) != 1 || m[0] != (share.Mount{HostPath: pipe, ContainerPath: mps.PipeMount}) {
+		t.Errorf("mounts %+v, want the driver's files and %s at %s", e.Mounts, pipe, mps.PipeMount)
 	}
 	if len(e.DeviceNodes) != 4 || e.DeviceNodes[3].ContainerPath != "/dev/nvidia4" {
 		t.Errorf("device nodes %+v", e.DeviceNodes)
@@ -236,6 +236,10 @@ func TestEditsRemote(t *testing.T) {
 	if claims.Quota != 8<<30 || claims.Device != two[0].Remote.Index || !strings.HasPrefix(claims.ID, "nomad-") || claims.Expires.Before(time.Now().Add(719*time.Hour)) {
 		t.Errorf("token claims %+v: want two shares' 8 GiB on GPU %d, from nomad, for 720h", claims, two[0].Remote.Index)
 	}
+	// The interposer only, never the real driver: no driver file, no hook.
+	if len(driverMounts(n, e.Mounts)) != 0 || len(e.Hooks) != 0 || e.DriverLibraries != nil {
+		t.Errorf("remote shares got the driver's files: mounts %+v, hooks %+v, libraries %v", e.Mounts, e.Hooks, e.DriverLibraries)
+	}
 	if len(e.DeviceNodes) != 0 {
 		t.Errorf("a remote share got device nodes %v", e.DeviceNodes)
 	}
@@ -318,8 +322,8 @@ func TestOpenWithoutDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.Env[remote.EnvAddr] != srv.Addr || len(e.DeviceNodes) != 0 {
-		t.Errorf("edits %+v", e)
+	if e.Env[remote.EnvAddr] != srv.Addr || len(e.DeviceNodes) != 0 || len(e.Hooks) != 0 || len(e.Mounts) != 1 || e.Mounts[0].ContainerPath != remote.Mount {
+		t.Errorf("edits %+v, want the interposer only", e)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/share"
@@ -60,6 +61,9 @@ func TestEditsLimitedReplica(t *testing.T) {
 		"NVIDIA_VISIBLE_DEVICES": g2, "GPUMUX_SHARES": id,
 		"LD_LIBRARY_PATH": timeslice.LibMount, "GPUMUX_LIMITER_LIMITS": timeslice.LimitsMount, "GPUMUX_LIMITER_STATE": timeslice.StateMount,
 		"GPUMUX_LIMITER_NODE": timeslice.NodeMount,
+		// The real libraries behind the limiter's: the driver's, mounted.
+		"GPUMUX_LIMITER_CUDA": "/" + filepath.Join(sim.LibDir(), "libcuda.so.1"),
+		"GPUMUX_LIMITER_NVML": "/" + filepath.Join(sim.LibDir(), "libnvidia-ml.so.1"),
 	}
 	if fmt.Sprint(e.Env) != fmt.Sprint(wantEnv) {
 		t.Errorf("env\n got %v\nwant %v", e.Env, wantEnv)
@@ -70,8 +74,8 @@ func TestEditsLimitedReplica(t *testing.T) {
 		{HostPath: filepath.Join(dir, "limits"), ContainerPath: "/run/gpumux/limiter/limits", ReadOnly: true},
 		{HostPath: filepath.Join(cfg.StateDir, "timeslice", g2, "node"), ContainerPath: "/run/gpumux/limiter/node"},
 	}
-	if !slices.Equal(e.Mounts, wantMounts) {
-		t.Errorf("mounts\n got %+v\nwant %+v", e.Mounts, wantMounts)
+	if !slices.Equal(withoutDriver(n, e.Mounts), wantMounts) {
+		t.Errorf("mounts\n got %+v\nwant the driver's and %+v", e.Mounts, wantMounts)
 	}
 	if len(e.DeviceNodes) != 4 || e.DeviceNodes[3].ContainerPath != "/dev/nvidia2" {
 		t.Errorf("device nodes %+v", e.DeviceNodes)
@@ -81,7 +85,7 @@ func TestEditsLimitedReplica(t *testing.T) {
 		t.Errorf("limits file %q (%v), want %q", b, err, want)
 	}
 	// The CDI form: the limiter and the limits read-only, the accounting not.
-	ce := node.CDIEdits(e)
+	ce := node.CDIEdits(share.Edits{Mounts: withoutDriver(n, e.Mounts)})
 	for i, want := range []string{"rbind,nosuid,nodev,ro", "rbind,nosuid,nodev", "rbind,nosuid,nodev,ro", "rbind,nosuid,nodev"} {
 		if got := strings.Join(ce.Mounts[i].Options, ","); got != want {
 			t.Errorf("CDI mount %s: options %s, want %s", ce.Mounts[i].ContainerPath, got, want)
@@ -93,8 +97,8 @@ func TestEditsLimitedReplica(t *testing.T) {
 	migID := big.UUID + "/timeslice/0"
 	if e, err := edits(migID); err != nil {
 		t.Error(err)
-	} else if e.Env["CUDA_VISIBLE_DEVICES"] != big.UUID || e.Env["LD_LIBRARY_PATH"] != timeslice.LibMount || len(e.Mounts) != 4 ||
-		e.Mounts[2].HostPath != filepath.Join(cfg.StateDir, "timeslice", big.UUID, "0", "limits") || len(e.DeviceNodes) != 6 {
+	} else if m := withoutDriver(n, e.Mounts); e.Env["CUDA_VISIBLE_DEVICES"] != big.UUID || e.Env["LD_LIBRARY_PATH"] != timeslice.LibMount || len(m) != 4 ||
+		m[2].HostPath != filepath.Join(cfg.StateDir, "timeslice", big.UUID, "0", "limits") || len(e.DeviceNodes) != 6 {
 		t.Errorf("MIG replica %s: %+v", migID, e)
 	}
 
@@ -115,7 +119,7 @@ func TestEditsLimitedReplica(t *testing.T) {
 	}
 	// limit = "off": as before the limiter.
 	for _, ids := range [][]string{{g3 + "/timeslice/0", g3 + "/timeslice/1"}, {g3 + "/timeslice/1", g4}} {
-		if e, err := edits(ids...); err != nil || len(e.Mounts) != 0 || e.Env["LD_LIBRARY_PATH"] != "" {
+		if e, err := edits(ids...); err != nil || len(withoutDriver(n, e.Mounts)) != 0 || e.Env["LD_LIBRARY_PATH"] != "" || e.Env[timeslice.EnvCUDA] != "" {
 			t.Errorf("unlimited %v: %v, edits %+v", ids, err, e)
 		}
 	}
@@ -241,8 +245,8 @@ func limiterChild(t *testing.T, want string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(e.Mounts) == 0 || e.Mounts[0].HostPath != want || e.Mounts[0].ContainerPath != timeslice.LibMount {
-		t.Errorf("mounts %+v, want %s at %s first", e.Mounts, want, timeslice.LibMount)
+	if m := withoutDriver(n, e.Mounts); len(m) == 0 || m[0].HostPath != want || m[0].ContainerPath != timeslice.LibMount {
+		t.Errorf("mounts %+v, want %s at %s after the driver's", e.Mounts, want, timeslice.LibMount)
 	}
 }
 

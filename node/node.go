@@ -68,6 +68,10 @@ type Host interface {
 	Usage(ctx context.Context) (map[string]gpu.Usage, error)
 	WatchXIDs(ctx context.Context) (<-chan gpu.XIDEvent, error)
 	DevicePath(name string) string
+	// DriverRoot and DriverVersion say where the driver's user-space
+	// files are and which version they carry (DriverFiles).
+	DriverRoot() string
+	DriverVersion() (string, error)
 	Close() error
 }
 
@@ -85,6 +89,8 @@ type Node struct {
 	providers []Provider
 	xids      *xidTracker
 	leaseCache
+	driver        driverCache
+	runtimeBinary string // gpumux-runtime, which containers' hooks run
 
 	mu      sync.Mutex
 	catalog *share.Catalog // the last one built
@@ -97,11 +103,12 @@ type Node struct {
 type Option func(*options)
 
 type options struct {
-	open      OpenFunc
-	logger    hclog.Logger
-	issuer    string
-	mpsBinary string
-	mpsOpts   []mps.Option
+	open          OpenFunc
+	logger        hclog.Logger
+	issuer        string
+	mpsBinary     string
+	mpsOpts       []mps.Option
+	runtimeBinary string
 }
 
 // WithOpen replaces how the node's GPUs are opened (tests).
@@ -142,7 +149,7 @@ func Open(cfg *nodeconfig.Config, opts ...Option) (*Node, error) {
 	}
 	host, err := o.open(cfg)
 	if err != nil && cfg.Remote != nil && errors.Is(err, gpu.ErrNoDriver) {
-		o.logger.Info("no local GPUs; offering remote GPUs only", "reason", err)
+		o.logger.Info("no local GPUs; offering remote GPUs only, whose containers get gpumux's interposer and no driver files", "reason", err)
 		host, err = noGPUs{}, nil
 	}
 	if err != nil {
@@ -154,7 +161,10 @@ func Open(cfg *nodeconfig.Config, opts ...Option) (*Node, error) {
 	if o.mpsBinary == "" {
 		o.mpsBinary = ResolveBinary(cfg.MPSControlBinary)
 	}
-	n := &Node{cfg: cfg, host: host, logger: o.logger, issuer: o.issuer, xids: newXIDTracker()}
+	if o.runtimeBinary == "" {
+		o.runtimeBinary = resolveRuntimeBinary()
+	}
+	n := &Node{cfg: cfg, host: host, logger: o.logger, issuer: o.issuer, xids: newXIDTracker(), runtimeBinary: o.runtimeBinary}
 	n.providers = n.newProviders(append([]mps.Option{mps.WithControlBinary(o.mpsBinary), mps.WithLogger(o.logger.Named("mps"))}, o.mpsOpts...))
 	return n, nil
 }
@@ -224,8 +234,10 @@ func (noGPUs) Processes(context.Context, string) ([]uint32, error) { return nil,
 func (noGPUs) Usage(context.Context) (map[string]gpu.Usage, error) {
 	return map[string]gpu.Usage{}, nil
 }
-func (noGPUs) DevicePath(name string) string { return filepath.Join("/dev", name) }
-func (noGPUs) Close() error                  { return nil }
+func (noGPUs) DevicePath(name string) string  { return filepath.Join("/dev", name) }
+func (noGPUs) DriverRoot() string             { return "" }
+func (noGPUs) DriverVersion() (string, error) { return "", errNoGPUs }
+func (noGPUs) Close() error                   { return nil }
 func (noGPUs) WatchXIDs(ctx context.Context) (<-chan gpu.XIDEvent, error) {
 	ch := make(chan gpu.XIDEvent)
 	context.AfterFunc(ctx, func() { close(ch) })

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -59,6 +60,7 @@ var Spec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"mps_control_binary": hclspec.NewAttr("mps_control_binary", "string", false),
 	"metrics_addr":       hclspec.NewAttr("metrics_addr", "string", false),
 	"limiter_dir":        hclspec.NewDefault(hclspec.NewAttr("limiter_dir", "string", false), hclspec.NewLiteral(`"`+DefaultLimiterDir+`"`)),
+	"driver_root":        hclspec.NewAttr("driver_root", "string", false),
 	"gpu": hclspec.NewBlockList("gpu", hclspec.NewObject(map[string]*hclspec.Spec{
 		"match":         hclspec.NewAttr("match", "string", true),
 		"mechanism":     hclspec.NewAttr("mechanism", "string", true),
@@ -94,6 +96,12 @@ type Config struct {
 	// libnvidia-ml.so.1), mounted into the containers of limited
 	// time-slice replicas.
 	LimiterDir string `codec:"limiter_dir"`
+	// DriverRoot is where the NVIDIA driver's user-space files (libcuda,
+	// libnvidia-ml, nvidia-smi) are, which containers of local shares get:
+	// "/" unless the driver lives elsewhere (a containerized driver's
+	// root, as the NVIDIA container toolkit's root). Empty means "/" on a
+	// real node and the simulated driver on a simulated one.
+	DriverRoot string `codec:"driver_root"`
 	// MetricsAddr, when set, is where the node agent (the plugin, or
 	// gpumux agent) serves Prometheus metrics at /metrics: "host:port".
 	MetricsAddr string          `codec:"metrics_addr"`
@@ -164,6 +172,9 @@ func (c *Config) Validate() error {
 	if !slices.Contains(share.Namings, c.GroupNames) && c.GroupNames != "" {
 		errs = append(errs, fmt.Errorf("group_names = %q: want one of %q (%q names whole GPUs \"H200\", %q names them \"NVIDIA H200\" as nomad-device-nvidia does)",
 			c.GroupNames, share.Namings, share.NamingGpumux, share.NamingNVIDIA))
+	}
+	if c.DriverRoot != "" && (!filepath.IsAbs(c.DriverRoot) || filepath.Clean(c.DriverRoot) != c.DriverRoot) {
+		errs = append(errs, fmt.Errorf("driver_root = %q: want a clean absolute path, e.g. \"/\" or \"/run/nvidia/driver\"", c.DriverRoot))
 	}
 	if c.MetricsAddr != "" {
 		if err := checkListenAddr(c.MetricsAddr); err != nil {

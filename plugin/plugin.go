@@ -290,6 +290,11 @@ func reserve(store string, ids []string) (string, error) {
 	return token, nil
 }
 
+// reservation turns edits into what Nomad's drivers apply: env, device
+// nodes and mounts. A reservation carries no hooks: a task gets the driver's
+// libraries at their host paths, where images of the host's family of
+// distributions find them without a linker cache; docker tasks started
+// through gpumux-runtime (nvidia_runtime = "gpumux") get the hooks too.
 func reservation(e share.Edits) *device.ContainerReservation {
 	r := &device.ContainerReservation{Envs: e.Env}
 	for _, d := range e.DeviceNodes {

@@ -136,6 +136,18 @@ func stubLimiter(t *testing.T) string {
 	return dir
 }
 
+// withoutDriver are the mounts of a reservation other than the simulated
+// driver's files (under <state_dir>/sim).
+func withoutDriver(mounts []*device.Mount, stateDir string) []device.Mount {
+	var out []device.Mount
+	for _, m := range mounts {
+		if !strings.HasPrefix(m.HostPath, filepath.Join(stateDir, "sim")+"/") {
+			out = append(out, *m)
+		}
+	}
+	return out
+}
+
 func groupsByName(groups []*device.DeviceGroup) map[string]*device.DeviceGroup {
 	m := map[string]*device.DeviceGroup{}
 	for _, g := range groups {
@@ -194,7 +206,8 @@ func TestIDsStableAcrossRestarts(t *testing.T) {
 }
 
 func TestReserve(t *testing.T) {
-	p, groups, _, _ := startPlugin(t, t.TempDir())
+	stateDir := t.TempDir()
+	p, groups, _, _ := startPlugin(t, stateDir)
 	byName := groupsByName(groups)
 	migID := byName["H200-mig-3g.71gb"].Devices[0].ID
 	r, err := p.Reserve([]string{migID})
@@ -221,6 +234,23 @@ func TestReserve(t *testing.T) {
 	}
 	if len(paths) != 6 || !strings.HasPrefix(paths[4], "/dev/nvidia-caps/nvidia-cap") {
 		t.Errorf("MIG reservation devices %v: want ctl, uvm, uvm-tools, the parent and two caps nodes", paths)
+	}
+	// The driver's files, read-only, at their paths under the (simulated)
+	// driver root; a reservation carries no hook.
+	driver := filepath.Join(stateDir, "sim", "dgxh200", "driver")
+	lib := "/" + sim.LibDir()
+	want := map[string]string{
+		lib + "/libcuda.so.1":      filepath.Join(driver, lib, "libcuda.so.580.159.04"),
+		lib + "/libnvidia-ml.so.1": filepath.Join(driver, lib, "libnvidia-ml.so.580.159.04"),
+		"/usr/bin/nvidia-smi":      filepath.Join(driver, "usr/bin/nvidia-smi"),
+	}
+	for _, m := range r.Mounts {
+		if host, ok := want[m.TaskPath]; ok && host == m.HostPath && m.ReadOnly {
+			delete(want, m.TaskPath)
+		}
+	}
+	if len(want) != 0 || len(withoutDriver(r.Mounts, stateDir)) != 0 {
+		t.Errorf("MIG reservation mounts %v: lack %v read-only, or have more than the driver's files", r.Mounts, want)
 	}
 
 	ts := byName["H200-timeslice-4x"].Devices
@@ -356,6 +386,8 @@ func TestConfigErrors(t *testing.T) {
 		{"gpu {\n match = \"0\"\n mechanism = \"mps\"\n share_sizes = [\"60%\", \"60%\"]\n}", `add up to 120%`},
 		{"gpu {\n match = \"0\"\n mechanism = \"exclusive\"\n replica = 2\n}", `replica`},
 		{"gpu {\n mechanism = \"exclusive\"\n}", `match`},
+		{`driver_root = "run/nvidia/driver"`, `driver_root = "run/nvidia/driver": want a clean absolute path`},
+		{`driver_root = "/run/nvidia/driver/"`, `driver_root = "/run/nvidia/driver/": want a clean absolute path`},
 	}
 	for _, tc := range tests {
 		_, err := nodeconfig.ParseConfig([]byte(tc.config))

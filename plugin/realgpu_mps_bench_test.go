@@ -146,7 +146,7 @@ func mpsShareEnvs(t *testing.T, n int) ([][]string, func()) {
 			var env []string
 			for k, v := range res.Envs {
 				if k == "CUDA_MPS_PIPE_DIRECTORY" {
-					v = res.Mounts[0].HostPath
+					v = hostPathOf(res.Mounts, v)
 				}
 				env = append(env, k+"="+v)
 			}

@@ -71,7 +71,7 @@ gpu {
 		cmd.Env = os.Environ()
 		for k, v := range res.Envs {
 			if k == "CUDA_MPS_PIPE_DIRECTORY" {
-				v = res.Mounts[0].HostPath // no container here: use the host side of the mount
+				v = hostPathOf(res.Mounts, v) // no container here: use the host side of the mount
 			}
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
@@ -284,4 +284,14 @@ func attrInt(g *device.DeviceGroup, name string) int {
 		return int(*a.Int)
 	}
 	return -1
+}
+
+// hostPathOf is the host side of the mount at taskPath ("" if none).
+func hostPathOf(mounts []*device.Mount, taskPath string) string {
+	for _, m := range mounts {
+		if m.TaskPath == taskPath {
+			return m.HostPath
+		}
+	}
+	return ""
 }

@@ -25,16 +25,35 @@ const (
 const (
 	HookCreateRuntime = "create-runtime" // the shares are still usable
 	HookPoststop      = "poststop"       // release the shares
+	// HookUpdateLdcache (`hook update-ldcache DIR...`, a createContainer
+	// hook) adds the driver's library directories to the container's
+	// linker cache. The node core's edits of local shares carry it, for
+	// gpumux-runtime and CDI specs alike.
+	HookUpdateLdcache = node.HookUpdateLdcache
 )
 
-// Hook runs one of gpumux's OCI hooks; the container's state is on stdin.
-func (r *Runtime) Hook(ctx context.Context, name string, stdin io.Reader) error {
+// HookUsage is the command line of the hooks.
+var HookUsage = fmt.Sprintf("gpumux-runtime hook %s|%s|%s DIR...", HookCreateRuntime, HookPoststop, HookUpdateLdcache)
+
+// Hook runs one of gpumux's OCI hooks with its arguments; the container's
+// state is on stdin.
+func (r *Runtime) Hook(ctx context.Context, name string, args []string, stdin io.Reader) error {
 	var st specs.State
 	if err := json.NewDecoder(io.LimitReader(stdin, 1<<20)).Decode(&st); err != nil {
 		return fmt.Errorf("hook %s: decoding the container state: %w", name, err)
 	}
 	if st.ID == "" {
 		return fmt.Errorf("hook %s: the container state has no id", name)
+	}
+	if name == HookUpdateLdcache {
+		// Needs no node config: only the container's root.
+		if err := updateLdcache(ctx, st, args); err != nil {
+			return fmt.Errorf("container %s: %w", st.ID, err)
+		}
+		return nil
+	}
+	if len(args) > 0 {
+		return fmt.Errorf("hook %s takes no arguments (got %q); usage: %s", name, args, HookUsage)
 	}
 	if err := r.loadConfig(); err != nil {
 		return err
@@ -46,7 +65,7 @@ func (r *Runtime) Hook(ctx context.Context, name string, stdin io.Reader) error 
 	case HookCreateRuntime:
 		return r.checkUsable(ctx, st.ID)
 	default:
-		return fmt.Errorf("unknown hook %q (valid: %s, %s)", name, HookCreateRuntime, HookPoststop)
+		return fmt.Errorf("unknown hook %q; usage: %s", name, HookUsage)
 	}
 }
 

@@ -9,8 +9,8 @@ import (
 	"github.com/gpumux/gpumux/nodeconfig"
 )
 
-// Main is gpumux-runtime's command line: runc's, plus `hook <name>` for the
-// hooks it adds, and a leading `--config FILE` of its own. It returns the
+// Main is gpumux-runtime's command line: runc's, plus `hook <name> [args]`
+// for the hooks it adds (HookUsage), and a leading `--config FILE` of its own. It returns the
 // exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer) int {
 	cfgPath := os.Getenv(EnvConfig)
@@ -27,11 +27,11 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer)
 	}
 	r := New(load, opts...)
 	if len(args) >= 1 && args[0] == "hook" {
-		if len(args) != 2 {
-			fmt.Fprintf(stderr, "gpumux-runtime: usage: gpumux-runtime hook %s|%s\n", HookCreateRuntime, HookPoststop)
+		if len(args) < 2 {
+			fmt.Fprintf(stderr, "gpumux-runtime: usage: %s\n", HookUsage)
 			return 2
 		}
-		if err := r.Hook(ctx, args[1], stdin); err != nil {
+		if err := r.Hook(ctx, args[1], args[2:], stdin); err != nil {
 			fmt.Fprintf(stderr, "gpumux-runtime hook %s: %v\n", args[1], err)
 			return 1
 		}

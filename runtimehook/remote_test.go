@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -82,12 +83,18 @@ func TestCreateRemoteShare(t *testing.T) {
 			}
 			found := false
 			for _, m := range spec.Mounts {
-				if m.Destination == "/run/gpumux/remote" {
+				switch {
+				case m.Destination == "/run/gpumux/remote":
 					found = true
 					if m.Source != interposer || !strings.Contains(strings.Join(m.Options, ","), "ro") {
 						t.Errorf("interposer mount %+v", m)
 					}
+				case strings.HasPrefix(m.Source, filepath.Join(f.stateDir, "sim")+"/"):
+					t.Errorf("a remote share got the real driver's %s", m.Destination)
 				}
+			}
+			if spec.Hooks != nil && len(spec.Hooks.CreateContainer) != 0 {
+				t.Errorf("a remote share got the driver's linker cache hook: %+v", spec.Hooks.CreateContainer)
 			}
 			if !found {
 				t.Errorf("no interposer mount in %+v", spec.Mounts)
@@ -98,7 +105,7 @@ func TestCreateRemoteShare(t *testing.T) {
 			}
 			// The createRuntime hook accepts a remote lease.
 			state, _ := json.Marshal(specs.State{ID: "c1", Bundle: f.bundle})
-			if err := f.rt.Hook(context.Background(), HookCreateRuntime, bytes.NewReader(state)); err != nil {
+			if err := f.rt.Hook(context.Background(), HookCreateRuntime, nil, bytes.NewReader(state)); err != nil {
 				t.Errorf("create-runtime hook: %v", err)
 			}
 			// The server admits the token.

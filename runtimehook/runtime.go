@@ -241,7 +241,7 @@ func (r *Runtime) openNode() (*node.Node, error) {
 	if err := r.loadConfig(); err != nil {
 		return nil, err
 	}
-	opts := []node.Option{node.WithIssuer("runtime"), node.WithLogger(r.logger())}
+	opts := []node.Option{node.WithIssuer("runtime"), node.WithLogger(r.logger()), node.WithRuntimeBinary(r.self)}
 	if r.open != nil {
 		opts = append(opts, node.WithOpen(r.open))
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/nodeconfig"
@@ -136,6 +138,22 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 	if h := spec.Hooks; h == nil || len(h.CreateRuntime) != 1 || len(h.Poststop) != 1 || h.Poststop[0].Args[2] != HookPoststop {
 		t.Errorf("hooks %+v", spec.Hooks)
 	}
+	// The driver's files, read-only, and this binary's hook that puts
+	// their directory into the container's linker cache.
+	lib := "/" + sim.LibDir()
+	mounted := map[string]bool{}
+	for _, m := range spec.Mounts {
+		mounted[m.Destination] = slices.Contains(m.Options, "ro") && strings.HasPrefix(m.Source, filepath.Join(f.stateDir, "sim")+"/")
+	}
+	for _, p := range []string{lib + "/libcuda.so.1", lib + "/libnvidia-ml.so.1", "/usr/bin/nvidia-smi"} {
+		if !mounted[p] {
+			t.Errorf("%s is not mounted read-only from the simulated driver: mounts %+v", p, spec.Mounts)
+		}
+	}
+	wantHook := []string{"gpumux-runtime", "hook", HookUpdateLdcache, lib}
+	if h := spec.Hooks; h == nil || len(h.CreateContainer) != 1 || h.CreateContainer[0].Path != "/usr/bin/gpumux-runtime" || !slices.Equal(h.CreateContainer[0].Args, wantHook) {
+		t.Errorf("createContainer hooks %+v, want /usr/bin/gpumux-runtime %v", spec.Hooks, wantHook)
+	}
 	log, _ := os.ReadFile(f.runcLog)
 	if !strings.Contains(string(log), "create --bundle "+f.bundle+" c1") {
 		t.Errorf("runc was called with %q", log)
@@ -209,7 +227,7 @@ func TestPoststopReleases(t *testing.T) {
 		t.Fatal(f.stderr.String())
 	}
 	state, _ := json.Marshal(specs.State{ID: "c1", Bundle: f.bundle})
-	if err := f.rt.Hook(context.Background(), HookPoststop, bytes.NewReader(state)); err != nil {
+	if err := f.rt.Hook(context.Background(), HookPoststop, nil, bytes.NewReader(state)); err != nil {
 		t.Fatal(err)
 	}
 	if held, _ := f.rt.store().held(context.Background(), "c1"); len(held) != 0 {
@@ -283,7 +301,7 @@ func TestCreateRuntimeHookRefusesUnusableShares(t *testing.T) {
 	}
 	hook := func(id string) error {
 		state, _ := json.Marshal(specs.State{ID: id, Bundle: f.bundle})
-		return f.rt.Hook(ctx, HookCreateRuntime, bytes.NewReader(state))
+		return f.rt.Hook(ctx, HookCreateRuntime, nil, bytes.NewReader(state))
 	}
 
 	// An MPS share whose daemon is not running (no agent or plugin on this

@@ -12,7 +12,28 @@ type Edits struct {
 	Env         map[string]string
 	DeviceNodes []DeviceNode
 	Mounts      []Mount
+	// Hooks are programs run as the container starts. Where a front door
+	// cannot run hooks (a Nomad reservation), the container goes without.
+	Hooks []Hook
+	// DriverLibraries maps the SONAME of each host driver library the
+	// mounts give ("libcuda.so.1") to its path in the container, for a
+	// mechanism that puts a library of its own in front of the real one
+	// (the time-slice limiter) and must find the real one. Not itself an
+	// edit.
+	DriverLibraries map[string]string
 }
+
+// Hook is an OCI hook: a host program that the runtime runs at one point
+// of the container's start, with the container's state on its stdin.
+type Hook struct {
+	Stage string   // the OCI hook's name: HookCreateContainer
+	Path  string   // the program, an absolute host path
+	Args  []string // its arguments, Args[0] (its name) included
+}
+
+// HookCreateContainer is the OCI hook run in the container's namespaces
+// once its mounts are made, before it switches to its root file system.
+const HookCreateContainer = "createContainer"
 
 // DeviceNode is a character device to expose in the container.
 type DeviceNode struct {

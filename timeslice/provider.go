@@ -31,6 +31,10 @@ const (
 	EnvLimits   = "GPUMUX_LIMITER_LIMITS"
 	EnvState    = "GPUMUX_LIMITER_STATE"
 	EnvNode     = "GPUMUX_LIMITER_NODE"
+	// EnvCUDA and EnvNVML tell the limiter where the real libraries are:
+	// the host driver's, which the node core mounts.
+	EnvCUDA = "GPUMUX_LIMITER_CUDA"
+	EnvNVML = "GPUMUX_LIMITER_NVML"
 	// Lib is the limiter's driver library, in a node's limiter_dir.
 	Lib = "libcuda.so.1"
 )
@@ -128,7 +132,8 @@ func (p Provider) Offers(_ context.Context, node *gpu.Node, as []share.Assignmen
 }
 
 // Edits gives a limited replica's container the limiter: its libraries
-// first on LD_LIBRARY_PATH, the replica's limits (read-only), its
+// first on LD_LIBRARY_PATH, pointed at the real driver libraries the node
+// core mounted (e.DriverLibraries), the replica's limits (read-only), its
 // accounting directory, and its device's registry, where the replicas of
 // one GPU (or MIG instance) lay out their windows of GPU time. The limiter holds one replica per process, so a
 // task gets at most one limited replica and nothing else.
@@ -157,6 +162,14 @@ func (p Provider) Edits(mine, all []share.Share, e *share.Edits) error {
 	e.Env[EnvLimits] = LimitsMount
 	e.Env[EnvState] = StateMount
 	e.Env[EnvNode] = NodeMount
+	// The limiter's libraries come first on LD_LIBRARY_PATH, so programs
+	// load them; they load the real ones from where the driver's files
+	// are mounted.
+	for env, soname := range map[string]string{EnvCUDA: "libcuda.so.1", EnvNVML: "libnvidia-ml.so.1"} {
+		if path, ok := e.DriverLibraries[soname]; ok {
+			e.Env[env] = path
+		}
+	}
 	e.Mounts = append(e.Mounts,
 		share.Mount{HostPath: p.limiterDir, ContainerPath: LibMount, ReadOnly: true},
 		share.Mount{HostPath: filepath.Join(dir, "state"), ContainerPath: StateMount},

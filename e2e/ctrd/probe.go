@@ -13,13 +13,18 @@ type Probe struct {
 	Devices map[string]string
 	// Mounts are the mount points, in mountinfo order.
 	Mounts []string
+	// ReadOnly holds the mount points that are read-only.
+	ReadOnly map[string]bool
+	// LdCache maps each library name in the container's linker cache to
+	// the file it names (the first entry of a name, as the loader takes).
+	LdCache map[string]string
 	// Other holds lines that are none of the above.
 	Other []string
 }
 
 // ParseProbe parses the probe's stdout.
 func ParseProbe(stdout string) Probe {
-	p := Probe{Env: map[string]string{}, Devices: map[string]string{}}
+	p := Probe{Env: map[string]string{}, Devices: map[string]string{}, ReadOnly: map[string]bool{}, LdCache: map[string]string{}}
 	sc := bufio.NewScanner(strings.NewReader(stdout))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -36,7 +41,15 @@ func ParseProbe(stdout string) Probe {
 				continue
 			}
 		case "MOUNT":
-			p.Mounts = append(p.Mounts, rest)
+			point, mode, _ := cutLast(rest)
+			p.Mounts = append(p.Mounts, point)
+			p.ReadOnly[point] = mode == "ro"
+			continue
+		case "LDCACHE":
+			name, path, ok := strings.Cut(rest, " ")
+			if _, seen := p.LdCache[name]; ok && !seen {
+				p.LdCache[name] = path
+			}
 			continue
 		}
 		if line != "" {
@@ -44,6 +57,14 @@ func ParseProbe(stdout string) Probe {
 		}
 	}
 	return p
+}
+
+// cutLast cuts s around its last space.
+func cutLast(s string) (before, after string, found bool) {
+	if i := strings.LastIndexByte(s, ' '); i >= 0 {
+		return s[:i], s[i+1:], true
+	}
+	return s, "", false
 }
 
 // HasMount says whether mountpoint is among the mounts.

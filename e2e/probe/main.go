@@ -4,11 +4,13 @@
 //	ENV <key>=<value>           environment variables starting with NVIDIA_, CUDA_ or GPUMUX_
 //	DEV <path> <major>:<minor>  every character device under /dev (recursively,
 //	                            without following symlinks)
-//	MOUNT <mountpoint>          every mount in /proc/self/mountinfo
+//	MOUNT <mountpoint> ro|rw    every mount in /proc/self/mountinfo
+//	LDCACHE <name> <path>       every library in the linker cache, /etc/ld.so.cache
+//	                            (none when the container has no cache)
 //
-// then exits 0. ENV and DEV lines are sorted, MOUNT lines keep mountinfo
-// order. Problems reading /dev or mountinfo go to stderr as "ERR ..." lines
-// and make the exit status 1. With the argument "-sleep" it then sleeps
+// then exits 0. ENV and DEV lines are sorted, MOUNT and LDCACHE lines keep
+// their file's order. Problems reading /dev, mountinfo or the cache go to
+// stderr as "ERR ..." lines and make the exit status 1. With the argument "-sleep" it then sleeps
 // until it is killed, for tests that need a running container.
 //
 // It must be a static binary (the test rootfs has no libc):
@@ -18,6 +20,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -85,7 +88,25 @@ func main() {
 		fail("%v", err)
 	}
 	for _, m := range hostcheck.ParseMountinfo(mi) {
-		fmt.Fprintf(w, "MOUNT %s\n", m.Point)
+		mode := "rw"
+		if m.ReadOnly {
+			mode = "ro"
+		}
+		fmt.Fprintf(w, "MOUNT %s %s\n", m.Point, mode)
+	}
+
+	switch cache, err := os.ReadFile("/etc/ld.so.cache"); {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		fail("%v", err)
+	default:
+		entries, err := parseLdCache(cache)
+		if err != nil {
+			fail("/etc/ld.so.cache: %v", err)
+		}
+		for _, e := range entries {
+			fmt.Fprintf(w, "LDCACHE %s %s\n", e.name, e.path)
+		}
 	}
 
 	if err := w.Flush(); err != nil {

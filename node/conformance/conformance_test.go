@@ -356,6 +356,10 @@ func (c *nodeCase) testEdits(t *testing.T) {
 				t.Errorf("the reservation's %s = %q, want %q", share.EnvShares, got, id)
 			}
 			c.checkLimiter(t, id, viaPlugin)
+			c.checkDriver(t, id, viaPlugin)
+			// A reservation carries no hook; the other front doors must
+			// carry the driver's linker cache hook for local shares.
+			viaPlugin.hooks = c.driverHooks()
 			if c.m.mech != share.Remote && len(viaPlugin.devices) == 0 {
 				t.Errorf("the reservation of a local share has no device nodes: %+v", r)
 			}
@@ -412,6 +416,42 @@ func (c *nodeCase) checkLimiter(t *testing.T, id string, e edits) {
 	}
 }
 
+// runtimeBinary is the gpumux-runtime that the front doors' hooks name in
+// the suite (create's WithSelf, cdi generate's --runtime-binary).
+const runtimeBinary = "/usr/bin/gpumux-runtime"
+
+// driverHooks are the hooks gpumux-runtime and the CDI spec must give a
+// share: the update-ldcache hook for a local share, none for a remote one.
+func (c *nodeCase) driverHooks() []string {
+	if c.m.mech == share.Remote {
+		return nil
+	}
+	return []string{hookLine(runtimeBinary, []string{"gpumux-runtime", "hook", node.HookUpdateLdcache, "/" + sim.LibDir()})}
+}
+
+// checkDriver checks that a local share's reservation carries the
+// simulated driver's libcuda and nvidia-smi read-only, and that a remote
+// share's carries nothing of the real driver (its interposer only).
+func (c *nodeCase) checkDriver(t *testing.T, id string, e edits) {
+	t.Helper()
+	driver := filepath.Join(c.stateDir, "sim", c.sim, "driver")
+	lib := "/" + sim.LibDir()
+	want := []string{
+		mountLine(lib+"/libcuda.so.1", filepath.Join(driver, lib, "libcuda.so.580.159.04"), true),
+		mountLine("/usr/bin/nvidia-smi", filepath.Join(driver, "usr/bin/nvidia-smi"), true),
+	}
+	for _, m := range e.mounts {
+		if c.m.mech == share.Remote && strings.Contains(m, " <- "+driver+"/") {
+			t.Errorf("remote share %s got the real driver's file: %s", id, m)
+		}
+	}
+	for _, w := range want {
+		if c.m.mech != share.Remote && !slices.Contains(e.mounts, w) {
+			t.Errorf("the reservation of %s lacks the driver's %q: mounts %v", id, w, e.mounts)
+		}
+	}
+}
+
 // replicaOf is n of a share ID ".../timeslice/<n>".
 func replicaOf(t *testing.T, id string) int {
 	t.Helper()
@@ -427,7 +467,7 @@ func replicaOf(t *testing.T, id string) int {
 func (c *nodeCase) cdiSpec(t *testing.T) *cdispec.Spec {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	if code := cli.Run(context.Background(), []string{"cdi", "generate", "--config", c.cfgFile}, &out, &errOut); code != cli.ExitOK {
+	if code := cli.Run(context.Background(), []string{"cdi", "generate", "--config", c.cfgFile, "--runtime-binary", runtimeBinary}, &out, &errOut); code != cli.ExitOK {
 		t.Fatalf("gpumux cdi generate: exit %d: %s", code, errOut.String())
 	}
 	var spec cdispec.Spec
@@ -478,7 +518,7 @@ func (c *nodeCase) create(t *testing.T, container, id, token string, devIndex ma
 	cfg := c.config(t)
 	var stderr bytes.Buffer
 	rt := runtimehook.New(func() (*nodeconfig.Config, error) { return cfg, nil },
-		runtimehook.WithRunc(c.runc), runtimehook.WithSelf("/usr/bin/gpumux-runtime"), runtimehook.WithStderr(&stderr))
+		runtimehook.WithRunc(c.runc), runtimehook.WithSelf(runtimeBinary), runtimehook.WithStderr(&stderr))
 	if code := rt.Run(context.Background(), []string{"--root", filepath.Join(c.dir, "runc-root"), "create", "--bundle", bundle, container}); code != 0 {
 		t.Errorf("gpumux-runtime create of share %s with its reservation: exit %d: %s", id, code, stderr.String())
 		return edits{}, false
@@ -535,6 +575,9 @@ type edits struct {
 	env     map[string]string
 	devices []string // "CONTAINER PATH <- HOST PATH (PERMISSIONS)"
 	mounts  []string // "CONTAINER PATH <- HOST PATH ro|rw"
+	// hooks are the createContainer hooks, "PATH ARGS...": gpumux-runtime
+	// and CDI specs run them; a Nomad reservation has none.
+	hooks []string
 }
 
 func deviceLine(container, host, perms string) string {
@@ -596,11 +639,19 @@ func fromCDI(ce cdispec.ContainerEdits) edits {
 	for _, m := range ce.Mounts {
 		e.mounts = append(e.mounts, mountLine(m.ContainerPath, m.HostPath, slices.Contains(m.Options, "ro")))
 	}
+	for _, h := range ce.Hooks {
+		if h.HookName == "createContainer" {
+			e.hooks = append(e.hooks, hookLine(h.Path, h.Args))
+		}
+	}
 	return e
 }
 
+func hookLine(path string, args []string) string { return path + " " + strings.Join(args, " ") }
+
 // fromSpec reads the edits gpumux-runtime wrote into a bundle's spec,
-// leaving out what the bundle had before (and its hooks). A device's host
+// leaving out what the bundle had before (and the runtime's own hooks, of
+// other stages). A device's host
 // path is found by its numbers, its permissions in the device cgroup rule
 // that allows it.
 func fromSpec(t *testing.T, spec specs.Spec, devIndex map[string]string) edits {
@@ -645,6 +696,11 @@ func fromSpec(t *testing.T, spec specs.Spec, devIndex map[string]string) edits {
 		}
 		e.mounts = append(e.mounts, mountLine(m.Destination, m.Source, slices.Contains(m.Options, "ro")))
 	}
+	if spec.Hooks != nil {
+		for _, h := range spec.Hooks.CreateContainer {
+			e.hooks = append(e.hooks, hookLine(h.Path, h.Args))
+		}
+	}
 	if !keptDev || !keptMount {
 		t.Errorf("gpumux-runtime dropped what the bundle had (device %s kept: %v, mount %s kept: %v)", bundleDev.Path, keptDev, bundleMount.Destination, keptMount)
 	}
@@ -660,7 +716,7 @@ func (e edits) lines() []string {
 	for _, group := range []struct {
 		prefix string
 		lines  []string
-	}{{"device ", e.devices}, {"mount  ", e.mounts}} {
+	}{{"device ", e.devices}, {"mount  ", e.mounts}, {"hook   ", e.hooks}} {
 		counts := map[string]int{}
 		for _, l := range group.lines {
 			counts[l]++

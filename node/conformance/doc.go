@@ -12,10 +12,14 @@
 //     that carries the reservation (GPUMUX_SHARES and GPUMUX_RESERVATION,
 //     as Nomad's docker driver does) and `gpumux cdi generate` must give
 //     the same environment, device nodes (container path, host path,
-//     cgroup permissions) and mounts (container path, host path,
-//     read-only), once normalised: the reservation token is left out, a
-//     remote token (minted per container) is masked, and what the bundle
-//     had before the runtime rewrote it is ignored. Remote shares are not
+//     cgroup permissions), mounts (container path, host path, read-only)
+//     and createContainer hooks, once normalised: the reservation token is
+//     left out, a remote token (minted per container) is masked, what the
+//     bundle had before the runtime rewrote it is ignored, and the
+//     reservation, which cannot carry hooks, is expected to want the
+//     driver's update-ldcache hook for local shares. A local share's
+//     reservation carries the simulated driver's libcuda.so.1 and
+//     nvidia-smi read-only; a remote share's nothing of the real driver. Remote shares are not
 //     in the CDI spec (a spec handed to every container cannot carry a
 //     per-container token), and the suite checks they are absent.
 //  2. Health transitions. A healthy share becomes unhealthy, with a

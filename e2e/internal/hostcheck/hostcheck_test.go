@@ -24,11 +24,12 @@ func TestParseMountinfo(t *testing.T) {
 	mi := `22 1 0:21 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
 35 22 0:30 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw
 36 22 0:31 / /tmp/x\040y rw - tmpfs tmpfs rw
+37 22 0:21 /lib/libcuda.so.1 /usr/lib/libcuda.so.1 ro,nosuid,nodev,relatime - ext4 /dev/sda1 rw
 short line
 `
-	want := []Mount{{"/", "ext4"}, {"/sys/fs/cgroup", "cgroup2"}, {"/tmp/x y", "tmpfs"}}
+	want := []Mount{{"/", "ext4", false}, {"/sys/fs/cgroup", "cgroup2", false}, {"/tmp/x y", "tmpfs", false}, {"/usr/lib/libcuda.so.1", "ext4", true}}
 	if got := ParseMountinfo([]byte(mi)); !reflect.DeepEqual(got, want) {
-		t.Errorf("ParseMountinfo = %q, want %q", got, want)
+		t.Errorf("ParseMountinfo = %+v, want %+v", got, want)
 	}
 }
 

@@ -2,6 +2,7 @@ package hostcheck
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -13,6 +14,9 @@ type Mount struct {
 	// FSType is the filesystem type (the field after the "-" separator);
 	// "" when the line has none.
 	FSType string
+	// ReadOnly says the mount itself is read-only ("ro" among its
+	// per-mount options).
+	ReadOnly bool
 }
 
 // ParseMountinfo returns the mounts of a mountinfo file's contents, in
@@ -31,7 +35,8 @@ func ParseMountinfo(b []byte) []Mount {
 				break
 			}
 		}
-		out = append(out, Mount{Point: UnescapeMountPath(f[4]), FSType: typ})
+		ro := len(f) > 5 && slices.Contains(strings.Split(f[5], ","), "ro")
+		out = append(out, Mount{Point: UnescapeMountPath(f[4]), FSType: typ, ReadOnly: ro})
 	}
 	return out
 }

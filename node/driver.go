@@ -1,0 +1,115 @@
+package node
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	"github.com/gpumux/gpumux/gpu/driverfiles"
+	"github.com/gpumux/gpumux/share"
+)
+
+// HookUpdateLdcache is gpumux-runtime's hook that adds the driver's
+// library directories to a container's linker cache, as the NVIDIA
+// container toolkit's update-ldcache hook does:
+//
+//	gpumux-runtime hook update-ldcache DIR...
+const HookUpdateLdcache = "update-ldcache"
+
+// DefaultRuntimeBinary is where docs/runtime.md installs gpumux-runtime:
+// the program of the hook when it is found nowhere else.
+const DefaultRuntimeBinary = "/usr/local/bin/gpumux-runtime"
+
+// WithRuntimeBinary sets the gpumux-runtime binary that containers' hooks
+// run (default: found on PATH or next to the running executable by
+// ResolveBinary, else DefaultRuntimeBinary).
+func WithRuntimeBinary(path string) Option { return func(o *options) { o.runtimeBinary = path } }
+
+// resolveRuntimeBinary finds gpumux-runtime for the hooks.
+func resolveRuntimeBinary() string {
+	if p := ResolveBinary("gpumux-runtime"); filepath.IsAbs(p) {
+		return p
+	}
+	return DefaultRuntimeBinary
+}
+
+// driverCache keeps the driver's files once found: they change only with
+// the driver, which a node agent restarts with.
+type driverCache struct {
+	mu    sync.Mutex
+	files *driverfiles.Files
+}
+
+// DriverRoot is where the node's driver files are looked for: the config's
+// driver_root, else the host's ("/", or a simulated node's driver).
+func (n *Node) DriverRoot() string {
+	if n.cfg.DriverRoot != "" {
+		return n.cfg.DriverRoot
+	}
+	return n.host.DriverRoot()
+}
+
+// DriverFiles finds the driver's user-space files that containers of the
+// node's own shares get (package driverfiles): the libraries of the
+// version NVML runs, under DriverRoot. The error says what is missing
+// (wrapping driverfiles.ErrMissing when libcuda or libnvidia-ml is).
+func (n *Node) DriverFiles() (*driverfiles.Files, error) {
+	n.driver.mu.Lock()
+	defer n.driver.mu.Unlock()
+	if n.driver.files != nil {
+		return n.driver.files, nil
+	}
+	version, err := n.host.DriverVersion()
+	if err != nil {
+		return nil, fmt.Errorf("driver files: %w", err)
+	}
+	files, err := driverfiles.Find(n.DriverRoot(), version)
+	if err != nil {
+		return nil, fmt.Errorf("driver files: %w", err)
+	}
+	n.driver.files = files
+	return files, nil
+}
+
+// addDriver adds the driver's files to the edits of local shares: each
+// library read-only at its path under the driver root and at its SONAME
+// and bare-name links, the programs and sockets read-only at theirs, and
+// a hook that puts the libraries' directories into the container's linker
+// cache (for images whose loader does not search them by default).
+func (n *Node) addDriver(e *share.Edits) error {
+	files, err := n.DriverFiles()
+	if err != nil {
+		return err
+	}
+	mount := func(host, container string) {
+		e.Mounts = append(e.Mounts, share.Mount{HostPath: host, ContainerPath: container, ReadOnly: true})
+	}
+	e.DriverLibraries = map[string]string{}
+	for _, l := range files.Libraries {
+		mount(l.HostPath, l.ContainerPath)
+		for _, link := range l.Links {
+			mount(l.HostPath, link)
+		}
+		e.DriverLibraries[l.SONAME] = filepath.Join(filepath.Dir(l.ContainerPath), l.SONAME)
+	}
+	for _, f := range append(append([]driverfiles.File(nil), files.Binaries...), files.Sockets...) {
+		mount(f.HostPath, f.ContainerPath)
+	}
+	e.Hooks = append(e.Hooks, share.Hook{
+		Stage: share.HookCreateContainer,
+		Path:  n.runtimeBinary,
+		Args:  append([]string{filepath.Base(n.runtimeBinary), "hook", HookUpdateLdcache}, files.LibraryDirs()...),
+	})
+	return nil
+}
+
+// logDriver says what containers of the node's shares get of the driver.
+func (n *Node) logDriver() {
+	files, err := n.DriverFiles()
+	if err != nil {
+		n.logger.Error("containers of this node's shares cannot get the driver's files; its shares are unhealthy", "error", err)
+		return
+	}
+	n.logger.Info("driver files for containers", "version", files.Version, "root", files.Root,
+		"libraries", len(files.Libraries), "programs", len(files.Binaries), "sockets", len(files.Sockets), "not_in_this_driver", files.Missing)
+}

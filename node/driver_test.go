@@ -1,0 +1,215 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/gpumux/gpumux/gpu/driverfiles"
+	"github.com/gpumux/gpumux/gpu/sim"
+	"github.com/gpumux/gpumux/node"
+	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/share"
+	"github.com/gpumux/gpumux/timeslice"
+)
+
+// driverMounts are the mounts of the node's driver files among mounts.
+func driverMounts(n *node.Node, mounts []share.Mount) []share.Mount {
+	return slices.DeleteFunc(slices.Clone(mounts), func(m share.Mount) bool { return !underDriver(n, m) })
+}
+
+// withoutDriver are the mounts other than the node's driver files.
+func withoutDriver(n *node.Node, mounts []share.Mount) []share.Mount {
+	return slices.DeleteFunc(slices.Clone(mounts), func(m share.Mount) bool { return underDriver(n, m) })
+}
+
+func underDriver(n *node.Node, m share.Mount) bool {
+	return strings.HasPrefix(m.HostPath, n.DriverRoot()+"/")
+}
+
+// TestEditsDriverFiles: the container of every local mechanism's share
+// gets the simulated driver's files read-only at their paths under the
+// driver root (the libraries also at their SONAME and, for libcuda, its
+// bare name, which the simulated driver has), and the hook that puts the library directory
+// into its linker cache; a limited replica's limiter is pointed at the
+// real libraries.
+func TestEditsDriverFiles(t *testing.T) {
+	n, err := node.Open(&nodeconfig.Config{Simulate: "dgxh200", StateDir: t.TempDir(), LimiterDir: stubLimiter(t), GPUs: []share.GPURule{
+		{Match: "2", Mechanism: share.TimeSlice, Replicas: 2},
+		{Match: "3", Mechanism: share.TimeSlice, Replicas: 2, Limit: share.LimitOff},
+		{Match: "4", Mechanism: share.MPS, Shares: 2},
+	}}, node.WithOpen(openDGXHost), node.WithRuntimeBinary("/opt/gpumux/bin/gpumux-runtime"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	c, inv := dgxCatalog(t, n)
+	root := filepath.Join(n.Config().StateDir, "sim", "dgxh200", "driver")
+	if n.DriverRoot() != root {
+		t.Fatalf("driver root %s, want the simulated driver %s", n.DriverRoot(), root)
+	}
+	lib := "/" + sim.LibDir()
+	at := func(file string) string { return filepath.Join(root, lib, file) }
+	cuda, nvml, nvvm := at("libcuda.so.580.159.04"), at("libnvidia-ml.so.580.159.04"), at("libnvidia-nvvm.so.580.159.04")
+	// Container path → host path of what every local share's container
+	// must get (among the other libraries of the simulated driver).
+	want := map[string]string{
+		lib + "/libcuda.so.580.159.04":      cuda,
+		lib + "/libcuda.so.1":               cuda,
+		lib + "/libcuda.so":                 cuda,
+		lib + "/libnvidia-ml.so.580.159.04": nvml,
+		lib + "/libnvidia-ml.so.1":          nvml,
+		lib + "/libnvidia-nvvm.so.4":        nvvm,
+		"/usr/bin/nvidia-smi":               filepath.Join(root, "usr/bin/nvidia-smi"),
+		"/run/nvidia-persistenced/socket":   filepath.Join(root, "run/nvidia-persistenced/socket"),
+	}
+	wantHook := share.Hook{Stage: share.HookCreateContainer, Path: "/opt/gpumux/bin/gpumux-runtime", Args: []string{"gpumux-runtime", "hook", node.HookUpdateLdcache, lib}}
+	g := inv.GPUs
+	for _, tc := range []struct {
+		name    string
+		id      string
+		limited bool
+	}{
+		{"exclusive", g[0].UUID, false},
+		{"mig", bigInstance(t, inv).UUID, false},
+		{"mps", g[4].UUID + "/mps/1", false},
+		{"limited replica", g[2].UUID + "/timeslice/0", true},
+		{"unlimited replica", g[3].UUID + "/timeslice/1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			shares, err := c.Lookup(tc.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := n.Edits(shares)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, m := range driverMounts(n, e.Mounts) {
+				if !m.ReadOnly {
+					t.Errorf("driver file %s is mounted read-write", m.ContainerPath)
+				}
+				if _, dup := got[m.ContainerPath]; dup {
+					t.Errorf("%s mounted twice", m.ContainerPath)
+				}
+				got[m.ContainerPath] = m.HostPath
+			}
+			for container, host := range want {
+				if got[container] != host {
+					t.Errorf("%s <- %q, want %s", container, got[container], host)
+				}
+			}
+			// The simulated driver, like many, has no bare libnvidia-ml.so.
+			if host, ok := got[lib+"/libnvidia-ml.so"]; ok {
+				t.Errorf("%s/libnvidia-ml.so <- %s, which the host does not have", lib, host)
+			}
+			if len(e.Hooks) != 1 || !slices.Equal(e.Hooks[0].Args, wantHook.Args) || e.Hooks[0].Path != wantHook.Path || e.Hooks[0].Stage != wantHook.Stage {
+				t.Errorf("hooks %+v, want %+v", e.Hooks, wantHook)
+			}
+			if e.DriverLibraries["libcuda.so.1"] != lib+"/libcuda.so.1" || e.DriverLibraries["libnvidia-nvvm.so.4"] != lib+"/libnvidia-nvvm.so.4" {
+				t.Errorf("driver libraries %v", e.DriverLibraries)
+			}
+			if got := e.Env[timeslice.EnvCUDA]; (got == lib+"/libcuda.so.1") != tc.limited || (tc.limited && e.Env[timeslice.EnvNVML] != lib+"/libnvidia-ml.so.1") {
+				t.Errorf("limiter's real libraries %s=%q %s=%q; want them only for a limited replica", timeslice.EnvCUDA, got, timeslice.EnvNVML, e.Env[timeslice.EnvNVML])
+			}
+			// (An MPS share is unhealthy here for want of its daemon.)
+			if ok, why := n.Health(shares[0]); !ok && strings.Contains(why, "driver files") {
+				t.Errorf("unhealthy: %s", why)
+			}
+		})
+	}
+	// The CDI form carries the hook, as a createContainer hook.
+	shares, _ := c.Lookup(g[0].UUID)
+	e, _ := n.Edits(shares)
+	ce := node.CDIEdits(e)
+	if len(ce.Hooks) != 1 || ce.Hooks[0].HookName != "createContainer" || ce.Hooks[0].Path != wantHook.Path || !slices.Equal(ce.Hooks[0].Args, wantHook.Args) {
+		t.Errorf("CDI hooks %+v", ce.Hooks)
+	}
+}
+
+// TestDriverRoot: driver_root points the node at another root; without
+// libcuda there, local shares are unhealthy and their edits fail, saying
+// what is missing where; remote shares are not concerned (TestEditsRemote).
+func TestDriverRoot(t *testing.T) {
+	empty := t.TempDir()
+	cfg := &nodeconfig.Config{Simulate: "dgxh200", StateDir: t.TempDir(), DriverRoot: empty}
+	n := openDGXConfig(t, cfg)
+	if n.DriverRoot() != empty {
+		t.Fatalf("driver root %s, want driver_root %s", n.DriverRoot(), empty)
+	}
+	c, inv := dgxCatalog(t, n)
+	shares, err := c.Lookup(inv.GPUs[0].UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, why := n.Health(shares[0])
+	if ok || !strings.Contains(why, "libcuda.so.580.159.04") || !strings.Contains(why, empty) {
+		t.Errorf("health without libcuda: %v, %q; want unhealthy, naming the library and the root", ok, why)
+	}
+	if _, err := n.Edits(shares); !errors.Is(err, driverfiles.ErrMissing) || !strings.Contains(err.Error(), inv.GPUs[0].UUID) {
+		t.Errorf("edits without libcuda: %v, want ErrMissing naming the share", err)
+	}
+
+	// The driver installed there later (the simulated one, behind a
+	// link): found without a restart.
+	other, err := sim.Open("dgxh200", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.EnsureDriverFiles(); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(os.Remove(empty), os.Symlink(other.DriverRoot(), empty)); err != nil {
+		t.Fatal(err)
+	}
+	if ok, why := n.Health(shares[0]); !ok {
+		t.Errorf("health with the driver under driver_root: %s", why)
+	}
+	e, err := n.Edits(shares)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := driverMounts(n, e.Mounts); len(m) == 0 || !strings.HasPrefix(m[0].HostPath, empty+"/") || m[0].ContainerPath != "/"+filepath.Join(sim.LibDir(), "libcuda.so.580.159.04") {
+		t.Errorf("driver mounts %+v, want libcuda from %s first", m, empty)
+	}
+}
+
+// TestStartLogsDriverFiles: a node agent says at start what containers get
+// of the driver, or why they cannot get it.
+func TestStartLogsDriverFiles(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		driverRoot string
+		want       string
+	}{
+		{"found", "", `driver files for containers: version=580.159.04`},
+		{"missing", "<empty>", "containers of this node's shares cannot get the driver's files"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log strings.Builder
+			root := tc.driverRoot
+			if root == "<empty>" {
+				root = t.TempDir()
+			}
+			cfg := &nodeconfig.Config{Simulate: "dgxh200", StateDir: t.TempDir(), DriverRoot: root}
+			n, err := node.Open(cfg, node.WithOpen(openDGXHost), node.WithLogger(hclog.New(&hclog.LoggerOptions{Output: &log, Level: hclog.Info})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n.Close()
+			if err := n.Start(context.Background(), "a test"); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(log.String(), tc.want) {
+				t.Errorf("the log does not say %q:\n%s", tc.want, log.String())
+			}
+		})
+	}
+}

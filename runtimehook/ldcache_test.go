@@ -1,0 +1,134 @@
+package runtimehook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpumux/gpumux/gpu/sim"
+)
+
+// ldcacheBundle is a bundle whose root (no /etc, as the e2e tests' probe
+// rootfs) has the simulated driver's libcuda at its SONAME, as the driver
+// mounts give it.
+func ldcacheBundle(t *testing.T, rootPath string) (bundle, rootfs string) {
+	t.Helper()
+	n, err := sim.Open("dgxh200", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.EnsureDriverFiles(); err != nil {
+		t.Fatal(err)
+	}
+	lib, err := os.ReadFile(filepath.Join(n.DriverRoot(), sim.LibDir(), "libcuda.so.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle = t.TempDir()
+	rootfs = filepath.Join(bundle, "rootfs")
+	if err := os.MkdirAll(filepath.Join(rootfs, sim.LibDir()), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, sim.LibDir(), "libcuda.so.1"), lib, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(specs.Spec{Version: specs.Version, Root: &specs.Root{Path: rootPath}})
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return bundle, rootfs
+}
+
+// hook runs `gpumux-runtime hook ARGS...` on the state of container c1 of
+// bundle, and returns its exit code and stderr.
+func hook(t *testing.T, bundle string, args ...string) (int, string) {
+	t.Helper()
+	state, _ := json.Marshal(specs.State{ID: "c1", Bundle: bundle})
+	var stderr bytes.Buffer
+	code := Main(context.Background(), append([]string{"hook"}, args...), bytes.NewReader(state), &stderr)
+	return code, stderr.String()
+}
+
+// TestUpdateLdcache: the hook puts the driver's library directory into the
+// container's linker cache, making /etc where the image has none.
+func TestUpdateLdcache(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("ldconfig -r chroots: needs root")
+	}
+	ldconfig, err := findLdconfig()
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, rootPath := range []string{"rootfs", "<absolute>"} {
+		t.Run(rootPath, func(t *testing.T) {
+			bundle, rootfs := ldcacheBundle(t, "rootfs")
+			if rootPath != "rootfs" {
+				b, _ := json.Marshal(specs.Spec{Version: specs.Version, Root: &specs.Root{Path: rootfs, Readonly: true}})
+				if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dir := "/" + sim.LibDir()
+			if code, stderr := hook(t, bundle, HookUpdateLdcache, dir); code != 0 {
+				t.Fatalf("hook update-ldcache: exit %d: %s", code, stderr)
+			}
+			out, err := exec.Command(ldconfig, "-r", rootfs, "-p").CombinedOutput()
+			if want := "=> " + dir + "/libcuda.so.1\n"; err != nil || !strings.Contains(string(out), "\tlibcuda.so.1 (") || !strings.Contains(string(out), want) {
+				t.Errorf("the container's cache (%v):\n%s\nwant libcuda.so.1 %s", err, out, want)
+			}
+		})
+	}
+}
+
+func TestUpdateLdcacheErrors(t *testing.T) {
+	bundle, _ := ldcacheBundle(t, "rootfs")
+	noSpec := t.TempDir()
+	for _, tc := range []struct {
+		name   string
+		bundle string
+		args   []string
+		want   string
+	}{
+		{"no directory", bundle, []string{HookUpdateLdcache}, "no directories given"},
+		{"a relative directory", bundle, []string{HookUpdateLdcache, "usr/lib"}, `directory "usr/lib": want a clean absolute path`},
+		{"an option for ldconfig", bundle, []string{HookUpdateLdcache, "/usr/lib", "-C/tmp/x"}, `directory "-C/tmp/x"`},
+		{"no config.json", noSpec, []string{HookUpdateLdcache, "/usr/lib"}, "reading the container spec"},
+		{"arguments to another hook", bundle, []string{HookPoststop, "/usr/lib"}, "hook poststop takes no arguments"},
+		{"no hook name", bundle, nil, "usage: gpumux-runtime hook create-runtime|poststop|update-ldcache DIR..."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stderr := hook(t, tc.bundle, tc.args...)
+			if code == 0 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want a failure saying %q", code, stderr, tc.want)
+			}
+		})
+	}
+}
+
+// TestUpdateLdcacheLeavesTheHostAlone: a container whose root is the host's
+// own (e2e/gpu's scripts bind / as the root) keeps the host's cache.
+func TestUpdateLdcacheLeavesTheHostAlone(t *testing.T) {
+	bundle := t.TempDir()
+	b, _ := json.Marshal(specs.Spec{Version: specs.Version, Root: &specs.Root{Path: "/", Readonly: true}})
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat("/etc/ld.so.cache")
+	if err != nil {
+		t.Skip(err)
+	}
+	if code, stderr := hook(t, bundle, HookUpdateLdcache, "/usr/lib/gpumux-test-not-there"); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	after, err := os.Stat("/etc/ld.so.cache")
+	if err != nil || !after.ModTime().Equal(before.ModTime()) || !os.SameFile(before, after) {
+		t.Errorf("the host's /etc/ld.so.cache changed (%v)", err)
+	}
+}
