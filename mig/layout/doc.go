@@ -94,7 +94,10 @@
 // Layout.For says what the layout wants of each GPU of a node. A GPU that no
 // rule selects is left out: the layout says nothing about it, so one file
 // can serve nodes of different shapes (mig-parted's apply leaves such GPUs
-// alone too).
+// alone too). A GPU index that the node does not have (match: "0,42" or
+// devices: [0, 42] on an 8-GPU node) is an error naming the rule, the value
+// and the node's indexes, in both formats: mig-parted skips such an index
+// without a word, which leaves a GPU the author meant unconfigured.
 //
 // When two rules select one GPU, the format decides:
 //
