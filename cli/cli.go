@@ -32,6 +32,7 @@ Usage:
                             MIG layouts from a file: plan, apply and check them, export the node's
   gpumux remote secret|token
                             a pool secret for remote GPUs, a token for gpumux-remoted
+  gpumux repair [--dry-run] rebuild a damaged lease store from the containers that still run
   gpumux version            print the version
 
 Run 'gpumux <command> -h' for the flags of a command.
@@ -54,6 +55,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runMIG(ctx, args[1:], stdout, stderr)
 	case "remote":
 		return runRemote(ctx, args[1:], stdout, stderr)
+	case "repair":
+		return runRepair(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "gpumux", version.Version)
 		return ExitOK

@@ -70,11 +70,21 @@ var (
 	ErrDamaged = errors.New("lease store damaged")
 )
 
-// damaged is the error for a store whose file is damaged: it names the file,
-// what is wrong and what to do.
-func damaged(path string, why any) error {
-	return fmt.Errorf("%w: %s: %v; gpumux does not start a new store over it, since that would hand out again the shares running containers hold: run 'gpumux repair' to rebuild it from the containers runc and Nomad still run (it keeps the damaged file beside it)", ErrDamaged, path, why)
+// DamagedError is the error for a store whose file is damaged; it matches
+// ErrDamaged (errors.Is) and says what to do.
+type DamagedError struct {
+	Path string // the store's file
+	Why  string // what is wrong with it
 }
+
+func (e *DamagedError) Error() string {
+	return fmt.Sprintf("%v: %s: %s; gpumux does not start a new store over it, since that would hand out again the shares running containers hold: run 'gpumux repair' to rebuild it from the containers runc and Nomad still run (it keeps the damaged file beside it)", ErrDamaged, e.Path, e.Why)
+}
+
+// Is makes a DamagedError match ErrDamaged.
+func (e *DamagedError) Is(target error) bool { return target == ErrDamaged }
+
+func damaged(path string, why any) error { return &DamagedError{Path: path, Why: fmt.Sprint(why)} }
 
 var (
 	bucketMeta       = []byte("meta")
