@@ -24,6 +24,12 @@ type GPU struct {
 	MIGPending        bool // pending MIG mode (differs from MIGEnabled until a reset)
 	MIGProfiles       []MIGProfile
 	MIGInstances      []MIGInstance
+	// MIGIncomplete are GPU instances without a compute instance: what a
+	// change interrupted between creating a GPU instance and its compute
+	// instance (or between destroying them) leaves. They are no MIG device
+	// (no UUID, CIID -1, nothing can run on them) but hold their memory
+	// slots; mig.Apply destroys them.
+	MIGIncomplete []MIGInstance
 }
 
 // MIGProfile is one GPU instance profile the GPU supports, with its full-size

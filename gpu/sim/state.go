@@ -34,6 +34,9 @@ type state struct {
 	// FailCreateCountdown > 0 makes the FailCreateCountdown-th next GPU
 	// instance create fail with ERROR_INSUFFICIENT_RESOURCES; 0 disables.
 	FailCreateCountdown int `json:"failCreateCountdown,omitempty"`
+	// Fault is a fault injected at a later NVML call that changes state
+	// (FailMutation, KillAtMutation); nil for none.
+	Fault *mutationFault `json:"fault,omitempty"`
 
 	forceSave bool // save even though the transaction failed
 }
@@ -532,20 +535,40 @@ type nvmlError nvml.Return
 
 func (e nvmlError) Error() string { return nvml.Return(e).Error() }
 
-// update is transact for NVML calls: fn returns an NVML code, I/O errors
-// become ERROR_UNKNOWN, and the library must be initialized.
+// update is transact for NVML calls that change state: fn returns an NVML
+// code, I/O errors become ERROR_UNKNOWN, and the library must be
+// initialized. An injected fault (mutationFault) fires here, before fn.
 func (n *Node) update(fn func(st *state) nvml.Return) nvml.Return {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.initCount == 0 {
 		return nvml.ERROR_UNINITIALIZED
 	}
+	kill := false
 	err := n.transactLocked(func(st *state) error {
+		if f := st.Fault; f != nil {
+			st.forceSave = true // the countdown is saved whatever fn does
+			if f.Skip > 0 {
+				f.Skip--
+			} else {
+				st.Fault = nil // fires once
+				if f.Kill {
+					kill = true
+					return errKilled
+				}
+				return nvmlError(f.Return)
+			}
+		}
 		if ret := fn(st); ret != nvml.SUCCESS {
 			return nvmlError(ret)
 		}
 		return nil
 	})
+	if kill && errors.Is(err, errKilled) {
+		// As a crash or kill -9 would: nothing after this call happens.
+		unix.Kill(os.Getpid(), unix.SIGKILL)
+		select {} // SIGKILL cannot be caught; wait for it to land
+	}
 	var ne nvmlError
 	switch {
 	case err == nil:
