@@ -122,7 +122,8 @@
 //
 // Export writes a node's current layout in gpumux's format, one rule per
 // GPU by UUID; reading it back and resolving it on the same node gives the
-// current layout. Layout.Marshal writes any layout in gpumux's format, which
+// current layout. ExportMIGParted writes it in mig-parted's format, one
+// config ("current") with GPUs of one layout in one entry, by index. Layout.Marshal writes any layout in gpumux's format, which
 // turns mig-parted configs into gpumux files; a config whose rules overlap
 // becomes a file that For rejects on the GPUs where they do.
 package layout
