@@ -34,6 +34,7 @@ Usage:
                             a pool secret for remote GPUs, a token for gpumux-remoted
   gpumux runtime configure --runtime=docker|containerd
                             register gpumux-runtime with Docker or containerd as the runtime "gpumux"
+  gpumux repair [--dry-run] rebuild a damaged lease store from the containers that still run
   gpumux version            print the version
 
 Run 'gpumux <command> -h' for the flags of a command.
@@ -58,6 +59,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runRemote(ctx, args[1:], stdout, stderr)
 	case "runtime":
 		return runRuntime(ctx, args[1:], stdout, stderr)
+	case "repair":
+		return runRepair(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "gpumux", version.Version)
 		return ExitOK

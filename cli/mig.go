@@ -34,7 +34,7 @@ const migUsage = `Usage:
         make the GPUs carry the layout
   gpumux mig assert -f FILE [-c CONFIG] [--output json] [flags]
         check that the GPUs carry the layout
-  gpumux mig export [--output FILE] [flags]
+  gpumux mig export [--format gpumux|mig-parted] [--output FILE] [flags]
         write the node's current layout
 
 FILE is a MIG layout in gpumux's format (version: gpumux.io/v1) or
@@ -78,13 +78,14 @@ var migHelp = map[string]string{
 For every GPU the layout selects, shows its current MIG layout, the wanted
 one and what apply would do: keep, enable MIG and create, change (destroy
 the instances that cannot stay, create the wanted ones at the placements
-shown, keep the rest), disable MIG, or why it cannot (no MIG support, does
-not fit: which profiles overlap on which memory slots, and which instances
-that stay are in the way; instances that must be removed before MIG mode
-can be disabled). Instances in use are marked: apply refuses to destroy
-them. In use means processes on the instance, a container of gpumux-runtime
-holding it (a lease), or a live Nomad allocation holding it or a share on
-it (asked of the Nomad agent, see --nomad). Changes nothing.
+shown, keep the rest), disable MIG (destroying the instances first), or why
+it cannot (no MIG support, does not fit: which profiles overlap on which
+memory slots, and which instances that stay are in the way). Instances in
+use are marked: apply refuses to destroy them. GPU instances without a
+compute instance (left by an interrupted change) are shown to be destroyed.
+In use means processes on the instance, a container of gpumux-runtime
+holding it (a lease), or a live Nomad allocation holding it or a share on it
+(asked of the Nomad agent, see --nomad). Changes nothing.
 
 Exit codes: 0 plan shown, 1 error (unreadable or invalid layout, GPUs
 unreadable, Nomad agent unreadable), 2 bad flags.
@@ -100,9 +101,13 @@ wanted ones created, after placements for all of them were found; if a step
 fails, the previous instances are restored. A GPU whose change would
 destroy an instance in use (processes, a gpumux-runtime lease, a live Nomad
 allocation) is refused and left unchanged; the other GPUs are still
-applied. MIG mode is enabled as needed; it is disabled (mig-enabled: false)
-only on a GPU without instances: remove them first (mig-enabled: true,
-mig-devices: {}).
+applied. MIG mode is enabled as needed. mig-enabled: false (mig-parted's
+all-disabled) destroys the GPU's instances and disables MIG mode in one
+step, unless an instance is in use: then the GPU is refused as above.
+GPU instances without a compute instance, left by an interrupted change,
+are destroyed. A change interrupted by a crash or a kill is undone by the
+next apply of that GPU, which first restores the layout (MIG mode and
+instances at their placements) that the interrupted one started from.
 
 When the driver leaves a MIG mode change pending until a GPU reset, apply
 reports an error that says so, unless --reset: then it resets exactly that
@@ -279,13 +284,16 @@ const (
 
 // GPUPlan is what the layout wants of one GPU and what apply would do.
 type GPUPlan struct {
-	Index      int               `json:"index"`
-	UUID       string            `json:"uuid"`
-	Model      string            `json:"model"`
-	MIGEnabled bool              `json:"mig_enabled"`
-	Current    map[string]int    `json:"current"` // profile → count
-	WantMIG    bool              `json:"want_mig_enabled"`
-	Want       map[string]int    `json:"want"`
+	Index      int            `json:"index"`
+	UUID       string         `json:"uuid"`
+	Model      string         `json:"model"`
+	MIGEnabled bool           `json:"mig_enabled"`
+	Current    map[string]int `json:"current"` // profile → count
+	WantMIG    bool           `json:"want_mig_enabled"`
+	Want       map[string]int `json:"want"`
+	// Incomplete are the GPU's GPU instances without a compute instance
+	// ("1g.18gb at 6:1"), left by an interrupted change: apply destroys them.
+	Incomplete []string          `json:"incomplete,omitempty"`
 	Rule       string            `json:"rule"` // file:line of the rule
 	Action     string            `json:"action"`
 	Keep       []PlannedInstance `json:"keep,omitempty"` // instances that stay, untouched
@@ -295,10 +303,13 @@ type GPUPlan struct {
 	Reason     string            `json:"reason,omitempty"`
 }
 
-// PlannedInstance is a MIG instance to destroy or create.
+// PlannedInstance is a MIG instance to keep, destroy or create.
 type PlannedInstance struct {
 	Profile   string        `json:"profile"`
 	Placement gpu.Placement `json:"placement"`
+	// Incomplete marks a GPU instance without a compute instance, left by
+	// an interrupted change: apply destroys it.
+	Incomplete bool `json:"incomplete,omitempty"`
 }
 
 func (p *GPUPlan) matches() bool { return p.Action == ActionKeep }
@@ -326,6 +337,9 @@ func migPlan(ctx context.Context, h mig.Host, l *layout.Layout, held func(string
 			MIGEnabled: g.MIGEnabled, Current: instanceCounts(g.MIGInstances),
 			WantMIG: w.MIGEnabled, Want: nonZero(w.Devices),
 		}
+		for _, inst := range g.MIGIncomplete {
+			p.Incomplete = append(p.Incomplete, fmt.Sprintf("%s at %s", inst.Profile, inst.Placement))
+		}
 		if w.Rule != nil {
 			p.Rule = fmt.Sprintf("%s:%d", l.File, w.Rule.Line)
 		}
@@ -337,24 +351,15 @@ func migPlan(ctx context.Context, h mig.Host, l *layout.Layout, held func(string
 }
 
 func planGPU(ctx context.Context, h mig.Host, g *gpu.GPU, p *GPUPlan, held func(string) string, force bool) {
-	if !p.WantMIG {
-		switch {
-		case !g.MIGEnabled:
-			p.Action = ActionKeep
-		case len(g.MIGInstances) > 0:
-			p.Action = ActionRefuse
-			p.Reason = fmt.Sprintf("MIG mode cannot be disabled while the GPU holds %s; remove them first (apply a layout with mig-enabled: true and mig-devices: {})", describeCounts(p.Current))
-		default:
-			p.Action = ActionDisable
-		}
+	switch {
+	case !p.WantMIG && !g.MIGEnabled:
+		p.Action = ActionKeep
 		return
-	}
-	if !g.MIGCapable {
+	case p.WantMIG && !g.MIGCapable:
 		p.Action = ActionRefuse
 		p.Reason = fmt.Sprintf("%s has no MIG support", g.Model)
 		return
-	}
-	if g.MIGEnabled && maps.Equal(p.Current, p.Want) {
+	case p.WantMIG && g.MIGEnabled && maps.Equal(p.Current, p.Want) && len(g.MIGIncomplete) == 0:
 		p.Action = ActionKeep
 		return
 	}
@@ -367,10 +372,14 @@ func planGPU(ctx context.Context, h mig.Host, g *gpu.GPU, p *GPUPlan, held func(
 		}
 	}
 	isBusy := func(uuid string) bool { return busy[uuid] }
-	plan, err := mig.PlanGPU(g, p.Want, isBusy, false)
+	want := p.Want
+	if !p.WantMIG {
+		want = map[string]int{} // MIG off: every instance goes first
+	}
+	plan, err := mig.PlanGPU(g, want, isBusy, false)
 	if errors.Is(err, mig.ErrBusy) {
 		// Show what the change would be; apply refuses it (exit 4).
-		if plan, err = mig.PlanGPU(g, p.Want, isBusy, true); err == nil {
+		if plan, err = mig.PlanGPU(g, want, isBusy, true); err == nil {
 			for _, inst := range plan.Destroy {
 				if busy[inst.UUID] {
 					p.Busy = append(p.Busy, fmt.Sprintf("%s (%s at %s)", inst.UUID, inst.Profile, inst.Placement))
@@ -384,15 +393,17 @@ func planGPU(ctx context.Context, h mig.Host, g *gpu.GPU, p *GPUPlan, held func(
 		return
 	}
 	for _, inst := range plan.Keep {
-		p.Keep = append(p.Keep, PlannedInstance{inst.Profile, inst.Placement})
+		p.Keep = append(p.Keep, PlannedInstance{Profile: inst.Profile, Placement: inst.Placement})
 	}
 	for _, inst := range plan.Destroy {
-		p.Destroy = append(p.Destroy, PlannedInstance{inst.Profile, inst.Placement})
+		p.Destroy = append(p.Destroy, PlannedInstance{inst.Profile, inst.Placement, inst.CIID < 0})
 	}
 	for _, s := range plan.Create {
-		p.Create = append(p.Create, PlannedInstance{s.Profile.Name, s.Placement})
+		p.Create = append(p.Create, PlannedInstance{Profile: s.Profile.Name, Placement: s.Placement})
 	}
 	switch {
+	case !p.WantMIG:
+		p.Action = ActionDisable
 	case !g.MIGEnabled:
 		p.Action = ActionEnable
 	case len(p.Destroy) == 0:
@@ -411,7 +422,10 @@ func (p *GPUPlan) describeAction() string {
 	case ActionRefuse:
 		return "cannot apply: " + p.Reason
 	case ActionDisable:
-		return "disable MIG"
+		s = "disable MIG"
+		if len(p.Destroy) > 0 {
+			s = "destroy " + listInstances(p.Destroy) + "; disable MIG"
+		}
 	case ActionEnable:
 		s = "enable MIG"
 		if len(p.Create) > 0 {
@@ -438,6 +452,9 @@ func listInstances(list []PlannedInstance) string {
 	parts := make([]string, len(list))
 	for i, x := range list {
 		parts[i] = fmt.Sprintf("%s at %s", x.Profile, x.Placement)
+		if x.Incomplete {
+			parts[i] += " (a GPU instance without a compute instance)"
+		}
 	}
 	return strings.Join(parts, ", ")
 }
@@ -523,6 +540,9 @@ func (p *GPUPlan) differences() []Difference {
 		if has != wants {
 			d = append(d, Difference{Field: "mig-devices." + name, Has: has, Wants: wants})
 		}
+	}
+	if n := len(p.Incomplete); n > 0 {
+		d = append(d, Difference{Field: "incomplete", Has: p.Incomplete, Wants: []string{}})
 	}
 	return d
 }
@@ -717,12 +737,21 @@ func runMIGExport(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var nf nodeFlags
 	nf.register(fs)
 	output := fs.String("output", "", "write the layout to `FILE` instead of standard output")
+	format := fs.String("format", "gpumux", "`FORMAT` of the layout: gpumux, or mig-parted (nvidia-mig-parted's config file)")
+	config := fs.String("c", layout.DefaultExportConfig, "with --format mig-parted, the `CONFIG` name under mig-configs")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: gpumux mig export [--output FILE] [flags]
+		fmt.Fprint(fs.Output(), `Usage: gpumux mig export [--format gpumux|mig-parted] [--output FILE] [flags]
 
-Writes the node's current MIG layout in gpumux's format, one rule per GPU
-selected by its UUID: gpumux mig assert -f on it passes on this node, and
-gpumux mig apply -f brings the GPUs back to it. Changes nothing.
+Writes the node's current MIG layout. In gpumux's format (the default) it
+has one rule per GPU selected by its UUID: gpumux mig assert -f on it
+passes on this node, and gpumux mig apply -f brings the GPUs back to it.
+--format mig-parted writes nvidia-mig-parted's config file (version: v1)
+with one config (-c, default current) that selects GPUs by index, GPUs of
+one layout in one entry: nvidia-mig-parted apply -f FILE -c current and
+gpumux mig apply -f FILE -c current both read it. A GPU instance without a
+compute instance (left by an interrupted change) is no MIG device: it is
+left out of the layout and named in a comment; applying the layout
+removes it. Changes nothing.
 
 Exit codes: 0 ok, 1 error, 2 bad flags.
 
@@ -732,6 +761,14 @@ Flags:
 	}
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
+	}
+	export := map[string]func(*gpu.Node) ([]byte, error){
+		"gpumux":     layout.Export,
+		"mig-parted": func(n *gpu.Node) ([]byte, error) { return layout.ExportMIGParted(n, *config) },
+	}[*format]
+	if export == nil {
+		fmt.Fprintf(stderr, "gpumux mig export: --format %q: want gpumux or mig-parted\n", *format)
+		return ExitUsage
 	}
 	err := func() error {
 		n, err := nf.open()
@@ -743,7 +780,7 @@ Flags:
 		if err != nil {
 			return err
 		}
-		b, err := layout.Export(node)
+		b, err := export(node)
 		if err != nil {
 			return err
 		}

@@ -174,7 +174,7 @@ gpus:
 		{"create", `{match: "2", mig-enabled: true, mig-devices: {4g.71gb: 1}}`, "create 4g.71gb at 0:4"},
 		{"enable", `{match: "3", mig-enabled: true, mig-devices: {4g.71gb: 1, 3g.71gb: 1}}`, "enable MIG and create 4g.71gb at 0:4, 3g.71gb at 4:4"},
 		{"disable", `{match: "2", mig-enabled: false}`, "disable MIG"},
-		{"disable with instances", `{match: "1", mig-enabled: false}`, "cannot apply: MIG mode cannot be disabled while the GPU holds 1× 7g.141gb; remove them first"},
+		{"disable with instances", `{match: "1", mig-enabled: false}`, "destroy 7g.141gb at 0:8; disable MIG"},
 		{"keep off", `{match: "5", mig-enabled: false}`, "keep"},
 	}
 	for _, tc := range tests {
@@ -290,35 +290,58 @@ func TestMIGExport(t *testing.T) {
 	}
 }
 
+// TestMIGDisable turns MIG off on GPUs with instances in one apply, as
+// mig-parted's all-disabled does: idle instances are destroyed and MIG
+// mode disabled; a GPU with an instance in use is refused and left as it
+// is, the others still done.
 func TestMIGDisable(t *testing.T) {
 	n := newMIGNode(t)
-	on := n.file("on.yaml", "version: gpumux.io/v1\ngpus:\n  - {match: \"2\", mig-enabled: true, mig-devices: {1g.18gb: 1}}\n")
-	empty := n.file("empty.yaml", "version: gpumux.io/v1\ngpus:\n  - {match: \"2\", mig-enabled: true, mig-devices: {}}\n")
-	off := n.file("off.yaml", "version: gpumux.io/v1\ngpus:\n  - {match: \"2\", mig-enabled: false}\n")
+	on := n.file("on.yaml", "version: gpumux.io/v1\ngpus:\n  - {match: \"1,2\", mig-enabled: true, mig-devices: {1g.18gb: 1, 3g.71gb: 1, 2g.35gb: 1}}\n")
 	code, out, errOut := n.run("mig", "apply", "-f", on)
 	mustExit(t, "apply on", code, cli.ExitOK, out, errOut)
+	busyUUID := n.inventory().GPUs[1].MIGInstances[0].UUID
+	h, err := gpu.OpenSimulated("dgxh200", n.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Simulated().SetProcesses(busyUUID, 4242); err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
 
-	code, out, errOut = n.run("mig", "apply", "-f", off)
-	mustExit(t, "apply off with an instance", code, cli.ExitError, out, errOut)
-	if !strings.Contains(errOut, "remove them first") {
-		t.Errorf("stderr:\n%s", errOut)
+	// mig-parted's own file, unchanged: all-disabled on every GPU.
+	f := filepath.Join("..", "mig", "layout", "testdata", "mig-parted-config-default.yaml")
+	code, out, errOut = n.run("mig", "plan", "-f", f, "-c", "all-disabled")
+	mustExit(t, "plan all-disabled", code, cli.ExitOK, out, errOut)
+	if !strings.Contains(out, "destroy 3g.71gb at 4:4, 2g.35gb at 0:2, 1g.18gb at 2:1; disable MIG") || !strings.Contains(out, "; disable MIG") || !strings.Contains(out, "apply will refuse: "+busyUUID) {
+		t.Errorf("plan all-disabled:\n%s", out)
 	}
-	if g := n.inventory().GPUs[2]; !g.MIGEnabled || len(g.MIGInstances) != 1 {
-		t.Fatalf("refused disable changed GPU 2: MIG %v, %d instances", g.MIGEnabled, len(g.MIGInstances))
+	code, out, errOut = n.run("mig", "apply", "-f", f, "-c", "all-disabled")
+	mustExit(t, "apply all-disabled", code, cli.ExitBusy, out, errOut)
+	if !strings.Contains(out, "GPU 2: destroying 3g.71gb") || !strings.Contains(out, "GPU 2: disabling MIG mode") || !strings.Contains(errOut, "GPU 1 refused, left unchanged") {
+		t.Errorf("apply all-disabled:\n%s\n%s", out, errOut)
+	}
+	node := n.inventory()
+	if g := node.GPUs[2]; g.MIGEnabled || g.MIGPending || len(g.MIGInstances) != 0 {
+		t.Errorf("GPU 2 after all-disabled: MIG %v (pending %v), %d instances", g.MIGEnabled, g.MIGPending, len(g.MIGInstances))
+	}
+	if g := node.GPUs[1]; !g.MIGEnabled || !maps.Equal(counts(g), map[string]int{"1g.18gb": 1, "3g.71gb": 1, "2g.35gb": 1}) {
+		t.Errorf("busy GPU 1 changed: MIG %v, %v", g.MIGEnabled, counts(g))
 	}
 
-	code, out, errOut = n.run("mig", "apply", "-f", empty)
-	mustExit(t, "apply empty", code, cli.ExitOK, out, errOut)
-	code, out, errOut = n.run("mig", "apply", "-f", off)
-	mustExit(t, "apply off", code, cli.ExitOK, out, errOut)
-	if !strings.Contains(out, "GPU 2: disabling MIG mode") {
-		t.Errorf("apply off:\n%s", out)
+	// Once the processes are gone, the same file finishes the job.
+	h, err = gpu.OpenSimulated("dgxh200", n.dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if g := n.inventory().GPUs[2]; g.MIGEnabled {
-		t.Fatal("GPU 2 still in MIG mode")
+	if err := h.Simulated().SetProcesses(busyUUID); err != nil {
+		t.Fatal(err)
 	}
-	code, out, errOut = n.run("mig", "assert", "-f", off)
-	mustExit(t, "assert off", code, cli.ExitOK, out, errOut)
+	h.Close()
+	code, out, errOut = n.run("mig", "apply", "-f", f, "-c", "all-disabled")
+	mustExit(t, "apply all-disabled again", code, cli.ExitOK, out, errOut)
+	code, out, errOut = n.run("mig", "assert", "-f", f, "-c", "all-disabled")
+	mustExit(t, "assert all-disabled", code, cli.ExitOK, out, errOut)
 }
 
 func TestMIGPartedConfig(t *testing.T) {
@@ -380,10 +403,10 @@ func TestMIGHelp(t *testing.T) {
 		cmd  string
 		want []string
 	}{
-		{"plan", []string{"-output FORMAT", "-nomad ADDR", "overlap on which memory slots", "live Nomad allocation"}},
+		{"plan", []string{"-output FORMAT", "-nomad ADDR", "overlap on which\nmemory slots", "live Nomad allocation"}},
 		{"apply", []string{"-output FORMAT", "-reset", "-force", "-nomad ADDR", "nvidia-smi -r -i N", "resets exactly that", "--output json prints", "4 a GPU was refused"}},
 		{"assert", []string{"-output FORMAT", "--output json prints", "mig-devices.<profile>", "3 a GPU\ndiffers"}},
-		{"export", []string{"-output FILE"}},
+		{"export", []string{"-output FILE", "-format FORMAT", "nvidia-mig-parted apply -f FILE -c current"}},
 	}
 	for _, tc := range tests {
 		code, out, errOut := run(t, "mig", tc.cmd, "-h")

@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -18,6 +19,9 @@ func TestMain(m *testing.M) {
 	// No test may ask a Nomad agent that happens to run on this machine.
 	os.Unsetenv("NOMAD_ADDR")
 	os.Unsetenv("NOMAD_TOKEN")
+	if os.Getenv(envRunCLI) != "" { // the test binary as the gpumux binary (gpumuxCommand)
+		os.Exit(cli.Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
 	restore := cli.SetDefaultNomadAddr("http://" + closedAddr())
 	code := m.Run()
 	restore()

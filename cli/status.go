@@ -94,6 +94,9 @@ func printStatus(w io.Writer, st *Status) {
 		for _, m := range g.MIGInstances {
 			fmt.Fprintf(tw, "└ %d/%d\t%s\t%s\t%d MiB\t%d\t\tat %s, caps %d,%d\n", m.GIID, m.CIID, m.Profile, m.UUID, m.MemoryMiB, m.SMCount, m.Placement, m.GICapMinor, m.CICapMinor)
 		}
+		for _, m := range g.MIGIncomplete {
+			fmt.Fprintf(tw, "└ %d/-\t%s\t(no compute instance)\t%d MiB\t\t\tat %s, INCOMPLETE: left by an interrupted change; gpumux mig apply removes it\n", m.GIID, m.Profile, m.MemoryMiB, m.Placement)
+		}
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

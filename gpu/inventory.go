@@ -112,8 +112,53 @@ func (h *Host) readGPU(index int, minors migMinors) (GPU, error) {
 		if g.MIGInstances, err = h.readInstances(dev, g, minors); err != nil {
 			return GPU{}, err
 		}
+		if g.MIGIncomplete, err = readIncomplete(dev, g); err != nil {
+			return GPU{}, err
+		}
 	}
 	return g, nil
+}
+
+// readIncomplete lists the GPU instances of g that have no compute
+// instance (g.MIGInstances lists those that have one: MIG devices), by GI
+// id. Where NVML does not let this process list GPU instances, it reports
+// none.
+func readIncomplete(dev nvml.Device, g GPU) ([]MIGInstance, error) {
+	complete := map[int]bool{}
+	for _, inst := range g.MIGInstances {
+		complete[inst.GIID] = true
+	}
+	var out []MIGInstance
+	for _, p := range g.MIGProfiles {
+		if p.MaxCount < 1 {
+			continue
+		}
+		// go-nvml sizes its buffer by InstanceCount and passes only Id.
+		gis, ret := dev.GetGpuInstances(&nvml.GpuInstanceProfileInfo{Id: uint32(p.GIProfileID), InstanceCount: uint32(p.MaxCount)})
+		switch ret {
+		case nvml.SUCCESS:
+		case nvml.ERROR_NO_PERMISSION, nvml.ERROR_NOT_SUPPORTED:
+			return nil, nil
+		default:
+			return nil, fmt.Errorf("listing GPU instances of %s: %w", p.Name, nvmlError(ret))
+		}
+		for _, gi := range gis {
+			info, ret := gi.GetInfo()
+			if ret != nvml.SUCCESS {
+				return nil, fmt.Errorf("GPU instance of %s: %w", p.Name, nvmlError(ret))
+			}
+			if complete[int(info.Id)] {
+				continue
+			}
+			out = append(out, MIGInstance{
+				Profile: p.Name, GIProfileID: p.GIProfileID, GIID: int(info.Id), CIID: -1,
+				Placement: Placement{Start: int(info.Placement.Start), Size: int(info.Placement.Size)},
+				MemoryMiB: p.MemoryMiB, SMCount: p.SMCount, GICapMinor: -1, CICapMinor: -1,
+			})
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].GIID < out[b].GIID })
+	return out, nil
 }
 
 // coresPerSM is the number of CUDA cores in one SM, by compute capability.

@@ -27,6 +27,12 @@ type GPU struct {
 	// Hardware is what else NVML reports of the GPU: the attributes
 	// nomad-device-nvidia offers.
 	Hardware Hardware
+	// MIGIncomplete are GPU instances without a compute instance: what a
+	// change interrupted between creating a GPU instance and its compute
+	// instance (or between destroying them) leaves. They are no MIG device
+	// (no UUID, CIID -1, nothing can run on them) but hold their memory
+	// slots; mig.Apply destroys them.
+	MIGIncomplete []MIGInstance
 }
 
 // Hardware is what NVML reports of a GPU beyond what gpumux schedules on.

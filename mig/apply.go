@@ -42,9 +42,32 @@ type Progress func(format string, args ...any)
 // Apply makes GPU index carry exactly want (profile name → count), enabling
 // MIG mode if needed. It changes nothing when the GPU already matches, refuses
 // with ErrBusy while any instance has processes, and finds placements for the
-// whole layout before destroying anything. If a step fails it restores the
-// previous instances at their previous placements and says so in the error.
+// whole layout before destroying anything. GPU instances without a compute
+// instance (gpu.GPU.MIGIncomplete) are destroyed. If a step fails it
+// restores the previous layout (MIG mode, and the previous instances at
+// their previous placements) and says so in the error.
 func Apply(ctx context.Context, h Host, index int, want map[string]int, progress Progress, opts ...ApplyOption) (Result, error) {
+	return change(ctx, h, index, true, want, progress, opts)
+}
+
+// DisableMIG turns MIG mode off on GPU index in one step: it destroys the
+// GPU's MIG instances (and GPU instances without a compute instance), then
+// disables MIG mode, as mig-parted does for mig-enabled: false. It refuses
+// with ErrBusy, changing nothing, while any instance is in use (processes,
+// or held: WithHeld, unless WithForce). If a step fails it restores the
+// previous instances and MIG mode. A change the driver leaves pending is an
+// error wrapping gpu.ErrResetRequired, unless WithReset lets it reset the
+// GPU; the instances are then restored too.
+func DisableMIG(ctx context.Context, h Host, index int, progress Progress, opts ...ApplyOption) (Result, error) {
+	return change(ctx, h, index, false, nil, progress, opts)
+}
+
+// change makes GPU index carry MIG mode migOn and, when on, exactly want:
+// Apply and DisableMIG. With checkpoints (WithCheckpoint) it first undoes a
+// change a crashed process left, then records the layout it starts from
+// before changing anything, so that a crash at any instant is undone by
+// the next change of the GPU.
+func change(ctx context.Context, h Host, index int, migOn bool, want map[string]int, progress Progress, opts []ApplyOption) (Result, error) {
 	if progress == nil {
 		progress = func(string, ...any) {}
 	}
@@ -62,24 +85,23 @@ func Apply(ctx context.Context, h Host, index int, want map[string]int, progress
 			return Result{}, fmt.Errorf("GPU %d: %w", index, err)
 		}
 		defer cp.unlock()
-		if g, err = recoverCrashed(ctx, h, g, cp, progress); err != nil {
+		if g, err = recoverCrashed(ctx, h, g, cp, &o, progress); err != nil {
 			return Result{}, err
 		}
 		o.checkpoint = cp
 	}
-	if !g.MIGCapable {
+	switch {
+	case migOn && !g.MIGCapable:
 		return Result{}, fmt.Errorf("GPU %d (%s) has no MIG support", index, g.Model)
-	}
-	res := Result{}
-	if !g.MIGEnabled {
-		progress("GPU %d: enabling MIG mode", index)
-		if g, err = changeMode(ctx, h, index, true, &o, progress); err != nil {
+	case migOn && g.MIGEnabled && len(g.MIGIncomplete) == 0 && maps.Equal(counts(g.MIGInstances), want):
+		return Result{}, nil
+	case !migOn && !g.MIGEnabled:
+		// Nothing to destroy; this also cancels a pending change to on.
+		progress("GPU %d: disabling MIG mode", index)
+		if _, err := changeMode(ctx, h, index, false, &o, progress); err != nil {
 			return Result{}, err
 		}
-		res.Reset = o.didReset
-	}
-	if maps.Equal(counts(g.MIGInstances), want) {
-		return res, nil
+		return Result{Reset: o.didReset}, nil
 	}
 	busy, err := busyInstances(ctx, h, g, o.held)
 	if err != nil {
@@ -88,83 +110,107 @@ func Apply(ctx context.Context, h Host, index int, want map[string]int, progress
 	// Force lets held instances go; processes always keep theirs (NVML
 	// refuses to destroy an instance in use).
 	inUse := func(uuid string) bool { u := busy[uuid]; return len(u.pids) > 0 || u.holder != "" && !o.force }
+	if !migOn {
+		want = map[string]int{} // every instance goes
+	}
 	plan, err := PlanGPU(g, want, inUse, false)
 	if err != nil {
 		return Result{}, describeBusy(err, busy)
 	}
-	slots := plan.Create
+	before := snapshotOf(g)
 	if cp := o.checkpoint; cp != nil {
-		if err := cp.write(checkpoint{Version: 1, GPU: g.UUID, Before: refsOf(g.MIGInstances), Want: want, Started: time.Now().UTC()}); err != nil {
+		if err := cp.write(checkpoint{Version: 1, GPU: g.UUID, Before: before.Instances, MIGEnabled: &before.MIGEnabled, Want: want, Started: time.Now().UTC()}); err != nil {
 			return Result{}, fmt.Errorf("GPU %d: writing the checkpoint: %w", index, err)
 		}
 		// Whatever happens next leaves the GPU consistent (applied or rolled
 		// back); only a crash leaves the checkpoint behind.
 		defer cp.clear()
 	}
+	res := Result{}
+	undo := func(cause error) (Result, error) {
+		return res, rollback(ctx, h, index, before, cause, &o, progress)
+	}
+	if migOn && !g.MIGEnabled {
+		progress("GPU %d: enabling MIG mode", index)
+		if _, err := changeMode(ctx, h, index, true, &o, progress); err != nil {
+			// Nothing else changed; a mode change left pending waits for
+			// a reset, and the error says how to finish it.
+			return Result{}, err
+		}
+		res.Reset = o.didReset
+	}
 	res.Changed = true
 	for _, inst := range plan.Destroy {
-		progress("GPU %d: destroying %s (GPU instance %d at %s)", index, inst.Profile, inst.GIID, inst.Placement)
+		what := "destroying"
+		if inst.CIID < 0 {
+			what = "destroying the GPU instance without a compute instance,"
+		}
+		progress("GPU %d: %s %s (GPU instance %d at %s)", index, what, inst.Profile, inst.GIID, inst.Placement)
 		if err := h.DestroyMIGInstance(ctx, index, inst.GIID); err != nil {
-			return res, rollback(ctx, h, g, res, fmt.Errorf("GPU %d: %w", index, err), progress)
+			return undo(fmt.Errorf("GPU %d: %w", index, err))
 		}
 		res.Destroyed = append(res.Destroyed, inst)
 	}
-	for _, s := range slots {
+	for _, s := range plan.Create {
 		progress("GPU %d: creating %s at %s", index, s.Profile.Name, s.Placement)
 		if err := h.CreateMIGInstance(ctx, index, s.Profile, s.Placement); err != nil {
-			return res, rollback(ctx, h, g, res, err, progress)
+			return undo(err)
 		}
 		res.Created = append(res.Created, s)
+	}
+	if !migOn {
+		progress("GPU %d: disabling MIG mode", index)
+		if _, err := changeMode(ctx, h, index, false, &o, progress); err != nil {
+			return undo(err)
+		}
+		res.Reset = res.Reset || o.didReset
+		return res, nil
 	}
 	after, err := readGPU(ctx, h, index)
 	if err != nil {
 		return res, err
 	}
-	if got := counts(after.MIGInstances); !maps.Equal(got, want) {
-		return res, rollback(ctx, h, g, res, fmt.Errorf("GPU %d: after applying, the GPU holds %s instead of %s", index, describe(got), describe(want)), progress)
+	if got := counts(after.MIGInstances); !maps.Equal(got, want) || len(after.MIGIncomplete) > 0 {
+		return undo(fmt.Errorf("GPU %d: after applying, the GPU holds %s (and %d GPU instances without a compute instance) instead of %s", index, describe(got), len(after.MIGIncomplete), describe(want)))
 	}
 	progress("GPU %d: MIG layout is %s", index, describe(want))
 	return res, nil
 }
 
-// rollback undoes res on GPU before (destroys what was created, recreates what
-// was destroyed at its placement) and returns cause, annotated with the outcome.
-func rollback(ctx context.Context, h Host, before *gpu.GPU, res Result, cause error, progress Progress) error {
-	// Roll back even when ctx was cancelled: a half-applied layout is worse.
-	ctx = context.WithoutCancel(ctx)
-	var errs []error
-	now, err := readGPU(ctx, h, before.Index)
-	if err != nil {
-		return fmt.Errorf("%w; rollback failed: %w", cause, err)
-	}
-	for _, inst := range now.MIGInstances {
-		if !hasInstanceAt(before.MIGInstances, inst) {
-			progress("GPU %d: rollback: destroying %s at %s", before.Index, inst.Profile, inst.Placement)
-			if err := h.DestroyMIGInstance(ctx, before.Index, inst.GIID); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	for _, inst := range res.Destroyed {
-		p, _ := before.Profile(inst.Profile)
-		progress("GPU %d: rollback: recreating %s at %s", before.Index, inst.Profile, inst.Placement)
-		if err := h.CreateMIGInstance(ctx, before.Index, p, inst.Placement); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w; rollback incomplete: %w", cause, err)
-	}
-	return fmt.Errorf("%w; the previous layout (%s) was restored", cause, describe(counts(before.MIGInstances)))
+// snapshot is a GPU's MIG layout as restore brings it back: its MIG mode
+// and its MIG devices by profile and placement.
+type snapshot struct {
+	MIGEnabled bool
+	Instances  []instanceRef
 }
 
-func hasInstanceAt(list []gpu.MIGInstance, inst gpu.MIGInstance) bool {
-	for _, x := range list {
-		if x.Profile == inst.Profile && x.Placement == inst.Placement {
-			return true
-		}
+func snapshotOf(g *gpu.GPU) snapshot {
+	return snapshot{MIGEnabled: g.MIGEnabled, Instances: refsOf(g.MIGInstances)}
+}
+
+// rollback brings GPU index back to before and returns cause, annotated
+// with the outcome.
+func rollback(ctx context.Context, h Host, index int, before snapshot, cause error, o *applyOptions, progress Progress) error {
+	// Roll back even when ctx was cancelled: a half-applied layout is worse.
+	ctx = context.WithoutCancel(ctx)
+	rp := func(format string, args ...any) {
+		progress(strings.Replace(format, ": restore: ", ": rollback: ", 1), args...)
 	}
-	return false
+	if err := restore(ctx, h, index, before, o, rp); err != nil {
+		return fmt.Errorf("%w; rollback incomplete: %w", cause, err)
+	}
+	return fmt.Errorf("%w; the previous layout (%s) was restored", cause, before)
+}
+
+func (s snapshot) String() string {
+	if !s.MIGEnabled {
+		return "MIG off"
+	}
+	m := map[string]int{}
+	for _, r := range s.Instances {
+		m[r.Profile]++
+	}
+	return describe(m)
 }
 
 // ApplyOption changes how Apply treats instances in use.
@@ -198,24 +244,6 @@ func WithForce() ApplyOption { return func(o *applyOptions) { o.force = true } }
 // ErrBusy. On real GPUs gpu.Host cannot reset (NVML has no reset call) and
 // says to run nvidia-smi -r.
 func WithReset() ApplyOption { return func(o *applyOptions) { o.reset = true } }
-
-// DisableMIG turns MIG mode off on GPU index, which must hold no MIG
-// instances. A change the driver leaves pending is an error wrapping
-// gpu.ErrResetRequired, unless WithReset lets it reset the GPU.
-func DisableMIG(ctx context.Context, h Host, index int, progress Progress, opts ...ApplyOption) (Result, error) {
-	if progress == nil {
-		progress = func(string, ...any) {}
-	}
-	var o applyOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	progress("GPU %d: disabling MIG mode", index)
-	if _, err := changeMode(ctx, h, index, false, &o, progress); err != nil {
-		return Result{}, err
-	}
-	return Result{Reset: o.didReset}, nil
-}
 
 // changeMode turns MIG mode on or off on GPU index; when the driver leaves
 // the change pending, it resets the GPU if the options allow it. It returns
@@ -308,13 +336,13 @@ func (u use) String() string {
 
 // recoverCrashed undoes the change a crashed Apply of g recorded, if any, and
 // returns the GPU as it is then.
-func recoverCrashed(ctx context.Context, h Host, g *gpu.GPU, cp *checkpoints, progress Progress) (*gpu.GPU, error) {
+func recoverCrashed(ctx context.Context, h Host, g *gpu.GPU, cp *checkpoints, o *applyOptions, progress Progress) (*gpu.GPU, error) {
 	crashed, err := cp.read()
 	if err != nil || crashed == nil {
 		return g, err
 	}
-	progress("GPU %d: an apply started %s did not finish; restoring the layout it found", g.Index, crashed.Started.Format(time.RFC3339))
-	if err := restore(ctx, h, g.Index, crashed.Before, progress); err != nil {
+	progress("GPU %d: an apply started %s did not finish; restoring the layout it found (%s)", g.Index, crashed.Started.Format(time.RFC3339), crashed.before())
+	if err := restore(ctx, h, g.Index, crashed.before(), o, progress); err != nil {
 		return nil, fmt.Errorf("GPU %d: restoring the layout of an interrupted apply (%s): %w", g.Index, cp.path, err)
 	}
 	if err := cp.clear(); err != nil {

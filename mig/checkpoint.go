@@ -26,11 +26,19 @@ func CheckpointDir(stateDir string) string { return filepath.Join(stateDir, "mig
 
 // checkpoint is what an Apply in progress records for its GPU.
 type checkpoint struct {
-	Version int            `json:"version"`
-	GPU     string         `json:"gpu"`
-	Before  []instanceRef  `json:"before"` // the instances before the change
-	Want    map[string]int `json:"want"`
-	Started time.Time      `json:"started"`
+	Version int           `json:"version"`
+	GPU     string        `json:"gpu"`
+	Before  []instanceRef `json:"before"` // the instances before the change
+	// MIGEnabled is the MIG mode before the change; absent (in checkpoints
+	// of versions that wrote it after enabling MIG mode) means on.
+	MIGEnabled *bool          `json:"migEnabled,omitempty"`
+	Want       map[string]int `json:"want"`
+	Started    time.Time      `json:"started"`
+}
+
+// before is the layout the checkpoint's change started from.
+func (c *checkpoint) before() snapshot {
+	return snapshot{MIGEnabled: c.MIGEnabled == nil || *c.MIGEnabled, Instances: c.Before}
 }
 
 type instanceRef struct {
@@ -127,32 +135,50 @@ func refsOf(insts []gpu.MIGInstance) []instanceRef {
 	return refs
 }
 
-// restore brings GPU index back to the instances of refs: it destroys what
-// is not among them and recreates what is missing, at its placement.
-func restore(ctx context.Context, h Host, index int, refs []instanceRef, progress Progress) error {
+// restore brings GPU index back to the layout before: its MIG mode, and
+// the instances of before at their placements. It destroys every other
+// instance, GPU instances without a compute instance included (an
+// instance at a wanted placement is recreated whole), recreates what is
+// missing, and turns MIG mode on or off as before had it (o says whether
+// a mode change pending a reset may reset the GPU).
+func restore(ctx context.Context, h Host, index int, before snapshot, o *applyOptions, progress Progress) error {
 	g, err := readGPU(ctx, h, index)
 	if err != nil {
 		return err
 	}
+	if before.MIGEnabled && !g.MIGEnabled {
+		progress("GPU %d: restore: enabling MIG mode", index)
+		if g, err = changeMode(ctx, h, index, true, o, progress); err != nil {
+			return err
+		}
+	}
 	want := map[instanceRef]bool{}
-	for _, r := range refs {
-		want[r] = true
+	if before.MIGEnabled {
+		for _, r := range before.Instances {
+			want[r] = true
+		}
 	}
 	have := map[instanceRef]bool{}
 	var errs []error
+	destroy := func(inst gpu.MIGInstance, what string) {
+		progress("GPU %d: restore: destroying %s%s at %s", index, inst.Profile, what, inst.Placement)
+		if err := h.DestroyMIGInstance(ctx, index, inst.GIID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, inst := range g.MIGIncomplete {
+		destroy(inst, " (a GPU instance without a compute instance)")
+	}
 	for _, inst := range g.MIGInstances {
 		ref := instanceRef{inst.Profile, inst.Placement}
 		if want[ref] {
 			have[ref] = true
 			continue
 		}
-		progress("GPU %d: restore: destroying %s at %s", index, inst.Profile, inst.Placement)
-		if err := h.DestroyMIGInstance(ctx, index, inst.GIID); err != nil {
-			errs = append(errs, err)
-		}
+		destroy(inst, "")
 	}
-	for _, r := range refs {
-		if have[r] {
+	for _, r := range before.Instances {
+		if have[r] || !before.MIGEnabled {
 			continue
 		}
 		p, ok := g.Profile(r.Profile)
@@ -165,5 +191,14 @@ func restore(ctx context.Context, h Host, index int, refs []instanceRef, progres
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if !before.MIGEnabled && (g.MIGEnabled || g.MIGPending) {
+		progress("GPU %d: restore: disabling MIG mode", index)
+		if _, err := changeMode(ctx, h, index, false, o, progress); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -72,7 +72,7 @@ func TestCrashedApplyIsUndone(t *testing.T) {
 	if !maps.Equal(placementsOf(after), placementsOf(before)) {
 		t.Errorf("after recovery: %v, want %v", placementsOf(after), placementsOf(before))
 	}
-	if len(steps) == 0 || steps[0] != "GPU %d: an apply started %s did not finish; restoring the layout it found" {
+	if len(steps) == 0 || steps[0] != "GPU %d: an apply started %s did not finish; restoring the layout it found (%s)" {
 		t.Errorf("recovery not reported: %q", steps)
 	}
 	if _, err := os.Stat(filepath.Join(dir, before.UUID+".json")); !os.IsNotExist(err) {

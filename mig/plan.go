@@ -2,6 +2,7 @@ package mig
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -25,7 +26,19 @@ func (p *Plan) Changes() bool { return len(p.Destroy) > 0 || len(p.Create) > 0 }
 // up keeping the idle ones. A busy instance (busy reports processes by MIG
 // UUID) is never destroyed unless force; the plan is refused with ErrBusy
 // instead. A layout that cannot fit is refused with ErrInfeasible and why.
+// GPU instances without a compute instance (g.MIGIncomplete) are always
+// destroyed, first: nothing can use them, and their slots are free for the
+// new instances.
 func PlanGPU(g *gpu.GPU, want map[string]int, busy func(uuid string) bool, force bool) (*Plan, error) {
+	plan, err := planInstances(g, want, busy, force)
+	if err != nil {
+		return nil, err
+	}
+	plan.Destroy = append(slices.Clone(g.MIGIncomplete), plan.Destroy...)
+	return plan, nil
+}
+
+func planInstances(g *gpu.GPU, want map[string]int, busy func(uuid string) bool, force bool) (*Plan, error) {
 	isBusy := func(i gpu.MIGInstance) bool { return busy != nil && busy(i.UUID) }
 	byProfile := map[string][]gpu.MIGInstance{}
 	for _, inst := range g.MIGInstances {

@@ -350,3 +350,31 @@ func TestShareEnvReplacesTheImages(t *testing.T) {
 		t.Errorf("NVIDIA_VISIBLE_DEVICES entries %v, want the share's only", got)
 	}
 }
+
+// TestCreateRefusesADamagedLeaseStore checks that gpumux-runtime create on
+// a damaged lease store (emptied) fails with an error naming the store and
+// gpumux repair, and never calls runc: a new store in its place would hand
+// out shares that running containers hold.
+func TestCreateRefusesADamagedLeaseStore(t *testing.T) {
+	f := newFixture(t, "", 0)
+	s, err := lease.Open(lease.PathIn(f.stateDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := os.Truncate(lease.PathIn(f.stateDir), 0); err != nil {
+		t.Fatal(err)
+	}
+	f.writeSpec(t, map[string]string{"gpumux.io/mechanism": "exclusive"})
+	if code := f.create("c1"); code != 1 {
+		t.Fatalf("exit %d, want 1: %s", code, f.stderr.String())
+	}
+	for _, want := range []string{lease.PathIn(f.stateDir), "empty (0 bytes)", "gpumux repair"} {
+		if !strings.Contains(f.stderr.String(), want) {
+			t.Errorf("stderr %q does not say %q", f.stderr.String(), want)
+		}
+	}
+	if _, err := os.Stat(f.runcLog); err == nil {
+		t.Error("runc was called")
+	}
+}

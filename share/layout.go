@@ -227,8 +227,9 @@ func (l *Layout) mpsPercents(i int) ([]int, error) {
 
 // Assign resolves the layout against a node's GPUs: which rule applies to each
 // GPU, checked against what the GPU is (MIG support, its profiles and how many
-// instances fit). Rules that match no GPU of this node are not errors, so one
-// config can serve a fleet of different nodes.
+// instances fit). Rules that match no GPU of this node by UUID or model are
+// not errors, so one config can serve a fleet of different nodes; a GPU
+// index the node does not have is.
 func (l *Layout) Assign(node *gpu.Node) ([]Assignment, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
@@ -240,6 +241,9 @@ func (l *Layout) Assign(node *gpu.Node) ([]Assignment, error) {
 	var errs []error
 	for ri, r := range l.GPUs {
 		m, _ := parseMatch(r.Match)
+		if err := l.checkIndexes(ri, m, node); err != nil {
+			errs = append(errs, err)
+		}
 		for gi := range node.GPUs {
 			g := &node.GPUs[gi]
 			if !m.matches(g) {
@@ -273,6 +277,62 @@ func (l *Layout) Assign(node *gpu.Node) ([]Assignment, error) {
 		}
 	}
 	return out, nil
+}
+
+// checkIndexes refuses GPU indexes in block ri's match that the node does
+// not have: a block that silently matched fewer GPUs than it names would
+// leave a GPU unconfigured without a word.
+func (l *Layout) checkIndexes(ri int, m matcher, node *gpu.Node) error {
+	have := map[int]bool{}
+	for i := range node.GPUs {
+		have[node.GPUs[i].Index] = true
+	}
+	var missing []int
+	for _, i := range sortedInts(m.indexes) {
+		if !have[i] {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	what := "GPU index " + indexRanges(missing) + " is"
+	if len(missing) > 1 {
+		what = "GPU indexes " + indexRanges(missing) + " are"
+	}
+	valid := "this node has no GPUs"
+	if n := len(node.GPUs); n > 0 {
+		valid = fmt.Sprintf("this node has %d GPUs, indexes %s", n, indexRanges(sortedInts(have)))
+	}
+	return l.fieldErr(ri, "match", "%s out of range: %s", what, valid)
+}
+
+func sortedInts(set map[int]bool) []int {
+	out := make([]int, 0, len(set))
+	for i := range set {
+		out = append(out, i)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// indexRanges writes sorted indexes as match writes them, runs as ranges:
+// "0-3,5".
+func indexRanges(idx []int) string {
+	var parts []string
+	for i := 0; i < len(idx); {
+		j := i
+		for j+1 < len(idx) && idx[j+1] == idx[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.Itoa(idx[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", idx[i], idx[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
 }
 
 func (l *Layout) checkMIG(ri int, g *gpu.GPU) []error {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -89,6 +90,60 @@ func (n *Node) FailCreateAfter(k int) error {
 		}
 		return nil
 	})
+}
+
+// mutationFault is a fault injected at the (Skip+1)-th NVML call that
+// changes state from when it was set, in whichever process makes it: a
+// failure with Return, or, with Kill, the death of that process by SIGKILL
+// before the call takes effect. It fires once.
+type mutationFault struct {
+	Skip   int  `json:"skip"`
+	Kill   bool `json:"kill,omitempty"`
+	Return int  `json:"return,omitempty"`
+}
+
+// errKilled tells update that an injected kill fires.
+var errKilled = errors.New("sim: killed by an injected fault")
+
+// FailMutation makes the (k+1)-th NVML call that changes state from now on
+// (SetMigMode, creating or destroying a GPU or compute instance; calls
+// that would fail anyway count too), in any process, fail with ret and
+// change nothing, once. It replaces a fault set before; k < 0 clears it.
+func (n *Node) FailMutation(k int, ret nvml.Return) error {
+	if k >= 0 && ret == nvml.SUCCESS {
+		return errors.New("sim: FailMutation: a failure needs an NVML error code, not SUCCESS")
+	}
+	return n.setFault(k, &mutationFault{Skip: k, Return: int(ret)})
+}
+
+// KillAtMutation makes the process that makes the (k+1)-th NVML call that
+// changes state from now on (counted as by FailMutation), in any process,
+// die by SIGKILL before the call takes effect, once: what a crash or
+// kill -9 of that process at that instant leaves. It replaces a fault set
+// before; k < 0 clears it.
+func (n *Node) KillAtMutation(k int) error {
+	return n.setFault(k, &mutationFault{Skip: k, Kill: true})
+}
+
+func (n *Node) setFault(k int, f *mutationFault) error {
+	return n.transact(func(st *state) error {
+		st.Fault = nil
+		if k >= 0 {
+			st.Fault = f
+		}
+		return nil
+	})
+}
+
+// FaultPending reports whether a fault set by FailMutation or
+// KillAtMutation has not fired yet.
+func (n *Node) FaultPending() (bool, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.refreshLocked(); err != nil {
+		return false, err
+	}
+	return n.st.Fault != nil, nil
 }
 
 // SetTelemetry sets what a GPU reports for utilization, temperature and

@@ -26,9 +26,14 @@
 // without a GPU.
 //
 // Test and demo controls (InjectXid, InjectMigXid, SetProcesses,
-// SetTelemetry, FailCreateAfter, RequireResetForModeChange) are persisted
-// too, so one process can inject a fault that another process observes
-// through NVML. ResetGPU stands in for the GPU reset NVML does not offer
+// SetTelemetry, FailCreateAfter, FailMutation, KillAtMutation,
+// RequireResetForModeChange) are persisted too, so one process can inject
+// a fault that another process observes through NVML. FailMutation and
+// KillAtMutation count the NVML calls that change state (SetMigMode,
+// creating and destroying GPU and compute instances) in any process, and
+// make the (k+1)-th fail, or kill the process making it with SIGKILL before
+// it takes effect: a test walks k up to prove a change survives a failure
+// or a crash at every step. ResetGPU stands in for the GPU reset NVML does not offer
 // (nvidia-smi -r): it makes a pending MIG mode current and destroys the
 // GPU's MIG instances, and refuses with ERROR_IN_USE while processes run;
 // Resets counts the resets of a GPU.

@@ -20,7 +20,8 @@ import (
 const stateVersion = 1
 
 // state is the persisted state of a node (state.json). Decoding ignores
-// unknown fields so older and newer versions can read each other's files.
+// unknown fields, so that a field added later does not break readers, but
+// refuses a version other than stateVersion and duplicate UUIDs.
 type state struct {
 	Version    int         `json:"version"`
 	Node       string      `json:"node"`
@@ -33,6 +34,9 @@ type state struct {
 	// FailCreateCountdown > 0 makes the FailCreateCountdown-th next GPU
 	// instance create fail with ERROR_INSUFFICIENT_RESOURCES; 0 disables.
 	FailCreateCountdown int `json:"failCreateCountdown,omitempty"`
+	// Fault is a fault injected at a later NVML call that changes state
+	// (FailMutation, KillAtMutation); nil for none.
+	Fault *mutationFault `json:"fault,omitempty"`
 
 	forceSave bool // save even though the transaction failed
 }
@@ -344,10 +348,42 @@ func (n *Node) newState(o options) (*state, error) {
 	return st, nil
 }
 
+// decodeState reads a state file and checks what every reader relies on:
+// a version this package knows and UUIDs that name one device each. Errors
+// name the field and the value; callers add the file.
 func decodeState(raw []byte) (*state, error) {
 	var st state
 	if err := json.Unmarshal(raw, &st); err != nil {
 		return nil, err
+	}
+	if st.Version != stateVersion {
+		return nil, fmt.Errorf("version: %d: this gpumux reads simulated node state of version %d only (written by another gpumux?); remove the node's directory to start a fresh node", st.Version, stateVersion)
+	}
+	seen := map[string]string{} // UUID → where it was seen
+	for i, g := range st.GPUs {
+		if g == nil {
+			return nil, fmt.Errorf("gpus[%d]: null: want a GPU", i)
+		}
+		field := fmt.Sprintf("gpus[%d].uuid", i)
+		if prev, dup := seen[g.UUID]; dup {
+			return nil, fmt.Errorf("%s: %q: %s has that UUID too; each GPU and MIG device has a UUID of its own", field, g.UUID, prev)
+		}
+		seen[g.UUID] = field
+		for j, gi := range g.GIs {
+			if gi == nil {
+				return nil, fmt.Errorf("gpus[%d].gpuInstances[%d]: null: want a GPU instance", i, j)
+			}
+			for k, ci := range gi.CIs {
+				field := fmt.Sprintf("gpus[%d].gpuInstances[%d].computeInstances[%d].uuid", i, j, k)
+				if ci == nil {
+					return nil, fmt.Errorf("%s: null: want a compute instance", strings.TrimSuffix(field, ".uuid"))
+				}
+				if prev, dup := seen[ci.UUID]; dup {
+					return nil, fmt.Errorf("%s: %q: %s has that UUID too; each GPU and MIG device has a UUID of its own", field, ci.UUID, prev)
+				}
+				seen[ci.UUID] = field
+			}
+		}
 	}
 	return &st, nil
 }
@@ -499,20 +535,40 @@ type nvmlError nvml.Return
 
 func (e nvmlError) Error() string { return nvml.Return(e).Error() }
 
-// update is transact for NVML calls: fn returns an NVML code, I/O errors
-// become ERROR_UNKNOWN, and the library must be initialized.
+// update is transact for NVML calls that change state: fn returns an NVML
+// code, I/O errors become ERROR_UNKNOWN, and the library must be
+// initialized. An injected fault (mutationFault) fires here, before fn.
 func (n *Node) update(fn func(st *state) nvml.Return) nvml.Return {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.initCount == 0 {
 		return nvml.ERROR_UNINITIALIZED
 	}
+	kill := false
 	err := n.transactLocked(func(st *state) error {
+		if f := st.Fault; f != nil {
+			st.forceSave = true // the countdown is saved whatever fn does
+			if f.Skip > 0 {
+				f.Skip--
+			} else {
+				st.Fault = nil // fires once
+				if f.Kill {
+					kill = true
+					return errKilled
+				}
+				return nvmlError(f.Return)
+			}
+		}
 		if ret := fn(st); ret != nvml.SUCCESS {
 			return nvmlError(ret)
 		}
 		return nil
 	})
+	if kill && errors.Is(err, errKilled) {
+		// As a crash or kill -9 would: nothing after this call happens.
+		unix.Kill(os.Getpid(), unix.SIGKILL)
+		select {} // SIGKILL cannot be caught; wait for it to land
+	}
 	var ne nvmlError
 	switch {
 	case err == nil:

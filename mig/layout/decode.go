@@ -370,7 +370,7 @@ func (d *decoder) rule(n *yaml.Node, where string, migParted bool) (Rule, bool) 
 			d.fail(n.Line, join(where, sel), "", `missing; want GPU indexes ("0-3", "4,5"), GPU UUIDs ("GPU-…"), a model glob ("*H200*") or all`)
 		}
 	} else {
-		r.pos.match = e.key.Line
+		r.pos.match, r.pos.matchKey = e.key.Line, sel
 		if migParted {
 			r.Match = d.devices(e.val, join(where, sel))
 		} else {

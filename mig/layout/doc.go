@@ -94,7 +94,10 @@
 // Layout.For says what the layout wants of each GPU of a node. A GPU that no
 // rule selects is left out: the layout says nothing about it, so one file
 // can serve nodes of different shapes (mig-parted's apply leaves such GPUs
-// alone too).
+// alone too). A GPU index that the node does not have (match: "0,42" or
+// devices: [0, 42] on an 8-GPU node) is an error naming the rule, the value
+// and the node's indexes, in both formats: mig-parted skips such an index
+// without a word, which leaves a GPU the author meant unconfigured.
 //
 // When two rules select one GPU, the format decides:
 //
@@ -119,7 +122,8 @@
 //
 // Export writes a node's current layout in gpumux's format, one rule per
 // GPU by UUID; reading it back and resolving it on the same node gives the
-// current layout. Layout.Marshal writes any layout in gpumux's format, which
+// current layout. ExportMIGParted writes it in mig-parted's format, one
+// config ("current") with GPUs of one layout in one entry, by index. Layout.Marshal writes any layout in gpumux's format, which
 // turns mig-parted configs into gpumux files; a config whose rules overlap
 // becomes a file that For rejects on the GPUs where they do.
 package layout

@@ -37,6 +37,7 @@ func (l *Layout) For(node *gpu.Node) (map[int]Want, error) {
 	owner := map[int]*Rule{}
 	ids := map[int]DeviceID{}
 	var probs problems
+	l.checkIndexes(node, &probs)
 	for ri := range l.Rules {
 		r := &l.Rules[ri]
 		for gi := range node.GPUs {
@@ -67,6 +68,46 @@ func (l *Layout) For(node *gpu.Node) (map[int]Want, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// checkIndexes adds a problem for each rule that names GPU indexes the node
+// does not have: a rule that silently selected fewer GPUs than it names would
+// leave a GPU unconfigured without a word.
+func (l *Layout) checkIndexes(node *gpu.Node, probs *problems) {
+	have := make([]int, 0, len(node.GPUs))
+	for i := range node.GPUs {
+		have = append(have, node.GPUs[i].Index)
+	}
+	slices.Sort(have)
+	for ri := range l.Rules {
+		r := &l.Rules[ri]
+		var missing []int
+		for _, i := range r.Match.Indexes {
+			if _, ok := slices.BinarySearch(have, i); !ok {
+				missing = append(missing, i)
+			}
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		key := r.pos.matchKey
+		if key == "" {
+			key = "match"
+		}
+		value := strconv.Quote(r.Match.String())
+		if key == "devices" {
+			value = strings.ReplaceAll(fmt.Sprint(r.Match.Indexes), " ", ", ")
+		}
+		what := "GPU index " + formatIndexes(missing) + " is"
+		if len(missing) > 1 {
+			what = "GPU indexes " + formatIndexes(missing) + " are"
+		}
+		valid := "this node has no GPUs"
+		if len(have) > 0 {
+			valid = fmt.Sprintf("this node has %d GPUs, indexes %s", len(have), formatIndexes(have))
+		}
+		probs.add(nil, r.pos.match, join(r.Path, key), value, what+" out of range: "+valid)
+	}
 }
 
 // selects reports whether rule r selects GPU g, reading (and caching in ids)
@@ -162,21 +203,32 @@ type problemKey struct {
 	model             string
 }
 
+// add records a problem of rule field on GPU g, or of the rule itself when
+// g is nil.
 func (p *problems) add(g *gpu.GPU, line int, field, value, msg string) {
-	k := problemKey{line, field, value, msg, g.Model}
+	k := problemKey{line: line, field: field, value: value, msg: msg}
+	if g != nil {
+		k.model = g.Model
+	}
 	if p.gpus == nil {
 		p.gpus = map[problemKey][]int{}
 	}
 	if _, ok := p.gpus[k]; !ok {
 		p.order = append(p.order, k)
 	}
-	p.gpus[k] = append(p.gpus[k], g.Index)
+	if g != nil {
+		p.gpus[k] = append(p.gpus[k], g.Index)
+	}
 }
 
 func (p *problems) errors(file string) error {
 	var errs []*Error
 	for _, k := range p.order {
 		idx := p.gpus[k]
+		if len(idx) == 0 { // a problem of the rule, not of a GPU
+			errs = append(errs, &Error{File: file, Line: k.line, Field: k.field, Value: k.value, Msg: k.msg})
+			continue
+		}
 		slices.Sort(idx)
 		gpus := "GPU " + formatIndexes(idx)
 		if len(idx) > 1 {

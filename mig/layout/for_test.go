@@ -305,6 +305,24 @@ func TestForErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "GPU indexes the node does not have",
+			src:  "version: gpumux.io/v1\ngpus:\n  - match: \"0,42\"\n    mig-enabled: false\n  - match: \"6-9\"\n    mig-enabled: false\n",
+			node: h200,
+			want: []string{
+				`l.yaml:3: gpus[0].match: "0,42": GPU index 42 is out of range: this node has 8 GPUs, indexes 0-7`,
+				`l.yaml:5: gpus[1].match: "6-9": GPU indexes 8-9 are out of range: this node has 8 GPUs, indexes 0-7`,
+			},
+		},
+		{
+			name:   "mig-parted, GPU indexes the node does not have",
+			src:    "version: v1\nmig-configs:\n  x:\n    - devices: [0, 42]\n      mig-enabled: false\n",
+			config: "x",
+			node:   h200,
+			want: []string{
+				`l.yaml:4: mig-configs.x[0].devices: [0, 42]: GPU index 42 is out of range: this node has 8 GPUs, indexes 0-7`,
+			},
+		},
+		{
 			name: "no MIG support",
 			src:  "version: gpumux.io/v1\ngpus:\n  - match: all\n    mig-enabled: true\n    mig-devices: {1g.18gb: 1}\n",
 			node: &noMIG,

@@ -48,6 +48,7 @@ type Rule struct {
 // positions are the lines of a rule's fields, for messages about them.
 type positions struct {
 	match, filter, enabled, devices int
+	matchKey                        string         // "match" (gpumux's format) or "devices" (mig-parted's)
 	device                          map[string]int // profile name → line
 }
 

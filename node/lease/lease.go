@@ -13,6 +13,12 @@
 // bucket "containers" maps a container ID to its Record (JSON, decoded
 // leniently: unknown fields are ignored, so newer gpumux versions may add
 // some). A newer schema is refused by Open, never rewritten.
+//
+// A damaged file is never reset: Open checks every page of it (the store is
+// a few pages) and refuses an empty or garbled file with ErrDamaged, naming
+// it; bbolt's panics on garbled pages become that error too. A new store
+// is built beside its path and linked into place, so an empty leases.db is
+// always damage. `gpumux repair` rebuilds a damaged store (see Rebuild).
 package lease
 
 import (
@@ -58,7 +64,27 @@ var (
 	ErrAlreadyLeased = errors.New("container already holds leases")
 	// ErrClosed: the Store was closed.
 	ErrClosed = errors.New("lease store closed")
+	// ErrDamaged: the store's file is damaged (empty, garbled pages). The
+	// store is never reset over it: that would hand out again the shares
+	// running containers hold. `gpumux repair` rebuilds it.
+	ErrDamaged = errors.New("lease store damaged")
 )
+
+// DamagedError is the error for a store whose file is damaged; it matches
+// ErrDamaged (errors.Is) and says what to do.
+type DamagedError struct {
+	Path string // the store's file
+	Why  string // what is wrong with it
+}
+
+func (e *DamagedError) Error() string {
+	return fmt.Sprintf("%v: %s: %s; gpumux does not start a new store over it, since that would hand out again the shares running containers hold: run 'gpumux repair' to rebuild it from the containers runc and Nomad still run (it keeps the damaged file beside it)", ErrDamaged, e.Path, e.Why)
+}
+
+// Is makes a DamagedError match ErrDamaged.
+func (e *DamagedError) Is(target error) bool { return target == ErrDamaged }
+
+func damaged(path string, why any) error { return &DamagedError{Path: path, Why: fmt.Sprint(why)} }
 
 var (
 	bucketMeta       = []byte("meta")
@@ -137,41 +163,139 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("lease store %s: %w", path, err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.timeout})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("%w: %s still held after %s (another gpumux-runtime or hook is using it)", ErrLocked, path, o.timeout)
+	if err := create(path, o.timeout); err != nil {
+		return nil, err
 	}
+	db, err := openChecked(path, o.timeout)
 	if err != nil {
-		return nil, fmt.Errorf("lease store %s: %w", path, err)
+		return nil, err
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		if v := meta.Get(keySchema); v != nil {
-			n, err := strconv.Atoi(string(v))
-			switch {
-			case err != nil || n < 1:
-				return fmt.Errorf("schema %q is not a version: not a gpumux lease store?", v)
-			case n > Schema:
-				return fmt.Errorf("schema %d was written by a newer gpumux; this one knows schema %d and leaves it alone", n, Schema)
-			}
-		} else if err := meta.Put(keySchema, []byte(strconv.Itoa(Schema))); err != nil {
-			return err
-		}
-		for _, b := range [][]byte{bucketShares, bucketContainers, bucketReservations} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	err = guard(path, func() error { return db.Update(initialize) })
 	if err != nil {
 		db.Close()
+		if errors.Is(err, ErrDamaged) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("lease store %s: %w", path, err)
 	}
 	return &Store{db: db, path: path, grace: o.grace, now: time.Now, self: selfOwner(), running: processRunning}, nil
+}
+
+// create makes a new, initialized store at path if there is no file there.
+// It builds it beside path and links it into place, so that path is never
+// an empty file that another process could take for a store: bbolt starts
+// a new database in an empty file, and an empty leases.db is damage.
+func create(path string, timeout time.Duration) error {
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		return nil // there is a file (or an error that opening will report)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.new")
+	if err != nil {
+		return fmt.Errorf("lease store %s: %w", path, err)
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	if err := os.Remove(tmp.Name()); err != nil { // bbolt initializes only a new or empty file
+		return fmt.Errorf("lease store %s: %w", path, err)
+	}
+	db, err := bolt.Open(tmp.Name(), 0o600, &bolt.Options{Timeout: timeout})
+	if err != nil {
+		return fmt.Errorf("lease store %s: creating it: %w", path, err)
+	}
+	err = db.Update(initialize)
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("lease store %s: creating it: %w", path, err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("lease store %s: %w", path, err)
+	}
+	return nil // made here, or by another process meanwhile
+}
+
+// openChecked opens the bbolt file at path and checks every page of it
+// (Tx.Check; the store is a few pages), so that a damaged file is an error
+// naming it rather than a panic in some later read. bbolt panics on some
+// garbled pages; openChecked turns those into errors too.
+func openChecked(path string, timeout time.Duration) (*bolt.DB, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("lease store %s: %w", path, err)
+	}
+	if fi.Size() == 0 {
+		return nil, damaged(path, "the file is empty (0 bytes)")
+	}
+	var db *bolt.DB
+	err = guard(path, func() (err error) {
+		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
+		return err
+	})
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("%w: %s still held after %s (another gpumux-runtime or hook is using it)", ErrLocked, path, timeout)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
+		return nil, damaged(path, err)
+	case err != nil:
+		return nil, fmt.Errorf("lease store %s: %w", path, err)
+	}
+	err = guard(path, func() error {
+		return db.View(func(tx *bolt.Tx) error {
+			var errs []error
+			for err := range tx.Check() {
+				if len(errs) < 3 { // the first few say enough
+					errs = append(errs, err)
+				}
+			}
+			if len(errs) > 0 {
+				return damaged(path, errors.Join(errs...))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// guard runs fn, turning a panic of bbolt's (it panics on some garbled
+// pages) into an error saying the store at path is damaged.
+func guard(path string, fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = damaged(path, fmt.Sprintf("reading it failed: %v", r))
+		}
+	}()
+	return fn()
+}
+
+// initialize checks the store's schema, writing it into a new store, and
+// makes the buckets.
+func initialize(tx *bolt.Tx) error {
+	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+	if err != nil {
+		return err
+	}
+	if v := meta.Get(keySchema); v != nil {
+		n, err := strconv.Atoi(string(v))
+		switch {
+		case err != nil || n < 1:
+			return fmt.Errorf("schema %q is not a version: not a gpumux lease store?", v)
+		case n > Schema:
+			return fmt.Errorf("schema %d was written by a newer gpumux; this one knows schema %d and leaves it alone", n, Schema)
+		}
+	} else if err := meta.Put(keySchema, []byte(strconv.Itoa(Schema))); err != nil {
+		return err
+	}
+	for _, b := range [][]byte{bucketShares, bucketContainers, bucketReservations} {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close closes the store, releasing its file lock for other processes.
@@ -206,10 +330,12 @@ func (s *Store) tx(ctx context.Context, write bool, fn func(*bolt.Tx) error) err
 	if s.closed {
 		return ErrClosed
 	}
-	if write {
-		return s.db.Update(fn)
-	}
-	return s.db.View(fn)
+	return guard(s.path, func() error {
+		if write {
+			return s.db.Update(fn)
+		}
+		return s.db.View(fn)
+	})
 }
 
 // AcquireOption adds to the record of an Acquire.

@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/gpumux/gpumux/node"
+)
+
+const repairHelp = `Usage: gpumux repair [--dry-run] [--runc-root DIR]... [flags]
+
+Rebuilds the node's lease store (leases.db in the state directory) when it
+is damaged or missing, from what still runs: every container runc knows
+(under --runc-root, by default runc's, containerd's and Docker's state
+directories that exist) whose spec gpumux-runtime prepared gets back the
+shares its GPUMUX_SHARES names. The damaged file is kept beside the store
+(leases.db.damaged-<time>) and named in the output. Shares that live Nomad
+allocations hold are listed (ask the agent with --nomad): Nomad keeps them
+itself. Reservations the Nomad plugin made for tasks that had not started
+yet are lost with the damaged file: such a task's container is refused at
+start, and gets a new reservation when Nomad restarts the task (nomad alloc
+restart). A sound store is left as it is.
+
+--dry-run prints what repair would do and changes nothing.
+
+Exit codes: 0 the store is sound or was rebuilt, 1 error (runc or Nomad
+could not be asked, the store could not be replaced, or two containers
+name one share: the store is rebuilt without the later one), 2 bad flags.
+
+Flags:
+`
+
+// stringsFlag is a flag that may be given several times.
+type stringsFlag []string
+
+func (s *stringsFlag) String() string     { return strings.Join(*s, ",") }
+func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
+
+func runRepair(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("repair", flag.ContinueOnError)
+	var nf nodeFlags
+	nf.register(fs)
+	dryRun := fs.Bool("dry-run", false, "print what repair would do and change nothing")
+	runc := fs.String("runc", envOr("GPUMUX_RUNC", "runc"), "runc `BINARY` asked which containers run (env GPUMUX_RUNC)")
+	var roots stringsFlag
+	fs.Var(&roots, "runc-root", "runc state `DIR` (runc --root) to look in; may be repeated (default: those of "+strings.Join(node.RuncRootGlobs, ", ")+" that exist)")
+	nomadAddr := fs.String("nomad", os.Getenv("NOMAD_ADDR"), "`ADDR` of the node's Nomad agent, asked which live allocations hold shares (env NOMAD_ADDR, token NOMAD_TOKEN; default "+node.DefaultNomadAddr+", skipped with a note where no agent listens there); off: do not ask")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), repairHelp)
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
+	}
+	cfg, err := nf.config()
+	if err != nil {
+		fmt.Fprintf(stderr, "gpumux repair: %v\n", err)
+		return ExitError
+	}
+	if len(roots) == 0 {
+		roots = node.DefaultRuncRoots()
+	}
+	rep, err := node.Repair(ctx, cfg.StateDir, node.RepairOptions{
+		Runc:   *runc,
+		Roots:  roots,
+		Holder: []node.HoldersOption{node.AskNomad(*nomadAddr, *nomadAddr != "")},
+		DryRun: *dryRun,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "gpumux repair: %v\n", err)
+		return ExitError
+	}
+	printRepair(stdout, rep, roots)
+	if len(rep.Skipped) > 0 {
+		return ExitError
+	}
+	return ExitOK
+}
+
+func printRepair(w io.Writer, rep *node.RepairReport, roots []string) {
+	if rep.Damage == "" {
+		fmt.Fprintf(w, "The lease store %s is sound; nothing to repair.\n", rep.Store)
+		return
+	}
+	fmt.Fprintf(w, "The lease store %s needs rebuilding: %s.\n", rep.Store, rep.Damage)
+	if len(roots) == 0 {
+		roots = []string{"none found"}
+	}
+	fmt.Fprintf(w, "Containers runc knows (runc roots: %s):\n", strings.Join(roots, ", "))
+	if len(rep.Leases) == 0 {
+		fmt.Fprintln(w, "  none prepared by gpumux-runtime")
+	}
+	shares := 0
+	for _, r := range rep.Leases {
+		fmt.Fprintf(w, "  %s holds %s (runc root %s)\n", r.Container, strings.Join(r.Shares, ", "), r.Root)
+		shares += len(r.Shares)
+	}
+	for _, u := range rep.Unreadable {
+		fmt.Fprintf(w, "  warning: cannot tell what %s holds\n", u)
+	}
+	if rep.NomadNote != "" {
+		fmt.Fprintf(w, "Nomad: %s\n", rep.NomadNote)
+	}
+	if len(rep.Nomad) > 0 {
+		fmt.Fprintln(w, "Held by live Nomad allocations (Nomad keeps these itself; not leases):")
+		for _, id := range slices.Sorted(maps.Keys(rep.Nomad)) {
+			fmt.Fprintf(w, "  %s: %s\n", id, rep.Nomad[id])
+		}
+	}
+	if rep.DryRun {
+		fmt.Fprintf(w, "Would keep the damaged file beside the store and rebuild it with %d shares of %d containers. Nothing changed (--dry-run).\n", shares, len(rep.Leases))
+		return
+	}
+	for _, s := range rep.Skipped {
+		fmt.Fprintf(w, "Not recorded: %s\n", s)
+	}
+	if rep.Aside != "" {
+		fmt.Fprintf(w, "Kept the damaged file as %s.\n", rep.Aside)
+	}
+	fmt.Fprintf(w, "Rebuilt %s from %d containers (%d shares)", rep.Store, len(rep.Leases), shares)
+	if len(rep.Skipped) > 0 {
+		fmt.Fprintf(w, ", less the %d not recorded above", len(rep.Skipped))
+	}
+	fmt.Fprintln(w, ".")
+}
