@@ -7,6 +7,10 @@ type Node struct {
 	DriverVersion string // e.g. "580.159.04"
 	CUDAVersion   string // CUDA driver API version, e.g. "13.0"
 	GPUs          []GPU
+	// Ignored are the indexes of GPUs the node has but leaves alone
+	// (ignored_gpu_ids): not in GPUs, yet no index a gpu block may not
+	// name.
+	Ignored []int `json:",omitempty"`
 }
 
 // GPU is one physical GPU.

@@ -322,8 +322,9 @@ func TestOpenWithoutDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.Env[remote.EnvAddr] != srv.Addr || len(e.DeviceNodes) != 0 || len(e.Hooks) != 0 || len(e.Mounts) != 1 || e.Mounts[0].ContainerPath != remote.Mount {
-		t.Errorf("edits %+v, want the interposer only", e)
+	if e.Env[remote.EnvAddr] != srv.Addr || len(e.DeviceNodes) != 0 || len(e.Hooks) != 0 || len(e.Mounts) != 2 ||
+		e.Mounts[0].ContainerPath != remote.Mount || e.Mounts[1].ContainerPath != remote.SMIPath || len(e.DriverLibraries) != 0 {
+		t.Errorf("edits %+v, want the interposer (and its nvidia-smi) only", e)
 	}
 }
 

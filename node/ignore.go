@@ -30,7 +30,13 @@ func (h ignoring) Inventory(ctx context.Context) (*gpu.Node, error) {
 		return nil, err
 	}
 	out := *inv
-	out.GPUs = slices.DeleteFunc(slices.Clone(inv.GPUs), func(g gpu.GPU) bool { return h.cfg.Ignored(g.UUID) })
+	out.GPUs = slices.DeleteFunc(slices.Clone(inv.GPUs), func(g gpu.GPU) bool {
+		if h.cfg.Ignored(g.UUID) {
+			out.Ignored = append(out.Ignored, g.Index)
+			return true
+		}
+		return false
+	})
 	return &out, nil
 }
 

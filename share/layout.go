@@ -281,11 +281,15 @@ func (l *Layout) Assign(node *gpu.Node) ([]Assignment, error) {
 
 // checkIndexes refuses GPU indexes in block ri's match that the node does
 // not have: a block that silently matched fewer GPUs than it names would
-// leave a GPU unconfigured without a word.
+// leave a GPU unconfigured without a word. A GPU the node ignores is one it
+// has: a block may name it, and leaves it alone.
 func (l *Layout) checkIndexes(ri int, m matcher, node *gpu.Node) error {
 	have := map[int]bool{}
 	for i := range node.GPUs {
 		have[node.GPUs[i].Index] = true
+	}
+	for _, i := range node.Ignored {
+		have[i] = true
 	}
 	var missing []int
 	for _, i := range sortedInts(m.indexes) {
