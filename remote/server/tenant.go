@@ -74,7 +74,11 @@ type tenant struct {
 	id     string
 	cmd    *exec.Cmd
 	ctrl   *net.UnixConn
-	handed uint64 // guarded by Server.mu
+	// handed counts the handoffs reserved for the worker (Server.tenant),
+	// idle the handoffs it had got when it last said it was idle: it is
+	// retired only when the two agree, so that a connection on its way to
+	// it is never cut off by its going. Guarded by Server.mu.
+	handed, idle uint64
 	// live are the connections handed over that the worker has not said
 	// are closed, with their token IDs: they stay logged in (limits.go).
 	// Guarded by Server.mu.
@@ -112,25 +116,28 @@ func (s *Server) handOff(ctx context.Context, conn net.Conn, hello proto.Hello, 
 		s.refuse(conn, refusedWorker, fmt.Sprintf("starting the tenant's worker: %v", err))
 		return err
 	}
+	// t holds a handoff reserved for this connection: until it is sent or
+	// given back, the worker is not retired.
+	fail := func(err error) error {
+		s.unreserve(t)
+		s.logout(claims.ID)
+		return err
+	}
 	f, relay, err := handOffFile(conn)
 	if err != nil {
-		s.logout(claims.ID)
-		return fmt.Errorf("passing the connection: %w", err)
+		return fail(fmt.Errorf("passing the connection: %w", err))
 	}
 	defer f.Close()
 	if err := s.welcome(conn, claims); err != nil {
-		s.logout(claims.ID)
-		return err
+		return fail(err)
 	}
 	// The front read the handshake and nothing past it (Server.handshake):
 	// the worker reads the rest from the connection.
 	msg, err := json.Marshal(handoff{Conn: id, Peer: peer, Identity: hello.Identity, Claims: claims})
 	if err != nil {
-		s.logout(claims.ID)
-		return err
+		return fail(err)
 	}
 	s.mu.Lock()
-	t.handed++
 	t.live[id] = claims.ID
 	s.mu.Unlock()
 	if _, _, err := t.ctrl.WriteMsgUnix(msg, syscall.UnixRights(int(f.Fd())), nil); err != nil {
@@ -147,6 +154,28 @@ func (s *Server) handOff(ctx context.Context, conn net.Conn, hello proto.Hello, 
 	return nil
 }
 
+// unreserve gives back a handoff that Server.tenant reserved and that was
+// not sent, retiring the worker if it is idle with everything else it was
+// handed.
+func (s *Server) unreserve(t *tenant) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.handed--
+	s.retireIdleLocked(t)
+}
+
+// retireIdleLocked retires t if it said it was idle after every handoff
+// reserved for it: the next connection of its tenant starts a new worker.
+// s.mu is held.
+func (s *Server) retireIdleLocked(t *tenant) {
+	if t.idle == 0 || t.idle != t.handed || s.tenants[t.id] != t {
+		return
+	}
+	delete(s.tenants, t.id)
+	s.releaseLocked(t.id)
+	t.ctrl.Close()
+}
+
 // closed logs out connection id of t's, unless that was done already.
 func (s *Server) closed(t *tenant, id uint64) {
 	s.mu.Lock()
@@ -161,12 +190,17 @@ func (s *Server) closedLocked(t *tenant, id uint64) {
 	}
 }
 
-// tenant returns the worker of tenant key, starting it if there is none.
+// tenant returns the worker of tenant key, starting it if there is none,
+// with a handoff reserved: the caller sends it, or gives it back
+// (unreserve).
 func (s *Server) tenant(ctx context.Context, key string) (*tenant, error) {
 	s.tenantMu.Lock() // one start at a time; handoffs to running workers do not wait
 	defer s.tenantMu.Unlock()
 	s.mu.Lock()
 	t := s.tenants[key]
+	if t != nil {
+		t.handed++
+	}
 	s.mu.Unlock()
 	if t != nil {
 		return t, nil
@@ -212,6 +246,7 @@ func (s *Server) tenant(ctx context.Context, key string) (*tenant, error) {
 	}
 	ctrl.SetReadDeadline(time.Time{})
 	s.mu.Lock()
+	t.handed = 1
 	s.tenants[key] = t
 	s.workers[t] = struct{}{}
 	s.mu.Unlock()
@@ -285,10 +320,9 @@ func (s *Server) readWorker(t *tenant) {
 		if m.Closed != 0 {
 			s.closedLocked(t, m.Closed)
 		}
-		if m.Idle != 0 && s.tenants[t.id] == t && t.handed == m.Idle {
-			delete(s.tenants, t.id) // the next connection starts a new worker
-			s.releaseLocked(t.id)
-			t.ctrl.Close()
+		if m.Idle != 0 {
+			t.idle = m.Idle
+			s.retireIdleLocked(t)
 		}
 		s.mu.Unlock()
 	}

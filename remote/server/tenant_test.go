@@ -130,3 +130,25 @@ func TestTenantProcesses(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantReconnectWhileWorkerGoesIdle: a tenant whose connections come
+// one after another (as the Nomad plugin's probes of a server do) races
+// each new connection against its worker going idle with the last one.
+// Every connection must be served: one on its way to a worker is never cut
+// off by the worker's retirement (the handoff is reserved before the
+// welcome; CI once saw "connection reset by peer" at a probe's cuInit).
+func TestTenantReconnectWhileWorkerGoesIdle(t *testing.T) {
+	e := start(t, envConfig{srv: tenantOpts()})
+	tok := e.token(t, "prober", 1<<20)
+	starts := map[int]bool{}
+	for i := range 60 {
+		cl := e.dial(t, tok)
+		if r, err := cl.Init(0, 0); err != nil || r != proto.Success {
+			t.Fatalf("connection %d: cuInit: %v %v (workers started so far: %d)", i, r, err, len(starts))
+		}
+		starts[e.srv.Tenants()["prober"]] = true
+		cl.Close()
+	}
+	t.Logf("60 connections one after another, served by %d worker processes", len(starts))
+	eventually(t, "the last worker goes", func() bool { return len(e.srv.Tenants()) == 0 })
+}
