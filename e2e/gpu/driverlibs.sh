@@ -58,7 +58,7 @@ fi
 echo "root file system without NVIDIA files: $(find "$rootfs" -type f | wc -l) files"
 
 check='set -e
-echo "== files:"; grep -E " /usr/(lib/[^ ]*/lib(cuda|nvidia-ml)\.so[^ ]*|bin/nvidia-smi) " /proc/self/mountinfo | cut -d" " -f5,6
+echo "== files:"; grep -E " /[^ ]*/(lib(cuda|nvidia-ml)\.so[^ ]*|nvidia-smi) " /proc/self/mountinfo | cut -d" " -f5,6
 echo "== cache:"; ldconfig -p | grep -E "lib(cuda|nvidia-ml)\.so"
 echo "== limiter:"; env | grep -E "^(LD_LIBRARY_PATH|GPUMUX_LIMITER_(CUDA|NVML))=" || true
 echo "== nvidia-smi:"; nvidia-smi -L; nvidia-smi --query-gpu=memory.total --format=csv,noheader
@@ -87,7 +87,10 @@ for c in whole replica; do
 	[[ $c == replica ]] && mech=timeslice
 	bundle_sh $c "{\"gpumux.io/mechanism\": \"$mech\"}" "$check"
 	GPUMUX_CONFIG="$work/$c.hcl" run $c "$RUNTIME" | tee "$work/$c.txt"
-	lib=/usr/lib/$multiarch
+	# The driver's library directory as the host's cache has it
+	# (/usr/lib/x86_64-linux-gnu, or /usr/local/nvidia/lib64 where the
+	# driver is installed under a prefix).
+	lib=$(dirname "$(readlink -f "$(ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/ {print $NF; exit}')")")
 	for want in "$lib/libcuda.so.1 ro," "$lib/libnvidia-ml.so.1 ro," "/usr/bin/nvidia-smi ro," \
 		"libcuda.so.1 (libc6,x86-64) => $lib/libcuda.so.1" "GPU 0: NVIDIA" "vectoradd: cudaSuccess, 0 wrong"; do
 		grep -qF -- "$want" "$work/$c.txt" || fail "$c: the container's output lacks '$want'"

@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -138,7 +139,7 @@ func Find(root, version string) (*Files, error) {
 		}
 	}
 	for _, name := range binaries {
-		if bin := r.binary(name); bin != nil {
+		if bin := r.binary(name, f.LibraryDirs()); bin != nil {
 			f.Binaries = append(f.Binaries, *bin)
 		} else {
 			f.Missing = append(f.Missing, name)
@@ -285,18 +286,57 @@ func sharedObject(path string) (string, error) {
 	return names[0], nil
 }
 
-// binary looks for the program name in binDirs.
-func (r resolver) binary(name string) *File {
-	for _, dir := range r.dirs(binDirs) {
+// binary looks for the program name in binDirs, then in the bin
+// directory beside each of the driver's library directories (libDirs),
+// where a driver installed under one prefix keeps it
+// (/usr/local/nvidia/lib64 and /usr/local/nvidia/bin). It prefers the
+// program itself, an ELF file, to a script that runs it from elsewhere
+// (some hosts have a /usr/bin/nvidia-smi that execs
+// /usr/local/nvidia/bin/nvidia-smi, which the container would not have);
+// with no ELF file, the first executable found. A program found outside
+// binDirs goes to /usr/bin in the container, on every image's PATH.
+func (r resolver) binary(name string, libDirs []string) *File {
+	dirs := slices.Clone(binDirs)
+	for _, d := range libDirs {
+		dirs = append(dirs, filepath.Join(filepath.Dir(d), "bin"))
+	}
+	var found *File
+	for _, dir := range r.dirs(dirs) {
 		path, err := r.canonical(filepath.Join(dir, name))
 		if err != nil {
 			continue
 		}
-		if fi, err := os.Stat(r.host(path)); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return &File{HostPath: r.host(path), ContainerPath: path}
+		exe, isELF := program(r.host(path))
+		if !exe || (!isELF && found != nil) {
+			continue
+		}
+		in := path
+		if !slices.Contains(binDirs, filepath.Dir(path)) {
+			in = filepath.Join("/usr/bin", name)
+		}
+		found = &File{HostPath: r.host(path), ContainerPath: in}
+		if isELF {
+			break
 		}
 	}
-	return nil
+	return found
+}
+
+// program says whether path is an executable regular file, and whether it
+// is an ELF file.
+func program(path string) (exe, isELF bool) {
+	fi, err := os.Stat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		return false, false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false, false
+	}
+	defer f.Close()
+	magic := make([]byte, len(elf.ELFMAG))
+	_, err = io.ReadFull(f, magic)
+	return true, err == nil && string(magic) == elf.ELFMAG
 }
 
 // defaultLibDirs are where distributions put 64-bit libraries: the Debian

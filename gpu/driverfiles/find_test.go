@@ -248,3 +248,45 @@ func TestFindSkipsWhatIsNotItself(t *testing.T) {
 		t.Errorf("programs %+v, missing %v: want nvidia-smi (not executable) left out", f.Binaries, f.Missing)
 	}
 }
+
+// TestFindProgramBesideTheLibraries: a driver installed under one prefix
+// (the libraries in /usr/local/nvidia/lib64, as on the H200 machine of
+// docs/validation.md) keeps nvidia-smi in /usr/local/nvidia/bin, and the
+// host's /usr/bin/nvidia-smi may be a script that execs it there: the
+// container gets the program itself, at /usr/bin/nvidia-smi; a script is
+// taken only where there is no ELF program.
+func TestFindProgramBesideTheLibraries(t *testing.T) {
+	from := simulatedDriver(t)
+	elfProgram, err := os.ReadFile(filepath.Join(from, sim.LibDir(), "libcuda.so."+version)) // any ELF file
+	if err != nil {
+		t.Fatal(err)
+	}
+	const script = "#!/bin/sh\nexec /usr/local/nvidia/bin/nvidia-smi \"$@\"\n"
+	for _, tc := range []struct {
+		name     string
+		elfAt    string // "" for none
+		wantHost string
+	}{
+		{"the ELF program beside the libraries", "/usr/local/nvidia/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi"},
+		{"only the script", "", "/usr/bin/nvidia-smi"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			write(t, root, "/etc/ld.so.conf", "/usr/local/nvidia/lib64\n", 0o644)
+			stub(t, from, root, "/usr/local/nvidia/lib64", "libcuda.so", 0)
+			stub(t, from, root, "/usr/local/nvidia/lib64", "libnvidia-ml.so", 0)
+			write(t, root, "/usr/bin/nvidia-smi", script, 0o755)
+			if tc.elfAt != "" {
+				write(t, root, tc.elfAt, string(elfProgram), 0o755)
+			}
+			f, err := driverfiles.Find(root, version)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := driverfiles.File{HostPath: root + tc.wantHost, ContainerPath: "/usr/bin/nvidia-smi"}
+			if !slices.Contains(f.Binaries, want) {
+				t.Errorf("programs %+v, want %+v", f.Binaries, want)
+			}
+		})
+	}
+}
