@@ -25,6 +25,7 @@ import (
 
 	"github.com/gpumux/gpumux/e2e/nomadagent"
 	"github.com/gpumux/gpumux/internal/scrape"
+	"github.com/gpumux/gpumux/remote"
 )
 
 // mustReplace replaces old by new in s once, and fails the test when s
@@ -311,11 +312,16 @@ func TestRemoteShares(t *testing.T) {
 			t.Errorf("the task's output lacks %q", want)
 		}
 	}
-	// gpumux's interposer only, never a driver's library or program.
+	// gpumux's interposer only, never a driver's library or program: the
+	// task's nvidia-smi is the interposer directory's.
 	for point := range parseProbe(out).mounts {
-		if base := filepath.Base(point); !strings.HasPrefix(point, "/run/gpumux/remote") && (strings.HasPrefix(base, "libcuda.so") || strings.HasPrefix(base, "libnvidia-ml.so") || base == "nvidia-smi") {
+		if base := filepath.Base(point); !strings.HasPrefix(point, "/run/gpumux/remote") && point != remote.SMIPath &&
+			(strings.HasPrefix(base, "libcuda.so") || strings.HasPrefix(base, "libnvidia-ml.so") || base == "nvidia-smi") {
 			t.Errorf("the remote task got a driver file mounted at %s", point)
 		}
+	}
+	if smi := filepath.Join(repoRoot(t), "bin", "remote", "nvidia-smi") + " " + remote.SMIPath + " "; !strings.Contains(out, smi) {
+		t.Errorf("the task's %s is not the interposer directory's (no mount %q)", remote.SMIPath, smi)
 	}
 	if errOut, _ := a.TaskLogs(ctx, allocs[0].ID, "probe", "stderr"); strings.TrimSpace(errOut) != "" {
 		t.Logf("the task's stderr:\n%s", errOut)
