@@ -501,7 +501,7 @@ func TestStopReportsLeftovers(t *testing.T) {
 	if err := d.Start(ctx, "orphan"); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(d.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(d.proc.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	<-d.Exited()

@@ -159,10 +159,8 @@ type Daemon struct {
 
 	t       testing.TB
 	cfg     config
-	cmd     *exec.Cmd
+	proc    *hostcheck.Process
 	logFile *os.File
-	exited  chan struct{}
-	waitErr error
 
 	rootfsOnce sync.Once
 	rootfs     string
@@ -229,7 +227,6 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Daemon {
 		DebugAddress: filepath.Join(dir, "d.sock"),
 		RuncRoot:     filepath.Join(dir, "runc"),
 		FIFODir:      filepath.Join(dir, "fifo"),
-		exited:       make(chan struct{}),
 		containers:   map[string]*container{},
 		ids:          map[string]bool{},
 	}
@@ -250,17 +247,14 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Daemon {
 	cmd.Env = append(hostcheck.FilterEnv(os.Environ(), "CONTAINERD_ADDRESS", "CONTAINERD_NAMESPACE", "NOTIFY_SOCKET"),
 		markerEnv+"="+dir)
 	cmd.Env = append(cmd.Env, cfg.env...)
-	if err := cmd.Start(); err != nil {
+	proc, err := hostcheck.StartProcess("containerd", cmd)
+	if err != nil {
 		d.logFile.Close()
 		os.RemoveAll(dir)
 		t.Fatalf("starting %s: %v", cfg.bin, err)
 	}
-	d.cmd = cmd
-	go func() {
-		d.waitErr = cmd.Wait()
-		close(d.exited)
-	}()
-	t.Logf("containerd pid %d, dir %s", cmd.Process.Pid, dir)
+	d.proc = proc
+	t.Logf("containerd pid %d, dir %s", proc.Pid(), dir)
 
 	t.Cleanup(func() {
 		if err := d.Stop(); err != nil {
@@ -306,8 +300,8 @@ func (d *Daemon) waitReady(ctx context.Context) error {
 	var last string
 	for {
 		select {
-		case <-d.exited:
-			return fmt.Errorf("containerd exited early (%v)", d.waitErr)
+		case <-d.proc.Exited():
+			return fmt.Errorf("containerd exited early (%v)", d.proc.WaitErr())
 		default:
 		}
 		if _, err := os.Stat(d.Address); err != nil {
@@ -332,8 +326,8 @@ func (d *Daemon) waitReady(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w; last: %s", ctx.Err(), last)
-		case <-d.exited:
-			return fmt.Errorf("containerd exited early (%v); last: %s", d.waitErr, last)
+		case <-d.proc.Exited():
+			return fmt.Errorf("containerd exited early (%v); last: %s", d.proc.WaitErr(), last)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -346,7 +340,7 @@ func (d *Daemon) Context(ctx context.Context) context.Context {
 }
 
 // Exited is closed when the daemon process has exited.
-func (d *Daemon) Exited() <-chan struct{} { return d.exited }
+func (d *Daemon) Exited() <-chan struct{} { return d.proc.Exited() }
 
 // Log returns the daemon log so far (after Stop: the whole log).
 func (d *Daemon) Log() string {
@@ -387,39 +381,14 @@ func (d *Daemon) Stop() error {
 }
 
 func (d *Daemon) stop() error {
-	var errs []error
-	pid := d.cmd.Process.Pid
-
-	select {
-	case <-d.exited:
-		errs = append(errs, fmt.Errorf("containerd had already exited before Stop: %v", d.waitErr))
-	default:
-		// Shims outlive the daemon by design: delete the tasks first.
-		if d.Client != nil {
-			if err := d.deleteAll(); err != nil {
-				errs = append(errs, err)
-			}
-		}
+	// Shims outlive the daemon by design: delete the tasks first.
+	var deleteAll func() error
+	if d.Client != nil {
+		deleteAll = d.deleteAll
 	}
+	errs := d.proc.Stop(syscall.SIGTERM, d.cfg.stopTimeout, deleteAll, d.t.Logf)
 	if d.Client != nil {
 		d.Client.Close()
-	}
-	select {
-	case <-d.exited:
-	default:
-		_ = syscall.Kill(pid, syscall.SIGTERM)
-		select {
-		case <-d.exited:
-			d.t.Logf("containerd exited after SIGTERM (%v)", d.waitErr)
-		case <-time.After(d.cfg.stopTimeout):
-			errs = append(errs, fmt.Errorf("containerd pid %d still running %v after SIGTERM; sent SIGKILL to its process group", pid, d.cfg.stopTimeout))
-		}
-	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	select {
-	case <-d.exited:
-	case <-time.After(10 * time.Second):
-		errs = append(errs, fmt.Errorf("containerd pid %d did not exit after SIGKILL", pid))
 	}
 	d.logFile.Close()
 
@@ -581,7 +550,7 @@ func (d *Daemon) Leftovers() (Leftovers, error) {
 	var l Leftovers
 	var err error
 	l.Procs, err = hostcheck.Procs[Proc](hostcheck.Owner{
-		PID:         d.cmd.Process.Pid,
+		PID:         d.proc.Pid(),
 		Name:        "containerd",
 		Dir:         d.Dir,
 		DirName:     d.Dir,

@@ -133,10 +133,8 @@ type Daemon struct {
 
 	t       testing.TB
 	cfg     config
-	cmd     *exec.Cmd
+	proc    *hostcheck.Process
 	logFile *os.File
-	exited  chan struct{}
-	waitErr error
 	// before records which of hostPaths and leakPaths existed, and the
 	// shim sockets, before Start.
 	before map[string]bool
@@ -171,7 +169,7 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Daemon {
 	if os.Geteuid() != 0 {
 		t.Fatalf("the Docker e2e harness must run as root; euid is %d", os.Geteuid())
 	}
-	d := &Daemon{t: t, cfg: cfg, exited: make(chan struct{}), before: map[string]bool{}}
+	d := &Daemon{t: t, cfg: cfg, before: map[string]bool{}}
 	for _, p := range append(append([]string(nil), hostPaths...), leakPaths...) {
 		_, err := os.Lstat(p)
 		d.before[p] = err == nil
@@ -221,17 +219,14 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Daemon {
 	cmd.Stderr = d.logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = append(hostcheck.FilterEnv(os.Environ(), "DOCKER_HOST", "DOCKER_CONFIG", "NOTIFY_SOCKET"), markerEnv+"="+dir)
-	if err := cmd.Start(); err != nil {
+	proc, err := hostcheck.StartProcess("dockerd", cmd)
+	if err != nil {
 		d.logFile.Close()
 		os.RemoveAll(dir)
 		t.Fatalf("starting %s: %v", cfg.dockerd, err)
 	}
-	d.cmd = cmd
-	go func() {
-		d.waitErr = cmd.Wait()
-		close(d.exited)
-	}()
-	t.Logf("dockerd pid %d, dir %s, containerd %s", cmd.Process.Pid, dir, d.Containerd.Address)
+	d.proc = proc
+	t.Logf("dockerd pid %d, dir %s, containerd %s", proc.Pid(), dir, d.Containerd.Address)
 	t.Cleanup(func() {
 		if err := d.Stop(); err != nil {
 			t.Errorf("stopping dockerd: %v", err)
@@ -294,8 +289,8 @@ func (d *Daemon) waitReady(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w; last: %s", ctx.Err(), last)
-		case <-d.exited:
-			return fmt.Errorf("dockerd exited early (%v); last: %s", d.waitErr, last)
+		case <-d.proc.Exited():
+			return fmt.Errorf("dockerd exited early (%v); last: %s", d.proc.WaitErr(), last)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -335,31 +330,12 @@ func (d *Daemon) Stop() error {
 }
 
 func (d *Daemon) stop() error {
-	var errs []error
-	pid := d.cmd.Process.Pid
-	select {
-	case <-d.exited:
-		errs = append(errs, fmt.Errorf("dockerd had already exited before Stop: %v", d.waitErr))
-	default:
+	pid := d.proc.Pid()
+	errs := d.proc.Stop(syscall.SIGTERM, d.cfg.stopTimeout, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if err := d.removeAll(ctx); err != nil {
-			errs = append(errs, err)
-		}
-		cancel()
-		_ = syscall.Kill(pid, syscall.SIGTERM)
-		select {
-		case <-d.exited:
-			d.t.Logf("dockerd exited after SIGTERM (%v)", d.waitErr)
-		case <-time.After(d.cfg.stopTimeout):
-			errs = append(errs, fmt.Errorf("dockerd pid %d still running %v after SIGTERM; sent SIGKILL to its process group", pid, d.cfg.stopTimeout))
-		}
-	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	select {
-	case <-d.exited:
-	case <-time.After(10 * time.Second):
-		errs = append(errs, fmt.Errorf("dockerd pid %d did not exit after SIGKILL", pid))
-	}
+		defer cancel()
+		return d.removeAll(ctx)
+	}, d.t.Logf)
 	d.logFile.Close()
 
 	var procs []hostcheck.Proc

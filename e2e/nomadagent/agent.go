@@ -234,10 +234,8 @@ type Agent struct {
 	t       testing.TB
 	cfg     config
 	rpcAddr string
-	cmd     *exec.Cmd
+	proc    *hostcheck.Process
 	logFile *os.File
-	exited  chan struct{}
-	waitErr error
 
 	stopOnce sync.Once
 	stopErr  error
@@ -283,7 +281,7 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Agent {
 		}
 	}
 
-	a := &Agent{t: t, cfg: cfg, Dir: t.TempDir(), exited: make(chan struct{})}
+	a := &Agent{t: t, cfg: cfg, Dir: t.TempDir()}
 	dataDir, err := os.MkdirTemp("", "gmx-nomad-")
 	if err != nil {
 		t.Fatalf("creating data dir: %v", err)
@@ -332,18 +330,15 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Agent {
 	cmd.Env = append(hostcheck.FilterEnv(os.Environ(), "NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_REGION", "NOMAD_NAMESPACE"),
 		markerEnv+"="+a.DataDir)
 	cmd.Env = append(cmd.Env, cfg.env...)
-	if err := cmd.Start(); err != nil {
+	proc, err := hostcheck.StartProcess("agent", cmd)
+	if err != nil {
 		a.logFile.Close()
 		os.RemoveAll(a.DataDir)
 		t.Fatalf("starting %s: %v", cfg.bin, err)
 	}
-	a.cmd = cmd
-	go func() {
-		a.waitErr = cmd.Wait()
-		close(a.exited)
-	}()
+	a.proc = proc
 	t.Logf("nomad agent pid %d, http %s, config %s, log %s, data %s",
-		cmd.Process.Pid, a.HTTPAddr, a.ConfigPath, a.LogPath, a.DataDir)
+		proc.Pid(), a.HTTPAddr, a.ConfigPath, a.LogPath, a.DataDir)
 
 	t.Cleanup(func() {
 		if err := a.Stop(); err != nil {
@@ -434,8 +429,8 @@ func (a *Agent) waitReady(ctx context.Context) error {
 	var last string
 	for {
 		select {
-		case <-a.exited:
-			return fmt.Errorf("agent exited early (%v)", a.waitErr)
+		case <-a.proc.Exited():
+			return fmt.Errorf("agent exited early (%v)", a.proc.WaitErr())
 		default:
 		}
 		ok, why := a.checkReady(ctx)
@@ -446,8 +441,8 @@ func (a *Agent) waitReady(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w; last state: %s", ctx.Err(), last)
-		case <-a.exited:
-			return fmt.Errorf("agent exited early (%v); last state: %s", a.waitErr, last)
+		case <-a.proc.Exited():
+			return fmt.Errorf("agent exited early (%v); last state: %s", a.proc.WaitErr(), last)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
@@ -521,7 +516,7 @@ func (a *Agent) checkReady(ctx context.Context) (bool, string) {
 }
 
 // Exited is closed when the agent process has exited.
-func (a *Agent) Exited() <-chan struct{} { return a.exited }
+func (a *Agent) Exited() <-chan struct{} { return a.proc.Exited() }
 
 // Stop stops the agent (SIGINT, wait up to the stop timeout, then SIGKILL
 // to its process group), then checks that no process and no mount of this
@@ -535,27 +530,8 @@ func (a *Agent) Stop() error {
 }
 
 func (a *Agent) stop() error {
-	var errs []error
-	pid := a.cmd.Process.Pid
-	select {
-	case <-a.exited:
-		errs = append(errs, fmt.Errorf("agent had already exited before Stop: %v", a.waitErr))
-	default:
-		_ = syscall.Kill(pid, syscall.SIGINT)
-		select {
-		case <-a.exited:
-			a.t.Logf("nomad agent exited after SIGINT (%v)", a.waitErr)
-		case <-time.After(a.cfg.stopTimeout):
-			errs = append(errs, fmt.Errorf("agent pid %d still running %v after SIGINT; sent SIGKILL to its process group", pid, a.cfg.stopTimeout))
-		}
-	}
-	// Whatever is still in the agent's process group goes now.
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	select {
-	case <-a.exited:
-	case <-time.After(10 * time.Second):
-		errs = append(errs, fmt.Errorf("agent pid %d did not exit after SIGKILL", pid))
-	}
+	// Whatever is still in the agent's process group goes too.
+	errs := a.proc.Stop(syscall.SIGINT, a.cfg.stopTimeout, nil, a.t.Logf)
 	a.logFile.Close()
 	for _, f := range a.cfg.afterStop {
 		f()
@@ -605,7 +581,7 @@ func (p Proc) String() string { return hostcheck.Proc(p).String() }
 // the data dir, from /proc/self/mountinfo.
 func (a *Agent) Leftovers() ([]Proc, []string, error) {
 	owner := hostcheck.Owner{
-		PID:     a.cmd.Process.Pid,
+		PID:     a.proc.Pid(),
 		Name:    "agent",
 		Dir:     a.DataDir,
 		DirName: "data dir",

@@ -33,8 +33,8 @@ func (a *Agent) sleep(ctx context.Context, what func() string) error {
 	select {
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %s", ctx.Err(), what())
-	case <-a.exited:
-		return fmt.Errorf("nomad agent exited (%v) while waiting: %s", a.waitErr, what())
+	case <-a.proc.Exited():
+		return fmt.Errorf("nomad agent exited (%v) while waiting: %s", a.proc.WaitErr(), what())
 	case <-time.After(pollInterval):
 		return nil
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/gpumux/gpumux/e2e/internal/hostcheck"
 )
 
 // TestLeftoversFindsProcessesAndMounts checks the leftover detection used by
@@ -20,14 +22,13 @@ func TestLeftoversFindsProcessesAndMounts(t *testing.T) {
 	}
 	dataDir := t.TempDir()
 
-	agent := exec.Command("sleep", "300")
-	agent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := agent.Start(); err != nil {
+	agent, err := hostcheck.StartProcess("agent", exec.Command("sleep", "300"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { agent.Process.Kill(); agent.Wait() })
+	t.Cleanup(func() { syscall.Kill(agent.Pid(), syscall.SIGKILL); <-agent.Exited() })
 	grouped := exec.Command("sleep", "301")
-	grouped.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: agent.Process.Pid}
+	grouped.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: agent.Pid()}
 	if err := grouped.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func TestLeftoversFindsProcessesAndMounts(t *testing.T) {
 	}
 	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
 
-	a := &Agent{DataDir: dataDir, cmd: agent}
+	a := &Agent{DataDir: dataDir, proc: agent}
 	procs, mounts, err := a.Leftovers()
 	if err != nil {
 		t.Fatal(err)
@@ -66,9 +67,9 @@ func TestLeftoversFindsProcessesAndMounts(t *testing.T) {
 		found[p.PID] = p.Why
 		t.Logf("found %s", p)
 	}
-	for _, c := range []*exec.Cmd{agent, grouped, marked} {
-		if _, ok := found[c.Process.Pid]; !ok {
-			t.Errorf("pid %d (%v) not found", c.Process.Pid, c.Args)
+	for what, pid := range map[string]int{"the agent": agent.Pid(), "its process group": grouped.Process.Pid, "a marked process": marked.Process.Pid} {
+		if _, ok := found[pid]; !ok {
+			t.Errorf("pid %d (%s) not found", pid, what)
 		}
 	}
 	if why, ok := found[other.Process.Pid]; ok {
