@@ -90,6 +90,7 @@ func TestNVIDIASMIErrors(t *testing.T) {
 		{[]string{"--query-gpu=name"}, "", 2, "need --format=csv"},
 		{[]string{"--query-gpu=name", "--format=xml"}, "", 2, `"xml" is not one of csv, noheader, nounits`},
 		{[]string{"--frobnicate"}, "", 2, "--frobnicate is not an option this nvidia-smi answers"},
+		{[]string{"-L", "-i", ","}, "", 2, `-i ",": want GPU indexes, UUIDs or PCI bus ids`},
 		{[]string{"-L", "-i", "7"}, e.tcp, 6, "no GPU 7: this container's share has 1 GPU(s)"},
 		{[]string{"-L"}, "", 9, "GPUMUX_REMOTE_ADDR is not set"},
 	} {

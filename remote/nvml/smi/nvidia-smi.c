@@ -640,6 +640,8 @@ int main(int argc, char **argv)
 		return usage_error("--query-gpu and --query-compute-apps cannot be combined");
 	if ((query_gpu != NULL || query_apps != NULL) && mode != 0)
 		return usage_error("-%c cannot be combined with a --query-... option", mode);
+	if (ids != NULL && ids[strspn(ids, ", ")] == '\0')
+		return usage_error("-i \"%s\": want GPU indexes, UUIDs or PCI bus ids, separated by commas", ids);
 	if (format != NULL && query_gpu == NULL && query_apps == NULL)
 		return usage_error("--format goes with --query-gpu or --query-compute-apps");
 	struct query q = {0};
