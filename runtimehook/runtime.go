@@ -22,6 +22,7 @@ import (
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/runtimehook/entry"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -35,7 +36,7 @@ type Runtime struct {
 	load   func() (*nodeconfig.Config, error) // the node config, read when needed
 	cfg    *nodeconfig.Config
 	runc   string // runc binary
-	self   string // this binary, for the hooks it adds
+	self   string // gpumux-runtime-core, for the hooks it adds
 	limits Limits
 	open   node.OpenFunc // nil: the node core's default
 	stderr io.Writer
@@ -47,7 +48,10 @@ type Option func(*Runtime)
 // WithRunc sets the runc binary (default "runc" on PATH).
 func WithRunc(path string) Option { return func(r *Runtime) { r.runc = path } }
 
-// WithSelf sets the path the hooks call back (default: this executable).
+// WithSelf sets the gpumux-runtime-core binary that the create-runtime and
+// poststop hooks call back (default: this executable). The update-ldcache
+// hook of the node core's edits calls gpumux-runtime in the same directory,
+// which runs it without the node core.
 func WithSelf(path string) Option { return func(r *Runtime) { r.self = path } }
 
 // WithLimits bounds what one container may ask for.
@@ -71,9 +75,10 @@ func New(load func() (*nodeconfig.Config, error), opts ...Option) *Runtime {
 
 // Run handles one runc command line and returns the exit code: `create` is
 // prepared and then handed to runc; every other subcommand goes to runc
-// untouched.
+// untouched. gpumux-runtime (package entry) sends only the create of a
+// container that asks for GPUs here.
 func (r *Runtime) Run(ctx context.Context, args []string) int {
-	inv := ParseInvocation(args)
+	inv := entry.ParseInvocation(args)
 	if inv.Subcommand != "create" {
 		return r.execRunc(args)
 	}
@@ -95,7 +100,7 @@ func (r *Runtime) Run(ctx context.Context, args []string) int {
 // prepare leases the container's shares and writes their edits into its
 // config.json. It reports whether it leased anything; a container that asks
 // for nothing is not touched at all.
-func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err error) {
+func (r *Runtime) prepare(ctx context.Context, inv entry.Invocation) (leased bool, err error) {
 	path := filepath.Join(inv.Bundle, "config.json")
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -241,7 +246,7 @@ func (r *Runtime) openNode() (*node.Node, error) {
 	if err := r.loadConfig(); err != nil {
 		return nil, err
 	}
-	opts := []node.Option{node.WithIssuer("runtime"), node.WithLogger(r.logger()), node.WithRuntimeBinary(r.self)}
+	opts := []node.Option{node.WithIssuer("runtime"), node.WithLogger(r.logger()), node.WithRuntimeBinary(filepath.Join(filepath.Dir(r.self), entry.EntryBinary))}
 	if r.open != nil {
 		opts = append(opts, node.WithOpen(r.open))
 	}
@@ -301,10 +306,10 @@ func writeSpec(path string, spec *specs.Spec) error {
 
 // fail reports err where the caller sees it: stderr, and runc's JSON log
 // (containerd's shim reads the last error from it).
-func (r *Runtime) fail(inv Invocation, err error) {
+func (r *Runtime) fail(inv entry.Invocation, err error) {
 	msg := "gpumux-runtime: " + err.Error()
 	fmt.Fprintln(r.stderr, msg)
-	if logPath := inv.flag("--log"); logPath != "" {
+	if logPath := inv.Flag("--log"); logPath != "" {
 		if f, ferr := os.OpenFile(logPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); ferr == nil {
 			json.NewEncoder(f).Encode(map[string]string{"level": "error", "msg": msg})
 			f.Close()
@@ -340,22 +345,6 @@ func (r *Runtime) runRunc(args []string) int {
 		fmt.Fprintf(r.stderr, "gpumux-runtime: running %s: %v\n", r.runc, err)
 		return 127
 	}
-}
-
-// flag returns the value of a global runc flag, "" if absent.
-func (inv Invocation) flag(name string) string {
-	for i, a := range inv.Args {
-		if a == inv.Subcommand {
-			break
-		}
-		if a == name && i+1 < len(inv.Args) {
-			return inv.Args[i+1]
-		}
-		if v, ok := strings.CutPrefix(a, name+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // dropEnv removes the variables in set from the spec's process env.

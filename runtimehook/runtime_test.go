@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -20,30 +19,6 @@ import (
 	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/nodeconfig"
 )
-
-func TestParseInvocation(t *testing.T) {
-	tests := []struct {
-		args []string
-		want Invocation
-	}{
-		{
-			[]string{"--root", "/run/containerd/runc/k8s.io", "--log", "/x/log.json", "--log-format", "json", "create", "--bundle", "/b", "--pid-file", "/p", "c1"},
-			Invocation{Subcommand: "create", Root: "/run/containerd/runc/k8s.io", Bundle: "/b", ID: "c1"},
-		},
-		{[]string{"--root=/r", "create", "-b", "/b2", "c2"}, Invocation{Subcommand: "create", Root: "/r", Bundle: "/b2", ID: "c2"}},
-		{[]string{"create", "--bundle=/b3", "--console-socket", "/s", "c3"}, Invocation{Subcommand: "create", Bundle: "/b3", ID: "c3"}},
-		{[]string{"create", "c4"}, Invocation{Subcommand: "create", Bundle: ".", ID: "c4"}},
-		{[]string{"--debug", "start", "c1"}, Invocation{Subcommand: "start"}},
-		{[]string{"--version"}, Invocation{}},
-	}
-	for _, tc := range tests {
-		got := ParseInvocation(tc.args)
-		got.Args = nil
-		if !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("ParseInvocation(%q) = %+v, want %+v", tc.args, got, tc.want)
-		}
-	}
-}
 
 // fixture is a bundle, a node config on a simulated H200 and a fake runc
 // that records how it was called.
@@ -74,7 +49,7 @@ state_dir = "` + f.stateDir + `"
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.rt = New(func() (*nodeconfig.Config, error) { return cfg, nil }, WithRunc(runc), WithSelf("/usr/bin/gpumux-runtime"), WithStderr(&f.stderr))
+	f.rt = New(func() (*nodeconfig.Config, error) { return cfg, nil }, WithRunc(runc), WithSelf("/usr/bin/gpumux-runtime-core"), WithStderr(&f.stderr))
 	return f
 }
 
@@ -135,11 +110,12 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 	if len(spec.Linux.Resources.Devices) == 0 {
 		t.Error("no device cgroup rules were added")
 	}
-	if h := spec.Hooks; h == nil || len(h.CreateRuntime) != 1 || len(h.Poststop) != 1 || h.Poststop[0].Args[2] != HookPoststop {
+	if h := spec.Hooks; h == nil || len(h.CreateRuntime) != 1 || len(h.Poststop) != 1 || h.Poststop[0].Args[2] != HookPoststop ||
+		h.Poststop[0].Path != "/usr/bin/gpumux-runtime-core" || h.CreateRuntime[0].Path != "/usr/bin/gpumux-runtime-core" {
 		t.Errorf("hooks %+v", spec.Hooks)
 	}
-	// The driver's files, read-only, and this binary's hook that puts
-	// their directory into the container's linker cache.
+	// The driver's files, read-only, and gpumux-runtime's hook (beside
+	// the core) that puts their directory into the container's linker cache.
 	lib := "/" + sim.LibDir()
 	mounted := map[string]bool{}
 	for _, m := range spec.Mounts {
