@@ -28,7 +28,7 @@ type fixture struct {
 	stderr                    bytes.Buffer
 }
 
-func newFixture(t *testing.T, layout string, runcExit int) *fixture {
+func newFixture(t testing.TB, layout string, runcExit int) *fixture {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "gmx") // short: MPS layouts bound state_dir's length
 	if err != nil {
@@ -53,7 +53,7 @@ state_dir = "` + f.stateDir + `"
 	return f
 }
 
-func (f *fixture) writeSpec(t *testing.T, annotations map[string]string, env ...string) []byte {
+func (f *fixture) writeSpec(t testing.TB, annotations map[string]string, env ...string) []byte {
 	t.Helper()
 	spec := specs.Spec{Version: specs.Version, Process: &specs.Process{Args: []string{"/probe"}, Env: append([]string{"PATH=/bin"}, env...)},
 		Root: &specs.Root{Path: "rootfs"}, Annotations: annotations, Linux: &specs.Linux{}}
