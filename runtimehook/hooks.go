@@ -14,15 +14,15 @@ import (
 
 // Environment of gpumux-runtime and its hooks.
 const (
-	EnvConfig   = "GPUMUX_CONFIG"    // node config file (default /etc/gpumux/node.hcl)
-	EnvStateDir = "GPUMUX_STATE_DIR" // overrides the config's state_dir
-	EnvRunc     = entry.EnvRunc      // runc binary (default "runc")
+	EnvConfig   = "GPUMUX_CONFIG"   // node config file (default /etc/gpumux/node.hcl)
+	EnvStateDir = entry.EnvStateDir // overrides the config's state_dir
+	EnvRunc     = entry.EnvRunc     // runc binary (default "runc")
 )
 
 // The OCI hooks gpumux-runtime adds, run as `gpumux-runtime hook <name>`.
 const (
-	HookCreateRuntime = "create-runtime" // the shares are still usable
-	HookPoststop      = "poststop"       // release the shares
+	HookCreateRuntime = "create-runtime"   // the shares are still usable
+	HookPoststop      = entry.HookPoststop // release the shares
 	// HookUpdateLdcache (`hook update-ldcache DIR...`, a createContainer
 	// hook) adds the driver's library directories to the container's
 	// linker cache. The node core's edits of local shares carry it, for

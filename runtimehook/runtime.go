@@ -36,7 +36,7 @@ type Runtime struct {
 	load   func() (*nodeconfig.Config, error) // the node config, read when needed
 	cfg    *nodeconfig.Config
 	runc   string // runc binary
-	self   string // gpumux-runtime-core, for the hooks it adds
+	self   string // gpumux-runtime-core, for the create-runtime hook
 	limits Limits
 	open   node.OpenFunc // nil: the node core's default
 	stderr io.Writer
@@ -48,10 +48,10 @@ type Option func(*Runtime)
 // WithRunc sets the runc binary (default "runc" on PATH).
 func WithRunc(path string) Option { return func(r *Runtime) { r.runc = path } }
 
-// WithSelf sets the gpumux-runtime-core binary that the create-runtime and
-// poststop hooks call back (default: this executable). The update-ldcache
-// hook of the node core's edits calls gpumux-runtime in the same directory,
-// which runs it without the node core.
+// WithSelf sets the gpumux-runtime-core binary that the create-runtime hook
+// calls back (default: this executable). The poststop hook and the
+// update-ldcache hook of the node core's edits call gpumux-runtime in the
+// same directory, which runs them without the node core.
 func WithSelf(path string) Option { return func(r *Runtime) { r.self = path } }
 
 // WithLimits bounds what one container may ask for.
@@ -246,11 +246,16 @@ func (r *Runtime) openNode() (*node.Node, error) {
 	if err := r.loadConfig(); err != nil {
 		return nil, err
 	}
-	opts := []node.Option{node.WithIssuer("runtime"), node.WithLogger(r.logger()), node.WithRuntimeBinary(filepath.Join(filepath.Dir(r.self), entry.EntryBinary))}
+	opts := []node.Option{node.WithIssuer("runtime"), node.WithLogger(r.logger()), node.WithRuntimeBinary(r.entryPath())}
 	if r.open != nil {
 		opts = append(opts, node.WithOpen(r.open))
 	}
 	return node.Open(r.cfg, opts...)
+}
+
+// entryPath is gpumux-runtime, installed beside the core (r.self).
+func (r *Runtime) entryPath() string {
+	return filepath.Join(filepath.Dir(r.self), entry.EntryBinary)
 }
 
 // logger reports what the node core logs (a remote server that cannot be
@@ -267,8 +272,8 @@ func catalogOptions(networked bool) []node.CatalogOption {
 	return []node.CatalogOption{node.Local()}
 }
 
-// addHooks makes runc call gpumux back: createRuntime checks the shares are
-// usable, poststop releases them.
+// addHooks makes runc call gpumux back: createRuntime (the core) checks the
+// shares are usable, poststop (gpumux-runtime) releases them.
 func (r *Runtime) addHooks(spec *specs.Spec) {
 	if spec.Hooks == nil {
 		spec.Hooks = &specs.Hooks{}
@@ -278,11 +283,13 @@ func (r *Runtime) addHooks(spec *specs.Spec) {
 		env = append(env, EnvConfig+"="+p)
 	}
 	timeout := 30
-	hook := func(name string) specs.Hook {
-		return specs.Hook{Path: r.self, Args: []string{filepath.Base(r.self), "hook", name}, Env: env, Timeout: &timeout}
+	hook := func(path, name string) specs.Hook {
+		return specs.Hook{Path: path, Args: []string{filepath.Base(path), "hook", name}, Env: env, Timeout: &timeout}
 	}
-	spec.Hooks.CreateRuntime = append(spec.Hooks.CreateRuntime, hook(HookCreateRuntime))
-	spec.Hooks.Poststop = append(spec.Hooks.Poststop, hook(HookPoststop))
+	// create-runtime needs the node: the core. poststop needs only the
+	// lease store, which gpumux-runtime opens without the node core.
+	spec.Hooks.CreateRuntime = append(spec.Hooks.CreateRuntime, hook(r.self, HookCreateRuntime))
+	spec.Hooks.Poststop = append(spec.Hooks.Poststop, hook(r.entryPath(), HookPoststop))
 }
 
 // fileMode is the mode a spec file is rewritten with when it had none.

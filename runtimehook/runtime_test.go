@@ -111,7 +111,7 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 		t.Error("no device cgroup rules were added")
 	}
 	if h := spec.Hooks; h == nil || len(h.CreateRuntime) != 1 || len(h.Poststop) != 1 || h.Poststop[0].Args[2] != HookPoststop ||
-		h.Poststop[0].Path != "/usr/bin/gpumux-runtime-core" || h.CreateRuntime[0].Path != "/usr/bin/gpumux-runtime-core" {
+		h.Poststop[0].Path != "/usr/bin/gpumux-runtime" || h.CreateRuntime[0].Path != "/usr/bin/gpumux-runtime-core" {
 		t.Errorf("hooks %+v", spec.Hooks)
 	}
 	// The driver's files, read-only, and gpumux-runtime's hook (beside

@@ -5,7 +5,9 @@
 // for `create`, the bundle's annotations and process env, and replaces
 // itself with runc (syscall.Exec) unless the container asks for GPUs
 // (Asks). A create that asks, and the hooks that need the node
-// (create-runtime, poststop), are handed to gpumux-runtime-core, installed
-// beside it, which links the node core (package runtimehook). The
-// update-ldcache hook, which needs only the container's root, runs here.
+// (create-runtime), are handed to gpumux-runtime-core, installed beside it,
+// which links the node core (package runtimehook). The update-ldcache hook,
+// which needs only the container's root, and the poststop hook, which needs
+// only the lease store (named by GPUMUX_STATE_DIR in its environment), run
+// here.
 package entry

@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpumux/gpumux/node/lease"
 )
 
 // Binary names: gpumux-runtime is this entry, gpumux-runtime-core the
@@ -21,12 +23,20 @@ const (
 	CoreBinary  = "gpumux-runtime-core"
 )
 
-// EnvRunc names the runc binary (default "runc" on PATH).
-const EnvRunc = "GPUMUX_RUNC"
+// Environment of gpumux-runtime and its hooks.
+const (
+	EnvRunc     = "GPUMUX_RUNC"      // runc binary (default "runc" on PATH)
+	EnvStateDir = "GPUMUX_STATE_DIR" // overrides the node config's state_dir
+)
 
-// HookUpdateLdcache is the hook this entry runs itself (`hook
-// update-ldcache DIR...`); node.HookUpdateLdcache is the same name.
-const HookUpdateLdcache = "update-ldcache"
+// The hooks this entry runs itself: update-ldcache (`hook update-ldcache
+// DIR...`; node.HookUpdateLdcache is the same name), and poststop when its
+// environment names the state directory (the core's hooks do), which is
+// all it needs to release the container's leases.
+const (
+	HookUpdateLdcache = "update-ldcache"
+	HookPoststop      = "poststop"
+)
 
 // AnnotationPrefix is the prefix of gpumux's annotations. Any annotation
 // under it is a request (an unknown one is refused by the core).
@@ -82,8 +92,11 @@ func (h handler) main(ctx context.Context, args []string, stdin io.Reader) int {
 		runcArgs = args[2:]
 	}
 	if len(runcArgs) >= 1 && runcArgs[0] == "hook" {
-		if len(runcArgs) >= 2 && runcArgs[1] == HookUpdateLdcache {
+		switch {
+		case len(runcArgs) >= 2 && runcArgs[1] == HookUpdateLdcache:
 			return h.updateLdcache(ctx, runcArgs[2:], stdin)
+		case len(runcArgs) == 2 && runcArgs[1] == HookPoststop && os.Getenv(EnvStateDir) != "":
+			return h.poststop(ctx, os.Getenv(EnvStateDir), stdin)
 		}
 		return h.core(args)
 	}
@@ -173,6 +186,32 @@ func (h handler) updateLdcache(ctx context.Context, dirs []string, stdin io.Read
 	}
 	if err != nil {
 		fmt.Fprintf(h.stderr, "%s hook %s: %v\n", EntryBinary, HookUpdateLdcache, err)
+		return 1
+	}
+	return 0
+}
+
+// poststop runs the poststop hook: the container's leases in the lease
+// store of stateDir are released.
+func (h handler) poststop(ctx context.Context, stateDir string, stdin io.Reader) int {
+	err := func() error {
+		st, err := DecodeState(stdin)
+		if err != nil {
+			return err
+		}
+		path := lease.PathIn(stateDir)
+		s, err := lease.Open(path)
+		if err != nil {
+			return fmt.Errorf("opening the lease store %s: %w", path, err)
+		}
+		defer s.Close()
+		if _, err := s.Release(ctx, st.ID); err != nil {
+			return fmt.Errorf("container %s: %w", st.ID, err)
+		}
+		return nil
+	}()
+	if err != nil {
+		fmt.Fprintf(h.stderr, "%s hook %s: %v\n", EntryBinary, HookPoststop, err)
 		return 1
 	}
 	return 0

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpumux/gpumux/node/lease"
 )
 
 const fakeCore = "/opt/gpumux/gpumux-runtime-core"
@@ -65,6 +67,7 @@ func TestHandOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv(EnvRunc, runc)
+	t.Setenv(EnvStateDir, "") // poststop goes to the core
 	spec := func(ann map[string]string, env ...string) *specs.Spec {
 		return &specs.Spec{Annotations: ann, Process: &specs.Process{Env: env}}
 	}
@@ -112,5 +115,41 @@ func TestNoRunc(t *testing.T) {
 	h := handler{stderr: &stderr, exec: func(string, []string, []string) error { t.Fatal("exec called"); return nil }}
 	if code := h.main(context.Background(), []string{"start", "c1"}, nil); code != 127 || !strings.Contains(stderr.String(), "no-runc") {
 		t.Errorf("exit %d, stderr %q; want 127 naming the runc", code, stderr.String())
+	}
+}
+
+// TestPoststopReleases: with the state directory in its environment (the
+// core's hooks have it), the poststop hook releases the container's leases
+// itself, and no other container's.
+func TestPoststopReleases(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(EnvStateDir, dir)
+	ctx := context.Background()
+	s, err := lease.Open(lease.PathIn(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c, id := range map[string]string{"c1": "GPU-1", "c2": "GPU-2"} {
+		if _, err := s.Acquire(ctx, c, func(map[string]string) ([]string, error) { return []string{id}, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	var stderr bytes.Buffer
+	h := handler{stderr: &stderr, exec: func(p string, _, _ []string) error { t.Errorf("handed over to %s", p); return errors.New("no") }}
+	if code := h.main(ctx, []string{"hook", HookPoststop}, strings.NewReader(`{"id":"c1","bundle":"/b"}`)); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	s, err = lease.Open(lease.PathIn(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held, err := s.Leases(ctx)
+	if err != nil || len(held) != 1 || held["GPU-2"] != "c2" {
+		t.Errorf("leases after c1's poststop: %v, %v; want only c2's GPU-2", held, err)
+	}
+	if code := h.main(ctx, []string{"hook", HookPoststop}, strings.NewReader(`{}`)); code != 1 || !strings.Contains(stderr.String(), "no id") {
+		t.Errorf("a state without an id: exit %d, stderr %q", code, stderr.String())
 	}
 }
