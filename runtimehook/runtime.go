@@ -188,7 +188,7 @@ func (r *Runtime) prepare(ctx context.Context, inv entry.Invocation) (leased boo
 	if err := (&cdi.ContainerEdits{ContainerEdits: node.CDIEdits(edits)}).Apply(&spec); err != nil {
 		return true, fmt.Errorf("applying the container edits of %v: %w", ids, err)
 	}
-	r.addHooks(&spec)
+	r.addHooks(&spec, shares)
 	return true, writeSpec(path, &spec)
 }
 
@@ -272,9 +272,10 @@ func catalogOptions(networked bool) []node.CatalogOption {
 	return []node.CatalogOption{node.Local()}
 }
 
-// addHooks makes runc call gpumux back: createRuntime (the core) checks the
-// shares are usable, poststop (gpumux-runtime) releases them.
-func (r *Runtime) addHooks(spec *specs.Spec) {
+// addHooks makes runc call gpumux back: poststop (gpumux-runtime) releases
+// the shares, and, for MIG and MPS shares, createRuntime (the core) checks
+// they are still usable as runc starts the container.
+func (r *Runtime) addHooks(spec *specs.Spec, shares []share.Share) {
 	if spec.Hooks == nil {
 		spec.Hooks = &specs.Hooks{}
 	}
@@ -288,8 +289,23 @@ func (r *Runtime) addHooks(spec *specs.Spec) {
 	}
 	// create-runtime needs the node: the core. poststop needs only the
 	// lease store, which gpumux-runtime opens without the node core.
-	spec.Hooks.CreateRuntime = append(spec.Hooks.CreateRuntime, hook(r.self, HookCreateRuntime))
+	if slices.ContainsFunc(shares, rechecked) {
+		spec.Hooks.CreateRuntime = append(spec.Hooks.CreateRuntime, hook(r.self, HookCreateRuntime))
+	}
 	spec.Hooks.Poststop = append(spec.Hooks.Poststop, hook(r.entryPath(), HookPoststop))
+}
+
+// rechecked says whether a share is checked again by the create-runtime
+// hook: those that the node changes while containers run, between prepare's
+// check and runc's start. An MPS daemon can stop (a client without it runs
+// on the whole GPU, unlimited) and a MIG instance can be destroyed. A whole
+// GPU or a time-slice replica is usable as long as its GPU and the driver's
+// and the limiter's files are there, which prepare has just checked, and
+// whose loss fails the start or the program's first CUDA call rather than
+// leave it without isolation; remote shares are the server's to refuse. The hook is a process of the whole node core
+// (~10 ms, more with NVML), so only the first two pay for it.
+func rechecked(s share.Share) bool {
+	return s.Mechanism == share.MIG || s.Mechanism == share.MPS
 }
 
 // fileMode is the mode a spec file is rewritten with when it had none.

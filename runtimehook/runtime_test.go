@@ -18,6 +18,7 @@ import (
 	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/share"
 )
 
 // fixture is a bundle, a node config on a simulated H200 and a fake runc
@@ -137,6 +138,32 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 	held, _ := f.rt.store().held(context.Background(), "c1")
 	if len(held) != 1 || !strings.HasPrefix(held[0], "MIG-") {
 		t.Errorf("leases of c1: %v", held)
+	}
+}
+
+// TestCreateRuntimeHookOnlyForMIGAndMPS: a whole GPU or a time-slice
+// replica gets the poststop hook but no create-runtime check (a MIG
+// instance's spec gets both: TestCreateInjectsTheLeasedShare).
+func TestCreateRuntimeHookOnlyForMIGAndMPS(t *testing.T) {
+	for m, want := range map[share.Mechanism]bool{share.Exclusive: false, share.TimeSlice: false, share.Remote: false, share.MIG: true, share.MPS: true} {
+		if got := rechecked(share.Share{Mechanism: m}); got != want {
+			t.Errorf("rechecked(%s) = %v, want %v", m, got, want)
+		}
+	}
+	f := newFixture(t, `gpu {
+  match     = "0"
+  mechanism = "timeslice"
+  replicas  = 2
+  limit     = "off"
+}`, 0)
+	for _, m := range []string{"exclusive", "timeslice"} {
+		f.writeSpec(t, map[string]string{AnnotationMechanism: m})
+		if code := f.create("c-" + m); code != 0 {
+			t.Fatalf("%s: exit %d: %s", m, code, f.stderr.String())
+		}
+		if h := f.readSpec(t).Hooks; h == nil || len(h.CreateRuntime) != 0 || len(h.Poststop) != 1 {
+			t.Errorf("%s: hooks %+v, want poststop only", m, h)
+		}
 	}
 }
 
