@@ -20,11 +20,11 @@ var mechanismVariants = []struct{ name, mechanism string }{
 }
 
 // benchInterleaved runs variant 0 (plain runc, the baseline) and then each
-// of the others (mechanismVariants) once per iteration, so that drift of a
+// of the others (named by names) once per iteration, so that drift of a
 // shared machine hits them alike, and reports runc's milliseconds per
 // container and each other variant as a ratio to it ("mps/runc").
-func benchInterleaved(b *testing.B, run func(i, variant int) error) {
-	took := make([]time.Duration, 1+len(mechanismVariants))
+func benchInterleaved(b *testing.B, names []string, run func(i, variant int) error) {
+	took := make([]time.Duration, 1+len(names))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for j := range took {
@@ -37,7 +37,7 @@ func benchInterleaved(b *testing.B, run func(i, variant int) error) {
 	}
 	b.StopTimer()
 	b.ReportMetric(took[0].Seconds()*1000/float64(b.N), "runc-ms/op")
-	for j, v := range mechanismVariants {
-		b.ReportMetric(float64(took[j+1])/float64(took[0]), v.name+"/runc")
+	for j, name := range names {
+		b.ReportMetric(float64(took[j+1])/float64(took[0]), name+"/runc")
 	}
 }

@@ -25,14 +25,16 @@ func BenchmarkDockerRun(b *testing.B) {
 		b.Fatal(err)
 	}
 	args := [][]string{nil}
+	var names []string
 	for _, v := range mechanismVariants {
+		names = append(names, v.name)
 		a := []string{"--runtime", "gpumux"}
 		if v.mechanism != "" {
 			a = append(a, "-e", "GPUMUX_MECHANISM="+v.mechanism)
 		}
 		args = append(args, a)
 	}
-	benchInterleaved(b, func(_, j int) error {
+	benchInterleaved(b, names, func(_, j int) error {
 		_, _, err := d.Docker(ctx, append(append([]string{"run", "--rm"}, args[j]...), image)...)
 		return err
 	})
