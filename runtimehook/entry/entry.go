@@ -73,8 +73,8 @@ func Asks(annotations map[string]string, env []string) bool {
 
 // Main is gpumux-runtime's command line: runc's, `hook <name> [args]`, and
 // a leading `--config FILE` for the core. It hands the call over with exec
-// and returns only when it did the work itself (the update-ldcache hook) or
-// could not hand over; the result is the exit code.
+// and returns only when it did the work itself (the update-ldcache hook, the
+// poststop hook) or could not hand over; the result is the exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer) int {
 	return handler{exec: syscall.Exec, corePath: CorePath, stderr: stderr}.main(ctx, args, stdin)
 }
