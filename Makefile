@@ -191,6 +191,7 @@ gpu-bin: interposer remote-nvml
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-fake-mps-control ./cmd/gpumux-fake-mps-control
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux ./cmd/gpumux
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-runtime ./cmd/gpumux-runtime
+	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-runtime-core ./cmd/gpumux-runtime-core
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-remoted ./cmd/gpumux-remoted
 	$(GO) test -c -tags gpu -ldflags='-s -w' -o .devbin/cudabackend.test ./remote/cudabackend/
 	$(GO) build -ldflags='-s -w' -o .devbin/nomad-device-gpumux ./cmd/nomad-device-gpumux

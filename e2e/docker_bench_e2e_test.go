@@ -5,17 +5,17 @@ package e2e
 import (
 	"context"
 	"testing"
-	"time"
 )
 
 // BenchmarkDockerRun measures `docker run --rm` of the probe image on a
-// private Docker engine, through plain runc (the baseline) and through
-// gpumux-runtime (a container that asks for nothing, and one that leases and
-// gets a whole GPU of a simulated H200 node), interleaved in one run so
-// that drift hits all three alike. It reports runc's milliseconds per
-// container and each gpumux-runtime variant as a ratio to it:
+// private Docker engine: through plain runc (the baseline), and through
+// gpumux-runtime for a container that asks for nothing and for one share of
+// each mechanism (mechanismVariants, asked for by GPUMUX_MECHANISM) of a
+// simulated H200 node, interleaved in one run. It reports runc's
+// milliseconds per container and each gpumux-runtime variant as a ratio to
+// it:
 //
-//	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench DockerRun -benchtime 20x -count 5 ./e2e/
+//	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench DockerRun -benchtime 10x -count 5 ./e2e/
 func BenchmarkDockerRun(b *testing.B) {
 	ctx := context.Background()
 	_, config := runtimeNode(b)
@@ -24,29 +24,18 @@ func BenchmarkDockerRun(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	variants := []struct {
-		metric string
-		args   []string
-	}{
-		{"runc-ms/op", nil},
-		{"no-GPU/runc", []string{"--runtime", "gpumux"}},
-		{"whole-GPU/runc", []string{"--runtime", "gpumux", "-e", "GPUMUX_MECHANISM=exclusive"}},
-	}
-	took := make([]time.Duration, len(variants))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for j, v := range variants {
-			args := append(append([]string{"run", "--rm"}, v.args...), image)
-			start := time.Now()
-			if _, _, err := d.Docker(ctx, args...); err != nil {
-				b.Fatal(err)
-			}
-			took[j] += time.Since(start)
+	args := [][]string{nil}
+	var names []string
+	for _, v := range mechanismVariants {
+		names = append(names, v.name)
+		a := []string{"--runtime", "gpumux"}
+		if v.mechanism != "" {
+			a = append(a, "-e", "GPUMUX_MECHANISM="+v.mechanism)
 		}
+		args = append(args, a)
 	}
-	b.StopTimer()
-	b.ReportMetric(took[0].Seconds()*1000/float64(b.N), variants[0].metric)
-	for j := 1; j < len(variants); j++ {
-		b.ReportMetric(float64(took[j])/float64(took[0]), variants[j].metric)
-	}
+	benchInterleaved(b, names, func(_, j int) error {
+		_, _, err := d.Docker(ctx, append(append([]string{"run", "--rm"}, args[j]...), image)...)
+		return err
+	})
 }

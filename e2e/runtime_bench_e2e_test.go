@@ -5,37 +5,55 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/gpumux/gpumux/e2e/ctrd"
 )
 
+// EnvBenchRuntimeBefore names another gpumux-runtime (an earlier build) that
+// BenchmarkContainerLifecycle also runs, asking for nothing and for a whole
+// GPU ("before-no-GPU/runc", "before-exclusive/runc"), for a before and
+// after in one run.
+const EnvBenchRuntimeBefore = "GPUMUX_BENCH_RUNTIME_BEFORE"
+
 // BenchmarkContainerLifecycle measures create+start+wait+delete of the same
-// probe container through containerd, with plain runc (the baseline) and with
-// gpumux-runtime leasing and injecting a whole GPU, in one run:
+// probe container through containerd: with plain runc (the baseline), and
+// through gpumux-runtime for a container that asks for nothing and for one
+// share of each mechanism (mechanismVariants) of a simulated H200 node,
+// interleaved in one run. It reports runc's milliseconds per container and
+// each gpumux-runtime variant as a ratio to it:
 //
-//	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench ContainerLifecycle -count 5 ./e2e/
+//	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench ContainerLifecycle -benchtime 10x -count 5 ./e2e/
 func BenchmarkContainerLifecycle(b *testing.B) {
 	ctx := context.Background()
 	_, config := runtimeNode(b)
 	d := ctrd.Start(ctx, b, ctrd.WithEnv("GPUMUX_CONFIG="+config))
 	runtime := filepath.Join(repoRoot(b), "bin", "gpumux-runtime")
-	for _, bc := range []struct {
-		name string
-		opts ctrd.RunOpts
-	}{
-		{"runc", ctrd.RunOpts{}},
-		{"gpumux-runtime, no GPU asked", ctrd.RunOpts{BinaryName: runtime}},
-		{"gpumux-runtime, whole GPU", ctrd.RunOpts{BinaryName: runtime, Annotations: map[string]string{"gpumux.io/mechanism": "exclusive"}}},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				res, err := d.Run(ctx, fmt.Sprintf("bench-%d", i), bc.opts)
-				if err != nil || res.ExitCode != 0 {
-					b.Fatalf("%v %+v", err, res)
-				}
-			}
-		})
+	type variant struct{ name, mechanism, runtime string }
+	var variants []variant
+	for _, v := range mechanismVariants {
+		variants = append(variants, variant{v.name, v.mechanism, runtime})
 	}
+	if before := os.Getenv(EnvBenchRuntimeBefore); before != "" {
+		variants = append(variants, variant{"before-no-GPU", "", before}, variant{"before-exclusive", "exclusive", before})
+	}
+	opts := []ctrd.RunOpts{{}}
+	var names []string
+	for _, v := range variants {
+		o := ctrd.RunOpts{BinaryName: v.runtime}
+		if v.mechanism != "" {
+			o.Annotations = map[string]string{"gpumux.io/mechanism": v.mechanism}
+		}
+		opts = append(opts, o)
+		names = append(names, v.name)
+	}
+	benchInterleaved(b, names, func(i, j int) error {
+		res, err := d.Run(ctx, fmt.Sprintf("bench-%d-%d", j, i), opts[j])
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("exit %d: %+v", res.ExitCode, res)
+		}
+		return err
+	})
 }

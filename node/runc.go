@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 
 	"github.com/gpumux/gpumux/node/lease"
@@ -14,11 +16,20 @@ import (
 // under the lease's runc root, or root when the lease names none) still
 // knows a lease's container. Leases of containers it does not know are
 // reclaimed; a runc that fails otherwise is an error, and the lease stays.
+//
+// A container whose state file runc keeps under the root
+// (ROOT/ID/state.json, what `runc state` reads) is alive without running
+// runc: on a busy node every create checks every other container's lease,
+// and a `runc state` costs milliseconds. Any other case (no such file, a
+// runtime that keeps its state elsewhere, an unknown root) asks runc.
 func RuncAlive(ctx context.Context, runc, root string) func(lease.Record) (bool, error) {
 	return func(r lease.Record) (bool, error) {
 		dir := r.Root
 		if dir == "" {
 			dir = root
+		}
+		if dir != "" && runcStateFile(dir, r.Container) {
+			return true, nil
 		}
 		var args []string
 		if dir != "" {
@@ -35,6 +46,19 @@ func RuncAlive(ctx context.Context, runc, root string) func(lease.Record) (bool,
 			return false, fmt.Errorf("%s state %s: %w: %s", runc, r.Container, err, strings.TrimSpace(string(out)))
 		}
 	}
+}
+
+// runcStateFile says whether runc keeps a state file for container id
+// under root. An ID that runc would refuse (it allows letters, digits and
+// "_+-.", not "." or "..") is never found here.
+func runcStateFile(root, id string) bool {
+	if id == "" || id == "." || id == ".." || strings.IndexFunc(id, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("_+-.", c))
+	}) >= 0 {
+		return false
+	}
+	fi, err := os.Stat(filepath.Join(root, id, "state.json"))
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // Reclaim releases the leases of containers that are gone (see

@@ -2,29 +2,27 @@ package runtimehook
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 	"sort"
 
-	"github.com/opencontainers/runtime-spec/specs-go"
-
 	"github.com/gpumux/gpumux/node"
+	"github.com/gpumux/gpumux/runtimehook/entry"
 	"github.com/gpumux/gpumux/share"
 )
 
 // Environment of gpumux-runtime and its hooks.
 const (
-	EnvConfig   = "GPUMUX_CONFIG"    // node config file (default /etc/gpumux/node.hcl)
-	EnvStateDir = "GPUMUX_STATE_DIR" // overrides the config's state_dir
-	EnvRunc     = "GPUMUX_RUNC"      // runc binary (default "runc")
+	EnvConfig   = "GPUMUX_CONFIG"   // node config file (default /etc/gpumux/node.hcl)
+	EnvStateDir = entry.EnvStateDir // overrides the config's state_dir
+	EnvRunc     = entry.EnvRunc     // runc binary (default "runc")
 )
 
 // The OCI hooks gpumux-runtime adds, run as `gpumux-runtime hook <name>`.
 const (
-	HookCreateRuntime = "create-runtime" // the shares are still usable
-	HookPoststop      = "poststop"       // release the shares
+	HookCreateRuntime = "create-runtime"   // the shares are still usable
+	HookPoststop      = entry.HookPoststop // release the shares
 	// HookUpdateLdcache (`hook update-ldcache DIR...`, a createContainer
 	// hook) adds the driver's library directories to the container's
 	// linker cache. The node core's edits of local shares carry it, for
@@ -38,19 +36,20 @@ var HookUsage = fmt.Sprintf("gpumux-runtime hook %s|%s|%s DIR...", HookCreateRun
 // Hook runs one of gpumux's OCI hooks with its arguments; the container's
 // state is on stdin.
 func (r *Runtime) Hook(ctx context.Context, name string, args []string, stdin io.Reader) error {
-	var st specs.State
-	if err := json.NewDecoder(io.LimitReader(stdin, 1<<20)).Decode(&st); err != nil {
-		return fmt.Errorf("hook %s: decoding the container state: %w", name, err)
-	}
-	if st.ID == "" {
-		return fmt.Errorf("hook %s: the container state has no id", name)
+	st, err := entry.DecodeState(stdin)
+	if err != nil {
+		return fmt.Errorf("hook %s: %w", name, err)
 	}
 	if name == HookUpdateLdcache {
-		// Needs no node config: only the container's root.
-		if err := updateLdcache(ctx, st, args); err != nil {
+		// Needs no node config: only the container's root. gpumux-runtime
+		// runs it itself; this serves specs that name the core.
+		if err := entry.UpdateLdcache(ctx, st, args); err != nil {
 			return fmt.Errorf("container %s: %w", st.ID, err)
 		}
 		return nil
+	}
+	if name != HookPoststop && name != HookCreateRuntime {
+		return fmt.Errorf("unknown hook %q; usage: %s", name, HookUsage)
 	}
 	if len(args) > 0 {
 		return fmt.Errorf("hook %s takes no arguments (got %q); usage: %s", name, args, HookUsage)
@@ -62,10 +61,8 @@ func (r *Runtime) Hook(ctx context.Context, name string, args []string, stdin io
 	case HookPoststop:
 		_, err := r.store().release(ctx, st.ID)
 		return err
-	case HookCreateRuntime:
+	default: // HookCreateRuntime
 		return r.checkUsable(ctx, st.ID)
-	default:
-		return fmt.Errorf("unknown hook %q; usage: %s", name, HookUsage)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/runtimehook/entry"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -35,7 +36,7 @@ type Runtime struct {
 	load   func() (*nodeconfig.Config, error) // the node config, read when needed
 	cfg    *nodeconfig.Config
 	runc   string // runc binary
-	self   string // this binary, for the hooks it adds
+	self   string // gpumux-runtime-core, for the create-runtime hook
 	limits Limits
 	open   node.OpenFunc // nil: the node core's default
 	stderr io.Writer
@@ -47,7 +48,10 @@ type Option func(*Runtime)
 // WithRunc sets the runc binary (default "runc" on PATH).
 func WithRunc(path string) Option { return func(r *Runtime) { r.runc = path } }
 
-// WithSelf sets the path the hooks call back (default: this executable).
+// WithSelf sets the gpumux-runtime-core binary that the create-runtime hook
+// calls back (default: this executable). The poststop hook and the
+// update-ldcache hook of the node core's edits call gpumux-runtime in the
+// same directory, which runs them without the node core.
 func WithSelf(path string) Option { return func(r *Runtime) { r.self = path } }
 
 // WithLimits bounds what one container may ask for.
@@ -71,9 +75,10 @@ func New(load func() (*nodeconfig.Config, error), opts ...Option) *Runtime {
 
 // Run handles one runc command line and returns the exit code: `create` is
 // prepared and then handed to runc; every other subcommand goes to runc
-// untouched.
+// untouched. gpumux-runtime (package entry) sends only the create of a
+// container that asks for GPUs here.
 func (r *Runtime) Run(ctx context.Context, args []string) int {
-	inv := ParseInvocation(args)
+	inv := entry.ParseInvocation(args)
 	if inv.Subcommand != "create" {
 		return r.execRunc(args)
 	}
@@ -95,7 +100,7 @@ func (r *Runtime) Run(ctx context.Context, args []string) int {
 // prepare leases the container's shares and writes their edits into its
 // config.json. It reports whether it leased anything; a container that asks
 // for nothing is not touched at all.
-func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err error) {
+func (r *Runtime) prepare(ctx context.Context, inv entry.Invocation) (leased bool, err error) {
 	path := filepath.Join(inv.Bundle, "config.json")
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -183,7 +188,7 @@ func (r *Runtime) prepare(ctx context.Context, inv Invocation) (leased bool, err
 	if err := (&cdi.ContainerEdits{ContainerEdits: node.CDIEdits(edits)}).Apply(&spec); err != nil {
 		return true, fmt.Errorf("applying the container edits of %v: %w", ids, err)
 	}
-	r.addHooks(&spec)
+	r.addHooks(&spec, shares)
 	return true, writeSpec(path, &spec)
 }
 
@@ -241,11 +246,16 @@ func (r *Runtime) openNode() (*node.Node, error) {
 	if err := r.loadConfig(); err != nil {
 		return nil, err
 	}
-	opts := []node.Option{node.WithIssuer("runtime"), node.WithLogger(r.logger()), node.WithRuntimeBinary(r.self)}
+	opts := []node.Option{node.WithIssuer("runtime"), node.WithLogger(r.logger()), node.WithRuntimeBinary(r.entryPath())}
 	if r.open != nil {
 		opts = append(opts, node.WithOpen(r.open))
 	}
 	return node.Open(r.cfg, opts...)
+}
+
+// entryPath is gpumux-runtime, installed beside the core (r.self).
+func (r *Runtime) entryPath() string {
+	return filepath.Join(filepath.Dir(r.self), entry.EntryBinary)
 }
 
 // logger reports what the node core logs (a remote server that cannot be
@@ -262,9 +272,10 @@ func catalogOptions(networked bool) []node.CatalogOption {
 	return []node.CatalogOption{node.Local()}
 }
 
-// addHooks makes runc call gpumux back: createRuntime checks the shares are
-// usable, poststop releases them.
-func (r *Runtime) addHooks(spec *specs.Spec) {
+// addHooks makes runc call gpumux back: poststop (gpumux-runtime) releases
+// the shares, and, for MIG and MPS shares, createRuntime (the core) checks
+// they are still usable as runc starts the container.
+func (r *Runtime) addHooks(spec *specs.Spec, shares []share.Share) {
 	if spec.Hooks == nil {
 		spec.Hooks = &specs.Hooks{}
 	}
@@ -273,11 +284,28 @@ func (r *Runtime) addHooks(spec *specs.Spec) {
 		env = append(env, EnvConfig+"="+p)
 	}
 	timeout := 30
-	hook := func(name string) specs.Hook {
-		return specs.Hook{Path: r.self, Args: []string{filepath.Base(r.self), "hook", name}, Env: env, Timeout: &timeout}
+	hook := func(path, name string) specs.Hook {
+		return specs.Hook{Path: path, Args: []string{filepath.Base(path), "hook", name}, Env: env, Timeout: &timeout}
 	}
-	spec.Hooks.CreateRuntime = append(spec.Hooks.CreateRuntime, hook(HookCreateRuntime))
-	spec.Hooks.Poststop = append(spec.Hooks.Poststop, hook(HookPoststop))
+	// create-runtime needs the node: the core. poststop needs only the
+	// lease store, which gpumux-runtime opens without the node core.
+	if slices.ContainsFunc(shares, rechecked) {
+		spec.Hooks.CreateRuntime = append(spec.Hooks.CreateRuntime, hook(r.self, HookCreateRuntime))
+	}
+	spec.Hooks.Poststop = append(spec.Hooks.Poststop, hook(r.entryPath(), HookPoststop))
+}
+
+// rechecked says whether a share is checked again by the create-runtime
+// hook: those that the node changes while containers run, between prepare's
+// check and runc's start. An MPS daemon can stop (a client without it runs
+// on the whole GPU, unlimited) and a MIG instance can be destroyed. A whole
+// GPU or a time-slice replica is usable as long as its GPU and the driver's
+// and the limiter's files are there, which prepare has just checked, and
+// whose loss fails the start or the program's first CUDA call rather than
+// leave it without isolation; remote shares are the server's to refuse. The hook is a process of the whole node core
+// (~10 ms, more with NVML), so only the first two pay for it.
+func rechecked(s share.Share) bool {
+	return s.Mechanism == share.MIG || s.Mechanism == share.MPS
 }
 
 // fileMode is the mode a spec file is rewritten with when it had none.
@@ -301,10 +329,10 @@ func writeSpec(path string, spec *specs.Spec) error {
 
 // fail reports err where the caller sees it: stderr, and runc's JSON log
 // (containerd's shim reads the last error from it).
-func (r *Runtime) fail(inv Invocation, err error) {
+func (r *Runtime) fail(inv entry.Invocation, err error) {
 	msg := "gpumux-runtime: " + err.Error()
 	fmt.Fprintln(r.stderr, msg)
-	if logPath := inv.flag("--log"); logPath != "" {
+	if logPath := inv.Flag("--log"); logPath != "" {
 		if f, ferr := os.OpenFile(logPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); ferr == nil {
 			json.NewEncoder(f).Encode(map[string]string{"level": "error", "msg": msg})
 			f.Close()
@@ -340,22 +368,6 @@ func (r *Runtime) runRunc(args []string) int {
 		fmt.Fprintf(r.stderr, "gpumux-runtime: running %s: %v\n", r.runc, err)
 		return 127
 	}
-}
-
-// flag returns the value of a global runc flag, "" if absent.
-func (inv Invocation) flag(name string) string {
-	for i, a := range inv.Args {
-		if a == inv.Subcommand {
-			break
-		}
-		if a == name && i+1 < len(inv.Args) {
-			return inv.Args[i+1]
-		}
-		if v, ok := strings.CutPrefix(a, name+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // dropEnv removes the variables in set from the spec's process env.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -19,31 +18,8 @@ import (
 	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/share"
 )
-
-func TestParseInvocation(t *testing.T) {
-	tests := []struct {
-		args []string
-		want Invocation
-	}{
-		{
-			[]string{"--root", "/run/containerd/runc/k8s.io", "--log", "/x/log.json", "--log-format", "json", "create", "--bundle", "/b", "--pid-file", "/p", "c1"},
-			Invocation{Subcommand: "create", Root: "/run/containerd/runc/k8s.io", Bundle: "/b", ID: "c1"},
-		},
-		{[]string{"--root=/r", "create", "-b", "/b2", "c2"}, Invocation{Subcommand: "create", Root: "/r", Bundle: "/b2", ID: "c2"}},
-		{[]string{"create", "--bundle=/b3", "--console-socket", "/s", "c3"}, Invocation{Subcommand: "create", Bundle: "/b3", ID: "c3"}},
-		{[]string{"create", "c4"}, Invocation{Subcommand: "create", Bundle: ".", ID: "c4"}},
-		{[]string{"--debug", "start", "c1"}, Invocation{Subcommand: "start"}},
-		{[]string{"--version"}, Invocation{}},
-	}
-	for _, tc := range tests {
-		got := ParseInvocation(tc.args)
-		got.Args = nil
-		if !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("ParseInvocation(%q) = %+v, want %+v", tc.args, got, tc.want)
-		}
-	}
-}
 
 // fixture is a bundle, a node config on a simulated H200 and a fake runc
 // that records how it was called.
@@ -53,7 +29,7 @@ type fixture struct {
 	stderr                    bytes.Buffer
 }
 
-func newFixture(t *testing.T, layout string, runcExit int) *fixture {
+func newFixture(t testing.TB, layout string, runcExit int) *fixture {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "gmx") // short: MPS layouts bound state_dir's length
 	if err != nil {
@@ -74,11 +50,11 @@ state_dir = "` + f.stateDir + `"
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.rt = New(func() (*nodeconfig.Config, error) { return cfg, nil }, WithRunc(runc), WithSelf("/usr/bin/gpumux-runtime"), WithStderr(&f.stderr))
+	f.rt = New(func() (*nodeconfig.Config, error) { return cfg, nil }, WithRunc(runc), WithSelf("/usr/bin/gpumux-runtime-core"), WithStderr(&f.stderr))
 	return f
 }
 
-func (f *fixture) writeSpec(t *testing.T, annotations map[string]string, env ...string) []byte {
+func (f *fixture) writeSpec(t testing.TB, annotations map[string]string, env ...string) []byte {
 	t.Helper()
 	spec := specs.Spec{Version: specs.Version, Process: &specs.Process{Args: []string{"/probe"}, Env: append([]string{"PATH=/bin"}, env...)},
 		Root: &specs.Root{Path: "rootfs"}, Annotations: annotations, Linux: &specs.Linux{}}
@@ -135,11 +111,12 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 	if len(spec.Linux.Resources.Devices) == 0 {
 		t.Error("no device cgroup rules were added")
 	}
-	if h := spec.Hooks; h == nil || len(h.CreateRuntime) != 1 || len(h.Poststop) != 1 || h.Poststop[0].Args[2] != HookPoststop {
+	if h := spec.Hooks; h == nil || len(h.CreateRuntime) != 1 || len(h.Poststop) != 1 || h.Poststop[0].Args[2] != HookPoststop ||
+		h.Poststop[0].Path != "/usr/bin/gpumux-runtime" || h.CreateRuntime[0].Path != "/usr/bin/gpumux-runtime-core" {
 		t.Errorf("hooks %+v", spec.Hooks)
 	}
-	// The driver's files, read-only, and this binary's hook that puts
-	// their directory into the container's linker cache.
+	// The driver's files, read-only, and gpumux-runtime's hook (beside
+	// the core) that puts their directory into the container's linker cache.
 	lib := "/" + sim.LibDir()
 	mounted := map[string]bool{}
 	for _, m := range spec.Mounts {
@@ -161,6 +138,32 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 	held, _ := f.rt.store().held(context.Background(), "c1")
 	if len(held) != 1 || !strings.HasPrefix(held[0], "MIG-") {
 		t.Errorf("leases of c1: %v", held)
+	}
+}
+
+// TestCreateRuntimeHookOnlyForMIGAndMPS: a whole GPU or a time-slice
+// replica gets the poststop hook but no create-runtime check (a MIG
+// instance's spec gets both: TestCreateInjectsTheLeasedShare).
+func TestCreateRuntimeHookOnlyForMIGAndMPS(t *testing.T) {
+	for m, want := range map[share.Mechanism]bool{share.Exclusive: false, share.TimeSlice: false, share.Remote: false, share.MIG: true, share.MPS: true} {
+		if got := rechecked(share.Share{Mechanism: m}); got != want {
+			t.Errorf("rechecked(%s) = %v, want %v", m, got, want)
+		}
+	}
+	f := newFixture(t, `gpu {
+  match     = "0"
+  mechanism = "timeslice"
+  replicas  = 2
+  limit     = "off"
+}`, 0)
+	for _, m := range []string{"exclusive", "timeslice"} {
+		f.writeSpec(t, map[string]string{AnnotationMechanism: m})
+		if code := f.create("c-" + m); code != 0 {
+			t.Fatalf("%s: exit %d: %s", m, code, f.stderr.String())
+		}
+		if h := f.readSpec(t).Hooks; h == nil || len(h.CreateRuntime) != 0 || len(h.Poststop) != 1 {
+			t.Errorf("%s: hooks %+v, want poststop only", m, h)
+		}
 	}
 }
 

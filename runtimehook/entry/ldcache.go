@@ -1,4 +1,4 @@
-package runtimehook
+package entry
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // environment its spec gives, without PATH, so it is looked for here.
 var ldconfigs = []string{"/sbin/ldconfig.real", "/sbin/ldconfig", "/usr/sbin/ldconfig"}
 
-// updateLdcache is the update-ldcache hook: it adds dirs, the container's
+// UpdateLdcache is the update-ldcache hook: it adds dirs, the container's
 // directories of the driver's libraries, to the container's linker cache
 // (/etc/ld.so.cache), so that programs of any image find libcuda.so.1
 // there. It runs the host's ldconfig chrooted into the container's root
@@ -28,7 +28,7 @@ var ldconfigs = []string{"/sbin/ldconfig.real", "/sbin/ldconfig", "/usr/sbin/ldc
 // hook it runs in the container's mount namespace before the switch to
 // its root: the mounts are made, and the root is still writable even
 // when the spec makes it read-only (runc does that after the hooks).
-func updateLdcache(ctx context.Context, st specs.State, dirs []string) error {
+func UpdateLdcache(ctx context.Context, st specs.State, dirs []string) error {
 	if len(dirs) == 0 {
 		return errors.New("no directories given")
 	}

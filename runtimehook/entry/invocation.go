@@ -1,4 +1,4 @@
-package runtimehook
+package entry
 
 import "strings"
 
@@ -57,4 +57,20 @@ func ParseInvocation(args []string) Invocation {
 		inv.ID = rest[len(rest)-1]
 	}
 	return inv
+}
+
+// Flag returns the value of a global runc flag, "" if absent.
+func (inv Invocation) Flag(name string) string {
+	for i, a := range inv.Args {
+		if a == inv.Subcommand {
+			break
+		}
+		if a == name && i+1 < len(inv.Args) {
+			return inv.Args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	return ""
 }

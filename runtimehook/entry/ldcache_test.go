@@ -1,9 +1,10 @@
-package runtimehook
+package entry
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,12 +48,20 @@ func ldcacheBundle(t *testing.T, rootPath string) (bundle, rootfs string) {
 }
 
 // hook runs `gpumux-runtime hook ARGS...` on the state of container c1 of
-// bundle, and returns its exit code and stderr.
+// bundle ("" for no state), and returns its exit code and stderr. It must
+// not hand over.
 func hook(t *testing.T, bundle string, args ...string) (int, string) {
 	t.Helper()
-	state, _ := json.Marshal(specs.State{ID: "c1", Bundle: bundle})
+	var state []byte
+	if bundle != "" {
+		state, _ = json.Marshal(specs.State{ID: "c1", Bundle: bundle})
+	}
 	var stderr bytes.Buffer
-	code := Main(context.Background(), append([]string{"hook"}, args...), bytes.NewReader(state), &stderr)
+	h := handler{stderr: &stderr, exec: func(path string, _, _ []string) error {
+		t.Errorf("hook %q handed over to %s", args, path)
+		return errors.New("not in a test")
+	}}
+	code := h.main(context.Background(), append([]string{"hook"}, args...), bytes.NewReader(state))
 	return code, stderr.String()
 }
 
@@ -100,8 +109,7 @@ func TestUpdateLdcacheErrors(t *testing.T) {
 		{"a relative directory", bundle, []string{HookUpdateLdcache, "usr/lib"}, `directory "usr/lib": want a clean absolute path`},
 		{"an option for ldconfig", bundle, []string{HookUpdateLdcache, "/usr/lib", "-C/tmp/x"}, `directory "-C/tmp/x"`},
 		{"no config.json", noSpec, []string{HookUpdateLdcache, "/usr/lib"}, "reading the container spec"},
-		{"arguments to another hook", bundle, []string{HookPoststop, "/usr/lib"}, "hook poststop takes no arguments"},
-		{"no hook name", bundle, nil, "usage: gpumux-runtime hook create-runtime|poststop|update-ldcache DIR..."},
+		{"no container state", "", []string{HookUpdateLdcache, "/usr/lib"}, "decoding the container state"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stderr := hook(t, tc.bundle, tc.args...)
