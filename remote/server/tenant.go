@@ -71,9 +71,9 @@ type workerMsg struct {
 
 // tenant is the front's view of one worker process.
 type tenant struct {
-	id     string
-	cmd    *exec.Cmd
-	ctrl   *net.UnixConn
+	id   string
+	cmd  *exec.Cmd
+	ctrl *net.UnixConn
 	// handed counts the handoffs reserved for the worker (Server.tenant),
 	// idle the handoffs it had got when it last said it was idle: it is
 	// retired only when the two agree, so that a connection on its way to
