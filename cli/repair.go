@@ -2,19 +2,18 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/gpumux/gpumux/node"
 )
 
-const repairHelp = `Usage: gpumux repair [--dry-run] [--runc-root DIR]... [flags]
-
+const repairHelp = `
 Rebuilds the node's lease store (leases.db in the state directory) when it
 is damaged or missing, from what still runs: every container runc knows
 (under --runc-root, by default runc's, containerd's and Docker's state
@@ -31,46 +30,46 @@ restart). A sound store is left as it is.
 
 Exit codes: 0 the store is sound or was rebuilt, 1 error (runc or Nomad
 could not be asked, the store could not be replaced, or two containers
-name one share: the store is rebuilt without the later one), 2 bad flags.
+name one share: the store is rebuilt without the later one), 2 bad flags.`
 
-Flags:
-`
+// repairOptions are gpumux repair's flags.
+type repairOptions struct {
+	node   nodeFlags
+	dryRun bool
+	runc   string
+	roots  []string
+	nomad  *string
+}
 
-// stringsFlag is a flag that may be given several times.
-type stringsFlag []string
+func newRepairCmd(stdout, stderr io.Writer) *cobra.Command {
+	var o repairOptions
+	cmd := leaf("repair [--dry-run]", "rebuild a damaged lease store from the containers that still run", repairHelp,
+		func(ctx context.Context) int { return runRepair(ctx, &o, stdout, stderr) })
+	o.node.register(cmd)
+	fs := cmd.Flags()
+	fs.BoolVar(&o.dryRun, "dry-run", false, "print what repair would do and change nothing")
+	fs.StringVar(&o.runc, "runc", envOr("GPUMUX_RUNC", "runc"), "runc `BINARY` asked which containers run (env GPUMUX_RUNC)")
+	fs.StringArrayVar(&o.roots, "runc-root", nil, "runc state `DIR` (runc --root) to look in; may be repeated (default: those of "+strings.Join(node.RuncRootGlobs, ", ")+" that exist)")
+	cmd.MarkFlagDirname("runc-root")
+	o.nomad = nomadFlag(fs, "shares")
+	return cmd
+}
 
-func (s *stringsFlag) String() string     { return strings.Join(*s, ",") }
-func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
-
-func runRepair(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("repair", flag.ContinueOnError)
-	var nf nodeFlags
-	nf.register(fs)
-	dryRun := fs.Bool("dry-run", false, "print what repair would do and change nothing")
-	runc := fs.String("runc", envOr("GPUMUX_RUNC", "runc"), "runc `BINARY` asked which containers run (env GPUMUX_RUNC)")
-	var roots stringsFlag
-	fs.Var(&roots, "runc-root", "runc state `DIR` (runc --root) to look in; may be repeated (default: those of "+strings.Join(node.RuncRootGlobs, ", ")+" that exist)")
-	nomadAddr := fs.String("nomad", os.Getenv("NOMAD_ADDR"), "`ADDR` of the node's Nomad agent, asked which live allocations hold shares (env NOMAD_ADDR, token NOMAD_TOKEN; default "+node.DefaultNomadAddr+", skipped with a note where no agent listens there); off: do not ask")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), repairHelp)
-		fs.PrintDefaults()
-	}
-	if code, ok := parseFlags(fs, args, stderr); !ok {
-		return code
-	}
-	cfg, err := nf.config()
+func runRepair(ctx context.Context, o *repairOptions, stdout, stderr io.Writer) int {
+	cfg, err := o.node.config()
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux repair: %v\n", err)
 		return ExitError
 	}
+	roots := o.roots
 	if len(roots) == 0 {
 		roots = node.DefaultRuncRoots()
 	}
 	rep, err := node.Repair(ctx, cfg.StateDir, node.RepairOptions{
-		Runc:   *runc,
+		Runc:   o.runc,
 		Roots:  roots,
-		Holder: []node.HoldersOption{node.AskNomad(*nomadAddr, *nomadAddr != "")},
-		DryRun: *dryRun,
+		Holder: []node.HoldersOption{askNomad(*o.nomad)},
+		DryRun: o.dryRun,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux repair: %v\n", err)
