@@ -52,7 +52,7 @@ func newAgentCmd(stderr io.Writer) *cobra.Command {
 	fs.StringVar(&o.runc, "runc", envOr("GPUMUX_RUNC", "runc"), "runc `BINARY` asked whether a leased container still exists (env GPUMUX_RUNC)")
 	fs.StringVar(&o.runcRoot, "runc-root", "", "runc state `DIR` (runc --root) for leases that did not record theirs; default: runc's own")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: trace, debug, info, warn or error")
-	fs.DurationVar(&o.health, "health-interval", 10*time.Second, "how often each MPS daemon is probed (`DURATION`)")
+	fs.DurationVar(&o.health, "health-interval", 10*time.Second, "how often (a `DURATION`) each MPS daemon is probed")
 	cmd.MarkFlagFilename("config", "hcl")
 	cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]string{"trace", "debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd

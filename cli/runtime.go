@@ -69,7 +69,7 @@ engine afterwards (systemctl restart docker, or containerd).
 
 Exit codes: 0 ok (changed or already configured), 1 error, 2 bad flags.`, func(ctx context.Context) int { return runRuntimeConfigure(ctx, &o, stdout, stderr) })
 	fs := cmd.Flags()
-	fs.StringVar(&o.engine, "runtime", "", "the engine to configure: `docker` or containerd (required)")
+	fs.StringVar(&o.engine, "runtime", "", "the `ENGINE` to configure: docker or containerd (required)")
 	fs.StringVar(&o.config, "config", "", "the engine's config `FILE` (default "+DefaultDockerConfig+" for docker, "+DefaultContainerdConfig+" for containerd)")
 	fs.StringVar(&o.path, "runtime-path", defaultRuntimePath(), "gpumux-runtime's absolute `PATH`, as the engine will run it; by default the one next to this gpumux binary, else the one on PATH, else "+InstalledRuntimePath)
 	fs.BoolVar(&o.setDefault, "set-as-default", false, "also make gpumux the engine's default runtime (Docker's default-runtime; containerd: the CRI plugin's default_runtime_name, which Kubernetes pods without a runtime class use); containers that ask for no GPU pass through to runc unchanged")
