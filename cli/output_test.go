@@ -122,6 +122,8 @@ func TestWideColumns(t *testing.T) {
 		{[]string{"status", "--nomad", "off"}, []string{"PCI BUS ID", "TEMP", "POWER", "FAULT ISOLATION", "\nSHARE ", "HELD BY"}, []string{"USED", "UTIL", "MEMORY ISOLATION"}},
 		{[]string{"mig", "plan", "-f", layout, "--nomad", "off"}, []string{"UUID", "RULE", "layout.yaml:3"}, []string{"CURRENT", "WANTED", "ACTION"}},
 		{[]string{"mig", "assert", "-f", layout}, nil, []string{"GPU 0: differs"}},
+		// The table run applies the layout; the wide one finds it applied.
+		{[]string{"mig", "apply", "-f", layout, "--nomad", "off"}, []string{"RESULT", "MATCHES", "3g.71gb at 0:4 (MIG-"}, []string{"GPU 0: ", "refused as busy"}},
 	}
 	for _, tc := range tests {
 		_, table, _ := n.run(append(tc.args, "-o", "table")...)

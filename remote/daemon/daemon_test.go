@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumux/gpumux/internal/syncbuf"
 	"github.com/gpumux/gpumux/internal/tlstest"
 	"github.com/gpumux/gpumux/internal/version"
 	"github.com/gpumux/gpumux/remote/pool"
@@ -24,24 +25,6 @@ import (
 	"github.com/gpumux/gpumux/remote/token"
 	"github.com/gpumux/gpumux/share"
 )
-
-// lockedBuffer is stderr shared with run's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func shortDir(t *testing.T) string {
 	t.Helper()
@@ -117,7 +100,7 @@ func TestBadCommandLines(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			var stderr lockedBuffer
+			var stderr syncbuf.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if code := Run(ctx, tt.args, io.Discard, &stderr); code != tt.code || !strings.Contains(stderr.String(), tt.want) {
@@ -128,7 +111,7 @@ func TestBadCommandLines(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	if code := Run(context.Background(), []string{"--help"}, io.Discard, &stderr); code != 0 {
 		t.Errorf("--help exits %d", code)
 	}
@@ -143,7 +126,7 @@ func TestHelp(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	var stdout, stderr lockedBuffer
+	var stdout, stderr syncbuf.Buffer
 	// --version wins over flags that would otherwise be missing.
 	if code := Run(context.Background(), []string{"--version"}, &stdout, &stderr); code != ExitOK || stdout.String() != "gpumux-remoted "+version.Version+"\n" {
 		t.Errorf("--version: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
@@ -187,10 +170,10 @@ func TestHealthz(t *testing.T) {
 
 // serveFake runs the daemon with args until the test ends, and returns
 // its stderr and a stop function that waits for the exit code.
-func serveFake(t *testing.T, args ...string) (*lockedBuffer, func() int) {
+func serveFake(t *testing.T, args ...string) (*syncbuf.Buffer, func() int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	stderr := &lockedBuffer{}
+	stderr := &syncbuf.Buffer{}
 	done := make(chan int, 1)
 	go func() { done <- Run(ctx, args, io.Discard, stderr) }()
 	var once sync.Once
