@@ -53,16 +53,20 @@ func snakeCase(k string) bool {
 func TestOutputFormats(t *testing.T) {
 	n := newMIGNode(t)
 	layout := n.file("layout.yaml", "version: gpumux.io/v1\ngpus:\n  - match: \"0\"\n    mig-enabled: true\n    mig-devices: {3g.71gb: 2}\n")
-	commands := [][]string{
-		{"status", "--nomad", "off"},
-		{"mig", "plan", "-f", layout, "--nomad", "off"},
-		{"mig", "apply", "--dry-run", "-f", layout, "--nomad", "off"},
-		{"mig", "assert", "-f", layout},
-		{"mig", "apply", "-f", layout, "--nomad", "off"}, // applies: the last one
+	commands := []struct {
+		name string
+		args []string
+	}{
+		{"status", []string{"status", "--nomad", "off"}},
+		{"mig plan", []string{"mig", "plan", "-f", layout, "--nomad", "off"}},
+		{"mig apply --dry-run", []string{"mig", "apply", "--dry-run", "-f", layout, "--nomad", "off"}},
+		{"mig assert", []string{"mig", "assert", "-f", layout}},
+		{"repair --dry-run", []string{"repair", "--dry-run", "--nomad", "off", "--runc-root", t.TempDir()}},
+		{"mig apply", []string{"mig", "apply", "-f", layout, "--nomad", "off"}}, // applies: the last one
 	}
-	for _, args := range commands {
-		name := strings.Join(args[:2], " ")
-		t.Run(name, func(t *testing.T) {
+	for _, c := range commands {
+		args := c.args
+		t.Run(c.name, func(t *testing.T) {
 			docs := map[string]any{}
 			for _, format := range []string{"json", "yaml"} {
 				code, out, errOut := n.run(append(args, "-o", format)...)
@@ -95,7 +99,7 @@ func TestOutputFormats(t *testing.T) {
 			// ran twice, so only its last run's keys are compared).
 			j, _ := json.Marshal(docs["json"])
 			y, _ := json.Marshal(docs["yaml"])
-			if args[1] != "apply" || args[2] == "--dry-run" {
+			if c.name != "mig apply" {
 				if string(j) != string(y) {
 					t.Errorf("JSON and YAML differ:\n%s\n%s", j, y)
 				}

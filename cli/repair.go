@@ -26,7 +26,8 @@ yet are lost with the damaged file: such a task's container is refused at
 start, and gets a new reservation when Nomad restarts the task (nomad alloc
 restart). A sound store is left as it is.
 
---dry-run prints what repair would do and changes nothing.
+--dry-run prints what repair would do and changes nothing. -o json (or
+yaml) prints the report as one document (docs/cli.md); -o wide is the table.
 
 Exit codes: 0 the store is sound or was rebuilt, 1 error (runc or Nomad
 could not be asked, the store could not be replaced, or two containers
@@ -39,6 +40,47 @@ type repairOptions struct {
 	runc   string
 	roots  []string
 	nomad  *string
+	output *string
+}
+
+// RepairOutput is what gpumux repair -o json prints.
+type RepairOutput struct {
+	Store string `json:"store"` // the lease store's file
+	// Damage is why the store needs rebuilding; "" when it is sound.
+	Damage    string   `json:"damage,omitempty"`
+	RuncRoots []string `json:"runc_roots"` // where runc was asked
+	// Leases are those of the containers that still run: what the rebuilt
+	// store holds.
+	Leases     []RepairLease `json:"leases"`
+	Unreadable []string      `json:"unreadable,omitempty"`
+	// Nomad are the shares live Nomad allocations hold: Nomad keeps them
+	// itself, so they are reported, not recorded.
+	Nomad     []HeldShare `json:"nomad,omitempty"`
+	NomadNote string      `json:"nomad_note,omitempty"`
+	Aside     string      `json:"aside,omitempty"` // where the damaged file was kept
+	Skipped   []string    `json:"skipped,omitempty"`
+	DryRun    bool        `json:"dry_run"`
+	Rebuilt   bool        `json:"rebuilt"`
+}
+
+// RepairLease is a container that holds shares.
+type RepairLease struct {
+	Container string   `json:"container"`
+	Shares    []string `json:"shares"`
+	RuncRoot  string   `json:"runc_root"`
+}
+
+// repairOutput puts a repair report in its output form.
+func repairOutput(rep *node.RepairReport, roots []string) *RepairOutput {
+	out := &RepairOutput{Store: rep.Store, Damage: rep.Damage, RuncRoots: append([]string{}, roots...), Leases: []RepairLease{},
+		Unreadable: rep.Unreadable, NomadNote: rep.NomadNote, Aside: rep.Aside, Skipped: rep.Skipped, DryRun: rep.DryRun, Rebuilt: rep.Rebuilt}
+	for _, r := range rep.Leases {
+		out.Leases = append(out.Leases, RepairLease{Container: r.Container, Shares: r.Shares, RuncRoot: r.Root})
+	}
+	for _, id := range slices.Sorted(maps.Keys(rep.Nomad)) {
+		out.Nomad = append(out.Nomad, HeldShare{Share: id, HeldBy: []string{rep.Nomad[id]}})
+	}
+	return out
 }
 
 func newRepairCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -52,10 +94,14 @@ func newRepairCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.StringArrayVar(&o.roots, "runc-root", nil, "runc state `DIR` (runc --root) to look in; may be repeated (default: those of "+strings.Join(node.RuncRootGlobs, ", ")+" that exist)")
 	cmd.MarkFlagDirname("runc-root")
 	o.nomad = nomadFlag(fs, "shares")
+	o.output = outputFlag(cmd)
 	return cmd
 }
 
 func runRepair(ctx context.Context, o *repairOptions, stdout, stderr io.Writer) int {
+	if !checkFormat("repair", *o.output, stderr) {
+		return ExitUsage
+	}
 	cfg, err := o.node.config()
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux repair: %v\n", err)
@@ -75,7 +121,14 @@ func runRepair(ctx context.Context, o *repairOptions, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "gpumux repair: %v\n", err)
 		return ExitError
 	}
-	printRepair(stdout, rep, roots)
+	if structured(*o.output) {
+		if err := writeData(stdout, *o.output, repairOutput(rep, roots)); err != nil {
+			fmt.Fprintf(stderr, "gpumux repair: %v\n", err)
+			return ExitError
+		}
+	} else {
+		printRepair(stdout, rep, roots)
+	}
 	if len(rep.Skipped) > 0 {
 		return ExitError
 	}
