@@ -66,12 +66,11 @@ repairs the lease store, and runs the node without Nomad (gpumux agent).
 Commands that print state take -o table|json|yaml|wide; their JSON and YAML
 keys are snake_case (docs/cli.md lists them). Colours only on a terminal,
 never with NO_COLOR set.`,
-		Version:           version.Version,
-		SilenceErrors:     true,
-		SilenceUsage:      true,
-		Args:              cobra.NoArgs,
-		RunE:              usageOnly,
-		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
+		Version:       version.Version,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.NoArgs,
+		RunE:          usageOnly,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
