@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,14 +10,14 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
 
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/share"
 )
 
-const agentHelp = `Usage: gpumux agent [--config FILE] [flags]
-
+const agentHelp = `
 Runs this node's GPUs on a node without Nomad (a containerd or Docker host,
 a Kubernetes node with a RuntimeClass): the long-lived agent that the Nomad
 plugin is on a Nomad node. It
@@ -36,36 +35,41 @@ shares. The agent and the Nomad plugin refuse to run one state_dir at once.
 It runs until SIGINT or SIGTERM.
 
 Exit codes: 0 stopped by a signal, 1 error (bad config, another agent runs
-the node, the GPUs cannot be read), 2 bad flags.
+the node, the GPUs cannot be read), 2 bad flags.`
 
-Flags:
-`
+// agentOptions are gpumux agent's flags.
+type agentOptions struct {
+	config, runc, runcRoot, logLevel string
+	health                           time.Duration
+}
 
-func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	config := fs.String("config", envOr("GPUMUX_CONFIG", nodeconfig.DefaultFile), "node config `FILE`: the same schema as the Nomad plugin's config body (env GPUMUX_CONFIG)")
-	runc := fs.String("runc", envOr("GPUMUX_RUNC", "runc"), "runc `BINARY` asked whether a leased container still exists (env GPUMUX_RUNC)")
-	runcRoot := fs.String("runc-root", "", "runc state `DIR` (runc --root) for leases that did not record theirs; default: runc's own")
-	logLevel := fs.String("log-level", "info", "log `LEVEL`: trace, debug, info, warn or error")
-	health := fs.Duration("health-interval", 10*time.Second, "how often each MPS daemon is probed (`DURATION`)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), agentHelp)
-		fs.PrintDefaults()
-	}
-	if code, ok := parseFlags(fs, args, stderr); !ok {
-		return code
-	}
-	level := hclog.LevelFromString(*logLevel)
+func newAgentCmd(stderr io.Writer) *cobra.Command {
+	var o agentOptions
+	cmd := leaf("agent [--config FILE]", "run this node's GPUs without Nomad: MIG layout, MPS daemons, lease reclaim, metrics", agentHelp,
+		func(ctx context.Context) int { return runAgent(ctx, &o, stderr) })
+	fs := cmd.Flags()
+	fs.StringVar(&o.config, "config", envOr("GPUMUX_CONFIG", nodeconfig.DefaultFile), "node config `FILE`: the same schema as the Nomad plugin's config body (env GPUMUX_CONFIG)")
+	fs.StringVar(&o.runc, "runc", envOr("GPUMUX_RUNC", "runc"), "runc `BINARY` asked whether a leased container still exists (env GPUMUX_RUNC)")
+	fs.StringVar(&o.runcRoot, "runc-root", "", "runc state `DIR` (runc --root) for leases that did not record theirs; default: runc's own")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: trace, debug, info, warn or error")
+	fs.DurationVar(&o.health, "health-interval", 10*time.Second, "how often (a `DURATION`) each MPS daemon is probed")
+	cmd.MarkFlagFilename("config", "hcl")
+	cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]string{"trace", "debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+func runAgent(ctx context.Context, o *agentOptions, stderr io.Writer) int {
+	level := hclog.LevelFromString(o.logLevel)
 	if level == hclog.NoLevel {
-		fmt.Fprintf(stderr, "gpumux agent: --log-level %q: want trace, debug, info, warn or error\n", *logLevel)
+		fmt.Fprintf(stderr, "gpumux agent: --log-level %q: want trace, debug, info, warn or error\n", o.logLevel)
 		return ExitUsage
 	}
-	if *health < 100*time.Millisecond {
-		fmt.Fprintf(stderr, "gpumux agent: --health-interval %s: want at least 100ms\n", *health)
+	if o.health < 100*time.Millisecond {
+		fmt.Fprintf(stderr, "gpumux agent: --health-interval %s: want at least 100ms\n", o.health)
 		return ExitUsage
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "gpumux-agent", Level: level, Output: stderr})
-	if err := agent(ctx, *config, *runc, *runcRoot, *health, logger); err != nil {
+	if err := agent(ctx, o.config, o.runc, o.runcRoot, o.health, logger); err != nil {
 		fmt.Fprintf(stderr, "gpumux agent: %v\n", err)
 		return ExitError
 	}

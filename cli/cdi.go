@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -22,19 +22,16 @@ import (
 // as gpumux.io/share=<name>.
 const CDIKind = "gpumux.io/share"
 
-func runCDI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "generate" {
-		fmt.Fprint(stderr, "Usage: gpumux cdi generate [flags]\n")
-		return ExitUsage
-	}
-	fs := flag.NewFlagSet("cdi generate", flag.ContinueOnError)
-	var nf nodeFlags
-	nf.register(fs)
-	output := fs.String("output", "", "write the spec to `FILE` (e.g. /etc/cdi/gpumux.json) instead of standard output")
-	runtimeBinary := fs.String("runtime-binary", "", "gpumux-runtime `PATH` whose update-ldcache hook the spec names (default: gpumux-runtime on PATH or next to gpumux, else "+node.DefaultRuntimeBinary+")")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: gpumux cdi generate [flags]
+// cdiOptions are gpumux cdi generate's flags.
+type cdiOptions struct {
+	node                nodeFlags
+	file, runtimeBinary string
+	output              string // the deprecated --output FILE
+}
 
+func newCDICmd(stdout, stderr io.Writer) *cobra.Command {
+	var o cdiOptions
+	gen := leaf("generate [-f FILE]", "a CDI spec with one device per share, for CDI-native engines", fmt.Sprintf(`
 Writes a CDI spec (kind %s) with one device per share the node offers under
 its layout, carrying the same edits as the Nomad plugin and gpumux-runtime
 (device nodes, environment, mounts: the host driver's libraries and
@@ -43,21 +40,31 @@ to the container's linker cache): for CDI-native engines (containerd 2.x, Docker
   podman run --device %s=<name> …
 A CDI device is handed out as named, with no lease: use gpumux-runtime for
 shares that must not be given twice. Names are share IDs with "/" as "_".
+The spec is JSON, on standard output or in the file -f/--file names (read
+back and validated before it replaces the file). --output FILE, the flag's
+name before -f/--file, still works but is deprecated: it says so on stderr.
 
-Flags:
-`, CDIKind, CDIKind)
-		fs.PrintDefaults()
-	}
-	if code, ok := parseFlags(fs, args[1:], stderr); !ok {
-		return code
+Exit codes: 0 ok, 1 error, 2 bad flags.`, CDIKind, CDIKind), func(ctx context.Context) int { return runCDI(ctx, &o, stdout, stderr) })
+	o.node.register(gen)
+	gen.Flags().StringVarP(&o.file, "file", "f", "", "write the spec to `FILE` (e.g. /etc/cdi/gpumux.json) instead of standard output")
+	gen.MarkFlagFilename("file", "json")
+	gen.Flags().StringVar(&o.runtimeBinary, "runtime-binary", "", "gpumux-runtime `PATH` whose update-ldcache hook the spec names (default: gpumux-runtime on PATH or next to gpumux, else "+node.DefaultRuntimeBinary+")")
+	deprecatedFileFlag(gen, &o.output)
+	return group("cdi", "CDI specs of the node's shares", gen)
+}
+
+func runCDI(ctx context.Context, o *cdiOptions, stdout, stderr io.Writer) int {
+	file, ok := fileFlag("cdi generate", o.file, o.output, stderr)
+	if !ok {
+		return ExitUsage
 	}
 	var opts []node.Option
-	if *runtimeBinary != "" {
-		opts = append(opts, node.WithRuntimeBinary(*runtimeBinary))
+	if o.runtimeBinary != "" {
+		opts = append(opts, node.WithRuntimeBinary(o.runtimeBinary))
 	}
-	spec, err := cdiSpec(ctx, &nf, stderr, opts...)
+	spec, err := cdiSpec(ctx, &o.node, stderr, opts...)
 	if err == nil {
-		err = writeCDI(spec, *output, stdout)
+		err = writeCDI(spec, file, stdout)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux cdi generate: %v\n", err)
@@ -122,7 +129,7 @@ func writeCDI(spec *cdispec.Spec, path string, w io.Writer) error {
 		return err
 	}
 	if filepath.Ext(path) != ".json" {
-		return fmt.Errorf("--output %q: CDI reads .json (or .yaml) files; this command writes JSON, so name it *.json", path)
+		return fmt.Errorf("--file %q: CDI reads .json (or .yaml) files; this command writes JSON, so name it *.json", path)
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {

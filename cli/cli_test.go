@@ -52,18 +52,12 @@ gpu {
 	if code != cli.ExitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	var st struct {
-		Node   struct{ GPUs []struct{ Model string } }
-		Groups []struct {
-			Name   string
-			Shares []json.RawMessage
-		}
-	}
+	var st cli.Status
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if len(st.Node.GPUs) != 8 || st.Node.GPUs[0].Model != "NVIDIA A100-SXM4-40GB" {
-		t.Errorf("GPUs %+v", st.Node.GPUs)
+	if len(st.GPUs) != 8 || st.GPUs[0].Model != "NVIDIA A100-SXM4-40GB" {
+		t.Errorf("GPUs %+v", st.GPUs)
 	}
 	got := map[string]int{}
 	for _, g := range st.Groups {
@@ -89,9 +83,10 @@ func TestExitCodes(t *testing.T) {
 	}{
 		{nil, cli.ExitUsage, "Usage:"},
 		{[]string{"frobnicate"}, cli.ExitUsage, `unknown command "frobnicate"`},
-		{[]string{"status", "--output", "yaml"}, cli.ExitUsage, `--output "yaml": want table or json`},
-		{[]string{"status", "--bogus"}, cli.ExitUsage, "flag provided but not defined: -bogus"},
-		{[]string{"status", "extra"}, cli.ExitUsage, "unexpected arguments [extra]"},
+		{[]string{"status", "--output", "xml"}, cli.ExitUsage, `--output "xml": want table, json, yaml, wide`},
+		{[]string{"status", "--bogus"}, cli.ExitUsage, "unknown flag: --bogus"},
+		{[]string{"status", "extra"}, cli.ExitUsage, `unexpected arguments ["extra"]`},
+		{[]string{"--bogus"}, cli.ExitUsage, "unknown flag: --bogus"},
 		{[]string{"status", "--simulate", "dgx1"}, cli.ExitError, `"dgx1"`},
 		{[]string{"status", "--config", bad, "--simulate", "dgxh200", "--state-dir", dir}, cli.ExitError, "replicas = 1"},
 		{[]string{"status", "--config", filepath.Join(dir, "missing.hcl")}, cli.ExitError, "no such file"},
@@ -106,12 +101,14 @@ func TestExitCodes(t *testing.T) {
 
 func TestHelp(t *testing.T) {
 	code, out, _ := run(t, "--help")
-	if code != cli.ExitOK || !strings.Contains(out, "gpumux status") {
-		t.Errorf("--help: exit %d\n%s", code, out)
+	for _, verb := range []string{"agent", "status", "cdi", "mig", "remote", "runtime", "repair", "version", "completion"} {
+		if code != cli.ExitOK || !strings.Contains(out, "\n  "+verb+" ") {
+			t.Errorf("--help: exit %d, lacks %s\n%s", code, verb, out)
+		}
 	}
-	code, _, errOut := run(t, "status", "-h")
-	if code != cli.ExitOK || !strings.Contains(errOut, "--simulate") && !strings.Contains(errOut, "-simulate") {
-		t.Errorf("status -h: exit %d\n%s", code, errOut)
+	code, out, _ = run(t, "status", "-h")
+	if code != cli.ExitOK || !strings.Contains(out, "--simulate NAME") || !strings.Contains(out, "-o, --output FORMAT") {
+		t.Errorf("status -h: exit %d\n%s", code, out)
 	}
 }
 
@@ -128,7 +125,7 @@ gpu {
   replicas  = 2
 }`), 0o644)
 	out := filepath.Join(dir, "gpumux.json")
-	code, _, errOut := run(t, "cdi", "generate", "--config", cfg, "--output", out)
+	code, _, errOut := run(t, "cdi", "generate", "--config", cfg, "-f", out)
 	if code != cli.ExitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -176,7 +173,7 @@ gpu {
 	if b, err := os.ReadFile(limits); err != nil || !strings.Contains(string(b), "share="+id+"\n") {
 		t.Errorf("limits file %q: %v", b, err)
 	}
-	if code, _, errOut := run(t, "cdi", "generate", "--config", cfg, "--output", filepath.Join(dir, "x.txt")); code != cli.ExitError || !strings.Contains(errOut, "*.json") {
+	if code, _, errOut := run(t, "cdi", "generate", "--config", cfg, "--file", filepath.Join(dir, "x.txt")); code != cli.ExitError || !strings.Contains(errOut, "*.json") {
 		t.Errorf("a non-.json output: exit %d, %q", code, errOut)
 	}
 
@@ -250,7 +247,7 @@ func TestStatusShowsHolders(t *testing.T) {
 	}
 	s.Close()
 	code, out, errOut = run(t, "status", "--simulate", "dgxh200", "--state-dir", dir)
-	if code != cli.ExitOK || !strings.Contains(out, "nvidia/gpu/H200  exclusive  8       1") || !strings.Contains(out, id+"  web-1") {
+	if code != cli.ExitOK || !strings.Contains(out, "nvidia/gpu/H200  exclusive  8       1") || !strings.Contains(out, id+"  container web-1") {
 		t.Errorf("status does not show the holder (exit %d):\n%s%s", code, out, errOut)
 	}
 }

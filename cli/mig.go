@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -14,6 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/spf13/cobra"
 
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/mig"
@@ -27,21 +27,11 @@ const (
 	ExitBusy    = 4 // mig apply: a GPU was refused because its MIG instances are in use
 )
 
-const migUsage = `Usage:
-  gpumux mig plan -f FILE [-c CONFIG] [--output json] [flags]
-        what apply would change; changes nothing
-  gpumux mig apply -f FILE [-c CONFIG] [--reset] [--force] [--output json] [flags]
-        make the GPUs carry the layout
-  gpumux mig assert -f FILE [-c CONFIG] [--output json] [flags]
-        check that the GPUs carry the layout
-  gpumux mig export [--format gpumux|mig-parted] [--output FILE] [flags]
-        write the node's current layout
+const migLong = `MIG layouts from a file: plan, apply and check them, export the node's.
 
-FILE is a MIG layout in gpumux's format (version: gpumux.io/v1) or
+FILE (-f) is a MIG layout in gpumux's format (version: gpumux.io/v1) or
 mig-parted's (version: v1, with -c naming the entry of mig-configs).
 GPUs that no rule of the layout selects are left as they are.
-
-Run 'gpumux mig <command> -h' for the flags of a command.
 
 Exit codes:
   0  ok
@@ -50,32 +40,20 @@ Exit codes:
   3  assert: a GPU differs from the layout
   4  apply: a GPU was refused because its MIG instances (or, to reset it,
      the GPU) are in use: processes, a gpumux-runtime lease, a live Nomad
-     allocation
-`
+     allocation`
 
-func runMIG(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, migUsage)
-		return ExitUsage
-	}
-	switch args[0] {
-	case "plan", "apply", "assert":
-		return runMIGLayoutCmd(ctx, args[0], args[1:], stdout, stderr)
-	case "export":
-		return runMIGExport(ctx, args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, migUsage)
-		return ExitOK
-	default:
-		fmt.Fprintf(stderr, "gpumux mig: unknown command %q\n\n%s", args[0], migUsage)
-		return ExitUsage
-	}
+func newMIGCmd(stdout, stderr io.Writer) *cobra.Command {
+	c := group("mig", "MIG layouts from a file: plan, apply and check them, export the node's",
+		newMIGLayoutCmd("plan", "what apply would change; changes nothing", stdout, stderr),
+		newMIGLayoutCmd("apply", "make the GPUs carry the layout", stdout, stderr),
+		newMIGLayoutCmd("assert", "check that the GPUs carry the layout", stdout, stderr),
+		newMIGExportCmd(stdout, stderr))
+	c.Long = migLong
+	return c
 }
 
 var migHelp = map[string]string{
-	"plan": `Usage: gpumux mig plan -f FILE [-c CONFIG] [--output json] [flags]
-
-For every GPU the layout selects, shows its current MIG layout, the wanted
+	"plan": `For every GPU the layout selects, shows its current MIG layout, the wanted
 one and what apply would do: keep, enable MIG and create, change (destroy
 the instances that cannot stay, create the wanted ones at the placements
 shown, keep the rest), disable MIG (destroying the instances first), or why
@@ -87,14 +65,12 @@ In use means processes on the instance, a container of gpumux-runtime
 holding it (a lease), or a live Nomad allocation holding it or a share on it
 (asked of the Nomad agent, see --nomad). Changes nothing.
 
+-o wide adds each GPU's UUID and the rule of the file that selects it;
+-o json and -o yaml print the plans as one list.
+
 Exit codes: 0 plan shown, 1 error (unreadable or invalid layout, GPUs
-unreadable, Nomad agent unreadable), 2 bad flags.
-
-Flags:
-`,
-	"apply": `Usage: gpumux mig apply -f FILE [-c CONFIG] [--dry-run] [--force] [--reset] [--output json] [flags]
-
-Makes every GPU the layout selects carry the wanted MIG layout, GPU by GPU,
+unreadable, Nomad agent unreadable), 2 bad flags.`,
+	"apply": `Makes every GPU the layout selects carry the wanted MIG layout, GPU by GPU,
 printing one line per step. A GPU that already matches is kept as it is.
 Instances that can stay stay (same UUID); the others are destroyed and the
 wanted ones created, after placements for all of them were found; if a step
@@ -116,86 +92,92 @@ no MIG instances, runs no process and no container or Nomad allocation holds
 it, and goes on. NVML has no reset call: on real GPUs --reset says to run
 nvidia-smi -r -i N; it resets simulated GPUs.
 
---output json prints, instead of the steps, one JSON object: per GPU the
+-o json (or yaml) prints, instead of the steps, one document: per GPU the
 plan, the steps done, whether it was reset, the result (kept, changed,
 busy, failed), its MIG layout afterwards (mode and instances with UUIDs and
 placements), whether it matches the layout, and the error if any; then the
-GPU indexes per result and the exit code. --dry-run shows the plan (as
-gpumux mig plan) and changes nothing.
+GPU indexes per result and the exit code. -o wide also prints each GPU's
+MIG layout afterwards. --dry-run shows the plan (as gpumux mig plan, in the
+format -o names) and changes nothing.
 
 Exit codes: 0 every selected GPU matches the layout afterwards, 1 error (a
 GPU failed or does not match afterwards; takes precedence over 4), 2 bad
 flags, 4 a GPU was refused because its MIG instances (or, for a reset, the
-GPU) are in use.
-
-Flags:
-`,
-	"assert": `Usage: gpumux mig assert -f FILE [-c CONFIG] [--output json] [flags]
-
-Checks that every GPU the layout selects carries the wanted MIG layout
+GPU) are in use.`,
+	"assert": `Checks that every GPU the layout selects carries the wanted MIG layout
 (MIG mode and the number of instances of each profile; placements are not
-compared), and prints the GPUs that differ. --output json prints one JSON
-object: whether all match, and per GPU whether it matches and its
-differences (field mig-enabled or mig-devices.<profile>, what it has, what
-the layout wants). Changes nothing.
+compared), and prints the GPUs that differ (-o wide: the ones that match
+too). -o json (or yaml) prints one document: whether all match, and per GPU
+whether it matches and its differences (field mig-enabled or
+mig-devices.<profile>, what it has, what the layout wants). Changes nothing.
 
 Exit codes: 0 every selected GPU matches, 1 error, 2 bad flags, 3 a GPU
-differs.
-
-Flags:
-`,
+differs.`,
 }
 
-func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("mig "+cmd, flag.ContinueOnError)
-	var nf nodeFlags
-	nf.register(fs)
-	file := fs.String("f", "", "MIG layout `FILE` (gpumux's format or mig-parted's); required")
-	config := fs.String("c", "", "the `CONFIG` of a mig-parted file to use (its entry of mig-configs); may be left out when the file has only one")
-	output := fs.String("output", "table", "output `FORMAT`: table or json")
-	var dryRun *bool
-	force, reset := new(bool), new(bool)
-	nomadAddr := new(string)
-	if cmd != "assert" {
-		nomadAddr = fs.String("nomad", os.Getenv("NOMAD_ADDR"), "`ADDR` of the node's Nomad agent, asked which live allocations hold MIG instances (env NOMAD_ADDR, token NOMAD_TOKEN; default "+node.DefaultNomadAddr+", skipped with a note where no agent listens there); off: do not ask")
+// migLayoutOptions are the flags of mig plan, apply and assert.
+type migLayoutOptions struct {
+	node          nodeFlags
+	file, config  string
+	output, nomad *string
+	dryRun        bool
+	force, reset  bool
+}
+
+// layoutFileFlags registers -f/--file, the layout file, and -c, its
+// mig-parted config (mig-parted's own flags).
+func layoutFileFlags(cmd *cobra.Command, file, config *string, fileUsage, configDefault string) {
+	cmd.Flags().StringVarP(file, "file", "f", "", fileUsage)
+	cmd.Flags().StringVarP(config, "selected-config", "c", configDefault, "the `CONFIG` of a mig-parted file: its entry of mig-configs")
+	cmd.MarkFlagFilename("file", "yaml", "yml", "json")
+}
+
+func newMIGLayoutCmd(verb, short string, stdout, stderr io.Writer) *cobra.Command {
+	var o migLayoutOptions
+	cmd := leaf(verb, short, migHelp[verb], func(ctx context.Context) int { return runMIGLayoutCmd(ctx, verb, &o, stdout, stderr) })
+	cmd.Use = verb + " -f FILE [-c CONFIG]"
+	o.node.register(cmd)
+	layoutFileFlags(cmd, &o.file, &o.config, "MIG layout `FILE` (gpumux's format or mig-parted's); required", "")
+	cmd.Flags().Lookup("selected-config").Usage += "; may be left out when the file has only one"
+	o.output = outputFlag(cmd)
+	o.nomad = new(string)
+	if verb != "assert" {
+		o.nomad = nomadFlag(cmd.Flags(), "MIG instances")
 	}
-	if cmd == "apply" {
-		dryRun = fs.Bool("dry-run", false, "show the plan and change nothing")
-		force = fs.Bool("force", false, "destroy MIG instances that containers or Nomad allocations hold but run nothing on; instances with processes are never destroyed")
-		reset = fs.Bool("reset", false, "reset a GPU whose MIG mode change waits for a reset, and only that GPU, when nothing uses it (simulated GPUs; on real ones it says to run nvidia-smi -r)")
+	if verb == "apply" {
+		cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "show the plan and change nothing")
+		cmd.Flags().BoolVar(&o.force, "force", false, "destroy MIG instances that containers or Nomad allocations hold but run nothing on; instances with processes are never destroyed")
+		cmd.Flags().BoolVar(&o.reset, "reset", false, "reset a GPU whose MIG mode change waits for a reset, and only that GPU, when nothing uses it (simulated GPUs; on real ones it says to run nvidia-smi -r)")
 	}
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), migHelp[cmd])
-		fs.PrintDefaults()
-	}
-	if code, ok := parseFlags(fs, args, stderr); !ok {
-		return code
-	}
-	if *file == "" {
+	return cmd
+}
+
+func runMIGLayoutCmd(ctx context.Context, cmd string, o *migLayoutOptions, stdout, stderr io.Writer) int {
+	if o.file == "" {
 		fmt.Fprintf(stderr, "gpumux mig %s: -f FILE is required\n", cmd)
 		return ExitUsage
 	}
-	if *output != "table" && *output != "json" {
-		fmt.Fprintf(stderr, "gpumux mig %s: --output %q: want table or json\n", cmd, *output)
+	if !checkFormat("mig "+cmd, *o.output, stderr) {
 		return ExitUsage
 	}
-	nomadExplicit := *nomadAddr != ""
-	if *nomadAddr == node.NomadOff || cmd == "assert" {
-		*nomadAddr = node.NomadOff // assert compares layouts; who holds what does not matter
+	format := *o.output
+	nomadAddr := *o.nomad
+	if nomadAddr == node.NomadOff || cmd == "assert" {
+		nomadAddr = node.NomadOff // assert compares layouts; who holds what does not matter
 	}
-	l, err := readLayout(*file, *config)
+	l, err := readLayout(o.file, o.config)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
 		return ExitError
 	}
-	n, err := nf.open()
+	n, err := o.node.open()
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
 		return ExitError
 	}
 	defer n.Close()
 	h := n.Host()
-	holders, err := n.Holders(ctx, node.AskNomad(*nomadAddr, nomadExplicit))
+	holders, err := n.Holders(ctx, node.AskNomad(nomadAddr, *o.nomad != ""))
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
 		return ExitError
@@ -207,7 +189,7 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 	if gh, ok := h.(*gpu.Host); ok && gh.Simulated() != nil && l.PCIID == nil {
 		l.PCIID = nvmlPCIID(gh.Simulated().NVML())
 	}
-	plans, _, err := migPlan(ctx, h, l, held, *force)
+	plans, _, err := migPlan(ctx, h, l, held, o.force)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
 		return ExitError
@@ -216,36 +198,57 @@ func runMIGLayoutCmd(ctx context.Context, cmd string, args []string, stdout, std
 		// Not an error: one file may serve nodes of different shapes. But
 		// an exported file names GPUs by UUID, so on another node it
 		// selects nothing; say so.
-		fmt.Fprintf(stderr, "gpumux mig %s: note: %s selects no GPU of this node\n", cmd, *file)
+		fmt.Fprintf(stderr, "gpumux mig %s: note: %s selects no GPU of this node\n", cmd, o.file)
 	}
 	switch {
-	case (cmd == "plan" || cmd == "apply" && *dryRun) && *output == "json":
-		if err := writeJSON(stdout, plans); err != nil {
+	case (cmd == "plan" || cmd == "apply" && o.dryRun) && structured(format):
+		if err := writeData(stdout, format, plans); err != nil {
 			fmt.Fprintf(stderr, "gpumux mig %s: %v\n", cmd, err)
 			return ExitError
 		}
 		return ExitOK
-	case cmd == "plan" || cmd == "apply" && *dryRun:
-		printPlan(stdout, plans)
+	case cmd == "plan" || cmd == "apply" && o.dryRun:
+		printPlan(stdout, plans, format == FormatWide, colorsFor(stdout))
 		return ExitOK
 	case cmd == "assert":
-		return migAssert(plans, *output == "json", stdout, stderr)
+		return migAssert(plans, format, stdout, stderr)
 	}
 	opts := []mig.ApplyOption{mig.WithHeld(held), mig.WithCheckpoint(mig.CheckpointDir(n.Config().StateDir))}
-	if *force {
+	if o.force {
 		opts = append(opts, mig.WithForce())
 	}
-	if *reset {
+	if o.reset {
 		opts = append(opts, mig.WithReset())
 	}
-	res := migApply(ctx, h, l, plans, held, *force, opts, *output == "json", stdout, stderr)
-	if *output == "json" {
-		if err := writeJSON(stdout, res); err != nil {
+	res := migApply(ctx, h, l, plans, held, o.force, opts, structured(format), stdout, stderr)
+	switch {
+	case structured(format):
+		if err := writeData(stdout, format, res); err != nil {
 			fmt.Fprintf(stderr, "gpumux mig apply: %v\n", err)
 			return ExitError
 		}
+	case format == FormatWide:
+		printLayouts(stdout, res)
 	}
 	return res.ExitCode
+}
+
+// printLayouts writes each applied GPU's MIG layout afterwards (-o wide).
+func printLayouts(w io.Writer, res *ApplyResult) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GPU\tRESULT\tMATCHES\tMIG\tINSTANCES")
+	for _, g := range res.GPUs {
+		insts := make([]string, len(g.Layout.Instances))
+		for i, inst := range g.Layout.Instances {
+			insts[i] = fmt.Sprintf("%s at %s (%s)", inst.Profile, inst.Placement, inst.UUID)
+		}
+		mode := map[bool]string{true: "enabled", false: "disabled"}[g.Layout.MIGEnabled]
+		if g.Layout.MIGPendingEnabled != g.Layout.MIGEnabled {
+			mode += " (reset pending)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%t\t%s\t%s\n", g.Index, g.Result, g.Matches, mode, orDash(strings.Join(insts, ", ")))
+	}
+	tw.Flush()
 }
 
 func readLayout(file, config string) (*layout.Layout, error) {
@@ -479,21 +482,39 @@ func describeCounts(counts map[string]int) string {
 	return strings.Join(parts, " + ")
 }
 
-func printPlan(w io.Writer, plans []GPUPlan) {
+// printPlan writes the plans as a table; wide adds each GPU's UUID and
+// rule. The action, the last column, is painted: refusals red, changes
+// yellow.
+func printPlan(w io.Writer, plans []GPUPlan, wide bool, c colors) {
 	if len(plans) == 0 {
 		fmt.Fprintln(w, "The layout selects no GPU of this node.")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tMODEL\tCURRENT\tWANTED\tACTION")
+	cols := "GPU\tMODEL"
+	if wide {
+		cols += "\tUUID\tRULE"
+	}
+	fmt.Fprintln(tw, cols+"\tCURRENT\tWANTED\tACTION")
 	for i := range plans {
 		p := &plans[i]
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", p.Index, p.Model, describeMode(p.MIGEnabled, p.Current), describeMode(p.WantMIG, p.Want), p.describeAction())
+		extra := ""
+		if wide {
+			extra = fmt.Sprintf("\t%s\t%s", p.UUID, orDash(p.Rule))
+		}
+		action := p.describeAction()
+		switch {
+		case p.Action == ActionRefuse || len(p.Busy) > 0:
+			action = c.red(action)
+		case p.Action != ActionKeep:
+			action = c.yellow(action)
+		}
+		fmt.Fprintf(tw, "%d\t%s%s\t%s\t%s\t%s\n", p.Index, p.Model, extra, describeMode(p.MIGEnabled, p.Current), describeMode(p.WantMIG, p.Want), action)
 	}
 	tw.Flush()
 }
 
-// AssertResult is what mig assert --output json prints.
+// AssertResult is what mig assert -o json prints.
 type AssertResult struct {
 	Matches bool        `json:"matches"` // every selected GPU matches
 	Differ  int         `json:"differ"`  // how many do not
@@ -547,17 +568,21 @@ func (p *GPUPlan) differences() []Difference {
 	return d
 }
 
-func migAssert(plans []GPUPlan, asJSON bool, stdout, stderr io.Writer) int {
+func migAssert(plans []GPUPlan, format string, stdout, stderr io.Writer) int {
 	res := AssertResult{GPUs: []GPUAssert{}}
+	c := colorsFor(stdout)
 	for i := range plans {
 		p := &plans[i]
 		a := GPUAssert{Index: p.Index, UUID: p.UUID, Model: p.Model, Rule: p.Rule, Matches: p.matches()}
-		if !a.Matches {
+		switch {
+		case !a.Matches:
 			res.Differ++
 			a.Differences = p.differences()
-			if !asJSON {
-				fmt.Fprintf(stdout, "GPU %d: differs: has %s, wants %s (%s)\n", p.Index, describeMode(p.MIGEnabled, p.Current), describeMode(p.WantMIG, p.Want), p.Rule)
+			if !structured(format) {
+				fmt.Fprintf(stdout, "GPU %d: %s: has %s, wants %s (%s)\n", p.Index, c.red("differs"), describeMode(p.MIGEnabled, p.Current), describeMode(p.WantMIG, p.Want), p.Rule)
 			}
+		case format == FormatWide:
+			fmt.Fprintf(stdout, "GPU %d: matches: has %s (%s)\n", p.Index, describeMode(p.MIGEnabled, p.Current), p.Rule)
 		}
 		res.GPUs = append(res.GPUs, a)
 	}
@@ -567,8 +592,8 @@ func migAssert(plans []GPUPlan, asJSON bool, stdout, stderr io.Writer) int {
 		code = ExitDiffers
 	}
 	switch {
-	case asJSON:
-		if err := writeJSON(stdout, res); err != nil {
+	case structured(format):
+		if err := writeData(stdout, format, res); err != nil {
 			fmt.Fprintf(stderr, "gpumux mig assert: %v\n", err)
 			return ExitError
 		}
@@ -588,7 +613,7 @@ const (
 	ResultFailed  = "failed"  // it could not be changed (rolled back where possible)
 )
 
-// ApplyResult is what mig apply --output json prints.
+// ApplyResult is what mig apply -o json prints.
 type ApplyResult struct {
 	GPUs     []GPUApply `json:"gpus"`
 	Changed  []int      `json:"changed"`
@@ -636,8 +661,8 @@ func layoutOf(g *gpu.GPU) GPULayout {
 }
 
 // migApply applies the plans GPU by GPU. In table form it prints the steps
-// and a summary as it goes; as JSON it only collects them.
-func migApply(ctx context.Context, h mig.Host, l *layout.Layout, plans []GPUPlan, held func(string) string, force bool, opts []mig.ApplyOption, asJSON bool, stdout, stderr io.Writer) *ApplyResult {
+// and a summary as it goes; quiet (JSON or YAML) it only collects them.
+func migApply(ctx context.Context, h mig.Host, l *layout.Layout, plans []GPUPlan, held func(string) string, force bool, opts []mig.ApplyOption, quiet bool, stdout, stderr io.Writer) *ApplyResult {
 	res := &ApplyResult{GPUs: []GPUApply{}, Changed: []int{}, Kept: []int{}, Busy: []int{}, Failed: []int{}, Differ: []int{}}
 	for i := range plans {
 		p := &plans[i]
@@ -646,7 +671,7 @@ func migApply(ctx context.Context, h mig.Host, l *layout.Layout, plans []GPUPlan
 		progress := func(format string, args ...any) {
 			line := fmt.Sprintf(format, args...)
 			ga.Steps = append(ga.Steps, strings.TrimPrefix(line, prefix))
-			if !asJSON {
+			if !quiet {
 				fmt.Fprintln(stdout, line)
 			}
 		}
@@ -708,7 +733,7 @@ func migApply(ctx context.Context, h mig.Host, l *layout.Layout, plans []GPUPlan
 			fmt.Fprintf(stderr, "gpumux mig apply: GPU %d does not match the layout afterwards: has %s, wants %s\n", a.Index, describeMode(a.MIGEnabled, a.Current), describeMode(a.WantMIG, a.Want))
 		}
 	}
-	if !asJSON {
+	if !quiet {
 		fmt.Fprintf(stdout, "%d GPUs changed %v, %d kept %v, %d refused as busy %v, %d failed %v\n",
 			len(res.Changed), res.Changed, len(res.Kept), res.Kept, len(res.Busy), res.Busy, len(res.Failed), res.Failed)
 	}
@@ -732,46 +757,79 @@ func gpuByIndex(node *gpu.Node, index int) *gpu.GPU {
 	return nil
 }
 
-func runMIGExport(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("mig export", flag.ContinueOnError)
-	var nf nodeFlags
-	nf.register(fs)
-	output := fs.String("output", "", "write the layout to `FILE` instead of standard output")
-	format := fs.String("format", "gpumux", "`FORMAT` of the layout: gpumux, or mig-parted (nvidia-mig-parted's config file)")
-	config := fs.String("c", layout.DefaultExportConfig, "with --format mig-parted, the `CONFIG` name under mig-configs")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: gpumux mig export [--format gpumux|mig-parted] [--output FILE] [flags]
+// migExportOptions are mig export's flags.
+type migExportOptions struct {
+	node                 nodeFlags
+	file, config, format string
+	// output is the deprecated --output FILE.
+	output string
+}
 
-Writes the node's current MIG layout. In gpumux's format (the default) it
-has one rule per GPU selected by its UUID: gpumux mig assert -f on it
-passes on this node, and gpumux mig apply -f brings the GPUs back to it.
---format mig-parted writes nvidia-mig-parted's config file (version: v1)
-with one config (-c, default current) that selects GPUs by index, GPUs of
-one layout in one entry: nvidia-mig-parted apply -f FILE -c current and
-gpumux mig apply -f FILE -c current both read it. A GPU instance without a
-compute instance (left by an interrupted change) is no MIG device: it is
-left out of the layout and named in a comment; applying the layout
-removes it. Changes nothing.
+func newMIGExportCmd(stdout, stderr io.Writer) *cobra.Command {
+	var o migExportOptions
+	cmd := leaf("export", "write the node's current layout", `
+Writes the node's current MIG layout, to standard output or to the file
+-f/--file names. In gpumux's format (the default) it has one rule per GPU
+selected by its UUID: gpumux mig assert -f on it passes on this node, and
+gpumux mig apply -f brings the GPUs back to it. --format mig-parted writes
+nvidia-mig-parted's config file (version: v1) with one config (-c, default
+current) that selects GPUs by index, GPUs of one layout in one entry:
+nvidia-mig-parted apply -f FILE -c current and gpumux mig apply -f FILE -c
+current both read it. A GPU instance without a compute instance (left by an
+interrupted change) is no MIG device: it is left out of the layout and
+named in a comment; applying the layout removes it. Changes nothing.
 
-Exit codes: 0 ok, 1 error, 2 bad flags.
+--output FILE, the flag's name before -f/--file, still names the file but
+is deprecated: it says so on stderr (-o/--output is the format of state
+that other commands print).
 
-Flags:
-`)
-		fs.PrintDefaults()
+Exit codes: 0 ok, 1 error, 2 bad flags.`, func(ctx context.Context) int { return runMIGExport(ctx, &o, stdout, stderr) })
+	cmd.Use = "export [--format gpumux|mig-parted] [-f FILE]"
+	o.node.register(cmd)
+	layoutFileFlags(cmd, &o.file, &o.config, "write the layout to `FILE` instead of standard output", layout.DefaultExportConfig)
+	cmd.Flags().Lookup("selected-config").Usage = "with --format mig-parted, the `CONFIG` name under mig-configs"
+	cmd.Flags().StringVar(&o.format, "format", "gpumux", "`FORMAT` of the layout: gpumux, or mig-parted (nvidia-mig-parted's config file)")
+	cmd.RegisterFlagCompletionFunc("format", cobra.FixedCompletions([]string{"gpumux", "mig-parted"}, cobra.ShellCompDirectiveNoFileComp))
+	deprecatedFileFlag(cmd, &o.output)
+	return cmd
+}
+
+// deprecatedFileFlag registers --output FILE, hidden: the name -f/--file
+// had before -o/--output came to mean a format.
+func deprecatedFileFlag(cmd *cobra.Command, output *string) {
+	cmd.Flags().StringVar(output, "output", "", "deprecated: use -f/--file")
+	cmd.Flags().MarkHidden("output")
+}
+
+// fileFlag resolves -f/--file and the deprecated --output: the file to
+// write, or "" for standard output. Both at once is a usage error.
+func fileFlag(cmd, file, output string, stderr io.Writer) (string, bool) {
+	if output == "" {
+		return file, true
 	}
-	if code, ok := parseFlags(fs, args, stderr); !ok {
-		return code
+	if file != "" {
+		fmt.Fprintf(stderr, "gpumux %s: --output %q and -f/--file %q: give only -f/--file\n", cmd, output, file)
+		return "", false
 	}
+	fmt.Fprintf(stderr, "gpumux %s: warning: --output FILE is deprecated, use -f/--file FILE; writing to the file %q\n", cmd, output)
+	return output, true
+}
+
+func runMIGExport(ctx context.Context, o *migExportOptions, stdout, stderr io.Writer) int {
 	export := map[string]func(*gpu.Node) ([]byte, error){
 		"gpumux":     layout.Export,
-		"mig-parted": func(n *gpu.Node) ([]byte, error) { return layout.ExportMIGParted(n, *config) },
-	}[*format]
+		"mig-parted": func(n *gpu.Node) ([]byte, error) { return layout.ExportMIGParted(n, o.config) },
+	}[o.format]
 	if export == nil {
-		fmt.Fprintf(stderr, "gpumux mig export: --format %q: want gpumux or mig-parted\n", *format)
+		fmt.Fprintf(stderr, "gpumux mig export: --format %q: want gpumux or mig-parted\n", o.format)
+		return ExitUsage
+	}
+	file, ok := fileFlag("mig export", o.file, o.output, stderr)
+	if !ok {
 		return ExitUsage
 	}
 	err := func() error {
-		n, err := nf.open()
+		n, err := o.node.open()
 		if err != nil {
 			return err
 		}
@@ -784,15 +842,15 @@ Flags:
 		if err != nil {
 			return err
 		}
-		if *output == "" {
+		if file == "" {
 			_, err = stdout.Write(b)
 			return err
 		}
-		tmp := *output + ".tmp"
+		tmp := file + ".tmp"
 		if err := os.WriteFile(tmp, b, 0o644); err != nil {
 			return err
 		}
-		return os.Rename(tmp, *output)
+		return os.Rename(tmp, file)
 	}()
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux mig export: %v\n", err)

@@ -252,7 +252,7 @@ func TestMIGExport(t *testing.T) {
 	mustExit(t, "apply", code, cli.ExitOK, out, errOut)
 
 	exported := filepath.Join(n.dir, "exported.yaml")
-	code, out, errOut = n.run("mig", "export", "--output", exported)
+	code, out, errOut = n.run("mig", "export", "-f", exported)
 	mustExit(t, "export", code, cli.ExitOK, out, errOut)
 	code, stdoutExport, errOut := n.run("mig", "export")
 	mustExit(t, "export to stdout", code, cli.ExitOK, stdoutExport, errOut)
@@ -379,9 +379,7 @@ func TestMIGErrors(t *testing.T) {
 		{"no such profile", []string{"mig", "apply", "-f", nofit}, cli.ExitError, "nofit.yaml:5:"},
 		{"missing file", []string{"mig", "plan", "-f", filepath.Join(n.dir, "nope.yaml")}, cli.ExitError, "nope.yaml"},
 		{"no -f", []string{"mig", "plan"}, cli.ExitUsage, "-f FILE is required"},
-		{"bad output", []string{"mig", "plan", "-f", bad, "--output", "xml"}, cli.ExitUsage, "want table or json"},
-		{"unknown subcommand", []string{"mig", "frob"}, cli.ExitUsage, "unknown command"},
-		{"no subcommand", []string{"mig"}, cli.ExitUsage, "gpumux mig plan"},
+		{"bad output", []string{"mig", "plan", "-f", bad, "-o", "xml"}, cli.ExitUsage, `--output "xml": want table, json, yaml, wide`},
 		{"extra args", []string{"mig", "assert", "-f", bad, "x"}, cli.ExitUsage, "unexpected arguments"},
 	}
 	for _, tc := range tests {
@@ -396,6 +394,19 @@ func TestMIGErrors(t *testing.T) {
 	if g := n.inventory().GPUs[0]; g.MIGEnabled {
 		t.Error("a failed command changed GPU 0")
 	}
+	for _, tc := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"mig", "frob"}, `unknown command "frob" for "gpumux mig"`},
+		{[]string{"mig"}, "gpumux mig [command]"},
+	} {
+		code, out, errOut := run(t, tc.args...)
+		mustExit(t, strings.Join(tc.args, " "), code, cli.ExitUsage, out, errOut)
+		if !strings.Contains(errOut, tc.stderr) {
+			t.Errorf("%v: stderr lacks %q:\n%s", tc.args, tc.stderr, errOut)
+		}
+	}
 }
 
 func TestMIGHelp(t *testing.T) {
@@ -403,28 +414,31 @@ func TestMIGHelp(t *testing.T) {
 		cmd  string
 		want []string
 	}{
-		{"plan", []string{"-output FORMAT", "-nomad ADDR", "overlap on which\nmemory slots", "live Nomad allocation"}},
-		{"apply", []string{"-output FORMAT", "-reset", "-force", "-nomad ADDR", "nvidia-smi -r -i N", "resets exactly that", "--output json prints", "4 a GPU was refused"}},
-		{"assert", []string{"-output FORMAT", "--output json prints", "mig-devices.<profile>", "3 a GPU\ndiffers"}},
-		{"export", []string{"-output FILE", "-format FORMAT", "nvidia-mig-parted apply -f FILE -c current"}},
+		{"plan", []string{"-o, --output FORMAT", "--nomad ADDR", "overlap on which\nmemory slots", "live Nomad allocation", "-o wide adds"}},
+		{"apply", []string{"-o, --output FORMAT", "--reset", "--force", "--nomad ADDR", "nvidia-smi -r -i N", "resets exactly that", "-o json (or yaml) prints", "4 a GPU was refused"}},
+		{"assert", []string{"-o, --output FORMAT", "-o json (or yaml) prints", "mig-devices.<profile>", "3 a GPU\ndiffers"}},
+		{"export", []string{"-f, --file FILE", "--format FORMAT", "-c, --selected-config CONFIG", "nvidia-mig-parted apply -f FILE -c current and", "--output FILE, the flag's name before -f/--file"}},
 	}
 	for _, tc := range tests {
 		code, out, errOut := run(t, "mig", tc.cmd, "-h")
 		mustExit(t, tc.cmd+" -h", code, cli.ExitOK, out, errOut)
-		for _, w := range append(tc.want, "Exit codes: 0", "-simulate") {
-			if !strings.Contains(errOut, w) {
-				t.Errorf("mig %s -h lacks %q:\n%s", tc.cmd, w, errOut)
+		for _, w := range append(tc.want, "Exit codes: 0", "--simulate") {
+			if !strings.Contains(out, w) {
+				t.Errorf("mig %s -h lacks %q:\n%s", tc.cmd, w, out)
 			}
 		}
 	}
-	if _, _, errOut := run(t, "mig", "assert", "-h"); strings.Contains(errOut, "-reset") || strings.Contains(errOut, "-nomad") {
-		t.Errorf("mig assert -h offers flags of apply:\n%s", errOut)
+	if _, out, _ := run(t, "mig", "assert", "-h"); strings.Contains(out, "--reset") || strings.Contains(out, "--nomad") {
+		t.Errorf("mig assert -h offers flags of apply:\n%s", out)
+	}
+	if _, out, _ := run(t, "mig", "export", "-h"); strings.Contains(out, "--output") && !strings.Contains(out, "--output FILE, the flag's name") {
+		t.Errorf("mig export -h offers the deprecated --output as a flag:\n%s", out)
 	}
 	code, out, _ := run(t, "mig", "-h")
 	if code != cli.ExitOK || !strings.Contains(out, "4  apply: a GPU was refused") {
 		t.Errorf("mig -h: exit %d\n%s", code, out)
 	}
-	if _, out, _ := run(t, "help"); !strings.Contains(out, "gpumux mig") {
+	if _, out, _ := run(t, "help"); !strings.Contains(out, "mig ") {
 		t.Errorf("usage lacks mig:\n%s", out)
 	}
 }

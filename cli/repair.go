@@ -2,19 +2,18 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/gpumux/gpumux/node"
 )
 
-const repairHelp = `Usage: gpumux repair [--dry-run] [--runc-root DIR]... [flags]
-
+const repairHelp = `
 Rebuilds the node's lease store (leases.db in the state directory) when it
 is damaged or missing, from what still runs: every container runc knows
 (under --runc-root, by default runc's, containerd's and Docker's state
@@ -27,56 +26,109 @@ yet are lost with the damaged file: such a task's container is refused at
 start, and gets a new reservation when Nomad restarts the task (nomad alloc
 restart). A sound store is left as it is.
 
---dry-run prints what repair would do and changes nothing.
+--dry-run prints what repair would do and changes nothing. -o json (or
+yaml) prints the report as one document (docs/cli.md); -o wide is the table.
 
 Exit codes: 0 the store is sound or was rebuilt, 1 error (runc or Nomad
 could not be asked, the store could not be replaced, or two containers
-name one share: the store is rebuilt without the later one), 2 bad flags.
+name one share: the store is rebuilt without the later one), 2 bad flags.`
 
-Flags:
-`
+// repairOptions are gpumux repair's flags.
+type repairOptions struct {
+	node   nodeFlags
+	dryRun bool
+	runc   string
+	roots  []string
+	nomad  *string
+	output *string
+}
 
-// stringsFlag is a flag that may be given several times.
-type stringsFlag []string
+// RepairOutput is what gpumux repair -o json prints.
+type RepairOutput struct {
+	Store string `json:"store"` // the lease store's file
+	// Damage is why the store needs rebuilding; "" when it is sound.
+	Damage    string   `json:"damage,omitempty"`
+	RuncRoots []string `json:"runc_roots"` // where runc was asked
+	// Leases are those of the containers that still run: what the rebuilt
+	// store holds.
+	Leases     []RepairLease `json:"leases"`
+	Unreadable []string      `json:"unreadable,omitempty"`
+	// Nomad are the shares live Nomad allocations hold: Nomad keeps them
+	// itself, so they are reported, not recorded.
+	Nomad     []HeldShare `json:"nomad,omitempty"`
+	NomadNote string      `json:"nomad_note,omitempty"`
+	Aside     string      `json:"aside,omitempty"` // where the damaged file was kept
+	Skipped   []string    `json:"skipped,omitempty"`
+	DryRun    bool        `json:"dry_run"`
+	Rebuilt   bool        `json:"rebuilt"`
+}
 
-func (s *stringsFlag) String() string     { return strings.Join(*s, ",") }
-func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
+// RepairLease is a container that holds shares.
+type RepairLease struct {
+	Container string   `json:"container"`
+	Shares    []string `json:"shares"`
+	RuncRoot  string   `json:"runc_root"`
+}
 
-func runRepair(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("repair", flag.ContinueOnError)
-	var nf nodeFlags
-	nf.register(fs)
-	dryRun := fs.Bool("dry-run", false, "print what repair would do and change nothing")
-	runc := fs.String("runc", envOr("GPUMUX_RUNC", "runc"), "runc `BINARY` asked which containers run (env GPUMUX_RUNC)")
-	var roots stringsFlag
-	fs.Var(&roots, "runc-root", "runc state `DIR` (runc --root) to look in; may be repeated (default: those of "+strings.Join(node.RuncRootGlobs, ", ")+" that exist)")
-	nomadAddr := fs.String("nomad", os.Getenv("NOMAD_ADDR"), "`ADDR` of the node's Nomad agent, asked which live allocations hold shares (env NOMAD_ADDR, token NOMAD_TOKEN; default "+node.DefaultNomadAddr+", skipped with a note where no agent listens there); off: do not ask")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), repairHelp)
-		fs.PrintDefaults()
+// repairOutput puts a repair report in its output form.
+func repairOutput(rep *node.RepairReport, roots []string) *RepairOutput {
+	out := &RepairOutput{Store: rep.Store, Damage: rep.Damage, RuncRoots: append([]string{}, roots...), Leases: []RepairLease{},
+		Unreadable: rep.Unreadable, NomadNote: rep.NomadNote, Aside: rep.Aside, Skipped: rep.Skipped, DryRun: rep.DryRun, Rebuilt: rep.Rebuilt}
+	for _, r := range rep.Leases {
+		out.Leases = append(out.Leases, RepairLease{Container: r.Container, Shares: r.Shares, RuncRoot: r.Root})
 	}
-	if code, ok := parseFlags(fs, args, stderr); !ok {
-		return code
+	for _, id := range slices.Sorted(maps.Keys(rep.Nomad)) {
+		out.Nomad = append(out.Nomad, HeldShare{Share: id, HeldBy: []string{rep.Nomad[id]}})
 	}
-	cfg, err := nf.config()
+	return out
+}
+
+func newRepairCmd(stdout, stderr io.Writer) *cobra.Command {
+	var o repairOptions
+	cmd := leaf("repair [--dry-run]", "rebuild a damaged lease store from the containers that still run", repairHelp,
+		func(ctx context.Context) int { return runRepair(ctx, &o, stdout, stderr) })
+	o.node.register(cmd)
+	fs := cmd.Flags()
+	fs.BoolVar(&o.dryRun, "dry-run", false, "print what repair would do and change nothing")
+	fs.StringVar(&o.runc, "runc", envOr("GPUMUX_RUNC", "runc"), "runc `BINARY` asked which containers run (env GPUMUX_RUNC)")
+	fs.StringArrayVar(&o.roots, "runc-root", nil, "runc state `DIR` (runc --root) to look in; may be repeated (default: those of "+strings.Join(node.RuncRootGlobs, ", ")+" that exist)")
+	cmd.MarkFlagDirname("runc-root")
+	o.nomad = nomadFlag(fs, "shares")
+	o.output = outputFlag(cmd)
+	return cmd
+}
+
+func runRepair(ctx context.Context, o *repairOptions, stdout, stderr io.Writer) int {
+	if !checkFormat("repair", *o.output, stderr) {
+		return ExitUsage
+	}
+	cfg, err := o.node.config()
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux repair: %v\n", err)
 		return ExitError
 	}
+	roots := o.roots
 	if len(roots) == 0 {
 		roots = node.DefaultRuncRoots()
 	}
 	rep, err := node.Repair(ctx, cfg.StateDir, node.RepairOptions{
-		Runc:   *runc,
+		Runc:   o.runc,
 		Roots:  roots,
-		Holder: []node.HoldersOption{node.AskNomad(*nomadAddr, *nomadAddr != "")},
-		DryRun: *dryRun,
+		Holder: []node.HoldersOption{askNomad(*o.nomad)},
+		DryRun: o.dryRun,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux repair: %v\n", err)
 		return ExitError
 	}
-	printRepair(stdout, rep, roots)
+	if structured(*o.output) {
+		if err := writeData(stdout, *o.output, repairOutput(rep, roots)); err != nil {
+			fmt.Fprintf(stderr, "gpumux repair: %v\n", err)
+			return ExitError
+		}
+	} else {
+		printRepair(stdout, rep, roots)
+	}
 	if len(rep.Skipped) > 0 {
 		return ExitError
 	}

@@ -113,7 +113,7 @@ func TestDamagedLeaseStoreThroughTheCLI(t *testing.T) {
 				t.Errorf("leases after repair: %v, %v", got, err)
 			}
 			code, out, errOut = runProcess(t, append([]string{"status"}, node...)...)
-			if code != cli.ExitOK || !strings.Contains(out, share+"  web-1") {
+			if code != cli.ExitOK || !strings.Contains(out, share+"  container web-1") {
 				t.Errorf("status after repair: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 			}
 		})

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,29 +13,9 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/spf13/cobra"
 )
-
-const runtimeUsage = `Usage: gpumux runtime configure --runtime=docker|containerd [flags]
-
-  configure   register gpumux-runtime with Docker or containerd as the
-              runtime "gpumux"
-`
-
-func runRuntime(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, runtimeUsage)
-		return ExitUsage
-	}
-	switch args[0] {
-	case "configure":
-		return runRuntimeConfigure(ctx, args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, runtimeUsage)
-		return ExitOK
-	}
-	fmt.Fprintf(stderr, "gpumux runtime: unknown command %q\n\n%s", args[0], runtimeUsage)
-	return ExitUsage
-}
 
 // Default engine config files.
 const (
@@ -56,17 +35,15 @@ type configureRequest struct {
 	dryRun        bool
 }
 
-func runRuntimeConfigure(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("runtime configure", flag.ContinueOnError)
-	engine := fs.String("runtime", "", "the engine to configure: `docker` or containerd (required)")
-	config := fs.String("config", "", "the engine's config `FILE` (default "+DefaultDockerConfig+" for docker, "+DefaultContainerdConfig+" for containerd)")
-	path := fs.String("runtime-path", defaultRuntimePath(), "gpumux-runtime's absolute `PATH`, as the engine will run it; by default the one next to this gpumux binary, else the one on PATH, else "+InstalledRuntimePath)
-	setDefault := fs.Bool("set-as-default", false, "also make gpumux the engine's default runtime (Docker's default-runtime; containerd: the CRI plugin's default_runtime_name, which Kubernetes pods without a runtime class use); containers that ask for no GPU pass through to runc unchanged")
-	version := fs.String("config-version", "auto", "containerd only: the config `VERSION` of a new or empty file, 2 (containerd 1.6, 1.7) or 3 (containerd 2.x); auto: the default of the containerd on PATH. A file with settings keeps its version (another --config-version is an error: no migration)")
-	dryRun := fs.Bool("dry-run", false, "print the changes (stderr) and the resulting file (stdout), and change nothing")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: gpumux runtime configure --runtime=docker|containerd [--config FILE] [--dry-run] [--set-as-default]
+// runtimeConfigureOptions are gpumux runtime configure's flags.
+type runtimeConfigureOptions struct {
+	engine, config, path, version string
+	setDefault, dryRun            bool
+}
 
+func newRuntimeCmd(stdout, stderr io.Writer) *cobra.Command {
+	var o runtimeConfigureOptions
+	cmd := leaf("configure --runtime=docker|containerd", "register gpumux-runtime with Docker or containerd as the runtime \"gpumux\"", `
 Registers gpumux-runtime with a container engine as the runtime "gpumux", as
 nvidia-ctk runtime configure does for NVIDIA's:
 
@@ -90,16 +67,21 @@ over it) with the old one's mode and owner. A file it cannot parse is never
 written: the error names the file, the line and the problem. Restart the
 engine afterwards (systemctl restart docker, or containerd).
 
-Exit codes: 0 ok (changed or already configured), 1 error, 2 bad flags.
+Exit codes: 0 ok (changed or already configured), 1 error, 2 bad flags.`, func(ctx context.Context) int { return runRuntimeConfigure(ctx, &o, stdout, stderr) })
+	fs := cmd.Flags()
+	fs.StringVar(&o.engine, "runtime", "", "the `ENGINE` to configure: docker or containerd (required)")
+	fs.StringVar(&o.config, "config", "", "the engine's config `FILE` (default "+DefaultDockerConfig+" for docker, "+DefaultContainerdConfig+" for containerd)")
+	fs.StringVar(&o.path, "runtime-path", defaultRuntimePath(), "gpumux-runtime's absolute `PATH`, as the engine will run it; by default the one next to this gpumux binary, else the one on PATH, else "+InstalledRuntimePath)
+	fs.BoolVar(&o.setDefault, "set-as-default", false, "also make gpumux the engine's default runtime (Docker's default-runtime; containerd: the CRI plugin's default_runtime_name, which Kubernetes pods without a runtime class use); containers that ask for no GPU pass through to runc unchanged")
+	fs.StringVar(&o.version, "config-version", "auto", "containerd only: the config `VERSION` of a new or empty file, 2 (containerd 1.6, 1.7) or 3 (containerd 2.x); auto: the default of the containerd on PATH. A file with settings keeps its version (another --config-version is an error: no migration)")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "print the changes (stderr) and the resulting file (stdout), and change nothing")
+	cmd.RegisterFlagCompletionFunc("runtime", cobra.FixedCompletions([]string{"docker", "containerd"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.RegisterFlagCompletionFunc("config-version", cobra.FixedCompletions([]string{"auto", "2", "3"}, cobra.ShellCompDirectiveNoFileComp))
+	return group("runtime", "register gpumux-runtime with Docker or containerd", cmd)
+}
 
-Flags:
-`)
-		fs.PrintDefaults()
-	}
-	if code, ok := parseFlags(fs, args, stderr); !ok {
-		return code
-	}
-	req := configureRequest{engine: *engine, config: *config, entry: runtimeEntry{Path: *path, SetDefault: *setDefault}, dryRun: *dryRun}
+func runRuntimeConfigure(ctx context.Context, o *runtimeConfigureOptions, stdout, stderr io.Writer) int {
+	req := configureRequest{engine: o.engine, config: o.config, entry: runtimeEntry{Path: o.path, SetDefault: o.setDefault}, dryRun: o.dryRun}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "gpumux runtime configure: "+format+"\n", a...)
 		return ExitUsage
@@ -109,19 +91,19 @@ Flags:
 		if req.config == "" {
 			req.config = DefaultDockerConfig
 		}
-		if *version != "auto" {
-			return usage("--config-version %q: only for --runtime=containerd (Docker's daemon.json has no version)", *version)
+		if o.version != "auto" {
+			return usage("--config-version %q: only for --runtime=containerd (Docker's daemon.json has no version)", o.version)
 		}
 	case "containerd":
 		if req.config == "" {
 			req.config = DefaultContainerdConfig
 		}
-		switch *version {
+		switch o.version {
 		case "auto":
 		case "2", "3":
-			req.configVersion, _ = strconv.ParseInt(*version, 10, 64)
+			req.configVersion, _ = strconv.ParseInt(o.version, 10, 64)
 		default:
-			return usage("--config-version %q: want auto, %s", *version, containerdVersions)
+			return usage("--config-version %q: want auto, %s", o.version, containerdVersions)
 		}
 	case "":
 		return usage("--runtime is required: docker or containerd")

@@ -19,7 +19,7 @@ bundle gpumux '{"gpumux.io/mechanism": "exclusive"}'
 run plain "$RUNC"
 GPUMUX_CONFIG="$work/node.hcl" GPUMUX_RUNC="$RUNC" run gpumux "$RUNTIME"
 echo "== after delete (the poststop hook released the lease):"
-if "$GPUMUX" status --config "$work/node.hcl" | grep -q 'Held by containers'; then
-	echo "FAIL: a share is still held"; exit 1
+if ! "$GPUMUX" status --config "$work/node.hcl" --nomad off -o json | grep -q '"held": \[\]'; then
+	echo "FAIL: a share is still held"; "$GPUMUX" status --config "$work/node.hcl" --nomad off; exit 1
 fi
 echo "no share held"

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -27,10 +28,17 @@ type Source interface {
 
 // Serve serves src's metrics, and the Go runtime's and this process's,
 // at /metrics on ln until ctx ends, then closes ln and returns nil. It
-// returns an error if serving fails before.
+// returns an error if serving fails before. /healthz answers 200 "ok":
+// gpumux-remoted serves it only while its server serves (it stops
+// everything when one listener fails), so a health check (a Nomad service
+// check, a load balancer) can ask it.
 func Serve(ctx context.Context, ln net.Listener, src Source) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", handler(src))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	stop := context.AfterFunc(ctx, func() { hs.Close() })
 	defer stop()

@@ -1,11 +1,13 @@
-package main
+package daemon
 
 import (
 	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,30 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumux/gpumux/internal/syncbuf"
 	"github.com/gpumux/gpumux/internal/tlstest"
+	"github.com/gpumux/gpumux/internal/version"
 	"github.com/gpumux/gpumux/remote/pool"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
 	"github.com/gpumux/gpumux/share"
 )
-
-// lockedBuffer is stderr shared with run's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func shortDir(t *testing.T) string {
 	t.Helper()
@@ -55,7 +41,7 @@ func shortDir(t *testing.T) string {
 // binary, with --tenant-worker.
 func TestMain(m *testing.M) {
 	if slices.Contains(os.Args[1:], "--tenant-worker") {
-		os.Exit(run(context.Background(), os.Args[1:], os.Stderr))
+		os.Exit(Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
@@ -114,10 +100,10 @@ func TestBadCommandLines(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			var stderr lockedBuffer
+			var stderr syncbuf.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if code := run(ctx, tt.args, &stderr); code != tt.code || !strings.Contains(stderr.String(), tt.want) {
+			if code := Run(ctx, tt.args, io.Discard, &stderr); code != tt.code || !strings.Contains(stderr.String(), tt.want) {
 				t.Errorf("exit %d, stderr:\n%s\nwant exit %d and %q", code, stderr.String(), tt.code, tt.want)
 			}
 		})
@@ -125,28 +111,71 @@ func TestBadCommandLines(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	var stderr lockedBuffer
-	if code := run(context.Background(), []string{"--help"}, &stderr); code != 0 {
+	var stderr syncbuf.Buffer
+	if code := Run(context.Background(), []string{"--help"}, io.Discard, &stderr); code != 0 {
 		t.Errorf("--help exits %d", code)
 	}
 	for _, want := range []string{"--listen", "-unix", "-token-file", "-insecure-no-auth", "-backend", "-fake-devices",
 		"-fake-memory", "-fake-uuids", "-max-clients", "-max-tenant-connections", "-max-handshakes", "-max-handshakes-per-peer", "-handshake-timeout", "-busy-poll", "-cpu-profile", "-log-level", "-cuda-lib", "-tenant-processes", "worker process of its own",
 		"-metrics-addr", "Prometheus metrics", "/metrics", "every tenant worker", "off by default",
-		"-tls-cert-file", "-tls-key-file", "-tls-client-ca-file", "mutual TLS", "SIGHUP", "in clear"} {
+		"-tls-cert-file", "-tls-key-file", "-tls-client-ca-file", "mutual TLS", "SIGHUP", "in clear", "-version", "/healthz"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("--help does not mention %q:\n%s", want, stderr.String())
 		}
 	}
 }
 
+func TestVersion(t *testing.T) {
+	var stdout, stderr syncbuf.Buffer
+	// --version wins over flags that would otherwise be missing.
+	if code := Run(context.Background(), []string{"--version"}, &stdout, &stderr); code != ExitOK || stdout.String() != "gpumux-remoted "+version.Version+"\n" {
+		t.Errorf("--version: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+}
+
+// TestHealthz: --metrics-addr serves /healthz while the server serves, and
+// nothing once it stopped.
+func TestHealthz(t *testing.T) {
+	addr := freeAddr(t)
+	_, stop := serveFake(t, "--unix", filepath.Join(shortDir(t), "s"), "--insecure-no-auth", "--backend", "fake", "--metrics-addr", addr)
+	url := "http://" + addr + "/healthz"
+	var body []byte
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET /healthz: %s", resp.Status)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /healthz: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if string(body) != "ok\n" {
+		t.Errorf("/healthz says %q, want ok", body)
+	}
+	if code := stop(); code != ExitOK {
+		t.Errorf("stopped with exit %d", code)
+	}
+	if resp, err := http.Get(url); err == nil {
+		resp.Body.Close()
+		t.Errorf("/healthz still answers %s after the server stopped", resp.Status)
+	}
+}
+
 // serveFake runs the daemon with args until the test ends, and returns
 // its stderr and a stop function that waits for the exit code.
-func serveFake(t *testing.T, args ...string) (*lockedBuffer, func() int) {
+func serveFake(t *testing.T, args ...string) (*syncbuf.Buffer, func() int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	stderr := &lockedBuffer{}
+	stderr := &syncbuf.Buffer{}
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, args, stderr) }()
+	go func() { done <- Run(ctx, args, io.Discard, stderr) }()
 	var once sync.Once
 	code := -1
 	stop := func() int {
