@@ -62,7 +62,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "repair":
 		return runRepair(ctx, args[1:], stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "gpumux", version.Version)
+		fmt.Fprintln(stdout, "gpumux", version.String())
 		return ExitOK
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)

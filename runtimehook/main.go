@@ -6,12 +6,13 @@ import (
 	"io"
 	"os"
 
+	"github.com/gpumux/gpumux/internal/version"
 	"github.com/gpumux/gpumux/nodeconfig"
 )
 
 // Main is gpumux-runtime's command line: runc's, plus `hook <name> [args]`
-// for the hooks it adds (HookUsage), and a leading `--config FILE` of its own. It returns the
-// exit code.
+// for the hooks it adds (HookUsage), and a leading `--config FILE` of its own;
+// `--version` prints gpumux's version before runc's. It returns the exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer) int {
 	cfgPath := os.Getenv(EnvConfig)
 	if len(args) >= 2 && args[0] == "--config" {
@@ -36,6 +37,10 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer)
 			return 1
 		}
 		return 0
+	}
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-v") {
+		// gpumux's version, then runc's (Docker reads runc's lines).
+		fmt.Fprintln(os.Stdout, "gpumux-runtime", version.String())
 	}
 	return r.Run(ctx, args)
 }

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/gpumux/gpumux/internal/version"
 	"github.com/gpumux/gpumux/remote/cudabackend"
 	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/server"
@@ -31,7 +32,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -83,13 +84,13 @@ func backendNames() string {
 // usageError is a bad command line: exit status 2.
 type usageError struct{ error }
 
-// run is main without the process: exit status 0 after a clean stop, 1
-// on failure, 2 on a bad command line.
-func run(ctx context.Context, args []string, stderr io.Writer) int {
-	err := serve(ctx, args, stderr)
+// run is main without the process: exit status 0 after a clean stop (or
+// --help, --version), 1 on failure, 2 on a bad command line.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := serve(ctx, args, stdout, stderr)
 	var ue usageError
 	switch {
-	case err == nil || errors.Is(err, flag.ErrHelp):
+	case err == nil || errors.Is(err, flag.ErrHelp) || errors.Is(err, errVersion):
 		return 0
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "gpumux-remoted: %v\nRun gpumux-remoted --help for usage.\n", err)
@@ -100,7 +101,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 }
 
-func serve(ctx context.Context, args []string, stderr io.Writer) error {
+// errVersion ends serve after --version.
+var errVersion = errors.New("version printed")
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpumux-remoted", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -126,10 +130,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		tlsCert     = fs.String("tls-cert-file", "", "serve --listen over TLS with this certificate `file` (PEM, the chain leaf first); reloaded when it changes and on SIGHUP")
 		tlsKey      = fs.String("tls-key-file", "", "the `file` holding --tls-cert-file's private key (PEM)")
 		tlsClientCA = fs.String("tls-client-ca-file", "", "mutual TLS: accept only clients whose certificate a CA in this `file` (PEM) signed")
+		showVersion = fs.Bool("version", false, "print the version and the commit it was built from, and exit")
 		worker      = fs.Bool("tenant-worker", false, "internal: serve the connections handed over descriptor 3 (started by gpumux-remoted itself)")
 	)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: gpumux-remoted (--listen host:port [--tls-cert-file file --tls-key-file file] | --unix path) (--token-file file | --insecure-no-auth) [flags]
+		fmt.Fprint(stderr, `Usage: gpumux-remoted --version
+       gpumux-remoted (--listen host:port [--tls-cert-file file --tls-key-file file] | --unix path) (--token-file file | --insecure-no-auth) [flags]
 
 gpumux-remoted serves a GPU's CUDA driver API to gpumux's interposer
 (libcuda.so.1 in containers on GPU-less nodes). Each tenant (token ID) runs
@@ -151,6 +157,10 @@ Flags:
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "gpumux-remoted", version.String())
+		return errVersion
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

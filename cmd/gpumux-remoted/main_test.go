@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpumux/gpumux/internal/tlstest"
+	"github.com/gpumux/gpumux/internal/version"
 	"github.com/gpumux/gpumux/remote/pool"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
@@ -55,7 +57,7 @@ func shortDir(t *testing.T) string {
 // binary, with --tenant-worker.
 func TestMain(m *testing.M) {
 	if slices.Contains(os.Args[1:], "--tenant-worker") {
-		os.Exit(run(context.Background(), os.Args[1:], os.Stderr))
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
@@ -117,16 +119,27 @@ func TestBadCommandLines(t *testing.T) {
 			var stderr lockedBuffer
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if code := run(ctx, tt.args, &stderr); code != tt.code || !strings.Contains(stderr.String(), tt.want) {
+			if code := run(ctx, tt.args, io.Discard, &stderr); code != tt.code || !strings.Contains(stderr.String(), tt.want) {
 				t.Errorf("exit %d, stderr:\n%s\nwant exit %d and %q", code, stderr.String(), tt.code, tt.want)
 			}
 		})
 	}
 }
 
+func TestVersion(t *testing.T) {
+	var stdout, stderr lockedBuffer
+	// --version wins over the flags a server needs.
+	if code := run(context.Background(), []string{"--version"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("--version exits %d, stderr:\n%s", code, stderr.String())
+	}
+	if want := "gpumux-remoted " + version.String() + "\n"; stdout.String() != want {
+		t.Errorf("--version printed %q, want %q", stdout.String(), want)
+	}
+}
+
 func TestHelp(t *testing.T) {
 	var stderr lockedBuffer
-	if code := run(context.Background(), []string{"--help"}, &stderr); code != 0 {
+	if code := run(context.Background(), []string{"--help"}, io.Discard, &stderr); code != 0 {
 		t.Errorf("--help exits %d", code)
 	}
 	for _, want := range []string{"--listen", "-unix", "-token-file", "-insecure-no-auth", "-backend", "-fake-devices",
@@ -146,7 +159,7 @@ func serveFake(t *testing.T, args ...string) (*lockedBuffer, func() int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stderr := &lockedBuffer{}
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, args, stderr) }()
+	go func() { done <- run(ctx, args, io.Discard, stderr) }()
 	var once sync.Once
 	code := -1
 	stop := func() int {
