@@ -39,7 +39,7 @@ type Server struct {
 	initOnce sync.Once
 	initErr  error
 	initDone atomic.Bool // initErr is set
-	nDevices int32 // the backend's, counted once at start
+	nDevices int32       // the backend's, counted once at start
 
 	mu sync.Mutex
 	// accepting counts the listeners in their accept loop (health.go).
