@@ -100,29 +100,21 @@ func startCluster(ctx context.Context, t *testing.T, keyFile string) *cluster {
 
 // clusterServerJob is the server job for the cluster: the example with the
 // GPU reservation it has, on the fake backend standing in for the GPU it
-// reserves (its UUID, from NVIDIA_VISIBLE_DEVICES), two of them spread over
-// the GPU nodes. A killed server stays down (the example's restart policy
-// would bring it back at the same address 15s later, and which server a
-// rescheduled remote task finds would depend on timing).
+// reserves (its UUID, from NVIDIA_VISIBLE_DEVICES); a system job, so one
+// server on each GPU node and none on the GPU-less one. A killed server
+// stays down (the example's restart policy would bring it back at the same
+// address 15s later, and which server a rescheduled remote task finds
+// would depend on timing).
 func clusterServerJob(t *testing.T) string {
 	t.Helper()
 	const name = "examples/jobs/remote-server.nomad.hcl"
 	job := remotedJob(t, `"--fake-uuids", "${NVIDIA_VISIBLE_DEVICES}",`)
-	return mustReplace(t, name, job, "    count = 1\n", `    count = 2
-
-    spread {
-      attribute = "${node.unique.id}"
-    }
-
+	return mustReplace(t, name, job, "  group \"remoted\" {\n", `  group "remoted" {
     restart {
       attempts = 0
       mode     = "fail"
     }
 
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
 `)
 }
 
