@@ -99,20 +99,34 @@ func startCluster(ctx context.Context, t *testing.T, keyFile string) *cluster {
 }
 
 // clusterServerJob is the server job for the cluster: the example with the
-// GPU reservation it has, on the fake backend standing in for the GPU it
-// reserves (its UUID, from NVIDIA_VISIBLE_DEVICES); a system job, so one
-// server on each GPU node and none on the GPU-less one. A killed server
-// stays down (the example's restart policy would bring it back at the same
-// address 15s later, and which server a rescheduled remote task finds
-// would depend on timing).
+// GPU reservation, the check and the secret it has, on the fake backend
+// standing in for the GPU it reserves (its UUID, from
+// NVIDIA_VISIBLE_DEVICES), as a service job of two servers spread over
+// the GPU nodes instead of a system job: the test moves servers between
+// nodes (a drain), which a system job, tied to its nodes, does not do. A
+// killed server stays down (the example's restart policy would bring it
+// back at the same address 15s later, and which server a rescheduled
+// remote task finds would depend on timing).
 func clusterServerJob(t *testing.T) string {
 	t.Helper()
 	const name = "examples/jobs/remote-server.nomad.hcl"
 	job := remotedJob(t, `"--fake-uuids", "${NVIDIA_VISIBLE_DEVICES}",`)
+	job = mustReplace(t, name, job, `type = "system"`, `type = "service"`)
 	return mustReplace(t, name, job, "  group \"remoted\" {\n", `  group "remoted" {
+    count = 2
+
+    spread {
+      attribute = "${node.unique.id}"
+    }
+
     restart {
       attempts = 0
       mode     = "fail"
+    }
+
+    reschedule {
+      attempts  = 0
+      unlimited = false
     }
 
 `)
