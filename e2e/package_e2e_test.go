@@ -88,7 +88,7 @@ func TestPackageInstall(t *testing.T) {
 	}
 
 	dist := t.TempDir()
-	runIn(t, ctx, root, "make", "--no-print-directory", "deb", "DIST_DIR="+dist)
+	runIn(t, ctx, root, "make", "--no-print-directory", "dist", "DIST_DIR="+dist)
 	arch := runtime.GOARCH
 	deb := filepath.Join(dist, fmt.Sprintf("gpumux_%s_%s.deb", debVersion, arch))
 	if _, err := os.Stat(deb); err != nil {
@@ -163,6 +163,33 @@ func TestPackageInstall(t *testing.T) {
 			}
 			if strings.HasPrefix(path, "/etc") {
 				t.Errorf("the package writes %s: /etc is left to the operator", path)
+			}
+		}
+	})
+
+	t.Run("tarball", func(t *testing.T) {
+		name := fmt.Sprintf("gpumux-%s-linux-%s", version, arch)
+		listing := runIn(t, ctx, root, "tar", "-tvzf", filepath.Join(dist, name+".tar.gz"))
+		files := map[string]string{} // path -> mode
+		for _, line := range strings.Split(strings.TrimSpace(listing), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 6 || f[1] != "root/root" {
+				t.Fatalf("tarball entry %q: want root/root", line)
+			}
+			files[strings.TrimSuffix(f[5], "/")] = f[0]
+		}
+		for path, mode := range map[string]string{
+			"README.md":                                      "-rw-r--r--",
+			"root/usr/bin/gpumux":                            "-rwxr-xr-x",
+			"root/usr/bin/gpumux-runtime":                    "-rwxr-xr-x",
+			"root/usr/bin/gpumux-remoted":                    "-rwxr-xr-x",
+			"root/usr/lib/nomad/plugins/nomad-device-gpumux": "-rwxr-xr-x",
+			"root/usr/lib/gpumux/remote/libcuda.so.1":        "-rw-r--r--",
+			"root/usr/lib/gpumux/limiter/libcuda.so.1":       "-rw-r--r--",
+			"root/lib/systemd/system/gpumux-remoted.service": "-rw-r--r--",
+		} {
+			if got := files[name+"/"+path]; got != mode {
+				t.Errorf("tarball %s: mode %q, want %q", path, got, mode)
 			}
 		}
 	})
