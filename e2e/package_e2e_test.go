@@ -223,6 +223,7 @@ func TestPackageInstall(t *testing.T) {
 			{"usr/bin/gpumux", []string{"version"}, "gpumux " + stamp},
 			{"usr/bin/gpumux-remoted", []string{"--version"}, "gpumux-remoted " + stamp},
 			{"usr/bin/gpumux-runtime", []string{"--version"}, "gpumux-runtime " + stamp},
+			{"usr/lib/nomad/plugins/nomad-device-gpumux", []string{"--version"}, "nomad-device-gpumux " + stamp},
 		} {
 			out := runIn(t, ctx, scratch, at(tc.bin), tc.args...)
 			if first, _, _ := strings.Cut(out, "\n"); first != tc.want {
