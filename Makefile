@@ -222,7 +222,7 @@ dist: deb
 	rm -rf $(DIST_ROOT)
 	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DIST_ROOT))/root PREFIX=/usr
 	install -m 644 packaging/README.md $(DIST_ROOT)/README.md
-	tar -C $(DIST_DIR) --owner=0 --group=0 --numeric-owner -czf $(DIST_DIR)/$(DIST_NAME).tar.gz $(DIST_NAME)
+	tar -C $(DIST_DIR) --owner=root:0 --group=root:0 -czf $(DIST_DIR)/$(DIST_NAME).tar.gz $(DIST_NAME)
 	@echo "dist: $(DIST_DIR)/$(DIST_NAME).tar.gz $(DEB)"
 
 ## deb: the Debian package $(DEB), with the files make install PREFIX=/usr installs
