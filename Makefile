@@ -22,6 +22,18 @@ GPUMUX_CACHE ?= $(HOME)/.cache/gpumux
 NOMAD_BIN ?= $(GPUMUX_CACHE)/nomad-v$(NOMAD_VERSION)/nomad
 export GPUMUX_CACHE NOMAD_BIN
 
+# The version and commit every binary reports (internal/version): a tag
+# vX.Y.Z gives "X.Y.Z" ("X.Y.Z-N-gHASH" N commits later, "-dirty" with
+# changes); a tree without one gives the release in internal/version/VERSION
+# with "-dev".
+RELEASE := $(shell cat internal/version/VERSION)
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null | sed 's/^v//' | grep . || echo "$(RELEASE)-dev")
+COMMIT ?= $(shell c=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD -- 2>/dev/null || c=$$c-dirty; echo $$c; })
+VERSION_PKG := github.com/gpumux/gpumux/internal/version
+VERSION := $(VERSION)
+COMMIT := $(COMMIT)
+GO_LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT)
+
 BIN_DIR := bin
 # Nomad loads every file in plugin_dir as a plugin, so the device plugin
 # lives alone in bin/plugins; the other commands go to bin/.
@@ -38,7 +50,7 @@ E2E_TIMEOUT ?= 40m
 # the /nomad cgroups (v1) and the machine has 2 cores.
 E2E_FLAGS ?= -v
 
-.PHONY: all build interposer remote-nvml nomad deps test test-unit test-e2e bench demo gpu-bin clean fmt vet
+.PHONY: all build interposer remote-nvml nomad deps test test-unit test-e2e bench demo gpu-bin clean fmt vet install dist deb version
 
 all: build
 
@@ -50,7 +62,7 @@ build: interposer remote-nvml limiter
 		echo "build: no commands under cmd/ yet"; \
 	else \
 		echo "build:" $$pkgs; \
-		$(GO) build -o $(BIN_DIR)/ $$pkgs; \
+		$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN_DIR)/ $$pkgs; \
 	fi
 	@if [[ -f $(BIN_DIR)/$(PLUGIN) ]]; then \
 		mv -f $(BIN_DIR)/$(PLUGIN) $(PLUGIN_DIR)/$(PLUGIN); \
@@ -150,6 +162,77 @@ $(LIMITER_OUT_DIR)/libnvidia-ml.so.1: $(LIMITER_NVML_SRCS) $(LIMITER_HDRS)
 	$(CC) $(LIMITER_CFLAGS) $(LIMITER_EXTRA_CFLAGS) -o $@.tmp $(LIMITER_NVML_SRCS) -Wl,-soname,libnvidia-ml.so.1 $(LIMITER_LDFLAGS)
 	@mv -f $@.tmp $@
 
+# make install: where each piece goes. PREFIX=/usr is the Debian
+# package's layout, which nodeconfig's defaults (interposer_dir,
+# limiter_dir: /usr/lib/gpumux/...) expect; elsewhere set them in the node
+# config (docs/install.md).
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+GPUMUX_LIBDIR ?= $(PREFIX)/lib/gpumux
+# Nomad loads every file in its plugin_dir as a plugin: a directory of
+# plugins only, which the client's plugin_dir names (docs/install.md).
+NOMAD_PLUGIN_DIR ?= $(PREFIX)/lib/nomad/plugins
+SYSTEMD_UNIT_DIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+DOCDIR ?= $(PREFIX)/share/doc/gpumux
+SYSTEMD_UNITS := $(sort $(wildcard examples/systemd/*.service))
+
+## install: install the binaries, the interposer, the limiter, the plugin, systemd units (not enabled) and examples under $(DESTDIR)$(PREFIX)
+install: build
+	install -d -m 755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(GPUMUX_LIBDIR)/remote $(DESTDIR)$(GPUMUX_LIBDIR)/limiter \
+		$(DESTDIR)$(NOMAD_PLUGIN_DIR) $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(DOCDIR)
+	install -m 755 $(BIN_DIR)/gpumux $(BIN_DIR)/gpumux-runtime $(BIN_DIR)/gpumux-runtime-core $(BIN_DIR)/gpumux-remoted $(DESTDIR)$(BINDIR)/
+	install -m 755 $(PLUGIN_DIR)/$(PLUGIN) $(DESTDIR)$(NOMAD_PLUGIN_DIR)/
+	install -m 644 $(INTERPOSER_OUT) $(NVML_OUT) $(DESTDIR)$(GPUMUX_LIBDIR)/remote/
+	ln -sfn libnvidia-ml.so.1 $(DESTDIR)$(GPUMUX_LIBDIR)/remote/libnvidia-ml.so
+	install -m 755 $(SMI_OUT) $(DESTDIR)$(GPUMUX_LIBDIR)/remote/
+	install -m 644 $(LIMITER_OUT_DIR)/libcuda.so.1 $(LIMITER_OUT_DIR)/libnvidia-ml.so.1 $(DESTDIR)$(GPUMUX_LIBDIR)/limiter/
+	@# The units name /usr/bin's binaries: point them at $(BINDIR).
+	for u in $(SYSTEMD_UNITS); do \
+		sed 's|/usr/bin/|$(BINDIR)/|g' "$$u" >$(DESTDIR)$(SYSTEMD_UNIT_DIR)/$$(basename "$$u"); \
+		chmod 644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/$$(basename "$$u"); \
+	done
+	rm -rf $(DESTDIR)$(DOCDIR)/examples
+	cp -R examples $(DESTDIR)$(DOCDIR)/examples
+	find $(DESTDIR)$(DOCDIR)/examples -type d -exec chmod 755 {} + -o -type f -exec chmod 644 {} +
+	install -m 644 README.md docs/install.md $(DESTDIR)$(DOCDIR)/
+
+# make dist: a tarball and a Debian package for this machine's architecture
+# (build on an arm64 machine for arm64: the Go binaries use cgo and the
+# interposer and limiter are C, so a cross build needs a cross C toolchain
+# and BearSSL for the target, which this Makefile does not set up).
+DIST_DIR ?= dist
+DIST_ARCH := $(shell $(GO) env GOARCH)
+DIST_NAME := gpumux-$(VERSION)-linux-$(DIST_ARCH)
+DIST_ROOT := $(DIST_DIR)/$(DIST_NAME)
+# Debian's spelling of VERSION: 0.1.0~dev sorts before 0.1.0, 0.1.0+3.gHASH
+# (3 commits after v0.1.0) after it.
+DEB_VERSION := $(shell echo '$(VERSION)' | sed -E 's/-dev$$/~dev/; s/-([0-9]+)-g([0-9a-f]+)/+\1.g\2/; s/-dirty$$/+dirty/')
+DEB := $(DIST_DIR)/gpumux_$(DEB_VERSION)_$(DIST_ARCH).deb
+# nfpm builds the package (packaging/nfpm.yaml). v2.45.0: later versions'
+# command needs modules (go.digitalxero.dev/...) the Go module proxy refuses.
+NFPM ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.0
+
+## version: print the version, the commit and the Debian version the build stamps
+version:
+	@echo '$(VERSION) $(COMMIT) $(DEB_VERSION)'
+
+## dist: dist/gpumux-VERSION-linux-ARCH.tar.gz (every piece, README saying which goes where) and the Debian package
+dist: deb
+	rm -rf $(DIST_ROOT)
+	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DIST_ROOT))/root PREFIX=/usr
+	install -m 644 packaging/README.md $(DIST_ROOT)/README.md
+	tar -C $(DIST_DIR) --owner=root:0 --group=root:0 -czf $(DIST_DIR)/$(DIST_NAME).tar.gz $(DIST_NAME)
+	@echo "dist: $(DIST_DIR)/$(DIST_NAME).tar.gz $(DEB)"
+
+## deb: the Debian package $(DEB), with the files make install PREFIX=/usr installs
+deb: build
+	rm -rf $(DIST_DIR)/deb-root
+	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DIST_DIR))/deb-root PREFIX=/usr
+	cd $(DIST_DIR) && GPUMUX_DEB_VERSION='$(DEB_VERSION)' GPUMUX_DEB_ARCH=$(DIST_ARCH) \
+		$(NFPM) package --config $(abspath packaging/nfpm.yaml) --packager deb --target $(abspath $(DEB))
+	rm -rf $(DIST_DIR)/deb-root
+
 ## nomad: build the Nomad agent (v$(NOMAD_VERSION)) into $(GPUMUX_CACHE) if needed
 nomad:
 	scripts/build-nomad.sh
@@ -199,7 +282,7 @@ gpu-bin: interposer remote-nvml
 	else echo "gpu-bin: no $(NOMAD_BIN) (make nomad): e2e/gpu/remote/nomad.sh needs .devbin/nomad.xz"; fi
 
 clean:
-	rm -rf $(BIN_DIR) .devbin
+	rm -rf $(BIN_DIR) .devbin $(DIST_DIR)
 
 fmt:
 	@files="$$(find . -name '*.go' -not -path './.git/*' -not -path './.cache/*')"; \

@@ -66,7 +66,7 @@ repairs the lease store, and runs the node without Nomad (gpumux agent).
 Commands that print state take -o table|json|yaml|wide; their JSON and YAML
 keys are snake_case (docs/cli.md lists them). Colours only on a terminal,
 never with NO_COLOR set.`,
-		Version:       version.Version,
+		Version:       version.String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          cobra.NoArgs,
@@ -88,7 +88,7 @@ never with NO_COLOR set.`,
 			Use:   "version",
 			Short: "print the version",
 			Args:  noArgs,
-			Run:   func(*cobra.Command, []string) { fmt.Fprintln(stdout, "gpumux", version.Version) },
+			Run:   func(*cobra.Command, []string) { fmt.Fprintln(stdout, "gpumux", version.String()) },
 		},
 	)
 	return root

@@ -179,7 +179,7 @@ func TestCompletion(t *testing.T) {
 func TestVersion(t *testing.T) {
 	for _, args := range [][]string{{"--version"}, {"version"}, {"-v"}} {
 		code, out, errOut := run(t, args...)
-		if code != cli.ExitOK || out != "gpumux "+version.Version+"\n" {
+		if code != cli.ExitOK || out != "gpumux "+version.String()+"\n" {
 			t.Errorf("gpumux %v: exit %d, %q (%s)", args, code, out, errOut)
 		}
 	}

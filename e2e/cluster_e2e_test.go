@@ -99,16 +99,21 @@ func startCluster(ctx context.Context, t *testing.T, keyFile string) *cluster {
 }
 
 // clusterServerJob is the server job for the cluster: the example with the
-// GPU reservation it has, on the fake backend standing in for the GPU it
-// reserves (its UUID, from NVIDIA_VISIBLE_DEVICES), two of them spread over
-// the GPU nodes. A killed server stays down (the example's restart policy
-// would bring it back at the same address 15s later, and which server a
-// rescheduled remote task finds would depend on timing).
+// GPU reservation, the check and the secret it has, on the fake backend
+// standing in for the GPU it reserves (its UUID, from
+// NVIDIA_VISIBLE_DEVICES), as a service job of two servers spread over
+// the GPU nodes instead of a system job: the test moves servers between
+// nodes (a drain), which a system job, tied to its nodes, does not do. A
+// killed server stays down (the example's restart policy would bring it
+// back at the same address 15s later, and which server a rescheduled
+// remote task finds would depend on timing).
 func clusterServerJob(t *testing.T) string {
 	t.Helper()
 	const name = "examples/jobs/remote-server.nomad.hcl"
 	job := remotedJob(t, `"--fake-uuids", "${NVIDIA_VISIBLE_DEVICES}",`)
-	return mustReplace(t, name, job, "    count = 1\n", `    count = 2
+	job = mustReplace(t, name, job, `type = "system"`, `type = "service"`)
+	return mustReplace(t, name, job, "  group \"remoted\" {\n", `  group "remoted" {
+    count = 2
 
     spread {
       attribute = "${node.unique.id}"
@@ -123,6 +128,7 @@ func clusterServerJob(t *testing.T) string {
       attempts  = 0
       unlimited = false
     }
+
 `)
 }
 

@@ -67,7 +67,7 @@ func remotedJob(t *testing.T, backendFlags string) string {
 	const name = "examples/jobs/remote-server.nomad.hcl"
 	job := readJob(t, "remote-server")
 	job = mustReplace(t, name, job, "driver = \"exec\"\n      user   = \"nobody\"", `driver = "raw_exec"`)
-	job = mustReplace(t, name, job, `command = "/usr/local/bin/gpumux-remoted"`, `command = "`+filepath.Join(repoRoot(t), "bin", "gpumux-remoted")+`"`)
+	job = mustReplace(t, name, job, `command = "/usr/bin/gpumux-remoted"`, `command = "`+filepath.Join(repoRoot(t), "bin", "gpumux-remoted")+`"`)
 	return mustReplace(t, name, job, `"--backend", "cuda",`, `"--backend", "fake", `+backendFlags)
 }
 
@@ -217,9 +217,15 @@ func TestRemoteShares(t *testing.T) {
 		t.Fatalf("remote shares before any server runs: %v %v", devs, err)
 	}
 
-	// The example as it is, for a GPU node, is a valid job.
+	// The example as it is, for a GPU node, is a valid job: to the API's
+	// parser and to `nomad job validate`.
 	if _, err := a.ParseJob(ctx, readJob(t, "remote-server")); err != nil {
 		t.Fatalf("examples/jobs/remote-server.nomad.hcl: %v", err)
+	}
+	if out, err := a.ValidateJobFile(ctx, filepath.Join(repoRoot(t), "examples", "jobs", "remote-server.nomad.hcl")); err != nil {
+		t.Fatal(err)
+	} else if !strings.Contains(out, "Job validation successful") {
+		t.Fatalf("nomad job validate examples/jobs/remote-server.nomad.hcl:\n%s", out)
 	}
 	serverID, err := a.RunJob(ctx, remoteServerJob(t))
 	if err != nil {
@@ -243,6 +249,12 @@ func TestRemoteShares(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("gpumux-remoted serves at %s", addr)
+	// The job's health check reaches the server's /healthz.
+	if c, err := a.WaitCheck(ctx, serverAllocs[0].ID, "healthz", "success"); err != nil {
+		t.Fatal(err)
+	} else if c.StatusCode != http.StatusOK || !strings.Contains(c.Output, "ok") {
+		t.Fatalf("check healthz: %+v, want HTTP 200 with ok", c)
+	}
 
 	// Two fake GPUs, four shares each.
 	devs, err := a.WaitNodeDevices(ctx, "nvidia", "gpu", 8)

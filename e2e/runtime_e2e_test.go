@@ -321,7 +321,7 @@ func TestContainerdRuntimeClassSnippet(t *testing.T) {
 		t.Fatal(err)
 	}
 	i := strings.Index(dump, `.runtimes.gpumux]`)
-	if i < 0 || !strings.Contains(dump[i:], `BinaryName = "/usr/local/bin/gpumux-runtime"`) || !strings.Contains(dump[i:], `runtime_type = "io.containerd.runc.v2"`) {
+	if i < 0 || !strings.Contains(dump[i:], `BinaryName = "/usr/bin/gpumux-runtime"`) || !strings.Contains(dump[i:], `runtime_type = "io.containerd.runc.v2"`) {
 		t.Fatalf("containerd config dump does not show the gpumux runtime class:\n%s", dump)
 	}
 }

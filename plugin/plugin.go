@@ -72,7 +72,7 @@ func (p *Plugin) PluginInfo() (*base.PluginInfoResponse, error) {
 	return &base.PluginInfoResponse{
 		Type:              base.PluginTypeDevice,
 		PluginApiVersions: []string{device.ApiVersion010},
-		PluginVersion:     version.Version,
+		PluginVersion:     version.Get().Version,
 		Name:              Name,
 	}, nil
 }

@@ -10,8 +10,8 @@ import (
 )
 
 // Main is gpumux-runtime's command line: runc's, plus `hook <name> [args]`
-// for the hooks it adds (HookUsage), and a leading `--config FILE` of its own. It returns the
-// exit code.
+// for the hooks it adds (HookUsage), and a leading `--config FILE` of its own;
+// `--version` prints gpumux's version before runc's. It returns the exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer) int {
 	cfgPath := os.Getenv(EnvConfig)
 	if len(args) >= 2 && args[0] == "--config" {

@@ -1,26 +1,36 @@
-# gpumux-remoted on a GPU node: serves the GPU the job reserves to remote
-# shares on nodes without GPUs, and registers the Nomad service
-# "gpumux-remote" that their plugins discover (examples/gpumux-remote-client.hcl).
+# gpumux-remoted on the GPU nodes: a system job that runs one server on
+# every GPU node (a node whose device plugin offers a whole GPU, below),
+# serving that GPU to remote shares on nodes without GPUs, and registering
+# the Nomad service "gpumux-remote" that their plugins discover
+# (examples/gpumux-remote-client.hcl). Nodes without a whole GPU to give
+# are left out without a placement failure; a GPU node whose client config
+# has `meta { gpumux_remote_server = "false" }` is left out too.
 #
 # The pool secret comes from the Nomad variable nomad/jobs/gpumux-remote,
 # key "secret" (the same bytes as the clients' token_file):
 #
 #   nomad var put nomad/jobs/gpumux-remote secret="$(cat /etc/gpumux/remote.key)"
 #
-# Install the server on the GPU nodes (make build puts it in bin/):
+# Install the server on the GPU nodes: the gpumux package puts it in
+# /usr/bin (docs/install.md); from a source tree,
 #
-#   install -m 755 bin/gpumux-remoted /usr/local/bin/gpumux-remoted
+#   make install PREFIX=/usr
 job "gpumux-remote" {
-  type = "service"
+  type = "system"
+
+  # Operators keep a GPU node out with meta gpumux_remote_server = "false".
+  constraint {
+    attribute = "${meta.gpumux_remote_server}"
+    operator  = "!="
+    value     = "false"
+  }
 
   group "remoted" {
-    count = 1
-
     network {
       # A dynamic port: clients find it through the service. Give it
       # static = 7070 for clients that list servers by address instead.
       port "remote" {}
-      # Prometheus metrics (gpumux_remote_*), at /metrics.
+      # Prometheus metrics (gpumux_remote_*) at /metrics, health at /healthz.
       port "metrics" {}
     }
 
@@ -28,6 +38,23 @@ job "gpumux-remote" {
       name     = "gpumux-remote"
       provider = "nomad"
       port     = "remote"
+
+      # 200 while the server accepts clients on an initialised GPU, 503
+      # and the reason otherwise (docs/remote.md, "Health check").
+      check {
+        name     = "healthz"
+        type     = "http"
+        port     = "metrics"
+        path     = "/healthz"
+        interval = "10s"
+        timeout  = "2s"
+
+        # Restart a server that stays unhealthy for three checks.
+        check_restart {
+          limit = 3
+          grace = "30s"
+        }
+      }
     }
 
     service {
@@ -42,7 +69,7 @@ job "gpumux-remote" {
       user   = "nobody"
 
       config {
-        command = "/usr/local/bin/gpumux-remoted"
+        command = "/usr/bin/gpumux-remoted"
         args = [
           "--listen", "${NOMAD_ADDR_remote}",
           "--metrics-addr", "${NOMAD_ADDR_metrics}",
@@ -62,12 +89,15 @@ job "gpumux-remote" {
 EOT
       }
 
+      # What one server with a handful of tenants needs; each tenant runs
+      # in a worker process of its own (docs/remote.md).
       resources {
         cpu    = 2000
         memory = 1024
 
-        # The GPU to serve: a whole one from the node's device plugin
-        # (gpumux's, or NVIDIA's). With count = N the server serves N GPUs.
+        # The GPU to serve, which also keeps the job to GPU nodes: a whole
+        # one from gpumux's device plugin. With count = N the server serves
+        # N GPUs.
         device "nvidia/gpu" {
           count = 1
           constraint {

@@ -162,7 +162,7 @@ Flags:
 		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
 	if *showVersion {
-		_, err := fmt.Fprintln(stdout, "gpumux-remoted", version.Version)
+		_, err := fmt.Fprintln(stdout, "gpumux-remoted", version.String())
 		return err
 	}
 	set := map[string]bool{}

@@ -128,7 +128,7 @@ func TestHelp(t *testing.T) {
 func TestVersion(t *testing.T) {
 	var stdout, stderr syncbuf.Buffer
 	// --version wins over flags that would otherwise be missing.
-	if code := Run(context.Background(), []string{"--version"}, &stdout, &stderr); code != ExitOK || stdout.String() != "gpumux-remoted "+version.Version+"\n" {
+	if code := Run(context.Background(), []string{"--version"}, &stdout, &stderr); code != ExitOK || stdout.String() != "gpumux-remoted "+version.String()+"\n" {
 		t.Errorf("--version: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -95,6 +96,15 @@ func TestMetrics(t *testing.T) {
 			}
 			good := token.Claims{ID: "job", Quota: 64 << 20}
 			cl := dialUntil(t, "unix", sock, proto.Hello{Token: mint(secret, good)})
+			// Serving clients, so healthy (what the Nomad job's check asks).
+			resp, err := http.Get("http://" + metricsAddr + "/healthz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET /healthz of a serving server: %s", resp.Status)
+			}
 			check := func(what string, r proto.Result, err error) {
 				t.Helper()
 				if r != proto.Success || err != nil {

@@ -38,9 +38,12 @@ type Server struct {
 
 	initOnce sync.Once
 	initErr  error
-	nDevices int32 // the backend's, counted once at start
+	initDone atomic.Bool // initErr is set
+	nDevices int32       // the backend's, counted once at start
 
 	mu sync.Mutex
+	// accepting counts the listeners in their accept loop (health.go).
+	accepting int
 	// conns counts the logged-in connections, tenantConns those with a
 	// token ID by ID (limits.go).
 	conns       int
@@ -143,6 +146,7 @@ func (s *Server) ready() error {
 			}
 		}
 	})
+	s.initDone.Store(true)
 	return s.initErr
 }
 
@@ -181,6 +185,7 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, config *tls.Config)
 	if s.tenantCmd != nil {
 		defer s.waitTenants(10 * time.Second)
 	}
+	defer s.accept()()
 	s.log.Info("serving", "addr", ln.Addr().String(), "tls", config != nil)
 	backoff := time.Duration(0)
 	for {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpumux/gpumux/internal/version"
 	"github.com/gpumux/gpumux/node/lease"
 )
 
@@ -99,6 +100,10 @@ func (h handler) main(ctx context.Context, args []string, stdin io.Reader) int {
 			return h.poststop(ctx, os.Getenv(EnvStateDir), stdin)
 		}
 		return h.core(args)
+	}
+	if len(runcArgs) == 1 && (runcArgs[0] == "--version" || runcArgs[0] == "-v") {
+		// gpumux's version, then runc's (Docker reads runc's lines).
+		fmt.Fprintln(os.Stdout, "gpumux-runtime", version.String())
 	}
 	inv := ParseInvocation(runcArgs)
 	if inv.Subcommand == "create" && bundleAsks(inv.Bundle) {

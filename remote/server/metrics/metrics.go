@@ -1,13 +1,12 @@
 // Package metrics serves a remote GPU server's statistics (server.Stats)
-// as Prometheus metrics: gpumux-remoted's --metrics-addr. docs/remote.md
-// ("Metrics") lists them.
+// as Prometheus metrics, and its health for checks: gpumux-remoted's
+// --metrics-addr. docs/remote.md ("Metrics", "Health check") lists them.
 package metrics
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -21,24 +20,20 @@ import (
 	"github.com/gpumux/gpumux/remote/server"
 )
 
-// Source is what the metrics come from: a server.Server.
+// Source is what the metrics and the health come from: a server.Server.
 type Source interface {
 	Stats() server.Stats
+	// Health is nil when the server takes clients, else why not.
+	Health() error
 }
 
 // Serve serves src's metrics, and the Go runtime's and this process's,
-// at /metrics on ln until ctx ends, then closes ln and returns nil. It
-// returns an error if serving fails before. /healthz answers 200 "ok":
-// gpumux-remoted serves it only while its server serves (it stops
-// everything when one listener fails), so a health check (a Nomad service
-// check, a load balancer) can ask it.
+// at /metrics on ln, and src's health at /healthz, until ctx ends, then
+// closes ln and returns nil. It returns an error if serving fails before.
 func Serve(ctx context.Context, ln net.Listener, src Source) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", handler(src))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "ok\n")
-	})
+	mux.Handle("GET /healthz", healthHandler(src))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	stop := context.AfterFunc(ctx, func() { hs.Close() })
 	defer stop()
@@ -57,6 +52,21 @@ func handler(src Source) http.Handler {
 		newCollector(src),
 	)
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+}
+
+// healthHandler answers 200 "ok" while src takes clients, else 503 and
+// the reason, as plain text.
+func healthHandler(src Source) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if err := src.Health(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, err)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 }
 
 const ns = "gpumux_remote"

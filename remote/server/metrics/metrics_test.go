@@ -20,6 +20,8 @@ type fixed server.Stats
 
 func (f fixed) Stats() server.Stats { return server.Stats(f) }
 
+func (fixed) Health() error { return nil }
+
 func get(t *testing.T, src Source) map[string]*dto.MetricFamily {
 	t.Helper()
 	rec := httptest.NewRecorder()
