@@ -8,8 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GM_CUDA_ERROR_OUT_OF_MEMORY 2
-
 int gm_open(const char *path, gm_cuda **out, char *msg, size_t msglen)
 {
 	*out = NULL;
@@ -69,20 +67,20 @@ static CUresult slot_take(const gm_cuda *t, gm_staging *st, unsigned *slot)
 	st->next = (i + 1) % GM_STAGING_SLOTS;
 	if (st->busy[i]) {
 		st->busy[i] = 0;
-		if ((r = t->cuEventSynchronize(st->ev[i])) != GM_CUDA_SUCCESS)
+		if ((r = t->cuEventSynchronize(st->ev[i])) != CUDA_SUCCESS)
 			return r;
 	}
-	if (st->buf[i] == NULL && (r = t->cuMemAllocHost_v2(&st->buf[i], st->size)) != GM_CUDA_SUCCESS) {
+	if (st->buf[i] == NULL && (r = t->cuMemAllocHost_v2(&st->buf[i], st->size)) != CUDA_SUCCESS) {
 		st->buf[i] = NULL;
 		return r;
 	}
 	if (st->ev[i] == NULL &&
-	    (r = t->cuEventCreate(&st->ev[i], GM_CU_EVENT_DISABLE_TIMING)) != GM_CUDA_SUCCESS) {
+	    (r = t->cuEventCreate(&st->ev[i], GM_CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
 		st->ev[i] = NULL;
 		return r;
 	}
 	*slot = i;
-	return GM_CUDA_SUCCESS;
+	return CUDA_SUCCESS;
 }
 
 CUresult gm_htod_staged(const gm_cuda *t, gm_staging *st, CUdeviceptr dst, const void *src, size_t n,
@@ -93,12 +91,12 @@ CUresult gm_htod_staged(const gm_cuda *t, gm_staging *st, CUdeviceptr dst, const
 		size_t k = n - off < st->size ? n - off : st->size;
 		unsigned i;
 		CUresult r = slot_take(t, st, &i);
-		if (r != GM_CUDA_SUCCESS)
+		if (r != CUDA_SUCCESS)
 			return r;
 		memcpy(st->buf[i], (const char *)src + off, k);
-		if ((r = t->cuMemcpyHtoDAsync_v2(dst + off, st->buf[i], k, stream)) != GM_CUDA_SUCCESS)
+		if ((r = t->cuMemcpyHtoDAsync_v2(dst + off, st->buf[i], k, stream)) != CUDA_SUCCESS)
 			return r;
-		if ((r = t->cuEventRecord(st->ev[i], stream)) != GM_CUDA_SUCCESS) {
+		if ((r = t->cuEventRecord(st->ev[i], stream)) != CUDA_SUCCESS) {
 			/* The copy is queued but cannot be tracked: wait for it. */
 			t->cuStreamSynchronize(stream);
 			return r;
@@ -106,7 +104,7 @@ CUresult gm_htod_staged(const gm_cuda *t, gm_staging *st, CUdeviceptr dst, const
 		st->busy[i] = 1;
 		off += k;
 	}
-	return GM_CUDA_SUCCESS;
+	return CUDA_SUCCESS;
 }
 
 CUresult gm_dtoh_staged(const gm_cuda *t, gm_staging *st, void *dst, CUdeviceptr src, size_t n, uintptr_t s)
@@ -115,19 +113,19 @@ CUresult gm_dtoh_staged(const gm_cuda *t, gm_staging *st, void *dst, CUdeviceptr
 	unsigned i;
 	CUresult r;
 	if (n == 0)
-		return GM_CUDA_SUCCESS;
-	if ((r = slot_take(t, st, &i)) != GM_CUDA_SUCCESS)
+		return CUDA_SUCCESS;
+	if ((r = slot_take(t, st, &i)) != CUDA_SUCCESS)
 		return r;
 	for (size_t off = 0; off < n;) {
 		size_t k = n - off < st->size ? n - off : st->size;
-		if ((r = t->cuMemcpyDtoHAsync_v2(st->buf[i], src + off, k, stream)) != GM_CUDA_SUCCESS)
+		if ((r = t->cuMemcpyDtoHAsync_v2(st->buf[i], src + off, k, stream)) != CUDA_SUCCESS)
 			return r;
-		if ((r = t->cuStreamSynchronize(stream)) != GM_CUDA_SUCCESS)
+		if ((r = t->cuStreamSynchronize(stream)) != CUDA_SUCCESS)
 			return r;
 		memcpy((char *)dst + off, st->buf[i], k);
 		off += k;
 	}
-	return GM_CUDA_SUCCESS;
+	return CUDA_SUCCESS;
 }
 
 /* ---- device ---- */
@@ -151,21 +149,21 @@ CUresult gm_device_name(const gm_cuda *t, int dev, char *name, int len)
 {
 	CUdevice d;
 	CUresult r = t->cuDeviceGet(&d, dev);
-	return r != GM_CUDA_SUCCESS ? r : t->cuDeviceGetName(name, len, d);
+	return r != CUDA_SUCCESS ? r : t->cuDeviceGetName(name, len, d);
 }
 
 CUresult gm_device_total_mem(const gm_cuda *t, int dev, size_t *bytes)
 {
 	CUdevice d;
 	CUresult r = t->cuDeviceGet(&d, dev);
-	return r != GM_CUDA_SUCCESS ? r : t->cuDeviceTotalMem_v2(bytes, d);
+	return r != CUDA_SUCCESS ? r : t->cuDeviceTotalMem_v2(bytes, d);
 }
 
 CUresult gm_device_attribute(const gm_cuda *t, int attr, int dev, int *v)
 {
 	CUdevice d;
 	CUresult r = t->cuDeviceGet(&d, dev);
-	return r != GM_CUDA_SUCCESS ? r : t->cuDeviceGetAttribute(v, attr, d);
+	return r != CUDA_SUCCESS ? r : t->cuDeviceGetAttribute(v, attr, d);
 }
 
 CUresult gm_device_uuid(const gm_cuda *t, int dev, char *uuid16)
@@ -174,11 +172,11 @@ CUresult gm_device_uuid(const gm_cuda *t, int dev, char *uuid16)
 	CUuuid u;
 	CUresult r;
 	if (t->cuDeviceGetUuid_v2 == NULL && t->cuDeviceGetUuid == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
-	if ((r = t->cuDeviceGet(&d, dev)) != GM_CUDA_SUCCESS)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if ((r = t->cuDeviceGet(&d, dev)) != CUDA_SUCCESS)
 		return r;
 	r = t->cuDeviceGetUuid_v2 != NULL ? t->cuDeviceGetUuid_v2(&u, d) : t->cuDeviceGetUuid(&u, d);
-	if (r == GM_CUDA_SUCCESS)
+	if (r == CUDA_SUCCESS)
 		memcpy(uuid16, u.bytes, 16);
 	return r;
 }
@@ -190,7 +188,7 @@ CUresult gm_ctx_create(const gm_cuda *t, int dev, unsigned int flags, uintptr_t 
 	CUdevice d;
 	CUcontext c = NULL;
 	CUresult r = t->cuDeviceGet(&d, dev);
-	if (r != GM_CUDA_SUCCESS)
+	if (r != CUDA_SUCCESS)
 		return r;
 	r = t->cuCtxCreate_v2(&c, flags, d);
 	*ctx = (uintptr_t)c;
@@ -200,7 +198,7 @@ CUresult gm_ctx_create(const gm_cuda *t, int dev, unsigned int flags, uintptr_t 
 CUresult gm_ctx_destroy(const gm_cuda *t, uintptr_t ctx, gm_staging *st)
 {
 	if (st != NULL) {
-		if (t->cuCtxPushCurrent_v2((CUcontext)ctx) == GM_CUDA_SUCCESS) {
+		if (t->cuCtxPushCurrent_v2((CUcontext)ctx) == CUDA_SUCCESS) {
 			for (unsigned i = 0; i < GM_STAGING_SLOTS; i++) {
 				if (st->busy[i])
 					t->cuEventSynchronize(st->ev[i]);
@@ -286,14 +284,14 @@ CUresult gm_module_load(const gm_cuda *t, const void *image, size_t n, uintptr_t
 	CUresult r;
 	*mod = 0;
 	if (n == 0)
-		return GM_CUDA_ERROR_INVALID_VALUE;
+		return CUDA_ERROR_INVALID_VALUE;
 	if (((const char *)image)[n - 1] == 0) {
 		r = t->cuModuleLoadData(&m, image);
 	} else {
 		/* PTX is read up to its NUL: give it one. */
 		char *c = malloc(n + 1);
 		if (c == NULL)
-			return GM_CUDA_ERROR_OUT_OF_MEMORY;
+			return CUDA_ERROR_OUT_OF_MEMORY;
 		memcpy(c, image, n);
 		c[n] = 0;
 		r = t->cuModuleLoadData(&m, c);
@@ -329,7 +327,7 @@ CUresult gm_module_get_function(const gm_cuda *t, uintptr_t mod, const char *nam
 	CUresult r;
 	*fn = 0;
 	if (s == NULL)
-		return GM_CUDA_ERROR_OUT_OF_MEMORY;
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	r = t->cuModuleGetFunction(&f, (CUmodule)mod, s);
 	if (s != buf)
 		free(s);
@@ -346,7 +344,7 @@ CUresult gm_module_get_global(const gm_cuda *t, uintptr_t mod, const char *name,
 	*p = 0;
 	*bytes = 0;
 	if (s == NULL)
-		return GM_CUDA_ERROR_OUT_OF_MEMORY;
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	r = t->cuModuleGetGlobal_v2(p, bytes, (CUmodule)mod, s);
 	if (s != buf)
 		free(s);
@@ -358,7 +356,7 @@ CUresult gm_func_param_info(const gm_cuda *t, uintptr_t fn, size_t index, size_t
 	*offset = 0;
 	*size = 0;
 	if (t->cuFuncGetParamInfo == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	return t->cuFuncGetParamInfo((CUfunction)fn, index, offset, size);
 }
 
@@ -373,8 +371,8 @@ CUresult gm_launch(const gm_cuda *t, uintptr_t fn, unsigned int gx, unsigned int
 {
 	size_t size = nparams;
 	void *extra[] = {
-		GM_CU_LAUNCH_PARAM_BUFFER_POINTER, params, GM_CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
-		GM_CU_LAUNCH_PARAM_END,
+		CU_LAUNCH_PARAM_BUFFER_POINTER, params, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+		CU_LAUNCH_PARAM_END,
 	};
 	/* The driver copies the parameters before it returns. */
 	return t->cuLaunchKernel((CUfunction)fn, gx, gy, gz, bx, by, bz, shmem, (CUstream)s, NULL,
@@ -446,13 +444,13 @@ CUresult gm_event_elapsed(const gm_cuda *t, uintptr_t start, uintptr_t end, floa
 		return t->cuEventElapsedTime_v2(ms, (CUevent)start, (CUevent)end);
 	if (t->cuEventElapsedTime != NULL)
 		return t->cuEventElapsedTime(ms, (CUevent)start, (CUevent)end);
-	return GM_CUDA_ERROR_NOT_SUPPORTED;
+	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 #define GM_OPTIONAL(sym, call)                            \
 	do {                                              \
 		if (!t->sym)                              \
-			return GM_CUDA_ERROR_NOT_SUPPORTED; \
+			return CUDA_ERROR_NOT_SUPPORTED; \
 		return t->call;                           \
 	} while (0)
 
@@ -465,7 +463,7 @@ CUresult gm_stream_create_prio(const gm_cuda *t, unsigned int flags, int priorit
 {
 	CUstream st = NULL;
 	if (!t->cuStreamCreateWithPriority)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUresult r = t->cuStreamCreateWithPriority(&st, flags, priority);
 	*s = (uintptr_t)st;
 	return r;
@@ -516,7 +514,7 @@ static CUresult gm_config(CUlaunchConfig *c, CUlaunchAttribute *a, const unsigne
 			  const void *attrs, unsigned int nattrs)
 {
 	if (nattrs > GM_MAX_LAUNCH_ATTRS)
-		return GM_CUDA_ERROR_INVALID_VALUE;
+		return CUDA_ERROR_INVALID_VALUE;
 	if (nattrs > 0)
 		memcpy(a, attrs, nattrs * sizeof *a);
 	memset(c, 0, sizeof *c);
@@ -530,23 +528,23 @@ static CUresult gm_config(CUlaunchConfig *c, CUlaunchAttribute *a, const unsigne
 	c->hStream = (CUstream)s;
 	c->attrs = nattrs > 0 ? a : NULL;
 	c->numAttrs = nattrs;
-	return GM_CUDA_SUCCESS;
+	return CUDA_SUCCESS;
 }
 
 CUresult gm_launch_ex(const gm_cuda *t, uintptr_t fn, const unsigned int *dims, uintptr_t s, const void *attrs,
 		      unsigned int nattrs, void *params, size_t nparams)
 {
 	if (t->cuLaunchKernelEx == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUlaunchConfig c;
 	CUlaunchAttribute a[GM_MAX_LAUNCH_ATTRS];
 	CUresult r = gm_config(&c, a, dims, s, attrs, nattrs);
-	if (r != GM_CUDA_SUCCESS)
+	if (r != CUDA_SUCCESS)
 		return r;
 	size_t size = nparams;
 	void *extra[] = {
-		GM_CU_LAUNCH_PARAM_BUFFER_POINTER, params, GM_CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
-		GM_CU_LAUNCH_PARAM_END,
+		CU_LAUNCH_PARAM_BUFFER_POINTER, params, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+		CU_LAUNCH_PARAM_END,
 	};
 	/* The driver copies the parameters and the configuration before it returns. */
 	return t->cuLaunchKernelEx(&c, (CUfunction)fn, NULL, nparams > 0 ? extra : NULL);
@@ -559,11 +557,11 @@ CUresult gm_cluster_occupancy(const gm_cuda *t, int which, uintptr_t fn, const u
 	CUresult (*call)(int *, CUfunction, const CUlaunchConfig *) =
 		which == 0 ? t->cuOccupancyMaxActiveClusters : t->cuOccupancyMaxPotentialClusterSize;
 	if (call == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUlaunchConfig c;
 	CUlaunchAttribute a[GM_MAX_LAUNCH_ATTRS];
 	CUresult r = gm_config(&c, a, dims, s, attrs, nattrs);
-	if (r != GM_CUDA_SUCCESS)
+	if (r != CUDA_SUCCESS)
 		return r;
 	return call(n, (CUfunction)fn, &c);
 }
@@ -572,7 +570,7 @@ CUresult gm_ctx_get_limit(const gm_cuda *t, int limit, size_t *value)
 {
 	*value = 0;
 	if (t->cuCtxGetLimit == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	return t->cuCtxGetLimit(value, limit);
 }
 
@@ -619,7 +617,7 @@ CUresult gm_mem_granularity(const gm_cuda *t, const gm_memprop *p, int option, s
 	CUmemAllocationProp c;
 	*g = 0;
 	if (t->cuMemGetAllocationGranularity == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	prop_of(&c, p);
 	return t->cuMemGetAllocationGranularity(g, &c, option);
 }
@@ -642,7 +640,7 @@ CUresult gm_mem_create(const gm_cuda *t, size_t size, const gm_memprop *p, unsig
 	CUmemAllocationProp c;
 	*h = 0;
 	if (t->cuMemCreate == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	prop_of(&c, p);
 	return t->cuMemCreate(h, size, &c, flags);
 }
@@ -667,9 +665,9 @@ CUresult gm_mem_set_access(const gm_cuda *t, CUdeviceptr p, size_t size, const g
 {
 	CUmemAccessDesc c[GM_MAX_ACCESS_DESCS];
 	if (t->cuMemSetAccess == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	if (!descs_of(c, d, n))
-		return GM_CUDA_ERROR_INVALID_VALUE;
+		return CUDA_ERROR_INVALID_VALUE;
 	return t->cuMemSetAccess(p, size, c, n);
 }
 
@@ -688,7 +686,7 @@ CUresult gm_mem_pool_create(const gm_cuda *t, int loc_id, size_t max_size, uintp
 	CUmemoryPool p = NULL;
 	*pool = 0;
 	if (t->cuMemPoolCreate == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	memset(&props, 0, sizeof props);
 	props.allocType = 1;	 /* CU_MEM_ALLOCATION_TYPE_PINNED */
 	props.location.type = 1; /* CU_MEM_LOCATION_TYPE_DEVICE */
@@ -726,7 +724,7 @@ CUresult gm_mem_pool_set_attribute(const gm_cuda *t, uintptr_t pool, int attr, u
 {
 	int i = (int)value;
 	if (t->cuMemPoolSetAttribute == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	if (pool_attr_is_int(attr))
 		return t->cuMemPoolSetAttribute((CUmemoryPool)pool, attr, &i);
 	return t->cuMemPoolSetAttribute((CUmemoryPool)pool, attr, &value);
@@ -738,7 +736,7 @@ CUresult gm_mem_pool_get_attribute(const gm_cuda *t, uintptr_t pool, int attr, u
 	CUresult r;
 	*value = 0;
 	if (t->cuMemPoolGetAttribute == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	if (!pool_attr_is_int(attr))
 		return t->cuMemPoolGetAttribute((CUmemoryPool)pool, attr, value);
 	r = t->cuMemPoolGetAttribute((CUmemoryPool)pool, attr, &i);
@@ -755,9 +753,9 @@ CUresult gm_mem_pool_set_access(const gm_cuda *t, uintptr_t pool, const gm_acces
 {
 	CUmemAccessDesc c[GM_MAX_ACCESS_DESCS];
 	if (t->cuMemPoolSetAccess == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	if (!descs_of(c, d, n))
-		return GM_CUDA_ERROR_INVALID_VALUE;
+		return CUDA_ERROR_INVALID_VALUE;
 	return t->cuMemPoolSetAccess((CUmemoryPool)pool, c, n);
 }
 
@@ -775,11 +773,11 @@ CUresult gm_device_can_access_peer(const gm_cuda *t, int dev, int peer, int *can
 	CUdevice d, p;
 	*can = 0;
 	if (t->cuDeviceCanAccessPeer == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUresult r = t->cuDeviceGet(&d, dev);
-	if (r == GM_CUDA_SUCCESS)
+	if (r == CUDA_SUCCESS)
 		r = t->cuDeviceGet(&p, peer);
-	return r != GM_CUDA_SUCCESS ? r : t->cuDeviceCanAccessPeer(can, d, p);
+	return r != CUDA_SUCCESS ? r : t->cuDeviceCanAccessPeer(can, d, p);
 }
 
 CUresult gm_device_p2p_attribute(const gm_cuda *t, int attrib, int src, int dst, int *value)
@@ -787,11 +785,11 @@ CUresult gm_device_p2p_attribute(const gm_cuda *t, int attrib, int src, int dst,
 	CUdevice s, d;
 	*value = 0;
 	if (t->cuDeviceGetP2PAttribute == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUresult r = t->cuDeviceGet(&s, src);
-	if (r == GM_CUDA_SUCCESS)
+	if (r == CUDA_SUCCESS)
 		r = t->cuDeviceGet(&d, dst);
-	return r != GM_CUDA_SUCCESS ? r : t->cuDeviceGetP2PAttribute(value, attrib, s, d);
+	return r != CUDA_SUCCESS ? r : t->cuDeviceGetP2PAttribute(value, attrib, s, d);
 }
 
 CUresult gm_ctx_enable_peer(const gm_cuda *t, uintptr_t peer, unsigned int flags)
@@ -828,7 +826,7 @@ CUresult gm_stream_end_capture(const gm_cuda *t, uintptr_t s, uintptr_t *g)
 	CUgraph graph = NULL;
 	*g = 0;
 	if (t->cuStreamEndCapture == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUresult r = t->cuStreamEndCapture((CUstream)s, &graph);
 	*g = (uintptr_t)graph;
 	return r;
@@ -850,8 +848,8 @@ CUresult gm_stream_capture_info(const gm_cuda *t, uintptr_t s, int *status, unsi
 	else if (t->cuStreamGetCaptureInfo_v2 != NULL)
 		r = t->cuStreamGetCaptureInfo_v2((CUstream)s, status, id, &graph, &d, n);
 	else
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
-	if (r != GM_CUDA_SUCCESS)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (r != CUDA_SUCCESS)
 		return r;
 	*g = (uintptr_t)graph;
 	size_t k = *n < cap ? *n : cap;
@@ -882,7 +880,7 @@ CUresult gm_stream_update_capture_deps(const gm_cuda *t, uintptr_t s, const uint
 		return t->cuStreamUpdateCaptureDependencies_v2((CUstream)s, (CUgraphNode *)deps, edges, n, flags);
 	if (t->cuStreamUpdateCaptureDependencies != NULL && (edges == NULL || gm_all_zero(edges, 8 * n)))
 		return t->cuStreamUpdateCaptureDependencies((CUstream)s, (CUgraphNode *)deps, n, flags);
-	return GM_CUDA_ERROR_NOT_SUPPORTED;
+	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 CUresult gm_thread_exchange_capture_mode(const gm_cuda *t, int *mode)
@@ -895,7 +893,7 @@ CUresult gm_graph_create(const gm_cuda *t, unsigned int flags, uintptr_t *g)
 	CUgraph graph = NULL;
 	*g = 0;
 	if (t->cuGraphCreate == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUresult r = t->cuGraphCreate(&graph, flags);
 	*g = (uintptr_t)graph;
 	return r;
@@ -911,7 +909,7 @@ CUresult gm_graph_clone(const gm_cuda *t, uintptr_t g, uintptr_t *clone)
 	CUgraph c = NULL;
 	*clone = 0;
 	if (t->cuGraphClone == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUresult r = t->cuGraphClone(&c, (CUgraph)g);
 	*clone = (uintptr_t)c;
 	return r;
@@ -922,13 +920,13 @@ CUresult gm_graph_nodes(const gm_cuda *t, uintptr_t g, int roots, uintptr_t *nod
 	CUresult (*call)(CUgraph, CUgraphNode *, size_t *) = roots ? t->cuGraphGetRootNodes : t->cuGraphGetNodes;
 	*n = 0;
 	if (call == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUresult r = call((CUgraph)g, NULL, n);
-	if (r != GM_CUDA_SUCCESS || *n == 0 || cap < *n)
+	if (r != CUDA_SUCCESS || *n == 0 || cap < *n)
 		return r;
 	size_t k = cap;
 	r = call((CUgraph)g, (CUgraphNode *)nodes, &k);
-	if (r == GM_CUDA_SUCCESS)
+	if (r == CUDA_SUCCESS)
 		*n = k < *n ? k : *n;
 	return r;
 }
@@ -949,11 +947,11 @@ static void gm_kernel_params(CUDA_KERNEL_NODE_PARAMS_v2 *p, void **extra, size_t
 	p->blockDimZ = dims[5];
 	p->sharedMemBytes = dims[6];
 	*size = nparams;
-	extra[0] = GM_CU_LAUNCH_PARAM_BUFFER_POINTER;
+	extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
 	extra[1] = params;
-	extra[2] = GM_CU_LAUNCH_PARAM_BUFFER_SIZE;
+	extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
 	extra[3] = size;
-	extra[4] = GM_CU_LAUNCH_PARAM_END;
+	extra[4] = CU_LAUNCH_PARAM_END;
 	p->extra = nparams > 0 ? extra : NULL;
 }
 
@@ -963,7 +961,7 @@ CUresult gm_graph_add_kernel(const gm_cuda *t, uintptr_t g, const uintptr_t *dep
 	CUgraphNode out = NULL;
 	*node = 0;
 	if (t->cuGraphAddKernelNode_v2 == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUDA_KERNEL_NODE_PARAMS_v2 p;
 	void *extra[5];
 	size_t size;
@@ -982,9 +980,9 @@ CUresult gm_graph_add_memset(const gm_cuda *t, uintptr_t g, const uintptr_t *dep
 	CUcontext ctx = NULL;
 	*node = 0;
 	if (t->cuGraphAddMemsetNode == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUresult r = t->cuCtxGetCurrent(&ctx);
-	if (r != GM_CUDA_SUCCESS)
+	if (r != CUDA_SUCCESS)
 		return r;
 	CUDA_MEMSET_NODE_PARAMS p = {.dst = dst, .pitch = pitch, .value = value, .elementSize = elementSize,
 				     .width = width, .height = height};
@@ -1000,20 +998,20 @@ CUresult gm_graph_add_memcpy(const gm_cuda *t, uintptr_t g, const uintptr_t *dep
 	CUcontext ctx = NULL;
 	*node = 0;
 	if (t->cuGraphAddMemcpyNode == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUresult r = t->cuCtxGetCurrent(&ctx);
-	if (r != GM_CUDA_SUCCESS)
+	if (r != CUDA_SUCCESS)
 		return r;
 	CUDA_MEMCPY3D p;
 	memset(&p, 0, sizeof p);
-	p.srcMemoryType = GM_CU_MEMORYTYPE_DEVICE;
+	p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
 	p.srcDevice = c[0];
 	p.srcXInBytes = c[1];
 	p.srcY = c[2];
 	p.srcZ = c[3];
 	p.srcPitch = c[4];
 	p.srcHeight = c[5];
-	p.dstMemoryType = GM_CU_MEMORYTYPE_DEVICE;
+	p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
 	p.dstDevice = c[6];
 	p.dstXInBytes = c[7];
 	p.dstY = c[8];
@@ -1033,7 +1031,7 @@ CUresult gm_graph_add_empty(const gm_cuda *t, uintptr_t g, const uintptr_t *deps
 	CUgraphNode out = NULL;
 	*node = 0;
 	if (t->cuGraphAddEmptyNode == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUresult r = t->cuGraphAddEmptyNode(&out, (CUgraph)g, (const CUgraphNode *)deps, ndeps);
 	*node = (uintptr_t)out;
 	return r;
@@ -1047,7 +1045,7 @@ CUresult gm_graph_add_event(const gm_cuda *t, uintptr_t g, const uintptr_t *deps
 	CUgraphNode out = NULL;
 	*node = 0;
 	if (call == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUresult r = call(&out, (CUgraph)g, (const CUgraphNode *)deps, ndeps, (CUevent)ev);
 	*node = (uintptr_t)out;
 	return r;
@@ -1061,7 +1059,7 @@ CUresult gm_graph_add_deps(const gm_cuda *t, uintptr_t g, const uintptr_t *from,
 						    edges, n);
 	if (t->cuGraphAddDependencies != NULL && (edges == NULL || gm_all_zero(edges, 8 * n)))
 		return t->cuGraphAddDependencies((CUgraph)g, (const CUgraphNode *)from, (const CUgraphNode *)to, n);
-	return GM_CUDA_ERROR_NOT_SUPPORTED;
+	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 CUresult gm_graph_instantiate(const gm_cuda *t, uintptr_t g, unsigned long long flags, uintptr_t *e)
@@ -1069,7 +1067,7 @@ CUresult gm_graph_instantiate(const gm_cuda *t, uintptr_t g, unsigned long long 
 	CUgraphExec exec = NULL;
 	*e = 0;
 	if (t->cuGraphInstantiateWithFlags == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUresult r = t->cuGraphInstantiateWithFlags(&exec, (CUgraph)g, flags);
 	*e = (uintptr_t)exec;
 	return r;
@@ -1092,7 +1090,7 @@ CUresult gm_graph_exec_kernel_params(const gm_cuda *t, uintptr_t e, uintptr_t no
 				     const unsigned int *dims, void *params, size_t nparams)
 {
 	if (t->cuGraphExecKernelNodeSetParams_v2 == NULL)
-		return GM_CUDA_ERROR_NOT_SUPPORTED;
+		return CUDA_ERROR_NOT_SUPPORTED;
 	CUDA_KERNEL_NODE_PARAMS_v2 p;
 	void *extra[5];
 	size_t size;

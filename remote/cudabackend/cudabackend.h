@@ -2,8 +2,8 @@
  * The C half of package cudabackend: a dlsym table over libcuda.so.1 and
  * thin wrappers that Go calls through cgo.
  *
- * No CUDA header is needed: the few types below have CUDA's ABI (cuda.h,
- * CUDA 12/13). Handles cross the cgo boundary as uintptr_t so that Go never
+ * No CUDA header is needed: the types come from the interposer's gm_abi.h,
+ * cuda.h's ABI (CUDA 12/13) that the limiter uses too. Handles cross the cgo boundary as uintptr_t so that Go never
  * converts an integer to a pointer; the wrappers cast them back.
  */
 #ifndef GPUMUX_CUDABACKEND_H
@@ -12,115 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef int CUresult; /* an enum in cuda.h: int-sized */
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef struct CUctx_st *CUcontext;
-typedef struct CUmod_st *CUmodule;
-typedef struct CUfunc_st *CUfunction;
-typedef struct CUstream_st *CUstream;
-typedef struct CUevent_st *CUevent;
-typedef struct CUuuid_st {
-	char bytes[16];
-} CUuuid;
-typedef struct CUgraph_st *CUgraph;
-typedef struct CUgraphNode_st *CUgraphNode;
-typedef struct CUgraphExec_st *CUgraphExec;
-typedef struct CUarray_st *CUarray;
-
-/* Graph node parameters (cuda.h, CUDA 12/13). */
-typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
-	CUfunction func;
-	unsigned int gridDimX, gridDimY, gridDimZ;
-	unsigned int blockDimX, blockDimY, blockDimZ;
-	unsigned int sharedMemBytes;
-	void **kernelParams;
-	void **extra;
-	void *kern; /* CUkernel: unused here */
-	CUcontext ctx;
-} CUDA_KERNEL_NODE_PARAMS_v2;
-typedef struct CUDA_MEMSET_NODE_PARAMS_st {
-	CUdeviceptr dst;
-	size_t pitch;
-	unsigned int value;
-	unsigned int elementSize;
-	size_t width;
-	size_t height;
-} CUDA_MEMSET_NODE_PARAMS;
-typedef struct CUDA_MEMCPY3D_st {
-	size_t srcXInBytes, srcY, srcZ, srcLOD;
-	int srcMemoryType; /* CUmemorytype: int-sized */
-	const void *srcHost;
-	CUdeviceptr srcDevice;
-	CUarray srcArray;
-	void *reserved0;
-	size_t srcPitch, srcHeight;
-	size_t dstXInBytes, dstY, dstZ, dstLOD;
-	int dstMemoryType;
-	void *dstHost;
-	CUdeviceptr dstDevice;
-	CUarray dstArray;
-	void *reserved1;
-	size_t dstPitch, dstHeight;
-	size_t WidthInBytes, Height, Depth;
-} CUDA_MEMCPY3D;
-/* CUgraphEdgeData: 8 bytes, carried opaque. */
-typedef struct CUgraphEdgeData_st {
-	unsigned char bytes[8];
-} CUgraphEdgeData;
-#define GM_CU_MEMORYTYPE_DEVICE 2
-
-/* CUlaunchAttribute and CUlaunchConfig (cuda.h, CUDA 12/13): the
- * attribute's 64-byte value union is opaque here; the server has rebuilt it
- * from an allow-list (remote/server/calls_launch.go). */
-typedef struct CUlaunchAttribute_st {
-	unsigned int id;
-	char pad[8 - sizeof(unsigned int)];
-	union {
-		char pad[64];
-		unsigned long long align;
-	} value;
-} CUlaunchAttribute;
-typedef struct CUlaunchConfig_st {
-	unsigned int gridDimX, gridDimY, gridDimZ;
-	unsigned int blockDimX, blockDimY, blockDimZ;
-	unsigned int sharedMemBytes;
-	CUstream hStream;
-	CUlaunchAttribute *attrs;
-	unsigned int numAttrs;
-} CUlaunchConfig;
-/* Virtual memory management and memory pools (cuda.h, CUDA 12/13). */
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef struct CUmemPoolHandle_st *CUmemoryPool;
-typedef struct CUmemLocation_st {
-	int type; /* CUmemLocationType */
-	int id;
-} CUmemLocation;
-typedef struct CUmemAllocationProp_st {
-	int type;		  /* CUmemAllocationType */
-	int requestedHandleTypes; /* CUmemAllocationHandleType */
-	CUmemLocation location;
-	void *win32HandleMetaData;
-	struct {
-		unsigned char compressionType;
-		unsigned char gpuDirectRDMACapable;
-		unsigned short usage;
-		unsigned char reserved[4];
-	} allocFlags;
-} CUmemAllocationProp;
-typedef struct CUmemAccessDesc_st {
-	CUmemLocation location;
-	int flags; /* CUmemAccess_flags */
-} CUmemAccessDesc;
-typedef struct CUmemPoolProps_st {
-	int allocType;
-	int handleTypes;
-	CUmemLocation location;
-	void *win32SecurityAttributes;
-	size_t maxSize;
-	unsigned short usage;
-	unsigned char reserved[54];
-} CUmemPoolProps;
+/* The CUDA ABI: the interposer's header of it (cuda.h's names, values
+ * and layouts), which the limiter includes too. */
+#include "../interposer/gm_abi.h"
 
 /* A CUmemAllocationProp's fields as the server checked them (proto.MemProp). */
 typedef struct gm_memprop {
@@ -139,13 +33,7 @@ typedef struct gm_access {
 
 /* GM_MAX_LAUNCH_ATTRS bounds the attributes of one call (proto.MaxLaunchAttrs). */
 #define GM_MAX_LAUNCH_ATTRS 32
-#define GM_CUDA_SUCCESS 0
-#define GM_CUDA_ERROR_INVALID_VALUE 1
-#define GM_CUDA_ERROR_NOT_SUPPORTED 801
 #define GM_CU_EVENT_DISABLE_TIMING 0x2
-#define GM_CU_LAUNCH_PARAM_END ((void *)0x00)
-#define GM_CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
-#define GM_CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
 
 /*
  * The symbols, each field named as the symbol it holds. X(name) is

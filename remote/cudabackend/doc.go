@@ -7,8 +7,8 @@
 // The package needs no CUDA toolkit to build, only a C compiler: Open loads
 // libcuda.so.1 (or another path) with dlopen and resolves each entry point
 // with dlsym into a table (cudabackend.c), under the versioned ABI names
-// (cuMemAlloc_v2, cuCtxCreate_v2, cuMemcpyHtoDAsync_v2, ...). The few CUDA
-// types it uses are declared in cudabackend.h with CUDA's ABI. A library
+// (cuMemAlloc_v2, cuCtxCreate_v2, cuMemcpyHtoDAsync_v2, ...). The CUDA
+// types it uses come from the interposer's remote/interposer/gm_abi.h. A library
 // that cannot be loaded is an error wrapping ErrNoDriver; a missing symbol
 // one wrapping ErrMissingSymbol that names it. A few entry points are
 // optional: cuFuncGetParamInfo (CUDA 12.4; FuncParamInfo answers
