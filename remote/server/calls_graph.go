@@ -706,7 +706,7 @@ func (s *session) eventInGraph(e *eventState) bool {
 
 // destroyGraphs ends ctx's captures and destroys its execs and graphs, for
 // destroyCtx (ctx is current).
-func (s *session) destroyGraphs(ctx *ctxState, f *freed, warn func(string, proto.Result)) {
+func (s *session) destroyGraphs(ctx *ctxState, f *freed) {
 	for _, cp := range s.capturesOf(ctx) {
 		if s.curOK && s.cur == ctx.raw {
 			s.abandonCapture(cp)
@@ -715,24 +715,12 @@ func (s *session) destroyGraphs(ctx *ctxState, f *freed, warn func(string, proto
 		}
 		f.captures++
 	}
-	for _, h := range sortedHandles(s.execs) {
-		if e := s.execs[h]; e.ctx == ctx {
-			if s.curOK && s.cur == ctx.raw {
-				warn("cuGraphExecDestroy", s.be.GraphExecDestroy(e.raw))
-			}
-			delete(s.execs, h)
-			f.execs++
-		}
-	}
-	for _, h := range sortedHandles(s.graphs) {
-		if g := s.graphs[h]; g.ctx == ctx {
-			if s.curOK && s.cur == ctx.raw {
-				warn("cuGraphDestroy", s.be.GraphDestroy(g.raw))
-			}
-			s.forgetGraph(g)
-			f.graphs++
-		}
-	}
+	f.execs += destroyOwned(s, ctx, s.execs, "cuGraphExecDestroy",
+		func(e *execState) (*ctxState, uintptr) { return e.ctx, e.raw }, s.be.GraphExecDestroy,
+		func(h proto.Handle, _ *execState) { delete(s.execs, h) })
+	f.graphs += destroyOwned(s, ctx, s.graphs, "cuGraphDestroy",
+		func(g *graphState) (*ctxState, uintptr) { return g.ctx, g.raw }, s.be.GraphDestroy,
+		func(_ proto.Handle, g *graphState) { s.forgetGraph(g) })
 }
 
 // capturesOf returns the captures begun on ctx's streams, oldest first.

@@ -86,7 +86,7 @@ func (s *session) destroyCtx(ctx *ctxState) freed {
 	warn := s.warn
 	r := s.use(ctx)
 	warn("cuCtxSetCurrent", r)
-	s.destroyGraphs(ctx, &f, warn)
+	s.destroyGraphs(ctx, &f)
 	if r == proto.Success {
 		warn("cuCtxSynchronize", s.be.CtxSynchronize())
 	}
@@ -102,33 +102,15 @@ func (s *session) destroyCtx(ctx *ctxState) freed {
 		f.bytes += a.size
 	}
 	f.bytes += s.releaseLimits(ctx)
-	for _, h := range sortedHandles(s.mods) {
-		if m := s.mods[h]; m.ctx == ctx {
-			if s.curOK && s.cur == ctx.raw {
-				warn("cuModuleUnload", s.be.ModuleUnload(m.raw))
-			}
-			s.forgetModule(m)
-			f.modules++
-		}
-	}
-	for _, h := range sortedHandles(s.events) {
-		if e := s.events[h]; e.ctx == ctx {
-			if s.curOK && s.cur == ctx.raw {
-				warn("cuEventDestroy", s.be.EventDestroy(e.raw))
-			}
-			delete(s.events, h)
-			f.events++
-		}
-	}
-	for _, h := range sortedHandles(s.streams) {
-		if st := s.streams[h]; st.ctx == ctx {
-			if s.curOK && s.cur == ctx.raw {
-				warn("cuStreamDestroy", s.be.StreamDestroy(st.raw))
-			}
-			delete(s.streams, h)
-			f.streams++
-		}
-	}
+	f.modules += destroyOwned(s, ctx, s.mods, "cuModuleUnload",
+		func(m *moduleState) (*ctxState, uintptr) { return m.ctx, m.raw }, s.be.ModuleUnload,
+		func(_ proto.Handle, m *moduleState) { s.forgetModule(m) })
+	f.events += destroyOwned(s, ctx, s.events, "cuEventDestroy",
+		func(e *eventState) (*ctxState, uintptr) { return e.ctx, e.raw }, s.be.EventDestroy,
+		func(h proto.Handle, _ *eventState) { delete(s.events, h) })
+	f.streams += destroyOwned(s, ctx, s.streams, "cuStreamDestroy",
+		func(st *streamState) (*ctxState, uintptr) { return st.ctx, st.raw }, s.be.StreamDestroy,
+		func(h proto.Handle, _ *streamState) { delete(s.streams, h) })
 	warn("cuCtxDestroy", s.be.CtxDestroy(ctx.raw))
 	s.curOK = false
 	delete(s.ctxs, ctx.h)
@@ -139,6 +121,29 @@ func (s *session) destroyCtx(ctx *ctxState) freed {
 	}
 	f.contexts++
 	return f
+}
+
+// destroyOwned destroys each object of objs that belongs to ctx, in handle
+// order: through the backend (destroy, named what in a failure's warning)
+// while ctx is current, and from the session (forget) either way. It
+// returns how many it destroyed. of says an object's context and raw
+// handle.
+func destroyOwned[V any](s *session, ctx *ctxState, objs map[proto.Handle]V, what string,
+	of func(V) (*ctxState, uintptr), destroy func(uintptr) proto.Result, forget func(proto.Handle, V)) int {
+	n := 0
+	for _, h := range sortedHandles(objs) {
+		o := objs[h]
+		owner, raw := of(o)
+		if owner != ctx {
+			continue
+		}
+		if s.curOK && s.cur == ctx.raw {
+			s.warn(what, destroy(raw))
+		}
+		forget(h, o)
+		n++
+	}
+	return n
 }
 
 // warn logs a backend call of a cleanup that failed.
