@@ -256,14 +256,7 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Daemon {
 	d.proc = proc
 	t.Logf("containerd pid %d, dir %s", proc.Pid(), dir)
 
-	t.Cleanup(func() {
-		if err := d.Stop(); err != nil {
-			t.Errorf("stopping containerd: %v", err)
-		}
-		if t.Failed() {
-			d.dumpLog()
-		}
-	})
+	d.proc.StopAtEnd(t, d.Stop, d.dumpLog)
 
 	wctx, cancel := context.WithTimeout(ctx, cfg.readyTimeout)
 	defer cancel()

@@ -227,14 +227,7 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Daemon {
 	}
 	d.proc = proc
 	t.Logf("dockerd pid %d, dir %s, containerd %s", proc.Pid(), dir, d.Containerd.Address)
-	t.Cleanup(func() {
-		if err := d.Stop(); err != nil {
-			t.Errorf("stopping dockerd: %v", err)
-		}
-		if t.Failed() {
-			d.dumpLog()
-		}
-	})
+	d.proc.StopAtEnd(t, d.Stop, d.dumpLog)
 	wctx, cancel := context.WithTimeout(ctx, cfg.readyTimeout)
 	defer cancel()
 	if err := d.waitReady(wctx); err != nil {

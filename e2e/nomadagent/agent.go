@@ -340,14 +340,7 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Agent {
 	t.Logf("nomad agent pid %d, http %s, config %s, log %s, data %s",
 		proc.Pid(), a.HTTPAddr, a.ConfigPath, a.LogPath, a.DataDir)
 
-	t.Cleanup(func() {
-		if err := a.Stop(); err != nil {
-			t.Errorf("stopping nomad agent: %v", err)
-		}
-		if t.Failed() {
-			a.dumpLog()
-		}
-	})
+	a.proc.StopAtEnd(t, a.Stop, a.dumpLog)
 
 	apiCfg := api.DefaultConfig()
 	apiCfg.Address = a.HTTPAddr

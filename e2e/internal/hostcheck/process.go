@@ -88,3 +88,25 @@ func signalName(sig syscall.Signal) string {
 	}
 	return sig.String()
 }
+
+// TB is the part of testing.TB a harness's process needs (the package
+// keeps to what the static probe may link).
+type TB interface {
+	Cleanup(func())
+	Errorf(format string, args ...any)
+	Failed() bool
+}
+
+// StopAtEnd has t stop the daemon when it ends (stop is the harness's Stop:
+// the daemon's cleanup, then Process.Stop), and print the daemon's log
+// (dumpLog) if t failed.
+func (p *Process) StopAtEnd(t TB, stop func() error, dumpLog func()) {
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("stopping %s: %v", p.name, err)
+		}
+		if t.Failed() {
+			dumpLog()
+		}
+	})
+}
