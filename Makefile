@@ -54,8 +54,8 @@ E2E_FLAGS ?= -v
 
 all: build
 
-## build: go build every command under cmd/ into bin/, the plugin into bin/plugins/, the interposer and its NVML
-build: interposer remote-nvml limiter
+## build: go build every command under cmd/ into bin/, the plugin into bin/plugins/, gpumux-runtime (C), the interposer and its NVML, the limiter
+build: entry interposer remote-nvml limiter
 	@mkdir -p $(BIN_DIR) $(PLUGIN_DIR)
 	@pkgs="$$($(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./cmd/...)"; \
 	if [[ -z "$$pkgs" ]]; then \
@@ -72,6 +72,31 @@ build: interposer remote-nvml limiter
 	else \
 		echo "build: WARNING: cmd/$(PLUGIN) not present yet; no plugin built"; \
 	fi
+
+# gpumux-runtime: the runtime entry every runc call of every container goes
+# through (cmd/gpumux-runtime), a static C program that only routes: to
+# runc, to gpumux-runtime-core (a create that may ask for GPUs) or to
+# gpumux-runtime-hook, both Go and installed beside it. Its version is the
+# build's; the stamp file makes a new version rebuild it.
+ENTRY_SRC := cmd/gpumux-runtime/gpumux-runtime.c
+ENTRY_OUT ?= $(BIN_DIR)/gpumux-runtime
+ENTRY_STAMP := $(BIN_DIR)/.gpumux-runtime.version
+ENTRY_CFLAGS ?= -std=gnu11 -O2 -Wall -Wextra -Werror
+ENTRY_LDFLAGS ?= -static
+
+.PHONY: entry FORCE
+## entry: build gpumux-runtime (C) into $(ENTRY_OUT) with the system C compiler ($(CC))
+entry: $(ENTRY_OUT)
+
+$(ENTRY_STAMP): FORCE
+	@mkdir -p $(@D)
+	@v='$(VERSION) (commit $(COMMIT))'; [[ -f $@ && "$$(cat $@)" == "$$v" ]] || echo "$$v" >$@
+
+$(ENTRY_OUT): $(ENTRY_SRC) $(ENTRY_STAMP)
+	@command -v $(CC) >/dev/null 2>&1 || { echo "entry: no C compiler ($(CC)); run 'make deps' or set CC" >&2; exit 1; }
+	@mkdir -p $(@D)
+	$(CC) $(ENTRY_CFLAGS) -DGPUMUX_VERSION='"$(VERSION) (commit $(COMMIT))"' -o $@.tmp $(ENTRY_SRC) $(ENTRY_LDFLAGS)
+	@mv -f $@.tmp $@
 
 # The interposer: the C library installed as libcuda.so.1 in containers
 # that use a remote GPU (remote/interposer). C only, no toolkit needed;
@@ -181,7 +206,7 @@ SYSTEMD_UNITS := $(sort $(wildcard examples/systemd/*.service))
 install: build
 	install -d -m 755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(GPUMUX_LIBDIR)/remote $(DESTDIR)$(GPUMUX_LIBDIR)/limiter \
 		$(DESTDIR)$(NOMAD_PLUGIN_DIR) $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(DOCDIR)
-	install -m 755 $(BIN_DIR)/gpumux $(BIN_DIR)/gpumux-runtime $(BIN_DIR)/gpumux-runtime-core $(BIN_DIR)/gpumux-remoted $(DESTDIR)$(BINDIR)/
+	install -m 755 $(BIN_DIR)/gpumux $(BIN_DIR)/gpumux-runtime $(BIN_DIR)/gpumux-runtime-core $(BIN_DIR)/gpumux-runtime-hook $(BIN_DIR)/gpumux-remoted $(DESTDIR)$(BINDIR)/
 	install -m 755 $(PLUGIN_DIR)/$(PLUGIN) $(DESTDIR)$(NOMAD_PLUGIN_DIR)/
 	install -m 644 $(INTERPOSER_OUT) $(NVML_OUT) $(DESTDIR)$(GPUMUX_LIBDIR)/remote/
 	ln -sfn libnvidia-ml.so.1 $(DESTDIR)$(GPUMUX_LIBDIR)/remote/libnvidia-ml.so
@@ -273,7 +298,8 @@ gpu-bin: interposer remote-nvml
 	$(GO) test -c -tags gpu -ldflags='-s -w' -o .devbin/mps.test ./mps/
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-fake-mps-control ./cmd/gpumux-fake-mps-control
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux ./cmd/gpumux
-	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-runtime ./cmd/gpumux-runtime
+	$(MAKE) --no-print-directory entry ENTRY_OUT=.devbin/gpumux-runtime ENTRY_STAMP=.devbin/.gpumux-runtime.version
+	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-runtime-hook ./cmd/gpumux-runtime-hook
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-runtime-core ./cmd/gpumux-runtime-core
 	$(GO) build -ldflags='-s -w' -o .devbin/gpumux-remoted ./cmd/gpumux-remoted
 	$(GO) test -c -tags gpu -ldflags='-s -w' -o .devbin/cudabackend.test ./remote/cudabackend/

@@ -24,9 +24,9 @@ const CDIKind = "gpumux.io/share"
 
 // cdiOptions are gpumux cdi generate's flags.
 type cdiOptions struct {
-	node                nodeFlags
-	file, runtimeBinary string
-	output              string // the deprecated --output FILE
+	node             nodeFlags
+	file, hookBinary string
+	output           string // the deprecated --output FILE
 }
 
 func newCDICmd(stdout, stderr io.Writer) *cobra.Command {
@@ -35,7 +35,7 @@ func newCDICmd(stdout, stderr io.Writer) *cobra.Command {
 Writes a CDI spec (kind %s) with one device per share the node offers under
 its layout, carrying the same edits as the Nomad plugin and gpumux-runtime
 (device nodes, environment, mounts: the host driver's libraries and
-nvidia-smi among them, and gpumux-runtime's hook that adds the libraries
+nvidia-smi among them, and gpumux-runtime-hook's hook that adds the libraries
 to the container's linker cache): for CDI-native engines (containerd 2.x, Docker 25+, Podman), e.g.
   podman run --device %s=<name> …
 A CDI device is handed out as named, with no lease: use gpumux-runtime for
@@ -48,7 +48,11 @@ Exit codes: 0 ok, 1 error, 2 bad flags.`, CDIKind, CDIKind), func(ctx context.Co
 	o.node.register(gen)
 	gen.Flags().StringVarP(&o.file, "file", "f", "", "write the spec to `FILE` (e.g. /etc/cdi/gpumux.json) instead of standard output")
 	gen.MarkFlagFilename("file", "json")
-	gen.Flags().StringVar(&o.runtimeBinary, "runtime-binary", "", "gpumux-runtime `PATH` whose update-ldcache hook the spec names (default: gpumux-runtime on PATH or next to gpumux, else "+node.DefaultRuntimeBinary+")")
+	gen.Flags().StringVar(&o.hookBinary, "hook-binary", "", "gpumux-runtime-hook `PATH` whose update-ldcache hook the spec names (default: gpumux-runtime-hook on PATH or next to gpumux, else "+node.DefaultHookBinary+")")
+	gen.MarkFlagFilename("hook-binary")
+	// --runtime-binary: its name before gpumux-runtime-hook ran the hook.
+	gen.Flags().StringVar(&o.hookBinary, "runtime-binary", "", "the same as --hook-binary")
+	gen.Flags().MarkHidden("runtime-binary")
 	deprecatedFileFlag(gen, &o.output)
 	return group("cdi", "CDI specs of the node's shares", gen)
 }
@@ -59,8 +63,8 @@ func runCDI(ctx context.Context, o *cdiOptions, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	var opts []node.Option
-	if o.runtimeBinary != "" {
-		opts = append(opts, node.WithRuntimeBinary(o.runtimeBinary))
+	if o.hookBinary != "" {
+		opts = append(opts, node.WithHookBinary(o.hookBinary))
 	}
 	spec, err := cdiSpec(ctx, &o.node, stderr, opts...)
 	if err == nil {

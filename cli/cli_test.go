@@ -178,23 +178,23 @@ gpu {
 	}
 
 	// Every device carries the driver's files and the hook that adds them
-	// to the container's linker cache, which runs --runtime-binary; one
+	// to the container's linker cache, which runs --hook-binary (--runtime-binary, its older name); one
 	// that is not installed is said once.
 	lib := "/" + sim.LibDir()
-	installed := filepath.Join(t.TempDir(), "gpumux-runtime")
+	installed := filepath.Join(t.TempDir(), "gpumux-runtime-hook")
 	if err := os.WriteFile(installed, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		binary string
-		warn   bool
-	}{{installed, false}, {filepath.Join(dir, "no", "gpumux-runtime"), true}} {
-		code, stdout, errOut := run(t, "cdi", "generate", "--config", cfg, "--runtime-binary", tc.binary)
+		flag, binary string
+		warn         bool
+	}{{"--hook-binary", installed, false}, {"--hook-binary", filepath.Join(dir, "no", "gpumux-runtime-hook"), true}, {"--runtime-binary", installed, false}} {
+		code, stdout, errOut := run(t, "cdi", "generate", "--config", cfg, tc.flag, tc.binary)
 		if code != cli.ExitOK {
 			t.Fatalf("exit %d: %s", code, errOut)
 		}
 		if n := strings.Count(errOut, "warning: hook program "+tc.binary); n != map[bool]int{true: 1, false: 0}[tc.warn] {
-			t.Errorf("--runtime-binary %s: %d warnings (want one if it is missing): %q", tc.binary, n, errOut)
+			t.Errorf("%s %s: %d warnings (want one if it is missing): %q", tc.flag, tc.binary, n, errOut)
 		}
 		var spec cdispec.Spec
 		if err := json.Unmarshal([]byte(stdout), &spec); err != nil {
@@ -202,7 +202,7 @@ gpu {
 		}
 		for _, d := range spec.Devices {
 			hooks := d.ContainerEdits.Hooks
-			if len(hooks) != 1 || hooks[0].HookName != "createContainer" || hooks[0].Path != tc.binary || strings.Join(hooks[0].Args, " ") != "gpumux-runtime hook update-ldcache "+lib {
+			if len(hooks) != 1 || hooks[0].HookName != "createContainer" || hooks[0].Path != tc.binary || strings.Join(hooks[0].Args, " ") != filepath.Base(tc.binary)+" hook update-ldcache "+lib {
 				t.Errorf("device %s: hooks %+v", d.Name, hooks)
 			}
 			found := false

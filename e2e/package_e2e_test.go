@@ -126,6 +126,7 @@ func TestPackageInstall(t *testing.T) {
 			"/usr/bin/gpumux":                                             {mode: exe},
 			"/usr/bin/gpumux-runtime":                                     {mode: exe},
 			"/usr/bin/gpumux-runtime-core":                                {mode: exe},
+			"/usr/bin/gpumux-runtime-hook":                                {mode: exe},
 			"/usr/bin/gpumux-remoted":                                     {mode: exe},
 			"/usr/lib/nomad/plugins/nomad-device-gpumux":                  {mode: exe},
 			"/usr/lib/gpumux/remote/libcuda.so.1":                         {mode: lib},
@@ -184,6 +185,7 @@ func TestPackageInstall(t *testing.T) {
 			"root/usr/bin/gpumux":                            "-rwxr-xr-x",
 			"root/usr/bin/gpumux-runtime":                    "-rwxr-xr-x",
 			"root/usr/bin/gpumux-runtime-core":               "-rwxr-xr-x",
+			"root/usr/bin/gpumux-runtime-hook":               "-rwxr-xr-x",
 			"root/usr/bin/gpumux-remoted":                    "-rwxr-xr-x",
 			"root/usr/lib/nomad/plugins/nomad-device-gpumux": "-rwxr-xr-x",
 			"root/usr/lib/gpumux/remote/libcuda.so.1":        "-rw-r--r--",
@@ -225,6 +227,8 @@ func TestPackageInstall(t *testing.T) {
 			{"usr/bin/gpumux", []string{"version"}, "gpumux " + stamp},
 			{"usr/bin/gpumux-remoted", []string{"--version"}, "gpumux-remoted " + stamp},
 			{"usr/bin/gpumux-runtime", []string{"--version"}, "gpumux-runtime " + stamp},
+			{"usr/bin/gpumux-runtime-hook", []string{"--version"}, "gpumux-runtime-hook " + stamp},
+			{"usr/bin/gpumux-runtime-core", []string{"--version"}, "gpumux-runtime-core " + stamp},
 			{"usr/lib/nomad/plugins/nomad-device-gpumux", []string{"--version"}, "nomad-device-gpumux " + stamp},
 		} {
 			out := runIn(t, ctx, scratch, at(tc.bin), tc.args...)
@@ -232,8 +236,8 @@ func TestPackageInstall(t *testing.T) {
 				t.Errorf("%s %s: first line %q, want %q\n%s", tc.bin, strings.Join(tc.args, " "), first, tc.want, out)
 			}
 			// gpumux-runtime hands --version on to runc, whose lines follow.
-			if tc.bin == "usr/bin/gpumux-runtime" && !strings.Contains(out, "\nrunc version ") {
-				t.Errorf("gpumux-runtime --version does not show runc's version:\n%s", out)
+			if strings.HasPrefix(tc.bin, "usr/bin/gpumux-runtime") && !strings.HasSuffix(tc.bin, "-hook") && !strings.Contains(out, "\nrunc version ") {
+				t.Errorf("%s --version does not show runc's version:\n%s", tc.bin, out)
 			}
 		}
 	})

@@ -13,24 +13,26 @@ import (
 // library directories to a container's linker cache, as the NVIDIA
 // container toolkit's update-ldcache hook does:
 //
-//	gpumux-runtime hook update-ldcache DIR...
+//	gpumux-runtime-hook hook update-ldcache DIR...
 const HookUpdateLdcache = "update-ldcache"
 
-// DefaultRuntimeBinary is where docs/runtime.md installs gpumux-runtime:
-// the program of the hook when it is found nowhere else.
-const DefaultRuntimeBinary = "/usr/local/bin/gpumux-runtime"
+// DefaultHookBinary is where docs/runtime.md installs gpumux-runtime-hook
+// (beside gpumux-runtime): the program of the hook when it is found nowhere
+// else.
+const DefaultHookBinary = "/usr/local/bin/gpumux-runtime-hook"
 
-// WithRuntimeBinary sets the gpumux-runtime binary that containers' hooks
-// run (default: found on PATH or next to the running executable by
-// ResolveBinary, else DefaultRuntimeBinary).
-func WithRuntimeBinary(path string) Option { return func(o *options) { o.runtimeBinary = path } }
+// WithHookBinary sets the program that containers' hooks run:
+// gpumux-runtime-hook, or gpumux-runtime, which hands the hook to it
+// (default: gpumux-runtime-hook found on PATH or next to the running
+// executable by ResolveBinary, else DefaultHookBinary).
+func WithHookBinary(path string) Option { return func(o *options) { o.hookBinary = path } }
 
-// resolveRuntimeBinary finds gpumux-runtime for the hooks.
-func resolveRuntimeBinary() string {
-	if p := ResolveBinary("gpumux-runtime"); filepath.IsAbs(p) {
+// resolveHookBinary finds gpumux-runtime-hook for the hooks.
+func resolveHookBinary() string {
+	if p := ResolveBinary("gpumux-runtime-hook"); filepath.IsAbs(p) {
 		return p
 	}
-	return DefaultRuntimeBinary
+	return DefaultHookBinary
 }
 
 // driverCache keeps the driver's files once found: they change only with
@@ -97,8 +99,8 @@ func (n *Node) addDriver(e *share.Edits) error {
 	}
 	e.Hooks = append(e.Hooks, share.Hook{
 		Stage: share.HookCreateContainer,
-		Path:  n.runtimeBinary,
-		Args:  append([]string{filepath.Base(n.runtimeBinary), "hook", HookUpdateLdcache}, files.LibraryDirs()...),
+		Path:  n.hookBinary,
+		Args:  append([]string{filepath.Base(n.hookBinary), "hook", HookUpdateLdcache}, files.LibraryDirs()...),
 	})
 	return nil
 }

@@ -44,7 +44,7 @@ func TestEditsDriverFiles(t *testing.T) {
 		{Match: "2", Mechanism: share.TimeSlice, Replicas: 2},
 		{Match: "3", Mechanism: share.TimeSlice, Replicas: 2, Limit: share.LimitOff},
 		{Match: "4", Mechanism: share.MPS, Shares: 2},
-	}}, node.WithOpen(openDGXHost), node.WithRuntimeBinary("/opt/gpumux/bin/gpumux-runtime"))
+	}}, node.WithOpen(openDGXHost), node.WithHookBinary("/opt/gpumux/bin/gpumux-runtime-hook"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestEditsDriverFiles(t *testing.T) {
 		"/usr/bin/nvidia-smi":               filepath.Join(root, "usr/bin/nvidia-smi"),
 		"/run/nvidia-persistenced/socket":   filepath.Join(root, "run/nvidia-persistenced/socket"),
 	}
-	wantHook := share.Hook{Stage: share.HookCreateContainer, Path: "/opt/gpumux/bin/gpumux-runtime", Args: []string{"gpumux-runtime", "hook", node.HookUpdateLdcache, lib}}
+	wantHook := share.Hook{Stage: share.HookCreateContainer, Path: "/opt/gpumux/bin/gpumux-runtime-hook", Args: []string{"gpumux-runtime-hook", "hook", node.HookUpdateLdcache, lib}}
 	g := inv.GPUs
 	for _, tc := range []struct {
 		name    string

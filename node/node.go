@@ -89,8 +89,8 @@ type Node struct {
 	providers []Provider
 	xids      *xidTracker
 	leaseCache
-	driver        driverCache
-	runtimeBinary string // gpumux-runtime, which containers' hooks run
+	driver     driverCache
+	hookBinary string // gpumux-runtime-hook, which containers' hooks run
 
 	mu      sync.Mutex
 	catalog *share.Catalog // the last one built
@@ -103,12 +103,12 @@ type Node struct {
 type Option func(*options)
 
 type options struct {
-	open          OpenFunc
-	logger        hclog.Logger
-	issuer        string
-	mpsBinary     string
-	mpsOpts       []mps.Option
-	runtimeBinary string
+	open       OpenFunc
+	logger     hclog.Logger
+	issuer     string
+	mpsBinary  string
+	mpsOpts    []mps.Option
+	hookBinary string
 }
 
 // WithOpen replaces how the node's GPUs are opened (tests).
@@ -161,10 +161,10 @@ func Open(cfg *nodeconfig.Config, opts ...Option) (*Node, error) {
 	if o.mpsBinary == "" {
 		o.mpsBinary = ResolveBinary(cfg.MPSControlBinary)
 	}
-	if o.runtimeBinary == "" {
-		o.runtimeBinary = resolveRuntimeBinary()
+	if o.hookBinary == "" {
+		o.hookBinary = resolveHookBinary()
 	}
-	n := &Node{cfg: cfg, host: host, logger: o.logger, issuer: o.issuer, xids: newXIDTracker(), runtimeBinary: o.runtimeBinary}
+	n := &Node{cfg: cfg, host: host, logger: o.logger, issuer: o.issuer, xids: newXIDTracker(), hookBinary: o.hookBinary}
 	n.providers = n.newProviders(append([]mps.Option{mps.WithControlBinary(o.mpsBinary), mps.WithLogger(o.logger.Named("mps"))}, o.mpsOpts...))
 	return n, nil
 }

@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 
+	"github.com/gpumux/gpumux/internal/version"
 	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/runtimehook/entry"
 )
 
 // Main is gpumux-runtime's command line: runc's, plus `hook <name> [args]`
@@ -26,6 +28,10 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer)
 		opts = append(opts, WithRunc(runc))
 	}
 	r := New(load, opts...)
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-v") {
+		// gpumux's version, then runc's (as gpumux-runtime prints them).
+		fmt.Println(entry.CoreBinary, version.String())
+	}
 	if len(args) >= 1 && args[0] == "hook" {
 		if len(args) < 2 {
 			fmt.Fprintf(stderr, "gpumux-runtime: usage: %s\n", HookUsage)

@@ -246,16 +246,16 @@ func (r *Runtime) openNode() (*node.Node, error) {
 	if err := r.loadConfig(); err != nil {
 		return nil, err
 	}
-	opts := []node.Option{node.WithIssuer("runtime"), node.WithLogger(r.logger()), node.WithRuntimeBinary(r.entryPath())}
+	opts := []node.Option{node.WithIssuer("runtime"), node.WithLogger(r.logger()), node.WithHookBinary(r.hookPath())}
 	if r.open != nil {
 		opts = append(opts, node.WithOpen(r.open))
 	}
 	return node.Open(r.cfg, opts...)
 }
 
-// entryPath is gpumux-runtime, installed beside the core (r.self).
-func (r *Runtime) entryPath() string {
-	return filepath.Join(filepath.Dir(r.self), entry.EntryBinary)
+// hookPath is gpumux-runtime-hook, installed beside the core (r.self).
+func (r *Runtime) hookPath() string {
+	return filepath.Join(filepath.Dir(r.self), entry.HookBinary)
 }
 
 // logger reports what the node core logs (a remote server that cannot be
@@ -272,7 +272,7 @@ func catalogOptions(networked bool) []node.CatalogOption {
 	return []node.CatalogOption{node.Local()}
 }
 
-// addHooks makes runc call gpumux back: poststop (gpumux-runtime) releases
+// addHooks makes runc call gpumux back: poststop (gpumux-runtime-hook) releases
 // the shares, and, for MIG and MPS shares, createRuntime (the core) checks
 // they are still usable as runc starts the container.
 func (r *Runtime) addHooks(spec *specs.Spec, shares []share.Share) {
@@ -288,11 +288,11 @@ func (r *Runtime) addHooks(spec *specs.Spec, shares []share.Share) {
 		return specs.Hook{Path: path, Args: []string{filepath.Base(path), "hook", name}, Env: env, Timeout: &timeout}
 	}
 	// create-runtime needs the node: the core. poststop needs only the
-	// lease store, which gpumux-runtime opens without the node core.
+	// lease store, which gpumux-runtime-hook opens without the node core.
 	if slices.ContainsFunc(shares, rechecked) {
 		spec.Hooks.CreateRuntime = append(spec.Hooks.CreateRuntime, hook(r.self, HookCreateRuntime))
 	}
-	spec.Hooks.Poststop = append(spec.Hooks.Poststop, hook(r.entryPath(), HookPoststop))
+	spec.Hooks.Poststop = append(spec.Hooks.Poststop, hook(r.hookPath(), HookPoststop))
 }
 
 // rechecked says whether a share is checked again by the create-runtime

@@ -112,7 +112,7 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 		t.Error("no device cgroup rules were added")
 	}
 	if h := spec.Hooks; h == nil || len(h.CreateRuntime) != 1 || len(h.Poststop) != 1 || h.Poststop[0].Args[2] != HookPoststop ||
-		h.Poststop[0].Path != "/usr/bin/gpumux-runtime" || h.CreateRuntime[0].Path != "/usr/bin/gpumux-runtime-core" {
+		h.Poststop[0].Path != "/usr/bin/gpumux-runtime-hook" || h.CreateRuntime[0].Path != "/usr/bin/gpumux-runtime-core" {
 		t.Errorf("hooks %+v", spec.Hooks)
 	}
 	// The driver's files, read-only, and gpumux-runtime's hook (beside
@@ -127,9 +127,9 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 			t.Errorf("%s is not mounted read-only from the simulated driver: mounts %+v", p, spec.Mounts)
 		}
 	}
-	wantHook := []string{"gpumux-runtime", "hook", HookUpdateLdcache, lib}
-	if h := spec.Hooks; h == nil || len(h.CreateContainer) != 1 || h.CreateContainer[0].Path != "/usr/bin/gpumux-runtime" || !slices.Equal(h.CreateContainer[0].Args, wantHook) {
-		t.Errorf("createContainer hooks %+v, want /usr/bin/gpumux-runtime %v", spec.Hooks, wantHook)
+	wantHook := []string{"gpumux-runtime-hook", "hook", HookUpdateLdcache, lib}
+	if h := spec.Hooks; h == nil || len(h.CreateContainer) != 1 || h.CreateContainer[0].Path != "/usr/bin/gpumux-runtime-hook" || !slices.Equal(h.CreateContainer[0].Args, wantHook) {
+		t.Errorf("createContainer hooks %+v, want /usr/bin/gpumux-runtime-hook %v", spec.Hooks, wantHook)
 	}
 	log, _ := os.ReadFile(f.runcLog)
 	if !strings.Contains(string(log), "create --bundle "+f.bundle+" c1") {

@@ -416,9 +416,13 @@ func (c *nodeCase) checkLimiter(t *testing.T, id string, e edits) {
 	}
 }
 
-// runtimeBinary is the gpumux-runtime that the front doors' hooks name in
-// the suite (create's WithSelf, cdi generate's --runtime-binary).
-const runtimeBinary = "/usr/bin/gpumux-runtime"
+// hookBinary is the gpumux-runtime-hook that the front doors' hooks name
+// in the suite: beside the core for create (WithSelf(coreBinary)), cdi
+// generate's --hook-binary.
+const (
+	hookBinary = "/usr/bin/gpumux-runtime-hook"
+	coreBinary = "/usr/bin/gpumux-runtime-core"
+)
 
 // driverHooks are the hooks gpumux-runtime and the CDI spec must give a
 // share: the update-ldcache hook for a local share, none for a remote one.
@@ -426,7 +430,7 @@ func (c *nodeCase) driverHooks() []string {
 	if c.m.mech == share.Remote {
 		return nil
 	}
-	return []string{hookLine(runtimeBinary, []string{"gpumux-runtime", "hook", node.HookUpdateLdcache, "/" + sim.LibDir()})}
+	return []string{hookLine(hookBinary, []string{"gpumux-runtime-hook", "hook", node.HookUpdateLdcache, "/" + sim.LibDir()})}
 }
 
 // checkDriver checks that a local share's reservation carries the
@@ -467,7 +471,7 @@ func replicaOf(t *testing.T, id string) int {
 func (c *nodeCase) cdiSpec(t *testing.T) *cdispec.Spec {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	if code := cli.Run(context.Background(), []string{"cdi", "generate", "--config", c.cfgFile, "--runtime-binary", runtimeBinary}, &out, &errOut); code != cli.ExitOK {
+	if code := cli.Run(context.Background(), []string{"cdi", "generate", "--config", c.cfgFile, "--hook-binary", hookBinary}, &out, &errOut); code != cli.ExitOK {
 		t.Fatalf("gpumux cdi generate: exit %d: %s", code, errOut.String())
 	}
 	var spec cdispec.Spec
@@ -518,7 +522,7 @@ func (c *nodeCase) create(t *testing.T, container, id, token string, devIndex ma
 	cfg := c.config(t)
 	var stderr bytes.Buffer
 	rt := runtimehook.New(func() (*nodeconfig.Config, error) { return cfg, nil },
-		runtimehook.WithRunc(c.runc), runtimehook.WithSelf(runtimeBinary), runtimehook.WithStderr(&stderr))
+		runtimehook.WithRunc(c.runc), runtimehook.WithSelf(coreBinary), runtimehook.WithStderr(&stderr))
 	if code := rt.Run(context.Background(), []string{"--root", filepath.Join(c.dir, "runc-root"), "create", "--bundle", bundle, container}); code != 0 {
 		t.Errorf("gpumux-runtime create of share %s with its reservation: exit %d: %s", id, code, stderr.String())
 		return edits{}, false

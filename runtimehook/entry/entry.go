@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -17,10 +14,13 @@ import (
 	"github.com/gpumux/gpumux/node/lease"
 )
 
-// Binary names: gpumux-runtime is this entry, gpumux-runtime-core the
-// runtime with the node core, installed in the same directory.
+// Binary names: gpumux-runtime is the C entry (cmd/gpumux-runtime), which
+// routes every call; gpumux-runtime-hook runs the hooks that need no node
+// (this package's Main); gpumux-runtime-core links the node core. All three
+// are installed in one directory.
 const (
 	EntryBinary = "gpumux-runtime"
+	HookBinary  = "gpumux-runtime-hook"
 	CoreBinary  = "gpumux-runtime-core"
 )
 
@@ -30,7 +30,7 @@ const (
 	EnvStateDir = "GPUMUX_STATE_DIR" // overrides the node config's state_dir
 )
 
-// The hooks this entry runs itself: update-ldcache (`hook update-ldcache
+// The hooks gpumux-runtime-hook runs: update-ldcache (`hook update-ldcache
 // DIR...`; node.HookUpdateLdcache is the same name), and poststop when its
 // environment names the state directory (the core's hooks do), which is
 // all it needs to release the container's leases.
@@ -50,8 +50,9 @@ var RequestEnv = []string{"GPUMUX_MECHANISM", "GPUMUX_MEMORY", "GPUMUX_COMPUTE",
 // Asks says whether a container with these annotations and process env
 // ("K=V" entries) asks gpumux for anything: an annotation under
 // AnnotationPrefix or a variable of RequestEnv, set to anything (even
-// malformed: the core refuses it with the reason). A container that asks
-// for nothing goes to runc untouched.
+// malformed: the core refuses it with the reason). gpumux-runtime sends the
+// create of every container that may ask to the core, a superset of these
+// (cmd/gpumux-runtime; TestCEntryRoutesEveryRequestToTheCore).
 func Asks(annotations map[string]string, env []string) bool {
 	for k := range annotations {
 		if strings.HasPrefix(k, AnnotationPrefix) {
@@ -72,116 +73,33 @@ func Asks(annotations map[string]string, env []string) bool {
 	return false
 }
 
-// Main is gpumux-runtime's command line: runc's, `hook <name> [args]`, and
-// a leading `--config FILE` for the core. It hands the call over with exec
-// and returns only when it did the work itself (the update-ldcache hook, the
-// poststop hook) or could not hand over; the result is the exit code.
-func Main(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer) int {
-	return handler{exec: syscall.Exec, corePath: CorePath, stderr: stderr}.main(ctx, args, stdin)
-}
-
-// handler is Main with how it hands over and where the core is, for tests.
-type handler struct {
-	exec     func(path string, argv, env []string) error
-	corePath func() (string, error)
-	stderr   io.Writer
-}
-
-func (h handler) main(ctx context.Context, args []string, stdin io.Reader) int {
-	runcArgs := args
-	if len(args) >= 2 && args[0] == "--config" {
-		runcArgs = args[2:]
-	}
-	if len(runcArgs) >= 1 && runcArgs[0] == "hook" {
-		switch {
-		case len(runcArgs) >= 2 && runcArgs[1] == HookUpdateLdcache:
-			return h.updateLdcache(ctx, runcArgs[2:], stdin)
-		case len(runcArgs) == 2 && runcArgs[1] == HookPoststop && os.Getenv(EnvStateDir) != "":
-			return h.poststop(ctx, os.Getenv(EnvStateDir), stdin)
+// Main is gpumux-runtime-hook's command line: `hook update-ldcache DIR...`,
+// `hook poststop` (GPUMUX_STATE_DIR names the lease store) and `--version`.
+// gpumux-runtime hands it these hooks; the others are the core's. The
+// result is the exit code.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) == 1 && (args[0] == "--version" || args[0] == "-v"):
+		fmt.Fprintln(stdout, HookBinary, version.String())
+		return 0
+	case len(args) >= 2 && args[0] == "hook" && args[1] == HookUpdateLdcache:
+		return updateLdcache(ctx, args[2:], stdin, stderr)
+	case len(args) == 2 && args[0] == "hook" && args[1] == HookPoststop:
+		dir := os.Getenv(EnvStateDir)
+		if dir == "" {
+			fmt.Fprintf(stderr, "%s hook %s: %s is not set: it names the state directory of the lease store\n", HookBinary, HookPoststop, EnvStateDir)
+			return 2
 		}
-		return h.core(args)
+		return poststop(ctx, dir, stdin, stderr)
 	}
-	if len(runcArgs) == 1 && (runcArgs[0] == "--version" || runcArgs[0] == "-v") {
-		// gpumux's version, then runc's (Docker reads runc's lines).
-		fmt.Fprintln(os.Stdout, "gpumux-runtime", version.String())
-	}
-	inv := ParseInvocation(runcArgs)
-	if inv.Subcommand == "create" && bundleAsks(inv.Bundle) {
-		return h.core(args)
-	}
-	return h.runc(runcArgs)
-}
-
-// bundleAsks says whether the bundle's config.json asks for anything. A
-// spec it cannot read or decode is the core's to report: it says true.
-func bundleAsks(bundle string) bool {
-	raw, err := os.ReadFile(filepath.Join(bundle, "config.json"))
-	if err != nil {
-		return true
-	}
-	var spec struct {
-		Annotations map[string]string `json:"annotations"`
-		Process     *struct {
-			Env []string `json:"env"`
-		} `json:"process"`
-	}
-	if err := json.Unmarshal(raw, &spec); err != nil {
-		return true
-	}
-	var env []string
-	if spec.Process != nil {
-		env = spec.Process.Env
-	}
-	return Asks(spec.Annotations, env)
-}
-
-// runc replaces this process with runc.
-func (h handler) runc(args []string) int {
-	name := os.Getenv(EnvRunc)
-	if name == "" {
-		name = "runc"
-	}
-	path, err := exec.LookPath(name)
-	if err != nil {
-		fmt.Fprintf(h.stderr, "%s: runc: %v\n", EntryBinary, err)
-		return 127
-	}
-	return h.handOver(path, args)
-}
-
-// core replaces this process with gpumux-runtime-core, given the same
-// arguments.
-func (h handler) core(args []string) int {
-	path, err := h.corePath()
-	if err != nil {
-		fmt.Fprintf(h.stderr, "%s: %v\n", EntryBinary, err)
-		return 127
-	}
-	return h.handOver(path, args)
-}
-
-func (h handler) handOver(path string, args []string) int {
-	err := h.exec(path, append([]string{path}, args...), os.Environ())
-	fmt.Fprintf(h.stderr, "%s: exec %s: %v\n", EntryBinary, path, err)
-	return 127
-}
-
-// CorePath is gpumux-runtime-core beside this executable.
-func CorePath() (string, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return "", fmt.Errorf("finding %s: %w", CoreBinary, err)
-	}
-	path := filepath.Join(filepath.Dir(self), CoreBinary)
-	if _, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("%s must be installed beside %s: %w", CoreBinary, self, err)
-	}
-	return path, nil
+	fmt.Fprintf(stderr, "%s: usage: %s hook %s DIR... | hook %s | --version (got %q; the other hooks are %s's)\n",
+		HookBinary, HookBinary, HookUpdateLdcache, HookPoststop, args, CoreBinary)
+	return 2
 }
 
 // updateLdcache runs the update-ldcache hook on the container state on
 // stdin.
-func (h handler) updateLdcache(ctx context.Context, dirs []string, stdin io.Reader) int {
+func updateLdcache(ctx context.Context, dirs []string, stdin io.Reader, stderr io.Writer) int {
 	st, err := DecodeState(stdin)
 	if err == nil {
 		err = UpdateLdcache(ctx, st, dirs)
@@ -190,7 +108,7 @@ func (h handler) updateLdcache(ctx context.Context, dirs []string, stdin io.Read
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(h.stderr, "%s hook %s: %v\n", EntryBinary, HookUpdateLdcache, err)
+		fmt.Fprintf(stderr, "%s hook %s: %v\n", HookBinary, HookUpdateLdcache, err)
 		return 1
 	}
 	return 0
@@ -198,7 +116,7 @@ func (h handler) updateLdcache(ctx context.Context, dirs []string, stdin io.Read
 
 // poststop runs the poststop hook: the container's leases in the lease
 // store of stateDir are released.
-func (h handler) poststop(ctx context.Context, stateDir string, stdin io.Reader) int {
+func poststop(ctx context.Context, stateDir string, stdin io.Reader, stderr io.Writer) int {
 	err := func() error {
 		st, err := DecodeState(stdin)
 		if err != nil {
@@ -216,7 +134,7 @@ func (h handler) poststop(ctx context.Context, stateDir string, stdin io.Reader)
 		return nil
 	}()
 	if err != nil {
-		fmt.Fprintf(h.stderr, "%s hook %s: %v\n", EntryBinary, HookPoststop, err)
+		fmt.Fprintf(stderr, "%s hook %s: %v\n", HookBinary, HookPoststop, err)
 		return 1
 	}
 	return 0

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,21 +46,16 @@ func ldcacheBundle(t *testing.T, rootPath string) (bundle, rootfs string) {
 	return bundle, rootfs
 }
 
-// hook runs `gpumux-runtime hook ARGS...` on the state of container c1 of
-// bundle ("" for no state), and returns its exit code and stderr. It must
-// not hand over.
+// hook runs `gpumux-runtime-hook hook ARGS...` on the state of container
+// c1 of bundle ("" for no state), and returns its exit code and stderr.
 func hook(t *testing.T, bundle string, args ...string) (int, string) {
 	t.Helper()
 	var state []byte
 	if bundle != "" {
 		state, _ = json.Marshal(specs.State{ID: "c1", Bundle: bundle})
 	}
-	var stderr bytes.Buffer
-	h := handler{stderr: &stderr, exec: func(path string, _, _ []string) error {
-		t.Errorf("hook %q handed over to %s", args, path)
-		return errors.New("not in a test")
-	}}
-	code := h.main(context.Background(), append([]string{"hook"}, args...), bytes.NewReader(state))
+	var stdout, stderr bytes.Buffer
+	code := Main(context.Background(), append([]string{"hook"}, args...), bytes.NewReader(state), &stdout, &stderr)
 	return code, stderr.String()
 }
 

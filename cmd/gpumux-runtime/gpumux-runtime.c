@@ -1,0 +1,264 @@
+/*
+ * gpumux-runtime: the OCI runtime a containerd shim or Docker runs for every
+ * runc call of every container (runc options BinaryName, Docker runtimes).
+ *
+ * It is a small static C program because it is on the path of every
+ * container, GPU or not: a call it hands to runc costs the start of this
+ * program and an exec (a Go program's start cost about 0.5 ms more on the
+ * CI machine, more when the machine is busy; docs/benchmarks.md). It only
+ * routes, and execs what does the work:
+ *
+ *   runc CALL ...                 runc ($GPUMUX_RUNC, default "runc" on PATH)
+ *   create of a container that    gpumux-runtime-core, beside this program,
+ *     may ask for GPUs            with the arguments as given (it leases and
+ *                                 injects the shares, then runs runc; given a
+ *                                 container that asks for nothing after all,
+ *                                 it runs runc on it untouched)
+ *   hook update-ldcache DIR...    gpumux-runtime-hook, beside this program
+ *   hook poststop (with           gpumux-runtime-hook
+ *     $GPUMUX_STATE_DIR set)
+ *   hook anything else            gpumux-runtime-core
+ *   --version                     gpumux's version, then runc's
+ *
+ * A leading `--config FILE` is the core's: it is kept for the core and
+ * dropped for runc.
+ *
+ * "May ask": the bundle's config.json, with JSON's string escapes undone,
+ * contains "gpumux.io/" (an annotation of gpumux's) or "GPUMUX_" (a
+ * variable of gpumux's in the process env), or it cannot be read. This is a
+ * superset of what asks (package runtimehook/entry's Asks, which the core
+ * applies exactly; TestCEntryRoutesEveryRequestToTheCore checks the two
+ * agree): a container that mentions gpumux elsewhere takes the core's
+ * longer path and is passed through there. The spec is not otherwise
+ * parsed: one that is not JSON goes to runc, which refuses it.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef GPUMUX_VERSION
+#define GPUMUX_VERSION "unknown (commit unknown)"
+#endif
+
+#define ENTRY "gpumux-runtime"
+#define CORE "gpumux-runtime-core"
+#define HOOK "gpumux-runtime-hook"
+
+/* A config.json larger than this is the core's to read. */
+#define MAX_SPEC (64L << 20)
+
+/* runc's global flags that take a value as the next argument. */
+static const char *const value_flags[] = {"--root", "--log", "--log-format", "--criu", "--rootless", NULL};
+
+static int takes_value(const char *a)
+{
+	for (const char *const *f = value_flags; *f; f++)
+		if (strcmp(a, *f) == 0)
+			return 1;
+	return 0;
+}
+
+/* hand_over replaces this process with path; it returns only on failure. */
+static int hand_over(const char *path, char **argv)
+{
+	argv[0] = (char *)path;
+	execv(path, argv);
+	fprintf(stderr, "%s: exec %s: %s\n", ENTRY, path, strerror(errno));
+	return 127;
+}
+
+/* sibling runs name, installed in this program's directory, with args. */
+static int sibling(const char *name, char **args, int n)
+{
+	char self[PATH_MAX], path[PATH_MAX];
+	ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (len < 0) {
+		fprintf(stderr, "%s: finding %s: /proc/self/exe: %s\n", ENTRY, name, strerror(errno));
+		return 127;
+	}
+	self[len] = 0;
+	char *slash = strrchr(self, '/');
+	int dirlen = slash ? (int)(slash - self) : 0;
+	if (snprintf(path, sizeof path, "%.*s/%s", dirlen, self, name) >= (int)sizeof path) {
+		fprintf(stderr, "%s: finding %s: path too long\n", ENTRY, name);
+		return 127;
+	}
+	struct stat st;
+	if (stat(path, &st) != 0) {
+		fprintf(stderr, "%s: %s must be installed beside %s: stat %s: %s\n", ENTRY, name, self, path,
+			strerror(errno));
+		return 127;
+	}
+	char **argv = calloc((size_t)n + 2, sizeof *argv);
+	if (!argv) {
+		fprintf(stderr, "%s: out of memory\n", ENTRY);
+		return 127;
+	}
+	memcpy(argv + 1, args, (size_t)n * sizeof *argv);
+	int code = hand_over(path, argv);
+	free(argv);
+	return code;
+}
+
+/* runc replaces this process with runc, given args. */
+static int runc(char **args, int n)
+{
+	const char *name = getenv("GPUMUX_RUNC");
+	if (!name || !*name)
+		name = "runc";
+	char **argv = calloc((size_t)n + 2, sizeof *argv);
+	if (!argv) {
+		fprintf(stderr, "%s: out of memory\n", ENTRY);
+		return 127;
+	}
+	memcpy(argv + 1, args, (size_t)n * sizeof *argv);
+	argv[0] = (char *)name;
+	execvp(name, argv);
+	fprintf(stderr, "%s: runc: exec %s: %s\n", ENTRY, name, strerror(errno));
+	free(argv);
+	return 127;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/*
+ * unescape undoes JSON's string escapes in place, left to right, and
+ * returns the new length: \uXXXX of an ASCII character becomes it, of any
+ * other a byte >= 0x80 (never part of the names looked for); \" \\ \/
+ * become their character, the other escapes (\n, \t, ...) a control
+ * character. Outside strings valid JSON has no backslash.
+ */
+static size_t unescape(char *b, size_t n)
+{
+	size_t i = 0, o = 0;
+	while (i < n) {
+		if (b[i] != '\\' || i + 1 >= n) {
+			b[o++] = b[i++];
+			continue;
+		}
+		char c = b[i + 1];
+		if (c == 'u' && i + 5 < n) {
+			int v = 0, ok = 1;
+			for (int k = 2; k < 6; k++) {
+				int h = hexval(b[i + k]);
+				ok &= h >= 0;
+				v = v * 16 + (h < 0 ? 0 : h);
+			}
+			if (ok) {
+				b[o++] = v < 0x80 ? (char)v : (char)0x80;
+				i += 6;
+				continue;
+			}
+		}
+		b[o++] = (c == '"' || c == '\\' || c == '/') ? c : '\n';
+		i += 2;
+	}
+	return o;
+}
+
+/* read_all reads the whole file at path into a new buffer. */
+static char *read_all(const char *path, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	struct stat st;
+	char *buf = NULL;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > MAX_SPEC)
+		goto out;
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf)
+		goto out;
+	size_t got = 0;
+	while (got < (size_t)st.st_size) {
+		ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	if (got != (size_t)st.st_size) {
+		free(buf);
+		buf = NULL;
+		goto out;
+	}
+	*len = got;
+out:
+	close(fd);
+	return buf;
+}
+
+/* may_ask says whether the container of this bundle may ask for GPUs. */
+static int may_ask(const char *bundle)
+{
+	char path[PATH_MAX];
+	if (snprintf(path, sizeof path, "%s/config.json", bundle) >= (int)sizeof path)
+		return 1;
+	size_t n;
+	char *spec = read_all(path, &n);
+	if (!spec)
+		return 1;
+	n = unescape(spec, n);
+	int asks = memmem(spec, n, "gpumux.io/", 10) || memmem(spec, n, "GPUMUX_", 7);
+	free(spec);
+	return asks;
+}
+
+int main(int argc, char **argv)
+{
+	char **args = argv + 1;
+	int n = argc - 1;
+	char **rargs = args; /* runc's arguments: without a leading --config FILE */
+	int rn = n;
+	if (n >= 2 && strcmp(args[0], "--config") == 0) {
+		rargs += 2;
+		rn -= 2;
+	}
+
+	if (rn >= 1 && strcmp(rargs[0], "hook") == 0) {
+		const char *dir = getenv("GPUMUX_STATE_DIR");
+		if (rn >= 2 && (strcmp(rargs[1], "update-ldcache") == 0 ||
+				(rn == 2 && strcmp(rargs[1], "poststop") == 0 && dir && *dir)))
+			return sibling(HOOK, rargs, rn);
+		return sibling(CORE, args, n);
+	}
+	if (rn == 1 && (strcmp(rargs[0], "--version") == 0 || strcmp(rargs[0], "-v") == 0)) {
+		printf("%s %s\n", ENTRY, GPUMUX_VERSION);
+		fflush(stdout);
+	}
+
+	/* The subcommand: the first argument that is neither a flag nor a
+	 * global flag's value. */
+	int i = 0;
+	for (; i < rn && rargs[i][0] == '-'; i++)
+		if (takes_value(rargs[i]) && i + 1 < rn)
+			i++;
+	if (i < rn && strcmp(rargs[i], "create") == 0) {
+		const char *bundle = ".";
+		for (int j = i + 1; j < rn; j++) {
+			if ((strcmp(rargs[j], "--bundle") == 0 || strcmp(rargs[j], "-b") == 0) && j + 1 < rn)
+				bundle = rargs[++j];
+			else if (strncmp(rargs[j], "--bundle=", 9) == 0)
+				bundle = rargs[j] + 9;
+		}
+		if (may_ask(bundle))
+			return sibling(CORE, args, n);
+	}
+	return runc(rargs, rn);
+}

@@ -1,0 +1,239 @@
+package entry
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpumux/gpumux/internal/cbuild"
+)
+
+// The C entry, cmd/gpumux-runtime, routes each call: these tests build it
+// and run it as the engine does, beside stand-ins for runc, the core and
+// gpumux-runtime-hook that write down how they were called.
+
+// entryDir builds gpumux-runtime once per test binary and returns a
+// directory with it and stand-ins of gpumux-runtime-core and
+// gpumux-runtime-hook beside it, and a runc stand-in.
+var entryDir = sync.OnceValues(func() (string, error) {
+	env, err := cbuild.Setup()
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "gpumux-entry")
+	if err != nil {
+		return "", err
+	}
+	args := append([]string{"-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", `-DGPUMUX_VERSION="9.9.9 (commit c0ffee)"`},
+		env.Sanitize...)
+	args = append(args, "-o", filepath.Join(dir, EntryBinary), filepath.Join(env.Root, "cmd", EntryBinary, EntryBinary+".c"))
+	if err := env.Run(env.CC, args...); err != nil {
+		return "", err
+	}
+	for _, name := range []string{CoreBinary, HookBinary, "runc"} {
+		// Each writes "NAME ARG..." (one argument a line) to $ROUTE_OUT.
+		script := fmt.Sprintf("#!/bin/sh\n{ echo %s; for a in \"$@\"; do echo \"$a\"; done; } >\"$ROUTE_OUT\"\n", name)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+})
+
+// route runs gpumux-runtime with args and env ("K=V") and returns the
+// stand-in it handed over to and the arguments that one got, or its exit
+// code and output when it handed over to nothing.
+func route(t *testing.T, args []string, env ...string) (to string, argv []string, code int, out string) {
+	t.Helper()
+	dir, err := entryDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(t.TempDir(), "route")
+	cmd := exec.Command(filepath.Join(dir, EntryBinary), args...)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "ROUTE_OUT=" + record, EnvRunc + "=" + filepath.Join(dir, "runc")}, env...)
+	b, err := cmd.CombinedOutput()
+	if exit, ok := err.(*exec.ExitError); ok {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := os.ReadFile(record)
+	if err != nil {
+		return "", nil, code, string(b)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(rec), "\n"), "\n")
+	return lines[0], lines[1:], code, string(b)
+}
+
+// bundleWith writes a bundle whose config.json is spec (nil: no
+// config.json) or raw as given.
+func bundleWith(t *testing.T, spec *specs.Spec, raw string) string {
+	t.Helper()
+	dir := t.TempDir()
+	b := []byte(raw)
+	switch {
+	case raw != "":
+	case spec != nil:
+		b, _ = json.Marshal(spec)
+	default:
+		return dir
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func specWith(ann map[string]string, env ...string) *specs.Spec {
+	return &specs.Spec{Annotations: ann, Process: &specs.Process{Env: env}}
+}
+
+// TestCEntryRoutes: runc gets every call of a container that asks for
+// nothing, with gpumux's own --config dropped; the core gets a create that
+// asks (or whose spec it cannot read: the core reports why) and the hooks
+// that need the node, with the arguments as given; gpumux-runtime-hook the
+// update-ldcache hook and the poststop hook that has its state directory.
+func TestCEntryRoutes(t *testing.T) {
+	plain := bundleWith(t, specWith(map[string]string{"io.kubernetes.cri.container-type": "container"}, "PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"), "")
+	tests := []struct {
+		name     string
+		args     []string
+		env      []string
+		to       string
+		wantArgs []string // nil: args as given
+	}{
+		{"start", []string{"--root", "/r", "start", "c1"}, nil, "runc", nil},
+		{"delete, with --config", []string{"--config", "/etc/n.hcl", "delete", "c1"}, nil, "runc", []string{"delete", "c1"}},
+		{"state, a flag with its value joined", []string{"--root=/r", "--log", "create", "state", "c1"}, nil, "runc", nil},
+		{"create, nothing asked", []string{"--root", "/r", "create", "--bundle", plain, "c1"}, nil, "runc", nil},
+		{"create, in the working directory", []string{"create", "c1"}, nil, CoreBinary, nil}, // the test's directory has no config.json
+		{"create, no process", []string{"create", "--bundle", bundleWith(t, &specs.Spec{}, ""), "c1"}, nil, "runc", nil},
+		{"create, a config.json that is not JSON", []string{"create", "--bundle", bundleWith(t, nil, "{"), "c1"}, nil, "runc", nil},
+		{"create, annotation", []string{"create", "--bundle", bundleWith(t, specWith(map[string]string{"gpumux.io/mechanism": "mps"}), ""), "c1"}, nil, CoreBinary, nil},
+		{"create, unknown gpumux annotation", []string{"create", "-b", bundleWith(t, specWith(map[string]string{"gpumux.io/typo": "1"}), ""), "c1"}, nil, CoreBinary, nil},
+		{"create, escaped annotation", []string{"create", "-b", bundleWith(t, nil, `{"annotations":{"\u0067pumux.io\/gpus":"1"}}`), "c1"}, nil, CoreBinary, nil},
+		{"create, env", []string{"--config", "/etc/n.hcl", "create", "--bundle=" + bundleWith(t, specWith(nil, "PATH=/bin", "GPUMUX_GPUS=2"), ""), "c1"}, nil, CoreBinary, nil},
+		{"create, escaped env", []string{"create", "--bundle", bundleWith(t, nil, `{"process":{"env":["GPUMUX\u005fSHARES=GPU-1"]}}`), "c1"}, nil, CoreBinary, nil},
+		{"create, reserved shares", []string{"create", "--bundle", bundleWith(t, specWith(nil, "GPUMUX_SHARES=GPU-1"), ""), "c1"}, nil, CoreBinary, nil},
+		{"create, a request variable without a value", []string{"create", "--bundle", bundleWith(t, specWith(nil, "GPUMUX_MEMORY"), ""), "c1"}, nil, CoreBinary, nil},
+		{"create, no config.json", []string{"create", "--bundle", bundleWith(t, nil, ""), "c1"}, nil, CoreBinary, nil},
+		{"hook update-ldcache", []string{"hook", HookUpdateLdcache, "/usr/lib"}, nil, HookBinary, nil},
+		{"hook update-ldcache, with --config", []string{"--config", "/etc/n.hcl", "hook", HookUpdateLdcache, "/usr/lib"}, nil, HookBinary, []string{"hook", HookUpdateLdcache, "/usr/lib"}},
+		{"hook poststop with its state directory", []string{"hook", HookPoststop}, []string{EnvStateDir + "=/var/lib/gpumux"}, HookBinary, nil},
+		{"hook poststop without", []string{"hook", HookPoststop}, nil, CoreBinary, nil},
+		{"hook create-runtime", []string{"--config", "/etc/n.hcl", "hook", "create-runtime"}, []string{EnvStateDir + "=/var/lib/gpumux"}, CoreBinary, nil},
+		{"hook, no name", []string{"hook"}, nil, CoreBinary, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			to, argv, code, out := route(t, tc.args, tc.env...)
+			want := tc.wantArgs
+			if want == nil {
+				want = tc.args
+			}
+			if to != tc.to || !slices.Equal(argv, want) {
+				t.Errorf("handed over to %q %q (exit %d, %q), want %s %q", to, argv, code, out, tc.to, want)
+			}
+		})
+	}
+}
+
+// TestCEntryVersion: gpumux's version, then runc's.
+func TestCEntryVersion(t *testing.T) {
+	to, argv, _, out := route(t, []string{"--version"})
+	if out != EntryBinary+" 9.9.9 (commit c0ffee)\n" || to != "runc" || !slices.Equal(argv, []string{"--version"}) {
+		t.Errorf("--version printed %q and handed over to %s %q", out, to, argv)
+	}
+}
+
+// TestCEntryFailures: what cannot be handed over is reported with exit 127,
+// naming what is missing.
+func TestCEntryFailures(t *testing.T) {
+	if _, _, code, out := route(t, []string{"start", "c1"}, EnvRunc+"=no-such-runc"); code != 127 || !strings.Contains(out, "no-such-runc") {
+		t.Errorf("no runc: exit %d, %q", code, out)
+	}
+	dir, err := entryDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone := filepath.Join(t.TempDir(), EntryBinary)
+	b, err := os.ReadFile(filepath.Join(dir, EntryBinary))
+	if err == nil {
+		err = os.WriteFile(alone, b, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(alone, "create", "--bundle", bundleWith(t, specWith(map[string]string{"gpumux.io/gpus": "1"}), ""), "c1")
+	out, err := cmd.CombinedOutput()
+	if exit, ok := err.(*exec.ExitError); !ok || exit.ExitCode() != 127 || !strings.Contains(string(out), CoreBinary+" must be installed beside "+alone) {
+		t.Errorf("no core beside it: %v, %q", err, out)
+	}
+}
+
+// TestCEntryRoutesEveryRequestToTheCore: for random specs, written with
+// JSON's escapes at random, a create whose spec asks (Asks, what the core
+// applies) always goes to the core; one that goes to runc never asks.
+func TestCEntryRoutesEveryRequestToTheCore(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pick := func(s ...string) string { return s[rng.IntN(len(s))] }
+	n := 200
+	if testing.Short() {
+		n = 40
+	}
+	for i := range n {
+		ann := map[string]string{}
+		for range rng.IntN(3) {
+			ann[pick("io.kubernetes.cri.sandbox-id", "gpumux.io/mechanism", "gpumux.io/memory", "example.com/gpumux", "gpumux.iox")] = pick("mps", "16Gi", "a&b<c>", "")
+		}
+		var env []string
+		for range rng.IntN(4) {
+			env = append(env, pick("PATH=/bin", "GPUMUX_MECHANISM=mig", "GPUMUX_STATE_DIR=/x", "XGPUMUX=1", "GPUMUX_GPUS", "HOME=/root", "GPUMUX=1"))
+		}
+		raw := escapeAtRandom(rng, specWith(ann, env...))
+		to, _, code, out := route(t, []string{"create", "--bundle", bundleWith(t, nil, raw), "c1"})
+		asks := Asks(ann, env)
+		if (asks && to != CoreBinary) || (to != CoreBinary && to != "runc") {
+			t.Fatalf("case %d: %s asks %v, handed over to %q (exit %d, %q)", i, raw, asks, to, code, out)
+		}
+	}
+}
+
+// escapeAtRandom writes spec as JSON whose string characters are written
+// as \uXXXX (or \/ for a slash) at random.
+func escapeAtRandom(rng *rand.Rand, spec *specs.Spec) string {
+	b, _ := json.Marshal(spec)
+	var out strings.Builder
+	inString := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case c == '\\' && b[i+1] == 'u':
+			out.Write(b[i : i+6])
+			i += 5
+		case c == '\\':
+			out.Write(b[i : i+2])
+			i++
+		case c == '"':
+			inString = !inString
+			out.WriteByte(c)
+		case inString && c == '/' && rng.IntN(3) == 0:
+			out.WriteString(`\/`)
+		case inString && rng.IntN(4) == 0:
+			fmt.Fprintf(&out, `\u%04x`, c)
+		default:
+			out.WriteByte(c)
+		}
+	}
+	return out.String()
+}
