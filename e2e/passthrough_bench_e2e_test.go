@@ -22,7 +22,8 @@ import (
 // so that only gpumux-runtime's part is left: /bin/true (the baseline) and
 // gpumux-runtime reading the bundle's config.json and exec'ing it. It
 // reports each baseline's microseconds and each variant's extra
-// microseconds over its baseline:
+// microseconds over its baseline. With GPUMUX_BENCH_RUNTIME_BEFORE naming an
+// earlier gpumux-runtime, its --version and create run too ("before-"):
 //
 //	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench RuntimePassThrough -benchtime 200x -count 5 ./e2e/
 func BenchmarkRuntimePassThrough(b *testing.B) {
@@ -38,16 +39,24 @@ func BenchmarkRuntimePassThrough(b *testing.B) {
 		b.Fatal(err)
 	}
 	create := []string{"--root", b.TempDir(), "create", "--bundle", bundle, "c1"}
-	variants := []struct {
+	// Each variant runs argv with env added; base is the index of its
+	// baseline (runc --version or /bin/true), -1 for a baseline.
+	type variant struct {
 		metric string
 		env    string
 		argv   []string
-	}{
-		{"runc-µs", "", []string{runc, "--version"}},
-		{"entry+µs", "", []string{filepath.Join(bin, "gpumux-runtime"), "--version"}},
-		{"core+µs", "", []string{filepath.Join(bin, "gpumux-runtime-core"), "--version"}},
-		{"true-µs", "", []string{"/bin/true"}},
-		{"entry-create+µs", "GPUMUX_RUNC=/bin/true", append([]string{filepath.Join(bin, "gpumux-runtime")}, create...)},
+		base   int
+	}
+	variants := []variant{
+		{"runc-µs", "", []string{runc, "--version"}, -1},
+		{"entry+µs", "", []string{filepath.Join(bin, "gpumux-runtime"), "--version"}, 0},
+		{"core+µs", "", []string{filepath.Join(bin, "gpumux-runtime-core"), "--version"}, 0},
+		{"true-µs", "", []string{"/bin/true"}, -1},
+		{"entry-create+µs", "GPUMUX_RUNC=/bin/true", append([]string{filepath.Join(bin, "gpumux-runtime")}, create...), 3},
+	}
+	if before := os.Getenv(EnvBenchRuntimeBefore); before != "" {
+		variants = append(variants, variant{"before-entry+µs", "", []string{before, "--version"}, 0},
+			variant{"before-entry-create+µs", "GPUMUX_RUNC=/bin/true", append([]string{before}, create...), 3})
 	}
 	took := make([]time.Duration, len(variants))
 	b.ResetTimer()
@@ -64,9 +73,11 @@ func BenchmarkRuntimePassThrough(b *testing.B) {
 	}
 	b.StopTimer()
 	us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
-	b.ReportMetric(us(took[0]), variants[0].metric)
-	b.ReportMetric(us(took[1]-took[0]), variants[1].metric)
-	b.ReportMetric(us(took[2]-took[0]), variants[2].metric)
-	b.ReportMetric(us(took[3]), variants[3].metric)
-	b.ReportMetric(us(took[4]-took[3]), variants[4].metric)
+	for j, v := range variants {
+		if v.base < 0 {
+			b.ReportMetric(us(took[j]), v.metric)
+		} else {
+			b.ReportMetric(us(took[j]-took[v.base]), v.metric)
+		}
+	}
 }
