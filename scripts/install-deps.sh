@@ -42,7 +42,8 @@
 #                    (multiarch: the script adds the architecture with
 #                    `dpkg --add-architecture` when dpkg lacks it).
 #   qemu-user-static qemu-aarch64-static: the test runs each cross-built
-#                    binary's --version (user-mode emulation; no binfmt
+#                    binary's --version (user-mode emulation, with libc6:arm64,
+#                    which libbearssl-dev:arm64 brings; no binfmt
 #                    registration needed).
 #                    On arm64 the same packages for amd64: gcc-x86-64-linux-gnu,
 #                    libc6-dev-amd64-cross, libbearssl-dev:amd64.
