@@ -43,6 +43,12 @@ PLUGIN := nomad-device-gpumux
 export GPUMUX_PLUGIN_DIR := $(abspath $(PLUGIN_DIR))
 # A missing plugin binary is an error (set 0 to build a tree without it).
 REQUIRE_PLUGIN ?= 1
+# STRIPPED=1 (the release builds of make dist and make deb): the Go
+# binaries are linked without their symbol table and DWARF (-s -w), the C
+# libraries and nvidia-smi stripped with $(STRIP) after they are built.
+STRIPPED ?= 0
+STRIP ?= strip
+GO_BUILD_LDFLAGS := $(if $(filter 1,$(STRIPPED)),-s -w )$(GO_LDFLAGS)
 
 UNIT_TIMEOUT ?= 20m
 E2E_TIMEOUT ?= 40m
@@ -50,7 +56,7 @@ E2E_TIMEOUT ?= 40m
 # the /nomad cgroups (v1) and the machine has 2 cores.
 E2E_FLAGS ?= -v
 
-.PHONY: all build interposer remote-nvml nomad deps test test-unit test-e2e bench demo gpu-bin clean fmt vet install dist deb version
+.PHONY: all build interposer remote-nvml nomad deps test test-unit test-e2e bench demo gpu-bin clean fmt vet install dist dist-all deb version
 
 all: build
 
@@ -62,7 +68,7 @@ build: entry interposer remote-nvml limiter
 		echo "build: no commands under cmd/ yet"; \
 	else \
 		echo "build:" $$pkgs; \
-		$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(BIN_DIR)/ $$pkgs; \
+		$(GO) build -ldflags '$(GO_BUILD_LDFLAGS)' -o $(BIN_DIR)/ $$pkgs; \
 	fi
 	@if [[ -f $(BIN_DIR)/$(PLUGIN) ]]; then \
 		mv -f $(BIN_DIR)/$(PLUGIN) $(PLUGIN_DIR)/$(PLUGIN); \
@@ -71,6 +77,10 @@ build: entry interposer remote-nvml limiter
 		echo "build: ERROR: cmd/$(PLUGIN) did not produce a binary" >&2; exit 1; \
 	else \
 		echo "build: WARNING: cmd/$(PLUGIN) not present yet; no plugin built"; \
+	fi
+	@if [[ "$(STRIPPED)" == 1 ]]; then \
+		echo "build: $(STRIP) --strip-unneeded $(C_OUTS)"; \
+		$(STRIP) --strip-unneeded $(C_OUTS); \
 	fi
 
 # gpumux-runtime: the runtime entry every runc call of every container goes
@@ -187,6 +197,9 @@ $(LIMITER_OUT_DIR)/libnvidia-ml.so.1: $(LIMITER_NVML_SRCS) $(LIMITER_HDRS)
 	$(CC) $(LIMITER_CFLAGS) $(LIMITER_EXTRA_CFLAGS) -o $@.tmp $(LIMITER_NVML_SRCS) -Wl,-soname,libnvidia-ml.so.1 $(LIMITER_LDFLAGS)
 	@mv -f $@.tmp $@
 
+# What the C rules build (STRIPPED=1 strips them).
+C_OUTS = $(ENTRY_OUT) $(INTERPOSER_OUT) $(NVML_OUT) $(SMI_OUT) $(LIMITER_OUT_DIR)/libcuda.so.1 $(LIMITER_OUT_DIR)/libnvidia-ml.so.1
+
 # make install: where each piece goes. PREFIX=/usr is the Debian
 # package's layout, which nodeconfig's defaults (interposer_dir,
 # limiter_dir: /usr/lib/gpumux/...) expect; elsewhere set them in the node
@@ -222,12 +235,28 @@ install: build
 	find $(DESTDIR)$(DOCDIR)/examples -type d -exec chmod 755 {} + -o -type f -exec chmod 644 {} +
 	install -m 644 README.md docs/install.md $(DESTDIR)$(DOCDIR)/
 
-# make dist: a tarball and a Debian package for this machine's architecture
-# (build on an arm64 machine for arm64: the Go binaries use cgo and the
-# interposer and limiter are C, so a cross build needs a cross C toolchain
-# and BearSSL for the target, which this Makefile does not set up).
+# make dist: a tarball and a Debian package for one architecture, DIST_ARCH
+# (amd64 or arm64; this machine's by default); make dist-all: one of each.
+# The Go binaries use cgo (go-nvml) and the interposer, the limiter and the
+# remote NVML are C, so the other architecture's release is built with
+# Debian's cross C toolchain (TRIPLET-gcc and TRIPLET-strip, the GNU
+# triplets below) and BearSSL for that architecture (multiarch
+# libbearssl-dev:ARCH); scripts/install-deps.sh installs them. A release is
+# built, stripped, in bin/linux-ARCH/: kept between builds, and apart from
+# make build's bin/, which tests use.
 DIST_DIR ?= dist
-DIST_ARCH := $(shell $(GO) env GOARCH)
+HOST_ARCH := $(shell $(GO) env GOHOSTARCH)
+DIST_ARCH ?= $(HOST_ARCH)
+DIST_ARCHES := amd64 arm64
+DIST_TRIPLET_amd64 := x86_64-linux-gnu
+DIST_TRIPLET_arm64 := aarch64-linux-gnu
+DIST_TRIPLET := $(DIST_TRIPLET_$(DIST_ARCH))
+DIST_BIN_DIR := $(BIN_DIR)/linux-$(DIST_ARCH)
+DIST_CC := $(if $(filter $(HOST_ARCH),$(DIST_ARCH)),$(CC),$(DIST_TRIPLET)-gcc)
+DIST_STRIP := $(if $(filter $(HOST_ARCH),$(DIST_ARCH)),$(STRIP),$(DIST_TRIPLET)-strip)
+# make, for DIST_ARCH's release build.
+DIST_MAKE = GOOS=linux GOARCH=$(DIST_ARCH) CGO_ENABLED=1 $(MAKE) --no-print-directory \
+	BIN_DIR=$(DIST_BIN_DIR) CC=$(DIST_CC) STRIP=$(DIST_STRIP) STRIPPED=1
 DIST_NAME := gpumux-$(VERSION)-linux-$(DIST_ARCH)
 DIST_ROOT := $(DIST_DIR)/$(DIST_NAME)
 # Debian's spelling of VERSION: 0.1.0~dev sorts before 0.1.0, 0.1.0+3.gHASH
@@ -242,18 +271,23 @@ NFPM ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.0
 version:
 	@echo '$(VERSION) $(COMMIT) $(DEB_VERSION)'
 
-## dist: dist/gpumux-VERSION-linux-ARCH.tar.gz (every piece, README saying which goes where) and the Debian package
+## dist: dist/gpumux-VERSION-linux-ARCH.tar.gz (every piece, README saying which goes where) and the Debian package, for DIST_ARCH (default: this machine's)
 dist: deb
 	rm -rf $(DIST_ROOT)
-	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DIST_ROOT))/root PREFIX=/usr
+	$(DIST_MAKE) install DESTDIR=$(abspath $(DIST_ROOT))/root PREFIX=/usr
 	install -m 644 packaging/README.md $(DIST_ROOT)/README.md
 	tar -C $(DIST_DIR) --owner=root:0 --group=root:0 -czf $(DIST_DIR)/$(DIST_NAME).tar.gz $(DIST_NAME)
 	@echo "dist: $(DIST_DIR)/$(DIST_NAME).tar.gz $(DEB)"
 
-## deb: the Debian package $(DEB), with the files make install PREFIX=/usr installs
-deb: build
+## dist-all: make dist for each of $(DIST_ARCHES)
+dist-all:
+	for a in $(DIST_ARCHES); do $(MAKE) --no-print-directory dist DIST_ARCH=$$a; done
+
+## deb: the Debian package $(DEB), with the files make install PREFIX=/usr installs, for DIST_ARCH
+deb:
+	@[[ -n "$(DIST_TRIPLET)" ]] || { echo "deb: DIST_ARCH=$(DIST_ARCH): not one of $(DIST_ARCHES)" >&2; exit 1; }
 	rm -rf $(DIST_DIR)/deb-root
-	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DIST_DIR))/deb-root PREFIX=/usr
+	$(DIST_MAKE) install DESTDIR=$(abspath $(DIST_DIR))/deb-root PREFIX=/usr
 	cd $(DIST_DIR) && GPUMUX_DEB_VERSION='$(DEB_VERSION)' GPUMUX_DEB_ARCH=$(DIST_ARCH) \
 		$(NFPM) package --config $(abspath packaging/nfpm.yaml) --packager deb --target $(abspath $(DEB))
 	rm -rf $(DIST_DIR)/deb-root

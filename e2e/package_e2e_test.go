@@ -37,6 +37,7 @@ func runIn(t *testing.T, ctx context.Context, dir, name string, args ...string) 
 // debEntry is one line of `dpkg-deb --contents`.
 type debEntry struct {
 	mode, owner, target string
+	elf                 bool // packageFiles: a binary or library
 }
 
 // debContents parses `dpkg-deb --contents`: path (without the leading
@@ -61,6 +62,65 @@ func debContents(t *testing.T, listing string) map[string]debEntry {
 	return entries
 }
 
+// packageFiles is what the package installs, by path: every binary and
+// library (an ELF file: elf), the units and some of the docs.
+var packageFiles = map[string]debEntry{
+	"/usr/bin/gpumux":                                             {mode: exe, elf: true},
+	"/usr/bin/gpumux-runtime":                                     {mode: exe, elf: true},
+	"/usr/bin/gpumux-runtime-core":                                {mode: exe, elf: true},
+	"/usr/bin/gpumux-runtime-hook":                                {mode: exe, elf: true},
+	"/usr/bin/gpumux-remoted":                                     {mode: exe, elf: true},
+	"/usr/lib/nomad/plugins/nomad-device-gpumux":                  {mode: exe, elf: true},
+	"/usr/lib/gpumux/remote/libcuda.so.1":                         {mode: lib, elf: true},
+	"/usr/lib/gpumux/remote/libnvidia-ml.so.1":                    {mode: lib, elf: true},
+	"/usr/lib/gpumux/remote/libnvidia-ml.so":                      {mode: "lrwxrwxrwx", target: "libnvidia-ml.so.1"},
+	"/usr/lib/gpumux/remote/nvidia-smi":                           {mode: exe, elf: true},
+	"/usr/lib/gpumux/limiter/libcuda.so.1":                        {mode: lib, elf: true},
+	"/usr/lib/gpumux/limiter/libnvidia-ml.so.1":                   {mode: lib, elf: true},
+	"/lib/systemd/system/gpumux-agent.service":                    {mode: doc},
+	"/lib/systemd/system/gpumux-remoted.service":                  {mode: doc},
+	"/usr/share/doc/gpumux/install.md":                            {mode: doc},
+	"/usr/share/doc/gpumux/examples/gpumux-plugin.hcl":            {mode: doc},
+	"/usr/share/doc/gpumux/examples/jobs/remote-server.nomad.hcl": {mode: doc},
+}
+
+const exe, lib, doc = "-rwxr-xr-x", "-rw-r--r--", "-rw-r--r--"
+
+// versionCommands are the installed binaries' version commands (paths
+// relative to the root they are installed in) and the first line each
+// prints, stamp being "VERSION (commit COMMIT)".
+func versionCommands(stamp string) []versionCommand {
+	return []versionCommand{
+		{"usr/bin/gpumux", []string{"version"}, "gpumux " + stamp},
+		{"usr/bin/gpumux-remoted", []string{"--version"}, "gpumux-remoted " + stamp},
+		{"usr/bin/gpumux-runtime", []string{"--version"}, "gpumux-runtime " + stamp},
+		{"usr/bin/gpumux-runtime-core", []string{"--version"}, "gpumux-runtime-core " + stamp},
+		{"usr/bin/gpumux-runtime-hook", []string{"--version"}, "gpumux-runtime-hook " + stamp},
+		{"usr/lib/nomad/plugins/nomad-device-gpumux", []string{"--version"}, "nomad-device-gpumux " + stamp},
+	}
+}
+
+type versionCommand struct {
+	bin  string
+	args []string
+	want string // the first line
+}
+
+// makeStamps is what the build stamps, as make computes it: the version,
+// the commit (HEAD's) and the Debian version.
+func makeStamps(t *testing.T, ctx context.Context, root string) (version, commit, debVersion string) {
+	t.Helper()
+	stamps := strings.Fields(runIn(t, ctx, root, "make", "--no-print-directory", "-s", "version"))
+	if len(stamps) != 3 {
+		t.Fatalf("make version printed %q, want version, commit and Debian version", stamps)
+	}
+	version, commit, debVersion = stamps[0], stamps[1], stamps[2]
+	if head := strings.TrimSpace(runIn(t, ctx, root, "git", "rev-parse", "HEAD")); strings.TrimSuffix(commit, "-dirty") != head {
+		t.Fatalf("make stamps commit %q, HEAD is %s", commit, head)
+	}
+	return version, commit, debVersion
+}
+
 // TestPackageInstall builds the Debian package with `make deb`, checks its
 // control fields, file list and modes, unpacks it into a scratch root with
 // dpkg-deb -x (not into the system), and uses what it installed: every
@@ -77,15 +137,7 @@ func TestPackageInstall(t *testing.T) {
 		}
 	}
 
-	// What the build stamps, as make computes it.
-	stamps := strings.Fields(runIn(t, ctx, root, "make", "--no-print-directory", "-s", "version"))
-	if len(stamps) != 3 {
-		t.Fatalf("make version printed %q, want version, commit and Debian version", stamps)
-	}
-	version, commit, debVersion := stamps[0], stamps[1], stamps[2]
-	if head := strings.TrimSpace(runIn(t, ctx, root, "git", "rev-parse", "HEAD")); strings.TrimSuffix(commit, "-dirty") != head {
-		t.Fatalf("make stamps commit %q, HEAD is %s", commit, head)
-	}
+	version, commit, debVersion := makeStamps(t, ctx, root)
 
 	dist := t.TempDir()
 	runIn(t, ctx, root, "make", "--no-print-directory", "dist", "DIST_DIR="+dist)
@@ -121,26 +173,7 @@ func TestPackageInstall(t *testing.T) {
 
 	t.Run("contents", func(t *testing.T) {
 		entries := debContents(t, runIn(t, ctx, root, "dpkg-deb", "--contents", deb))
-		const exe, lib, doc = "-rwxr-xr-x", "-rw-r--r--", "-rw-r--r--"
-		want := map[string]debEntry{
-			"/usr/bin/gpumux":                                             {mode: exe},
-			"/usr/bin/gpumux-runtime":                                     {mode: exe},
-			"/usr/bin/gpumux-runtime-core":                                {mode: exe},
-			"/usr/bin/gpumux-runtime-hook":                                {mode: exe},
-			"/usr/bin/gpumux-remoted":                                     {mode: exe},
-			"/usr/lib/nomad/plugins/nomad-device-gpumux":                  {mode: exe},
-			"/usr/lib/gpumux/remote/libcuda.so.1":                         {mode: lib},
-			"/usr/lib/gpumux/remote/libnvidia-ml.so.1":                    {mode: lib},
-			"/usr/lib/gpumux/remote/libnvidia-ml.so":                      {mode: "lrwxrwxrwx", target: "libnvidia-ml.so.1"},
-			"/usr/lib/gpumux/remote/nvidia-smi":                           {mode: exe},
-			"/usr/lib/gpumux/limiter/libcuda.so.1":                        {mode: lib},
-			"/usr/lib/gpumux/limiter/libnvidia-ml.so.1":                   {mode: lib},
-			"/lib/systemd/system/gpumux-agent.service":                    {mode: doc},
-			"/lib/systemd/system/gpumux-remoted.service":                  {mode: doc},
-			"/usr/share/doc/gpumux/install.md":                            {mode: doc},
-			"/usr/share/doc/gpumux/examples/gpumux-plugin.hcl":            {mode: doc},
-			"/usr/share/doc/gpumux/examples/jobs/remote-server.nomad.hcl": {mode: doc},
-		}
+		want := packageFiles
 		for path, w := range want {
 			got, ok := entries[path]
 			if !ok {
@@ -202,6 +235,8 @@ func TestPackageInstall(t *testing.T) {
 	runIn(t, ctx, root, "dpkg-deb", "-x", deb, scratch)
 	at := func(p string) string { return filepath.Join(scratch, p) }
 
+	t.Run("elf", func(t *testing.T) { checkELFs(t, scratch, elfMachine[arch]) })
+
 	t.Run("units", func(t *testing.T) {
 		for unit, exec := range map[string]string{
 			"gpumux-agent.service":   "ExecStart=/usr/bin/gpumux agent ",
@@ -218,19 +253,7 @@ func TestPackageInstall(t *testing.T) {
 	})
 
 	t.Run("versions", func(t *testing.T) {
-		stamp := version + " (commit " + commit + ")"
-		for _, tc := range []struct {
-			bin  string
-			args []string
-			want string // the first line
-		}{
-			{"usr/bin/gpumux", []string{"version"}, "gpumux " + stamp},
-			{"usr/bin/gpumux-remoted", []string{"--version"}, "gpumux-remoted " + stamp},
-			{"usr/bin/gpumux-runtime", []string{"--version"}, "gpumux-runtime " + stamp},
-			{"usr/bin/gpumux-runtime-hook", []string{"--version"}, "gpumux-runtime-hook " + stamp},
-			{"usr/bin/gpumux-runtime-core", []string{"--version"}, "gpumux-runtime-core " + stamp},
-			{"usr/lib/nomad/plugins/nomad-device-gpumux", []string{"--version"}, "nomad-device-gpumux " + stamp},
-		} {
+		for _, tc := range versionCommands(version + " (commit " + commit + ")") {
 			out := runIn(t, ctx, scratch, at(tc.bin), tc.args...)
 			if first, _, _ := strings.Cut(out, "\n"); first != tc.want {
 				t.Errorf("%s %s: first line %q, want %q\n%s", tc.bin, strings.Join(tc.args, " "), first, tc.want, out)

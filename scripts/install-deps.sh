@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the Debian packages gpumux's build and tests need, only those that
-# are missing (checked with dpkg -s); `apt-get update` runs once, and only
+# are missing (checked with dpkg-query); `apt-get update` runs once, and only
 # if something must be installed. Safe to run repeatedly.
 #
 # Packages:
@@ -28,6 +28,25 @@
 #                    dir, on e2e/ctrd's private containerd) and the docker CLI
 #                    (Debian 12: Docker 20.10.24). Its docker.service and
 #                    docker.socket are not started either (policy-rc.d).
+#
+# And for the release of the other architecture (make dist DIST_ARCH=arm64 on
+# an amd64 machine, DIST_ARCH=amd64 on an arm64 one), which the e2e test
+# TestPackageCross builds and checks:
+#   gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+#                    Debian's cross C toolchain (with binutils-aarch64-linux-gnu:
+#                    aarch64-linux-gnu-strip) and the target's C library: cgo
+#                    for the Go binaries, the interposer, the limiter, the
+#                    remote NVML and its nvidia-smi.
+#   libbearssl-dev:arm64
+#                    BearSSL for the target, from Debian's arm64 archive
+#                    (multiarch: the script adds the architecture with
+#                    `dpkg --add-architecture` when dpkg lacks it).
+#   qemu-user-static qemu-aarch64-static: the test runs each cross-built
+#                    binary's --version (user-mode emulation, with libc6:arm64,
+#                    which libbearssl-dev:arm64 brings; no binfmt
+#                    registration needed).
+#                    On arm64 the same packages for amd64: gcc-x86-64-linux-gnu,
+#                    libc6-dev-amd64-cross, libbearssl-dev:amd64.
 set -euo pipefail
 
 PACKAGES=(
@@ -53,16 +72,38 @@ declare -A COMMAND_OF=(
 log() { echo "install-deps: $*" >&2; }
 
 if ! command -v dpkg >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
-	log "no dpkg/apt-get (not Debian?); not installing anything. Needed: ${PACKAGES[*]}"
+	log "no dpkg/apt-get (not Debian?); not installing anything. Needed: ${PACKAGES[*]} and a cross C toolchain"
 	exit 0
 fi
+
+# The other architecture's toolchain and BearSSL (Debian's names).
+NATIVE_ARCH=$(dpkg --print-architecture)
+CROSS_ARCH=
+case "$NATIVE_ARCH" in
+amd64) CROSS_ARCH=arm64 CROSS_TRIPLET=aarch64-linux-gnu ;;
+arm64) CROSS_ARCH=amd64 CROSS_TRIPLET=x86-64-linux-gnu ;;
+*) log "no cross toolchain for $NATIVE_ARCH: make dist builds for this architecture only" ;;
+esac
+if [[ -n $CROSS_ARCH ]]; then
+	PACKAGES+=("gcc-$CROSS_TRIPLET" "libc6-dev-$CROSS_ARCH-cross" "libbearssl-dev:$CROSS_ARCH" qemu-user-static)
+fi
+
+# Whether package $1 (NAME, or NAME:ARCH for another architecture's) is
+# installed: for this machine's architecture (or "all") when $1 names none.
+# A Multi-Arch: same package may be installed for both (libbearssl-dev).
+installed() {
+	local arch=$NATIVE_ARCH
+	[[ $1 == *:* ]] && arch=${1#*:}
+	dpkg-query -W -f='${Architecture} ${db:Status-Status}\n' "${1%%:*}" 2>/dev/null |
+		grep -Eq "^($arch|all) installed\$"
+}
 
 missing=()
 for p in "${PACKAGES[@]}"; do
 	if [[ -n "${COMMAND_OF[$p]:-}" ]] && command -v "${COMMAND_OF[$p]}" >/dev/null 2>&1; then
 		continue
 	fi
-	if [[ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" != installed ]]; then
+	if ! installed "$p"; then
 		missing+=("$p")
 	fi
 done
@@ -84,6 +125,14 @@ fi
 
 log "installing: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+
+# A package of the other architecture needs dpkg to know it (multiarch);
+# apt-get update then fetches its package lists too.
+if [[ -n $CROSS_ARCH && " ${missing[*]} " == *":$CROSS_ARCH "* ]] &&
+	! dpkg --print-foreign-architectures | grep -qx "$CROSS_ARCH"; then
+	log "adding the architecture $CROSS_ARCH (dpkg --add-architecture)"
+	"${SUDO[@]}" dpkg --add-architecture "$CROSS_ARCH"
+fi
 
 # Keep the containerd and docker.io packages from starting their system
 # services (a policy of 101 tells invoke-rc.d and deb-systemd-invoke not to

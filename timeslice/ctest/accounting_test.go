@@ -214,6 +214,7 @@ func startFuzzHarness(f *testing.F, child bool) *fuzzHarness {
 		args = append(args, "child")
 	}
 	cmd := exec.Command(filepath.Join(b.bin, "acctfuzz"), args...)
+	emulate(cmd)
 	if os.Getenv("GM_CTEST_SANITIZE") != "" {
 		cmd.Env = append(os.Environ(), "ASAN_OPTIONS=detect_leaks=0")
 	}

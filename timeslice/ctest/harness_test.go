@@ -151,6 +151,7 @@ type program struct {
 func (p program) command(ctx context.Context, t testing.TB) *exec.Cmd {
 	b := getBuild(t)
 	cmd := exec.CommandContext(ctx, filepath.Join(b.bin, p.name), p.args...)
+	emulate(cmd)
 	env := []string{
 		"LD_LIBRARY_PATH=" + b.lim,
 		"PATH=" + os.Getenv("PATH"),
@@ -168,6 +169,24 @@ func (p program) command(ctx context.Context, t testing.TB) *exec.Cmd {
 	cmd.Env = mergeEnv(append(env, p.env...))
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
+}
+
+// emulate runs cmd under GM_CTEST_EXEC when it is set: a command and its
+// arguments, split on spaces, that runs programs built for another
+// architecture, e.g. "qemu-aarch64-static -L /usr/aarch64-linux-gnu" with
+// CC=aarch64-linux-gnu-gcc, to test the limiter's AArch64 stubs on an
+// amd64 machine.
+func emulate(cmd *exec.Cmd) {
+	prefix := strings.Fields(os.Getenv("GM_CTEST_EXEC"))
+	if len(prefix) == 0 {
+		return
+	}
+	path, err := exec.LookPath(prefix[0])
+	if err != nil {
+		path = prefix[0] // cmd.Run reports it
+	}
+	cmd.Path = path
+	cmd.Args = append(prefix, cmd.Args...)
 }
 
 // mergeEnv keeps the last value of each variable, in the place of its

@@ -86,64 +86,17 @@ func GenerateStubs(lib Library, names, intercepted []string) (c, h []byte, err e
 	}
 	cb.WriteString("};\n\n")
 	fmt.Fprintf(&cb, "/* %d exported stubs (%d names are defined by the limiter), the table,\n", len(names)-len(own), len(own))
-	cb.WriteString(" * the lazy thunks. x86-64 System V: a thunk keeps %rdi..%r9, %rax (vector\n")
-	cb.WriteString(" * count of variadic calls) and %xmm0..%xmm7, and the stack is untouched. */\n")
-	cb.WriteString("__asm__(\n")
-	line := func(format string, a ...any) {
-		fmt.Fprintf(&cb, "\t\"%s\\n\"\n", fmt.Sprintf(format, a...))
-	}
-	line("\t.pushsection .text")
-	for i, n := range names {
-		if own[n] {
-			continue
+	cb.WriteString(" * the lazy thunks, for x86-64 and AArch64. A thunk keeps every register a\n")
+	cb.WriteString(" * call may pass arguments in, and the stack is untouched. */\n")
+	for i, a := range stubArches {
+		if i == 0 {
+			fmt.Fprintf(&cb, "#if defined(%s)\n", a.macro)
+		} else {
+			fmt.Fprintf(&cb, "#elif defined(%s)\n", a.macro)
 		}
-		line("\t.globl %s", n)
-		line("\t.type %s, @function", n)
-		line("\t.p2align 4")
-		line("%s:", n)
-		line("\tendbr64")
-		line("\tjmp *(%s+%d)(%%rip)", tab, 8*i)
-		line("\t.size %s, .-%s", n, n)
+		writeStubAsm(&cb, a, p, tab, names, own)
 	}
-	for i := range names {
-		line(".Llim_%s_lazy_%d:", p, i)
-		line("\tmovl $%d, %%r11d", i)
-		line("\tjmp .Llim_%s_lazy", p)
-	}
-	line(".Llim_%s_lazy:", p)
-	line("\tpushq %%rbp")
-	line("\tmovq %%rsp, %%rbp")
-	line("\tsubq $192, %%rsp")
-	for j, r := range []string{"rdi", "rsi", "rdx", "rcx", "r8", "r9", "rax"} {
-		line("\tmovq %%%s, %d(%%rsp)", r, 8*j)
-	}
-	for j := 0; j < 8; j++ {
-		line("\tmovdqu %%xmm%d, %d(%%rsp)", j, 64+16*j)
-	}
-	line("\tmovl %%r11d, %%edi")
-	line("\tcall lim_%s_resolve", p)
-	line("\tmovq %%rax, %%r11")
-	for j, r := range []string{"rdi", "rsi", "rdx", "rcx", "r8", "r9", "rax"} {
-		line("\tmovq %d(%%rsp), %%%s", 8*j, r)
-	}
-	for j := 0; j < 8; j++ {
-		line("\tmovdqu %d(%%rsp), %%xmm%d", 64+16*j, j)
-	}
-	line("\tleave")
-	line("\tjmp *%%r11")
-	line("\t.pushsection .data.rel.local,\\\"aw\\\"")
-	line("\t.p2align 3")
-	line("\t.globl %s", tab)
-	line("\t.hidden %s", tab)
-	line("\t.type %s, @object", tab)
-	line("%s:", tab)
-	for i := range names {
-		line("\t.quad .Llim_%s_lazy_%d", p, i)
-	}
-	line("\t.size %s, %d", tab, 8*len(names))
-	line("\t.popsection")
-	line("\t.popsection")
-	cb.WriteString(");\n")
+	cb.WriteString("#else\n#error \"the limiter's stubs are written for x86-64 and AArch64 only\"\n#endif\n")
 	return cb.Bytes(), hb.Bytes(), nil
 }
 
@@ -159,4 +112,138 @@ func Generate(root string, lib Library) (c, h []byte, err error) {
 		return nil, nil, err
 	}
 	return GenerateStubs(lib, names, own)
+}
+
+// A stubArch is the assembly of the stubs, the lazy thunks and the table
+// for one architecture, with the compiler's macro that selects it.
+type stubArch struct {
+	macro string
+	doc   string // what a thunk keeps, for the generated file's comment
+	// stub: the body of the exported entry point name, which jumps
+	// through the table's slot at byte offset off.
+	stub func(tab string, off int) []string
+	// lazy: the first of a slot's thunk (the slot number to the
+	// scratch register the common part reads).
+	lazy func(i int) []string
+	// common: the thunk's shared part: save the argument registers, call
+	// resolve(slot), restore them and jump to what it returned.
+	common func(resolve string) []string
+	jump   string // the direct jump to the common part: jmp, b
+	// typ prefixes a symbol's type (.type name, @function): @, or % where
+	// @ starts a comment.
+	typ string
+}
+
+var stubArches = []stubArch{
+	{
+		macro: "__x86_64__",
+		doc:   "x86-64 System V: a thunk keeps %rdi..%r9, %rax (vector count of variadic calls) and %xmm0..%xmm7.",
+		stub: func(tab string, off int) []string {
+			return []string{"\tendbr64", fmt.Sprintf("\tjmp *(%s+%d)(%%rip)", tab, off)}
+		},
+		lazy: func(i int) []string { return []string{fmt.Sprintf("\tmovl $%d, %%r11d", i)} },
+		common: func(resolve string) []string {
+			gprs := []string{"rdi", "rsi", "rdx", "rcx", "r8", "r9", "rax"}
+			l := []string{"\tpushq %rbp", "\tmovq %rsp, %rbp", "\tsubq $192, %rsp"}
+			for j, r := range gprs {
+				l = append(l, fmt.Sprintf("\tmovq %%%s, %d(%%rsp)", r, 8*j))
+			}
+			for j := 0; j < 8; j++ {
+				l = append(l, fmt.Sprintf("\tmovdqu %%xmm%d, %d(%%rsp)", j, 64+16*j))
+			}
+			l = append(l, "\tmovl %r11d, %edi", "\tcall "+resolve, "\tmovq %rax, %r11")
+			for j, r := range gprs {
+				l = append(l, fmt.Sprintf("\tmovq %d(%%rsp), %%%s", 8*j, r))
+			}
+			for j := 0; j < 8; j++ {
+				l = append(l, fmt.Sprintf("\tmovdqu %d(%%rsp), %%xmm%d", 64+16*j, j))
+			}
+			return append(l, "\tleave", "\tjmp *%r11")
+		},
+		jump: "jmp",
+		typ:  "@",
+	},
+	{
+		// x16 (IP0) is the register the AAPCS64 leaves to veneers and PLT
+		// stubs between a call and its callee; bti c (hint 34, a no-op
+		// without BTI) lets an indirect call land on a stub.
+		macro: "__aarch64__",
+		doc:   "AAPCS64: a thunk keeps x0..x7, x8 (indirect result) and q0..q7; x16 carries the slot.",
+		stub: func(tab string, off int) []string {
+			return []string{
+				"\thint 34",
+				fmt.Sprintf("\tadrp x16, %s+%d", tab, off),
+				fmt.Sprintf("\tldr x16, [x16, :lo12:%s+%d]", tab, off),
+				"\tbr x16",
+			}
+		},
+		lazy: func(i int) []string { return []string{fmt.Sprintf("\tmov w16, #%d", i)} },
+		common: func(resolve string) []string {
+			// 224 bytes: x29 and x30, x0..x7, x8 (and 8 of padding), q0..q7.
+			l := []string{"\tstp x29, x30, [sp, #-224]!", "\tmov x29, sp"}
+			save := func(op string) {
+				for j := 0; j < 8; j += 2 {
+					l = append(l, fmt.Sprintf("\t%s x%d, x%d, [sp, #%d]", op, j, j+1, 16+8*j))
+				}
+				l = append(l, fmt.Sprintf("\t%s x8, [sp, #80]", map[string]string{"stp": "str", "ldp": "ldr"}[op]))
+				for j := 0; j < 8; j += 2 {
+					l = append(l, fmt.Sprintf("\t%s q%d, q%d, [sp, #%d]", op, j, j+1, 96+16*j))
+				}
+			}
+			save("stp")
+			l = append(l, "\tmov w0, w16", "\tbl "+resolve, "\tmov x16, x0")
+			save("ldp")
+			return append(l, "\tldp x29, x30, [sp], #224", "\tbr x16")
+		},
+		jump: "b",
+		typ:  "%",
+	},
+}
+
+// writeStubAsm writes one architecture's __asm__ block: the exported stubs
+// of the names the limiter does not define (own), a lazy thunk per slot,
+// and the table tab, whose slots start at the thunks.
+func writeStubAsm(cb *bytes.Buffer, a stubArch, p, tab string, names []string, own map[string]bool) {
+	fmt.Fprintf(cb, "/* %s */\n", a.doc)
+	cb.WriteString("__asm__(\n")
+	line := func(format string, args ...any) {
+		fmt.Fprintf(cb, "\t\"%s\\n\"\n", fmt.Sprintf(format, args...))
+	}
+	lines := func(l []string) {
+		for _, s := range l {
+			line("%s", s)
+		}
+	}
+	line("\t.pushsection .text")
+	for i, n := range names {
+		if own[n] {
+			continue
+		}
+		line("\t.globl %s", n)
+		line("\t.type %s, %sfunction", n, a.typ)
+		line("\t.p2align 4")
+		line("%s:", n)
+		lines(a.stub(tab, 8*i))
+		line("\t.size %s, .-%s", n, n)
+	}
+	for i := range names {
+		line(".Llim_%s_lazy_%d:", p, i)
+		lines(a.lazy(i))
+		line("\t%s .Llim_%s_lazy", a.jump, p)
+	}
+	line(".Llim_%s_lazy:", p)
+	lines(a.common("lim_" + p + "_resolve"))
+	line("\t.pushsection .data.rel.local,\\\"aw\\\"")
+	line("\t.p2align 3")
+	line("\t.globl %s", tab)
+	line("\t.hidden %s", tab)
+	line("\t.type %s, %sobject", tab, a.typ)
+	line("%s:", tab)
+	for i := range names {
+		line("\t.quad .Llim_%s_lazy_%d", p, i)
+	}
+	line("\t.size %s, %d", tab, 8*len(names))
+	line("\t.popsection")
+	line("\t.popsection")
+	cb.WriteString(");\n")
 }

@@ -16,10 +16,20 @@
 
 #include "lim.h"
 
+/* The Debian multiarch directory of the driver's libraries on this
+ * architecture. */
+#if defined(__x86_64__)
+#define LIM_MULTIARCH "x86_64-linux-gnu"
+#elif defined(__aarch64__)
+#define LIM_MULTIARCH "aarch64-linux-gnu"
+#else
+#error "the limiter is written for x86-64 and AArch64 only"
+#endif
+
 /* Where distributions and the NVIDIA container toolkit put the driver's
  * libraries. */
-static const char default_search[] = "/usr/lib/x86_64-linux-gnu:/usr/lib64:/usr/local/nvidia/lib64:"
-				     "/usr/local/nvidia/lib:/usr/lib/wsl/lib:/usr/lib:/lib/x86_64-linux-gnu:/lib64";
+static const char default_search[] = "/usr/lib/" LIM_MULTIARCH ":/usr/lib64:/usr/local/nvidia/lib64:"
+				     "/usr/local/nvidia/lib:/usr/lib/wsl/lib:/usr/lib:/lib/" LIM_MULTIARCH ":/lib64";
 
 static int self_id(struct stat *st)
 {
