@@ -21,7 +21,7 @@ import (
 // startContainerd2 starts a private containerd 2.x with its CRI (and NRI,
 // with nri) on the node of config. It fails the test if containerd 2.x is
 // not built (make containerd2).
-func startContainerd2(t *testing.T, ctx context.Context, config string, opts ...ctrd.Option) *ctrd.Daemon {
+func startContainerd2(t testing.TB, ctx context.Context, config string, opts ...ctrd.Option) *ctrd.Daemon {
 	t.Helper()
 	if _, err := os.Stat(ctrd.Containerd2Bin()); err != nil {
 		t.Fatalf("containerd %s: %v (run make containerd2)", ctrd.Containerd2Version, err)
@@ -32,7 +32,7 @@ func startContainerd2(t *testing.T, ctx context.Context, config string, opts ...
 // cdiDevices writes the node's CDI spec (gpumux cdi generate) where the
 // daemon's CRI reads specs, and returns one device name of each mechanism:
 // mechanism → gpumux.io/share=<name>.
-func cdiDevices(t *testing.T, ctx context.Context, d *ctrd.Daemon, config string) map[string]string {
+func cdiDevices(t testing.TB, ctx context.Context, d *ctrd.Daemon, config string) map[string]string {
 	t.Helper()
 	bin := filepath.Join(repoRoot(t), "bin")
 	file := filepath.Join(d.CDISpecDir, "gpumux.json")
@@ -196,6 +196,7 @@ func TestNRIPluginOnContainerd2(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "gpumux") {
 				t.Errorf("create failed with %v, want the reason %q from gpumux", err, tc.want)
 			}
+			t.Logf("refused: %v", err)
 			if l := leases(t, ctx, stateDir); len(l) != 0 {
 				t.Errorf("leases after a refused create: %v", l)
 			}
@@ -203,15 +204,16 @@ func TestNRIPluginOnContainerd2(t *testing.T) {
 	}
 }
 
-// withNRI writes a copy of config with an nri block for d: its socket, and
-// the runc root of its CRI containers.
+// withNRI writes a copy of config with an nri block for d: its socket, the
+// runc root of its CRI containers, and the runtime class "gpumux"
+// (gpumux-runtime's, WithRuntimeClass) left to gpumux-runtime.
 func withNRI(t testing.TB, config string, d *ctrd.Daemon) string {
 	t.Helper()
 	b, err := os.ReadFile(config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b = append(b, []byte("\nnri {\n  socket    = \""+d.NRISocket+"\"\n  runc_root = \""+filepath.Join(d.RuncRoot, ctrd.CRINamespace)+"\"\n}\n")...)
+	b = append(b, []byte("\nnri {\n  socket    = \""+d.NRISocket+"\"\n  runc_root = \""+filepath.Join(d.RuncRoot, ctrd.CRINamespace)+"\"\n  skip_runtime_handlers = [\"gpumux\"]\n}\n")...)
 	p := filepath.Join(filepath.Dir(config), "node-nri.hcl")
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)

@@ -24,10 +24,11 @@ const (
 
 // nriSpec is the nri block's schema.
 var nriSpec = hclspec.NewBlock("nri", false, hclspec.NewObject(map[string]*hclspec.Spec{
-	"enabled":      hclspec.NewDefault(hclspec.NewAttr("enabled", "bool", false), hclspec.NewLiteral("true")),
-	"socket":       hclspec.NewDefault(hclspec.NewAttr("socket", "string", false), hclspec.NewLiteral(`"`+DefaultNRISocket+`"`)),
-	"plugin_index": hclspec.NewDefault(hclspec.NewAttr("plugin_index", "string", false), hclspec.NewLiteral(`"`+DefaultNRIIndex+`"`)),
-	"runc_root":    hclspec.NewDefault(hclspec.NewAttr("runc_root", "string", false), hclspec.NewLiteral(`"`+DefaultNRIRuncRoot+`"`)),
+	"enabled":               hclspec.NewDefault(hclspec.NewAttr("enabled", "bool", false), hclspec.NewLiteral("true")),
+	"socket":                hclspec.NewDefault(hclspec.NewAttr("socket", "string", false), hclspec.NewLiteral(`"`+DefaultNRISocket+`"`)),
+	"plugin_index":          hclspec.NewDefault(hclspec.NewAttr("plugin_index", "string", false), hclspec.NewLiteral(`"`+DefaultNRIIndex+`"`)),
+	"runc_root":             hclspec.NewDefault(hclspec.NewAttr("runc_root", "string", false), hclspec.NewLiteral(`"`+DefaultNRIRuncRoot+`"`)),
+	"skip_runtime_handlers": hclspec.NewAttr("skip_runtime_handlers", "list(string)", false),
 }))
 
 // NRI is the nri { … } block: gpumux agent serves an NRI plugin to
@@ -44,6 +45,10 @@ type NRI struct {
 	// leases to, recorded with their leases: where a later agent asks runc
 	// whether a container still exists.
 	RuncRoot string `codec:"runc_root"`
+	// SkipRuntimeHandlers are CRI runtime handlers (runtime classes) whose
+	// pods the plugin leaves alone: those that run gpumux-runtime, which
+	// serves their containers itself (both would lease for one container).
+	SkipRuntimeHandlers []string `codec:"skip_runtime_handlers"`
 }
 
 func (n *NRI) normalize() {
@@ -69,6 +74,11 @@ func (n *NRI) Validate() error {
 	} {
 		if !filepath.IsAbs(f.value) || filepath.Clean(f.value) != f.value {
 			errs = append(errs, fmt.Errorf("nri block: %s = %q: want the clean absolute path of %s", f.field, f.value, f.what))
+		}
+	}
+	for _, h := range n.SkipRuntimeHandlers {
+		if h == "" {
+			errs = append(errs, errors.New(`nri block: skip_runtime_handlers: an empty name (want CRI runtime handler names, e.g. ["gpumux"])`))
 		}
 	}
 	if !nriIndex.MatchString(n.PluginIndex) {

@@ -16,8 +16,9 @@ func TestNRIBlock(t *testing.T) {
 	}{
 		{"absent", ``, nil, ""},
 		{"defaults", "nri {}\n", &nodeconfig.NRI{Enabled: true, Socket: "/var/run/nri/nri.sock", PluginIndex: "50", RuncRoot: "/run/containerd/runc/k8s.io"}, ""},
-		{"everything", "nri {\n enabled = false\n socket = \"/run/nri.sock\"\n plugin_index = \"05\"\n runc_root = \"/run/r\"\n}\n",
-			&nodeconfig.NRI{Enabled: false, Socket: "/run/nri.sock", PluginIndex: "05", RuncRoot: "/run/r"}, ""},
+		{"everything", "nri {\n enabled = false\n socket = \"/run/nri.sock\"\n plugin_index = \"05\"\n runc_root = \"/run/r\"\n skip_runtime_handlers = [\"gpumux\"]\n}\n",
+			&nodeconfig.NRI{Enabled: false, Socket: "/run/nri.sock", PluginIndex: "05", RuncRoot: "/run/r", SkipRuntimeHandlers: []string{"gpumux"}}, ""},
+		{"empty handler", "nri {\n skip_runtime_handlers = [\"\"]\n}\n", nil, `skip_runtime_handlers: an empty name`},
 		{"relative socket", "nri {\n socket = \"nri.sock\"\n}\n", nil, `nri block: socket = "nri.sock": want the clean absolute path`},
 		{"unclean runc root", "nri {\n runc_root = \"/run//r/\"\n}\n", nil, `nri block: runc_root = "/run//r/"`},
 		{"bad index", "nri {\n plugin_index = \"5\"\n}\n", nil, `nri block: plugin_index = "5": want two digits`},

@@ -11,7 +11,9 @@
 // with the CDI library, as gpumux-runtime applies them to config.json. A bad
 // request, or one no share fits, fails the create with the reason. The
 // shares go back on StopContainer and RemoveContainer; a container that
-// asks for nothing is not adjusted.
+// asks for nothing is not adjusted, nor is one that a CDI device already
+// gave a share (its GPUMUX_SHARES), nor one of a runtime handler that runs
+// gpumux-runtime (skip_runtime_handlers).
 //
 // Leases carry the agent as their owner, so that the agent's reclaim loop
 // leaves them alone while it runs, and the runc root of CRI containers, so

@@ -109,17 +109,21 @@ func (p *Plugin) serve(ctx context.Context) error {
 
 // CreateContainer leases the shares the container asks for and returns
 // their edits as its adjustment. A container that asks for nothing gets
-// none; a bad request, or one that no share fits, fails its create.
+// none, and so does one of a runtime handler the config skips; a bad
+// request, or one that no share fits, fails its create.
 func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	req, reserved, asked, err := node.ParseRequest(requestAnnotations(pod, ctr), ctr.GetEnv(), p.limits)
+	if slices.Contains(p.cfg.SkipRuntimeHandlers, pod.GetRuntimeHandler()) {
+		return nil, nil, nil // gpumux-runtime's
+	}
+	env := withoutShares(ctr.GetEnv())
+	req, _, asked, err := node.ParseRequest(requestAnnotations(pod, ctr), env, p.limits)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gpumux: container %s: %w", ctr.GetName(), err)
 	}
 	if !asked {
 		return nil, nil, nil
 	}
-	env := ctr.GetEnv()
-	claim := node.Claim{Container: ctr.GetId(), Request: req, Reserved: reserved, Token: node.EnvValue(env, share.EnvReservation), Env: env}
+	claim := node.Claim{Container: ctr.GetId(), Request: req, Env: env}
 	var warn strings.Builder
 	g, err := p.node.Lease(ctx, claim, p.alive, &warn, lease.WithRuncRoot(p.cfg.RuncRoot))
 	if s := strings.TrimSpace(warn.String()); s != "" {
@@ -162,6 +166,14 @@ func (p *Plugin) release(ctx context.Context, ctr *api.Container) {
 	case len(ids) > 0:
 		p.logger.Info("released", "container", ctr.GetId(), "name", ctr.GetName(), "shares", strings.Join(ids, ","))
 	}
+}
+
+// withoutShares drops GPUMUX_SHARES from env. Nomad's reservations, which
+// it names, do not come through CRI; a container has it from a CDI device
+// of gpumux cdi generate's spec, which containerd applied before asking
+// the plugin: that container has its share.
+func withoutShares(env []string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, share.EnvShares+"=") })
 }
 
 // requestAnnotations are the container's gpumux.io/* annotations, or its

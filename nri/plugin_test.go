@@ -32,7 +32,9 @@ gpu {
   replicas  = 2
   limit     = "off"
 }
-nri {}
+nri {
+  skip_runtime_handlers = ["gpumux"]
+}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +60,8 @@ func TestCreateContainer(t *testing.T) {
 		err       string // "" for none
 	}{
 		{"asks for nothing", nil, []string{"PATH=/bin"}, &api.PodSandbox{}, "", ""},
+		{"a CDI device's share", nil, []string{"GPUMUX_SHARES=GPU-5d0b7a52-1b8e-4c3a-9f1e-0123456789ab/timeslice/0"}, &api.PodSandbox{}, "", ""},
+		{"a skipped runtime handler's", map[string]string{"gpumux.io/mechanism": "timeslice"}, nil, &api.PodSandbox{RuntimeHandler: "gpumux"}, "", ""},
 		{"a time-slice replica by annotation", map[string]string{"gpumux.io/mechanism": "timeslice"}, nil, &api.PodSandbox{}, "timeslice", ""},
 		{"a whole GPU by env", nil, []string{"GPUMUX_MECHANISM=exclusive"}, &api.PodSandbox{}, "exclusive", ""},
 		{"the pod's annotation", nil, nil, pod, "exclusive", ""},

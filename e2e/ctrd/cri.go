@@ -76,6 +76,11 @@ func (d *Daemon) renderV3(b *strings.Builder) {
 	}
 	for name, bin := range classes {
 		fmt.Fprintf(b, "[%s.containerd.runtimes.%s]\n  runtime_type = %q\n  snapshotter = \"native\"\n", rt, name, DefaultRuntime)
+		if bin != "" {
+			// CRI passes only the annotations a runtime class lists into
+			// the OCI spec, where a runtime wrapper reads them.
+			fmt.Fprintf(b, "  pod_annotations = [\"gpumux.io/*\"]\n  container_annotations = [\"gpumux.io/*\"]\n")
+		}
 		fmt.Fprintf(b, "[%s.containerd.runtimes.%s.options]\n  Root = %q\n  BinaryName = %q\n", rt, name, d.RuncRoot, bin)
 	}
 	fmt.Fprintf(b, "\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  disable_tcp_service = true\n  stream_server_address = \"127.0.0.1\"\n  stream_server_port = \"0\"\n")
