@@ -56,7 +56,7 @@ E2E_TIMEOUT ?= 40m
 # the /nomad cgroups (v1) and the machine has 2 cores.
 E2E_FLAGS ?= -v
 
-.PHONY: all build interposer remote-nvml nomad deps test test-unit test-e2e bench demo gpu-bin clean fmt vet install dist dist-all deb version
+.PHONY: all build interposer remote-nvml nomad containerd2 deps test test-unit test-e2e bench demo gpu-bin clean fmt vet install dist dist-all deb version
 
 all: build
 
@@ -296,12 +296,16 @@ deb:
 nomad:
 	scripts/build-nomad.sh
 
+## containerd2: build containerd 2.x and its runc (for the CDI and NRI e2e tests) into $(GPUMUX_CACHE) if needed
+containerd2:
+	scripts/build-containerd.sh
+
 ## deps: install missing Debian packages (gcc, libc6-dev, make, ...)
 deps:
 	scripts/install-deps.sh
 
 ## test: unit tests (race) then e2e tests against a real Nomad dev agent
-test: deps nomad build
+test: deps nomad containerd2 build
 	$(MAKE) --no-print-directory test-unit
 	$(MAKE) --no-print-directory test-e2e
 

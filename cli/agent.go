@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/nri"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -29,7 +30,10 @@ plugin is on a Nomad node. It
   - watches XIDs, and re-reads the GPUs every fingerprint_period;
   - releases the leases of containers runc no longer knows;
   - serves Prometheus metrics at http://<metrics_addr>/metrics when the
-    config sets metrics_addr.
+    config sets metrics_addr;
+  - serves an NRI plugin to containerd 1.7+/2.x when the config has an nri
+    block: containers that ask by gpumux.io/* annotation or GPUMUX_* env
+    get their shares with plain runc, no gpumux-runtime.
 gpumux-runtime, on the same node and with the same config, hands out the
 shares. The agent and the Nomad plugin refuse to run one state_dir at once.
 It runs until SIGINT or SIGTERM.
@@ -103,6 +107,14 @@ func agent(ctx context.Context, configFile, runc, runcRoot string, health time.D
 	}
 	logger.Info("running the node", "config", configFile, "state_dir", cfg.StateDir, "period", cfg.Period())
 	alive := node.RuncAlive(ctx, runc, runcRoot)
+	if cfg.NRI != nil && cfg.NRI.Enabled {
+		// The NRI plugin's leases carry their own runc root (the CRI
+		// containers'), which alive uses.
+		p := nri.New(n, cfg.StateDir, *cfg.NRI, alive, nri.WithLogger(logger.Named("nri")))
+		done := make(chan struct{})
+		go func() { defer close(done); p.Run(ctx, nriRetry) }()
+		defer func() { <-done }()
+	}
 	var last string
 	for u := range n.Watch(ctx, cfg.Period()) {
 		if u.Err != nil {
@@ -124,6 +136,10 @@ func agent(ctx context.Context, configFile, runc, runcRoot string, health time.D
 	logger.Info("stopping; MPS daemons and MIG instances stay for the next agent")
 	return nil
 }
+
+// nriRetry is how often the agent tries to reach a runtime's NRI socket
+// that is not there.
+const nriRetry = time.Second
 
 // summary lists a catalog's groups with their share counts.
 func summary(c *share.Catalog) string {

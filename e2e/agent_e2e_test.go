@@ -30,7 +30,7 @@ type agentProc struct {
 
 // startAgent runs bin/gpumux agent on config; it is stopped (SIGTERM) when
 // the test ends, if it still runs.
-func startAgent(t *testing.T, config string, args ...string) *agentProc {
+func startAgent(t testing.TB, config string, args ...string) *agentProc {
 	t.Helper()
 	bin := filepath.Join(repoRoot(t), "bin", "gpumux")
 	a := &agentProc{log: &syncbuf.Buffer{}, exited: make(chan struct{})}
@@ -50,7 +50,7 @@ func startAgent(t *testing.T, config string, args ...string) *agentProc {
 }
 
 // stop ends the agent with SIGTERM and returns its exit code.
-func (a *agentProc) stop(t *testing.T) int {
+func (a *agentProc) stop(t testing.TB) int {
 	t.Helper()
 	select {
 	case <-a.exited:
@@ -79,7 +79,7 @@ func freePort(t *testing.T) int {
 
 // waitFor polls cond until it holds or the deadline passes; what says what
 // was awaited, and last what was seen.
-func waitFor(t *testing.T, ctx context.Context, d time.Duration, what string, cond func() (bool, string)) {
+func waitFor(t testing.TB, ctx context.Context, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()

@@ -25,19 +25,21 @@ func deps(t *testing.T, pkg string) []string {
 }
 
 // TestLayering checks the one-way flow of imports (ARCHITECTURE.md):
-// cmd → {plugin, runtimehook, cli} → node → mechanisms → share → gpu. The
+// cmd → {plugin, runtimehook, cli → nri} → node → mechanisms → share → gpu. The
 // front doors never import each other; the core and the mechanisms never
 // import a front door; share knows nothing of the core or the mechanisms.
 func TestLayering(t *testing.T) {
-	frontDoors := []string{"plugin", "runtimehook", "cli"}
+	frontDoors := []string{"plugin", "runtimehook", "cli", "nri"}
 	mechanisms := []string{"exclusive", "mig", "mps", "timeslice", "remote"}
 	tests := []struct {
 		pkg    string
 		forbid []string
 	}{
-		{"plugin", []string{"runtimehook", "cli"}},
-		{"runtimehook", []string{"plugin", "cli"}},
+		{"plugin", []string{"runtimehook", "cli", "nri"}},
+		{"runtimehook", []string{"plugin", "cli", "nri"}},
 		{"cli", []string{"plugin", "runtimehook"}},
+		// gpumux agent (cli) serves the NRI plugin.
+		{"nri", []string{"plugin", "runtimehook", "cli"}},
 		{"node", frontDoors},
 		{"share", append(append([]string{"node", "nodeconfig"}, frontDoors...), mechanisms...)},
 		{"gpu", append(append([]string{"node", "share"}, frontDoors...), mechanisms...)},

@@ -72,6 +72,7 @@ var Spec = hclspec.NewObject(map[string]*hclspec.Spec{
 		"limit":         hclspec.NewAttr("limit", "string", false),
 	})),
 	"remote": remoteSpec,
+	"nri":    nriSpec,
 })
 
 // Config is the decoded plugin config.
@@ -107,7 +108,9 @@ type Config struct {
 	MetricsAddr string          `codec:"metrics_addr"`
 	GPUs        []share.GPURule `codec:"gpu"`
 	// Remote, when set, offers GPUs of gpumux-remoted servers (remote.go).
-	Remote *Remote       `codec:"remote"`
+	Remote *Remote `codec:"remote"`
+	// NRI, when set, has gpumux agent serve an NRI plugin (nri.go).
+	NRI    *NRI          `codec:"nri"`
 	period time.Duration // parsed FingerprintPeriod
 }
 
@@ -140,6 +143,9 @@ func (c *Config) normalize() {
 	}
 	if c.Remote != nil {
 		c.Remote.normalize()
+	}
+	if c.NRI != nil {
+		c.NRI.normalize()
 	}
 }
 
@@ -186,6 +192,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Remote != nil {
 		if err := c.Remote.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.NRI != nil {
+		if err := c.NRI.Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/runtimehook/entry"
 )
@@ -31,9 +32,9 @@ func BenchmarkCreateDecision(b *testing.B) {
 		name string
 		ann  map[string]string
 	}{
-		{"exclusive", map[string]string{AnnotationMechanism: "exclusive"}},
-		{"timeslice", map[string]string{AnnotationMechanism: "timeslice"}},
-		{"auto", map[string]string{AnnotationMemory: "16Gi"}},
+		{"exclusive", map[string]string{node.AnnotationMechanism: "exclusive"}},
+		{"timeslice", map[string]string{node.AnnotationMechanism: "timeslice"}},
+		{"auto", map[string]string{node.AnnotationMemory: "16Gi"}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			f := newFixture(b, layout, 0)
@@ -54,7 +55,7 @@ func BenchmarkCreateDecision(b *testing.B) {
 				if leased, err := r.prepare(ctx, inv); err != nil || !leased {
 					b.Fatalf("leased %v: %v", leased, err)
 				}
-				if _, err := r.store().release(ctx, "c1"); err != nil {
+				if _, err := r.store().Release(ctx, "c1"); err != nil {
 					b.Fatal(err)
 				}
 			}

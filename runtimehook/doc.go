@@ -1,11 +1,11 @@
 // Package runtimehook is gpumux-runtime: an OCI runtime wrapper around runc
 // for containerd (runc options BinaryName) and Docker (runtimes). Only
 // `create` is changed: the container's request (gpumux.io/* annotations or
-// GPUMUX_* env, parsed strictly by ParseRequest) is served by the share
-// policy (share.Choose) from the node core's shares (package node) that no
-// other container holds and that can be used now, leased in the node-local
-// lease store (package node/lease), and the node core's container edits are
-// applied to config.json with the CDI library. A share that cannot be used
+// GPUMUX_* env, parsed strictly by node.ParseRequest) is served by the node
+// core (node.Lease): the share policy (share.Choose) picks among its shares
+// that no other container holds and that can be used now, they are leased
+// in the node-local lease store (package node/lease), and the node core's
+// container edits are applied to config.json with the CDI library. A share that cannot be used
 // now (no MPS daemon: run gpumux agent or the Nomad plugin) fails the create
 // before runc starts, with the reason. A createRuntime hook checks
 // the shares are still usable; a poststop hook releases them; leases of

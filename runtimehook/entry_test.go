@@ -15,15 +15,11 @@ import (
 // the containers that ParseRequest finds a request in, or refuses: a
 // container it hands to runc is one the core would have left untouched.
 func TestEntryAsksAsParseRequestDoes(t *testing.T) {
-	var envs []string
-	for _, k := range requestKeys {
-		envs = append(envs, k.env)
-	}
-	envs = append(envs, EnvShares)
+	envs := node.RequestEnv()
 	if !slices.Equal(slices.Sorted(slices.Values(envs)), slices.Sorted(slices.Values(entry.RequestEnv))) {
 		t.Errorf("entry.RequestEnv = %v, want the request's variables %v", entry.RequestEnv, envs)
 	}
-	if entry.AnnotationPrefix != AnnotationPrefix || entry.HookUpdateLdcache != node.HookUpdateLdcache {
+	if entry.AnnotationPrefix != node.AnnotationPrefix || entry.HookUpdateLdcache != node.HookUpdateLdcache {
 		t.Error("entry's annotation prefix or update-ldcache hook name differs from the core's")
 	}
 	tests := []struct {
@@ -33,23 +29,23 @@ func TestEntryAsksAsParseRequestDoes(t *testing.T) {
 	}{
 		{"nothing", nil, nil},
 		{"other annotations and env", map[string]string{"io.kubernetes.pod.name": "x", "gpumux.iox": "1"}, []string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all", "GPUMUX_DEBUG=1", "GPUMUX_RESERVATION=t", "GPUMUX"}},
-		{"an annotation", map[string]string{AnnotationMechanism: "mps"}, nil},
+		{"an annotation", map[string]string{node.AnnotationMechanism: "mps"}, nil},
 		{"an unknown gpumux annotation", map[string]string{"gpumux.io/typo": "1"}, nil},
-		{"an empty annotation", map[string]string{AnnotationMemory: ""}, nil},
+		{"an empty annotation", map[string]string{node.AnnotationMemory: ""}, nil},
 		{"reserved shares", nil, []string{"GPUMUX_SHARES=GPU-00000000-0000-0000-0000-000000000000"}},
 		{"a malformed variable", nil, []string{"GPUMUX_GPUS"}},
 		{"a bad value", nil, []string{"GPUMUX_COMPUTE=200"}},
 	}
-	for _, k := range requestKeys {
+	for _, e := range envs {
 		tests = append(tests, struct {
 			name string
 			ann  map[string]string
 			env  []string
-		}{k.env, nil, []string{k.env + "=1"}})
+		}{e, nil, []string{e + "=1"}})
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, asked, err := ParseRequest(tc.ann, tc.env, DefaultLimits)
+			_, _, asked, err := node.ParseRequest(tc.ann, tc.env, node.DefaultLimits)
 			if got, want := entry.Asks(tc.ann, tc.env), asked || err != nil; got != want {
 				t.Errorf("entry.Asks = %v, but ParseRequest says asked %v, error %v", got, asked, err)
 			}

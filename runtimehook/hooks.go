@@ -59,7 +59,7 @@ func (r *Runtime) Hook(ctx context.Context, name string, args []string, stdin io
 	}
 	switch name {
 	case HookPoststop:
-		_, err := r.store().release(ctx, st.ID)
+		_, err := r.store().Release(ctx, st.ID)
 		return err
 	default: // HookCreateRuntime
 		return r.checkUsable(ctx, st.ID)
@@ -71,7 +71,7 @@ func (r *Runtime) Hook(ctx context.Context, name string, args []string, stdin io
 // daemon down: an MPS client that cannot reach its daemon would silently
 // run on the whole GPU without limits).
 func (r *Runtime) checkUsable(ctx context.Context, container string) error {
-	ids, err := r.store().held(ctx, container)
+	ids, err := r.store().Held(ctx, container)
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ gpu {
 			if !ok || !strings.HasSuffix(id, tc.replica[0]) && !strings.HasSuffix(id, tc.replica[len(tc.replica)-1]) {
 				t.Fatalf("got share %q, want a replica %v", id, tc.replica)
 			}
-			if held, _ := f.rt.store().held(t.Context(), tc.id); len(held) != 1 || held[0] != id {
+			if held, _ := f.rt.store().Held(t.Context(), tc.id); len(held) != 1 || held[0] != id {
 				t.Errorf("leases of %s: %v, want %s", tc.id, held, id)
 			}
 			for k, want := range map[string]string{
@@ -142,7 +142,7 @@ gpu {
 		!strings.Contains(f.stderr.String(), "unusable now: limiter "+filepath.Join(limiter, "libcuda.so.1")) {
 		t.Errorf("exit %d: %s", code, f.stderr.String())
 	}
-	if held, _ := f.rt.store().held(t.Context(), "c1"); len(held) != 0 {
+	if held, _ := f.rt.store().Held(t.Context(), "c1"); len(held) != 0 {
 		t.Errorf("a refused create holds %v", held)
 	}
 	if log, _ := os.ReadFile(f.runcLog); len(log) != 0 {

@@ -99,7 +99,7 @@ func TestCreateRemoteShare(t *testing.T) {
 			if !found {
 				t.Errorf("no interposer mount in %+v", spec.Mounts)
 			}
-			held, _ := f.rt.store().held(context.Background(), "c1")
+			held, _ := f.rt.store().Held(context.Background(), "c1")
 			if len(held) != 1 || held[0] != env["GPUMUX_SHARES"] {
 				t.Errorf("leases of c1: %v, env %s", held, env["GPUMUX_SHARES"])
 			}
@@ -233,7 +233,7 @@ func TestReservedRemoteShare(t *testing.T) {
 	if err != nil || c.Device != 1 || c.Quota != 4<<30 || env["GPUMUX_SHARES"] != id {
 		t.Errorf("env %v, claims %+v, %v", env, c, err)
 	}
-	if held, _ := f.rt.store().held(context.Background(), "c1"); len(held) != 1 || held[0] != id {
+	if held, _ := f.rt.store().Held(context.Background(), "c1"); len(held) != 1 || held[0] != id {
 		t.Errorf("held %v", held)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,10 +25,6 @@ import (
 	"github.com/gpumux/gpumux/share"
 )
 
-// ErrNotReserved means a container named shares in GPUMUX_SHARES that this
-// node did not reserve for it.
-var ErrNotReserved = errors.New("shares not reserved on this node")
-
 // Runtime is gpumux-runtime: a runc wrapper that, on `create`, leases the
 // shares a container asks for and writes their edits into its config.json.
 type Runtime struct {
@@ -37,7 +32,7 @@ type Runtime struct {
 	cfg    *nodeconfig.Config
 	runc   string // runc binary
 	self   string // gpumux-runtime-core, for the create-runtime hook
-	limits Limits
+	limits node.Limits
 	open   node.OpenFunc // nil: the node core's default
 	stderr io.Writer
 }
@@ -55,7 +50,7 @@ func WithRunc(path string) Option { return func(r *Runtime) { r.runc = path } }
 func WithSelf(path string) Option { return func(r *Runtime) { r.self = path } }
 
 // WithLimits bounds what one container may ask for.
-func WithLimits(l Limits) Option { return func(r *Runtime) { r.limits = l } }
+func WithLimits(l node.Limits) Option { return func(r *Runtime) { r.limits = l } }
 
 // WithStderr sets where the runtime reports errors (default os.Stderr).
 func WithStderr(w io.Writer) Option { return func(r *Runtime) { r.stderr = w } }
@@ -63,7 +58,7 @@ func WithStderr(w io.Writer) Option { return func(r *Runtime) { r.stderr = w } }
 // New returns a runtime that reads the node config with load when a
 // container asks for GPUs (containers that do not never pay for it).
 func New(load func() (*nodeconfig.Config, error), opts ...Option) *Runtime {
-	r := &Runtime{load: load, runc: "runc", limits: DefaultLimits, stderr: os.Stderr}
+	r := &Runtime{load: load, runc: "runc", limits: node.DefaultLimits, stderr: os.Stderr}
 	if self, err := os.Executable(); err == nil {
 		r.self = self
 	}
@@ -90,7 +85,7 @@ func (r *Runtime) Run(ctx context.Context, args []string) int {
 	code := r.runRunc(args)
 	if code != 0 && leased {
 		// A failed start gives its shares back.
-		if _, err := r.store().release(ctx, inv.ID); err != nil {
+		if _, err := r.store().Release(ctx, inv.ID); err != nil {
 			fmt.Fprintf(r.stderr, "gpumux-runtime: releasing the shares of %s: %v\n", inv.ID, err)
 		}
 	}
@@ -114,7 +109,7 @@ func (r *Runtime) prepare(ctx context.Context, inv entry.Invocation) (leased boo
 	if spec.Process != nil {
 		env = spec.Process.Env
 	}
-	req, reserved, asked, err := ParseRequest(spec.Annotations, env, r.limits)
+	req, reserved, asked, err := node.ParseRequest(spec.Annotations, env, r.limits)
 	if err != nil || !asked {
 		return false, err
 	}
@@ -123,111 +118,36 @@ func (r *Runtime) prepare(ctx context.Context, inv entry.Invocation) (leased boo
 		return false, err
 	}
 	defer n.Close()
-	// Remote GPUs are looked for (over the network) only for requests that
-	// may need them: remote ones now, auto ones if nothing local fits.
-	if req.Mechanism != "" {
-		if err := n.Serves(req.Mechanism); err != nil {
-			return false, fmt.Errorf("mechanism %q: %w", req.Mechanism, err)
-		}
-	}
-	networked := n.NeedsNetwork(req, reserved)
-	catalog, err := n.Catalog(ctx, catalogOptions(networked)...)
+	claim := node.Claim{Container: inv.ID, Request: req, Reserved: reserved, Token: node.EnvValue(env, share.EnvReservation), Env: env}
+	g, err := n.Lease(ctx, claim, node.RuncAlive(ctx, r.runc, inv.Root), r.stderr, lease.WithBundle(inv.Bundle), lease.WithRuncRoot(inv.Root))
 	if err != nil {
 		return false, err
 	}
-	st := r.store()
-	alive := node.RuncAlive(ctx, r.runc, inv.Root)
-	record := []lease.AcquireOption{lease.WithBundle(inv.Bundle), lease.WithRuncRoot(inv.Root)}
-	var ids []string
-	if len(reserved) > 0 {
-		// Nomad reserved these shares: honour them only with the token its
-		// plugin recorded for them, which works once.
-		token := envValue(env, share.EnvReservation)
-		if token == "" {
-			return false, fmt.Errorf("%w: GPUMUX_SHARES=%s without %s: only the gpumux Nomad plugin's reservations are honoured", ErrNotReserved, strings.Join(reserved, ","), share.EnvReservation)
-		}
-		if ids, err = st.claim(ctx, inv.ID, token, reserved, alive, r.stderr, record...); err != nil {
-			return false, fmt.Errorf("%w: %w", ErrNotReserved, err)
-		}
-	} else {
-		ids, err = st.acquire(ctx, inv.ID, alive, chooser(catalog, n, req), r.stderr, record...)
-		if errors.Is(err, share.ErrNoFit) && !networked && n.MayFallBack(req) {
-			// Nothing local fits: look at the pool (outside the lease
-			// store's lock) and choose again, remote shares included.
-			if catalog, err = n.Catalog(ctx); err != nil {
-				return false, fmt.Errorf("no local share fits, and remote GPUs: %w", err)
-			}
-			ids, err = st.acquire(ctx, inv.ID, alive, chooser(catalog, n, req), r.stderr, record...)
-		}
-		if err != nil {
-			return false, err
-		}
-	}
 	defer func() {
 		if err != nil {
-			st.release(context.WithoutCancel(ctx), inv.ID)
+			r.store().Release(context.WithoutCancel(ctx), inv.ID)
 		}
 	}()
-	shares, err := catalog.Lookup(ids...)
-	if err != nil {
-		return true, err
-	}
-	// A share its mechanism cannot serve now (no MPS daemon, a remote
-	// server gone) fails here, before runc, with the reason.
-	for _, s := range shares {
-		if ok, why := n.Health(s); !ok {
-			return true, fmt.Errorf("share %s cannot be used now: %s", s.ID, why)
-		}
-	}
-	edits, err := n.Edits(shares)
-	if err != nil {
-		return true, err
-	}
-	prependLibraryPath(edits, env)
+	edits := g.Edits
 	dropEnv(&spec, edits.Env)
 	if err := (&cdi.ContainerEdits{ContainerEdits: node.CDIEdits(edits)}).Apply(&spec); err != nil {
-		return true, fmt.Errorf("applying the container edits of %v: %w", ids, err)
+		return true, fmt.Errorf("applying the container edits of %v: %w", shareIDs(g.Shares), err)
 	}
-	r.addHooks(&spec, shares)
+	r.addHooks(&spec, g.Shares)
 	return true, writeSpec(path, &spec)
 }
 
-// chooser picks a request's shares among the catalog's free ones: neither
-// leased nor unusable now (n.Health). When none fit, the error also says
-// why the unusable shares of the mechanisms tried cannot be used.
-func chooser(catalog *share.Catalog, n *node.Node, req share.Request) func(map[string]string) ([]string, error) {
-	return func(leasedBy map[string]string) ([]string, error) {
-		sick := map[string]string{} // device → why
-		free := func(s share.Share) bool {
-			if leasedBy[s.ID] != "" {
-				return false
-			}
-			if ok, why := n.Health(s); !ok {
-				if req.Mechanism == "" || s.Mechanism == req.Mechanism {
-					sick[s.Parent()] = why
-				}
-				return false
-			}
-			return true
-		}
-		shares, err := share.Choose(catalog, free, req)
-		if err != nil {
-			if len(sick) > 0 && errors.Is(err, share.ErrNoFit) {
-				var whys []string
-				for _, dev := range slices.Sorted(maps.Keys(sick)) {
-					whys = append(whys, sick[dev])
-				}
-				return nil, fmt.Errorf("%w; unusable now: %s", err, strings.Join(whys, "; "))
-			}
-			return nil, err
-		}
-		ids := make([]string, len(shares))
-		for i, s := range shares {
-			ids[i] = s.ID
-		}
-		return ids, nil
+// shareIDs are the shares' IDs.
+func shareIDs(shares []share.Share) []string {
+	ids := make([]string, len(shares))
+	for i, s := range shares {
+		ids[i] = s.ID
 	}
+	return ids
 }
+
+// store is the node's lease store.
+func (r *Runtime) store() node.Leases { return node.LeasesIn(r.cfg.StateDir) }
 
 func (r *Runtime) loadConfig() error {
 	if r.cfg != nil {
@@ -262,14 +182,6 @@ func (r *Runtime) hookPath() string {
 // probed, a GPU not offered) at warning level and above to stderr.
 func (r *Runtime) logger() hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: "gpumux-runtime", Output: r.stderr, Level: hclog.Warn})
-}
-
-// catalogOptions leave the networked mechanisms out unless wanted.
-func catalogOptions(networked bool) []node.CatalogOption {
-	if networked {
-		return nil
-	}
-	return []node.CatalogOption{node.Local()}
 }
 
 // addHooks makes runc call gpumux back: poststop (gpumux-runtime-hook) releases
@@ -383,15 +295,4 @@ func dropEnv(spec *specs.Spec, set map[string]string) {
 		_, drop := set[k]
 		return drop
 	})
-}
-
-// envValue returns the value of key in "K=V" entries, the last one winning.
-func envValue(env []string, key string) string {
-	v := ""
-	for _, e := range env {
-		if k, val, ok := strings.Cut(e, "="); ok && k == key {
-			v = val
-		}
-	}
-	return v
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/mig"
+	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/share"
@@ -135,7 +136,7 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 	if !strings.Contains(string(log), "create --bundle "+f.bundle+" c1") {
 		t.Errorf("runc was called with %q", log)
 	}
-	held, _ := f.rt.store().held(context.Background(), "c1")
+	held, _ := f.rt.store().Held(context.Background(), "c1")
 	if len(held) != 1 || !strings.HasPrefix(held[0], "MIG-") {
 		t.Errorf("leases of c1: %v", held)
 	}
@@ -157,7 +158,7 @@ func TestCreateRuntimeHookOnlyForMIGAndMPS(t *testing.T) {
   limit     = "off"
 }`, 0)
 	for _, m := range []string{"exclusive", "timeslice"} {
-		f.writeSpec(t, map[string]string{AnnotationMechanism: m})
+		f.writeSpec(t, map[string]string{node.AnnotationMechanism: m})
 		if code := f.create("c-" + m); code != 0 {
 			t.Fatalf("%s: exit %d: %s", m, code, f.stderr.String())
 		}
@@ -185,7 +186,7 @@ func TestFailedStartReleasesItsLease(t *testing.T) {
 	if code := f.create("c1"); code != 1 {
 		t.Fatalf("exit %d, want runc's 1", code)
 	}
-	if held, _ := f.rt.store().held(context.Background(), "c1"); len(held) != 0 {
+	if held, _ := f.rt.store().Held(context.Background(), "c1"); len(held) != 0 {
 		t.Errorf("a container whose start failed still holds %v", held)
 	}
 }
@@ -233,7 +234,7 @@ func TestPoststopReleases(t *testing.T) {
 	if err := f.rt.Hook(context.Background(), HookPoststop, nil, bytes.NewReader(state)); err != nil {
 		t.Fatal(err)
 	}
-	if held, _ := f.rt.store().held(context.Background(), "c1"); len(held) != 0 {
+	if held, _ := f.rt.store().Held(context.Background(), "c1"); len(held) != 0 {
 		t.Errorf("after poststop c1 still holds %v", held)
 	}
 }
@@ -281,7 +282,7 @@ func TestReservedSharesNeedTheirToken(t *testing.T) {
 		if !strings.Contains(env, "NVIDIA_VISIBLE_DEVICES="+reserved) {
 			t.Errorf("%s: env %s", tc.name, env)
 		}
-		if held, _ := f.rt.store().held(context.Background(), tc.id); len(held) != 1 || held[0] != reserved {
+		if held, _ := f.rt.store().Held(context.Background(), tc.id); len(held) != 1 || held[0] != reserved {
 			t.Errorf("%s: %s holds %v", tc.name, tc.id, held)
 		}
 	}
@@ -314,7 +315,7 @@ func TestCreateRuntimeHookRefusesUnusableShares(t *testing.T) {
 	if code := f.create("mps"); code == 0 || !strings.Contains(f.stderr.String(), "no MPS control daemon serves") || !strings.Contains(f.stderr.String(), "gpumux agent") {
 		t.Errorf("MPS share without a daemon: exit %d: %s", code, f.stderr.String())
 	}
-	if held, _ := f.rt.store().held(ctx, "mps"); len(held) != 0 {
+	if held, _ := f.rt.store().Held(ctx, "mps"); len(held) != 0 {
 		t.Errorf("a refused create holds %v", held)
 	}
 

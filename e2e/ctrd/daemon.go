@@ -34,6 +34,7 @@ import (
 
 	containerd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gpumux/gpumux/e2e/internal/hostcheck"
 )
@@ -69,6 +70,10 @@ func DefaultContainerdBin() string {
 
 type config struct {
 	bin          string
+	v2           bool // containerd 2.x: config version 3, its CRI tables
+	cri          bool
+	nri          bool
+	runtimes     map[string]string // CRI runtime class → BinaryName
 	extraConfig  []string
 	disable      []string
 	env          []string
@@ -94,9 +99,13 @@ func WithConfig(toml string) Option {
 }
 
 // WithCRI keeps the CRI plugin (io.containerd.grpc.v1.cri) enabled; by
-// default it is disabled to keep the daemon light.
+// default it is disabled to keep the daemon light. On containerd 2.x
+// (WithContainerd2) the harness also configures it (cri.go): the native
+// snapshotter, the probe image as the sandbox image, host-network pods
+// only, runc with the harness's root, CDI specs from CDISpecDir.
 func WithCRI() Option {
 	return func(c *config) {
+		c.cri = true
 		out := c.disable[:0:0]
 		for _, p := range c.disable {
 			if p != criPlugin {
@@ -104,6 +113,31 @@ func WithCRI() Option {
 			}
 		}
 		c.disable = out
+	}
+}
+
+// WithContainerd2 runs containerd 2.x (Containerd2Bin, with its own runc
+// shim) with a version 3 config.
+func WithContainerd2() Option {
+	return func(c *config) {
+		c.bin = Containerd2Bin()
+		c.v2 = true
+		c.env = append(c.env, "PATH="+filepath.Dir(c.bin)+":"+os.Getenv("PATH"))
+	}
+}
+
+// WithNRI enables containerd 2.x's NRI with its socket at NRISocket, for
+// external plugins such as gpumux agent's.
+func WithNRI() Option { return func(c *config) { c.nri = true } }
+
+// WithRuntimeClass adds a CRI runtime class whose runc shim runs binary
+// instead of runc (containerd 2.x with WithCRI).
+func WithRuntimeClass(name, binary string) Option {
+	return func(c *config) {
+		if c.runtimes == nil {
+			c.runtimes = map[string]string{}
+		}
+		c.runtimes[name] = binary
 	}
 }
 
@@ -147,6 +181,9 @@ type Daemon struct {
 	// Address is the gRPC socket; TTRPCAddress and DebugAddress the
 	// others.
 	Address, TTRPCAddress, DebugAddress string
+	// NRISocket is containerd 2.x's NRI socket (WithNRI); CDISpecDir the
+	// directory its CRI reads CDI specs from (WithCRI).
+	NRISocket, CDISpecDir string
 	// RuncRoot is the runc --root the shim is given (runc option Root), so
 	// that runc state stays inside Dir too: runc keeps a container's
 	// state in RuncRoot/<namespace>/<id>.
@@ -156,6 +193,9 @@ type Daemon struct {
 	// Client is a client of the daemon, with Namespace as its default
 	// namespace.
 	Client *containerd.Client
+	// CRI is a client of its CRI runtime service (containerd 2.x started
+	// WithCRI), nil otherwise.
+	CRI cri.RuntimeServiceClient
 
 	t       testing.TB
 	cfg     config
@@ -223,6 +263,8 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Daemon {
 		Root:         filepath.Join(dir, "root"),
 		State:        filepath.Join(dir, "state"),
 		Address:      filepath.Join(dir, "c.sock"),
+		NRISocket:    filepath.Join(dir, "nri.sock"),
+		CDISpecDir:   filepath.Join(dir, "cdi"),
 		TTRPCAddress: filepath.Join(dir, "t.sock"),
 		DebugAddress: filepath.Join(dir, "d.sock"),
 		RuncRoot:     filepath.Join(dir, "runc"),
@@ -263,12 +305,21 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Daemon {
 	if err := d.waitReady(wctx); err != nil {
 		t.Fatalf("containerd not ready: %v", err)
 	}
+	if cfg.v2 && cfg.cri {
+		if err := d.startCRI(wctx); err != nil {
+			t.Fatalf("containerd's CRI: %v", err)
+		}
+	}
 	return d
 }
 
 func (d *Daemon) renderConfig() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "version = 2\n")
+	version := 2
+	if d.cfg.v2 {
+		version = 3
+	}
+	fmt.Fprintf(&b, "version = %d\n", version)
 	fmt.Fprintf(&b, "root  = %q\n", d.Root)
 	fmt.Fprintf(&b, "state = %q\n", d.State)
 	var dis []string
@@ -281,6 +332,9 @@ func (d *Daemon) renderConfig() string {
 	fmt.Fprintf(&b, "[debug]\n  address = %q\n  level = %q\n\n", d.DebugAddress, d.cfg.logLevel)
 	// The opt plugin would otherwise create /opt/containerd on the host.
 	fmt.Fprintf(&b, "[plugins.\"io.containerd.internal.v1.opt\"]\n  path = %q\n", filepath.Join(d.Dir, "opt"))
+	if d.cfg.v2 {
+		d.renderV3(&b)
+	}
 	for _, x := range d.cfg.extraConfig {
 		fmt.Fprintf(&b, "\n%s\n", x)
 	}
@@ -377,7 +431,7 @@ func (d *Daemon) stop() error {
 	// Shims outlive the daemon by design: delete the tasks first.
 	var deleteAll func() error
 	if d.Client != nil {
-		deleteAll = d.deleteAll
+		deleteAll = func() error { return errors.Join(d.removePods(), d.deleteAll()) }
 	}
 	errs := d.proc.Stop(syscall.SIGTERM, d.cfg.stopTimeout, deleteAll, d.t.Logf)
 	if d.Client != nil {

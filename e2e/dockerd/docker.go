@@ -1,12 +1,10 @@
 package dockerd
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,54 +55,11 @@ func (d *Daemon) importProbe(ctx context.Context) (string, error) {
 	}
 	defer os.RemoveAll(root)
 	var buf bytes.Buffer
-	if err := tarDir(&buf, root); err != nil {
+	if err := ctrd.TarDir(&buf, root); err != nil {
 		return "", fmt.Errorf("probe rootfs tarball: %w", err)
 	}
 	if _, _, err := d.DockerWithInput(ctx, &buf, "import", "--change", `CMD ["`+ctrd.ProbePath+`"]`, "-", ProbeImage); err != nil {
 		return "", err
 	}
 	return ProbeImage, nil
-}
-
-// tarDir writes dir's tree as a tar stream, names relative to dir.
-func tarDir(w io.Writer, dir string) error {
-	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, path)
-		if err != nil || rel == "." {
-			return err
-		}
-		fi, err := e.Info()
-		if err != nil {
-			return err
-		}
-		hdr, err := tar.FileInfoHeader(fi, "")
-		if err != nil {
-			return err
-		}
-		hdr.Name = rel
-		if e.IsDir() {
-			hdr.Name += "/"
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if !fi.Mode().IsRegular() {
-			return nil
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(tw, f)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
 }

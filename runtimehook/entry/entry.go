@@ -44,7 +44,7 @@ const (
 const AnnotationPrefix = "gpumux.io/"
 
 // RequestEnv are the process environment variables that make a request
-// (runtimehook.ParseRequest reads them; other GPUMUX_* are not requests).
+// (node.ParseRequest reads them; other GPUMUX_* are not requests).
 var RequestEnv = []string{"GPUMUX_MECHANISM", "GPUMUX_MEMORY", "GPUMUX_COMPUTE", "GPUMUX_ISOLATION", "GPUMUX_GPUS", "GPUMUX_SHARES"}
 
 // Asks says whether a container with these annotations and process env

@@ -1,4 +1,4 @@
-package runtimehook
+package node
 
 import (
 	"fmt"
@@ -64,6 +64,16 @@ var requestKeys = []requestKey{
 	{AnnotationCompute, EnvCompute, "a whole percentage from 1 to 100, e.g. 25 or 25%"},
 	{AnnotationIsolation, EnvIsolation, "strict, standard, none"},
 	{AnnotationGPUs, EnvGPUs, "a whole number from 1 to the maximum"},
+}
+
+// RequestEnv returns the environment variables ParseRequest reads: those
+// of the request keys and GPUMUX_SHARES.
+func RequestEnv() []string {
+	env := make([]string, 0, len(requestKeys)+1)
+	for _, k := range requestKeys {
+		env = append(env, k.env)
+	}
+	return append(env, EnvShares)
 }
 
 // ParseRequest reads what a container asks for from its OCI annotations and

@@ -1,4 +1,4 @@
-package runtimehook
+package node
 
 import (
 	"strings"
@@ -13,7 +13,7 @@ func prependLibraryPath(edits share.Edits, env []string) {
 	if !ok {
 		return
 	}
-	if old := envValue(env, share.EnvLibraryPath); old != "" && !strings.HasPrefix(old, v+":") && old != v {
+	if old := EnvValue(env, share.EnvLibraryPath); old != "" && !strings.HasPrefix(old, v+":") && old != v {
 		edits.Env[share.EnvLibraryPath] = v + ":" + old
 	}
 }

@@ -1,0 +1,72 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumux/gpumux/e2e/ctrd"
+)
+
+// BenchmarkCRILifecycle measures create+start+wait+remove of the probe
+// container through containerd 2.x's CRI, each way of giving it a share,
+// interleaved in one run: plain runc asking for nothing (the baseline),
+// gpumux-runtime (a runtime class) asking for nothing and for a time-slice
+// replica, a time-slice replica's CDI device applied by containerd itself,
+// and a time-slice replica leased by gpumux agent's NRI plugin, all with
+// the limiter. The NRI plugin is connected for the whole run, so every
+// container, the baseline's too, passes through it. It reports runc's
+// milliseconds per container and each other way as a ratio to it:
+//
+//	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench CRILifecycle -benchtime 10x -count 5 ./e2e/
+func BenchmarkCRILifecycle(b *testing.B) {
+	ctx := context.Background()
+	_, config := runtimeNode(b)
+	runtime := filepath.Join(repoRoot(b), "bin", "gpumux-runtime")
+	d := startContainerd2(b, ctx, config, ctrd.WithNRI(), ctrd.WithRuntimeClass("gpumux", runtime))
+	a := startAgent(b, withNRI(b, config, d))
+	waitFor(b, ctx, 30*time.Second, "gpumux agent's NRI plugin", func() (bool, string) {
+		return strings.Contains(a.log.String(), "serving NRI"), a.log.String()
+	})
+	dev, ok := cdiDevices(b, ctx, d, config)["timeslice"]
+	if !ok {
+		b.Fatal("the CDI spec has no time-slice replica")
+	}
+	runcPod, err := d.RunPod(ctx, "runc", "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	gpumuxPod, err := d.RunPod(ctx, "gpumux", "gpumux")
+	if err != nil {
+		b.Fatal(err)
+	}
+	timeslice := map[string]string{"gpumux.io/mechanism": "timeslice"}
+	variants := []struct {
+		name string
+		pod  *ctrd.Pod
+		opts ctrd.CRIOpts
+	}{
+		{"runc", runcPod, ctrd.CRIOpts{}},
+		{"runtime-no-GPU", gpumuxPod, ctrd.CRIOpts{}},
+		{"runtime-timeslice", gpumuxPod, ctrd.CRIOpts{Annotations: timeslice}},
+		{"cdi-timeslice", runcPod, ctrd.CRIOpts{CDIDevices: []string{dev}}},
+		{"nri-timeslice", runcPod, ctrd.CRIOpts{Annotations: timeslice}},
+	}
+	var names []string
+	for _, v := range variants[1:] {
+		names = append(names, v.name)
+	}
+	benchInterleaved(b, names, func(i, j int) error {
+		v := variants[j]
+		res, err := v.pod.Run(ctx, fmt.Sprintf("%s-%d", v.name, i), v.opts)
+		if err == nil && (res.ExitCode != 0 || (v.name != "runc" && v.name != "runtime-no-GPU") != strings.Contains(res.Stdout, "GPUMUX_SHARES=")) {
+			err = fmt.Errorf("%s: exit %d, or a share where none was asked for or none where one was: %s", v.name, res.ExitCode, res.Stdout)
+		}
+		return err
+	})
+}
