@@ -165,6 +165,7 @@ func (sess *session) move(m *moveReq, f frame) error {
 		return nil
 	}
 	sess.deferred = proto.Moved
+	sess.wire.op, sess.wire.seq = f.h.Op, f.h.Seq
 	c := &proto.Call{Op: f.h.Op, Seq: f.h.Seq, Ctx: f.h.Ctx, T: &sess.wire, Deferred: &sess.deferred}
 	err = proto.Dispatch(sess, c, f.p) // answers Moved without running
 	if err == nil {
@@ -222,17 +223,40 @@ func (sess *session) transfer(cc *ControlConn, target string) (proto.MovedTo, er
 	if err := s.hook(StepSnapshot); err != nil {
 		return proto.MovedTo{}, err
 	}
+	// The target may refuse before it has read everything: its answer is
+	// read while the snapshot goes, so that it is not lost when the
+	// target closes the connection.
+	type answer struct {
+		rep proto.ControlReply
+		err error
+	}
+	answers := make(chan answer, 1)
+	go func() {
+		rep, err := cc.reply()
+		answers <- answer{rep, err}
+	}()
+	refused := func(err error) error {
+		select {
+		case a := <-answers:
+			if a.err == nil && a.rep.Result != proto.Success {
+				return fmt.Errorf("%w: the target refused the session: %s", ErrMigration, a.rep.Message)
+			}
+		case <-time.After(time.Second):
+		}
+		return fmt.Errorf("%w: sending the snapshot: %w", ErrMigration, err)
+	}
 	w := &chunkWriter{cc: cc}
 	if err := sess.writeSnapshot(w); err != nil {
-		return proto.MovedTo{}, fmt.Errorf("%w: sending the snapshot: %w", ErrMigration, err)
+		return proto.MovedTo{}, refused(err)
 	}
 	if err := s.hook(StepTransfer); err != nil {
 		return proto.MovedTo{}, err
 	}
 	if err := w.flush(); err != nil {
-		return proto.MovedTo{}, fmt.Errorf("%w: sending the snapshot: %w", ErrMigration, err)
+		return proto.MovedTo{}, refused(err)
 	}
-	rep, err := cc.reply()
+	a := <-answers
+	rep, err := a.rep, a.err
 	if err != nil {
 		return proto.MovedTo{}, fmt.Errorf("%w: the target's answer: %w", ErrMigration, err)
 	}

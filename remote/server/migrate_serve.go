@@ -137,6 +137,7 @@ func (s *Server) receive(ctx context.Context, conn net.Conn, id uint64, peer str
 		sess.cleanup()
 		log.Warn("migration in refused; freed what was rebuilt", "err", err)
 		refuseControl(conn, proto.ErrInvalidValue, err)
+		drain(conn)
 		return
 	}
 	log.Info("migrated session waiting for its client", "restore", time.Since(start).Round(time.Millisecond))

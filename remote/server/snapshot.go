@@ -193,7 +193,7 @@ func (s *session) snapshot() snapshot {
 	return sn
 }
 
-func (sn *snapshot) encode() []byte {
+func (sn snapshot) encode() []byte {
 	var e proto.Encoder
 	e.U32(snapshotVersion)
 	e.Str(sn.token)
