@@ -97,6 +97,27 @@ func (s *Server) Move(ctx context.Context, id uint64, target string) error {
 	}
 }
 
+// Drain moves every session served here to the server at target, all at
+// once, each at its client's next synchronous call, and returns when each
+// has moved or failed (and stays here), or ctx ends.
+func (s *Server) Drain(ctx context.Context, target string) error {
+	var ids []uint64
+	for _, tenant := range s.Sessions() {
+		ids = append(ids, tenant...)
+	}
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			if err := s.Move(ctx, id, target); err != nil {
+				errs[i] = fmt.Errorf("session %d: %w", id, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // receive rebuilds a session from a snapshot on a control connection,
 // parks it for its client, and serves the client when it resumes. It runs
 // on a thread of its own for good: the session's backend state is the
