@@ -14,7 +14,12 @@
 #   e2e/gpu/remote/migrate.sh all     # both (the default)
 #
 # MOVES (4), STEPS (300), SIZES ("1 4 16 40", GiB), HOLD_STEPS (40), PYTHON (python3);
-# REMOTED_FLAGS adds flags to both servers'. Logs and outputs go to $OUT (default: a
+# REMOTED_FLAGS adds flags to both servers'. REMOTE_TIMEOUT (900, seconds) is the programs'
+# GPUMUX_REMOTE_TIMEOUT: the interposer waits that long for any reply, and the held call's
+# reply comes only once the whole session has been copied to the target (at the default
+# 30 s a 16 or 40 GiB move would be taken for a lost server). PYTORCH_CUDA_ALLOC_CONF is
+# cleared for the programs: expandable segments (cuMemCreate) or cudaMallocAsync (pools)
+# make a session unmovable. Logs and outputs go to $OUT (default: a
 # temporary directory, printed). Two gpumux-remoted (backend cuda, --migratable, one
 # process each: --tenant-processes=false) serve the one GPU on 127.0.0.1 and private unix
 # sockets, with a fresh pool secret; both are stopped on exit. It changes no GPU setting.
@@ -63,7 +68,8 @@ remote() {
 	local id=$1 at=$2 tok
 	shift 2
 	tok=$(.devbin/gpumux remote token --secret-file "$work/pool.key" --id "$id" --ttl 2h)
-	LD_LIBRARY_PATH="$root/bin/remote" GPUMUX_REMOTE_ADDR=$at GPUMUX_REMOTE_TOKEN=$tok "$@"
+	env -u PYTORCH_CUDA_ALLOC_CONF LD_LIBRARY_PATH="$root/bin/remote" GPUMUX_REMOTE_ADDR="$at" \
+		GPUMUX_REMOTE_TOKEN="$tok" GPUMUX_REMOTE_TIMEOUT="${REMOTE_TIMEOUT:-900}" "$@"
 }
 
 # move ID FROM TO: migrate every session of ID; prints the command's wall time in ms.
