@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -307,6 +308,22 @@ func movingStub(t *testing.T, movedTo func(h proto.Header) []byte) (string, <-ch
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ln.Addr().String(), serveMoving(t, ln, movedTo)
+}
+
+// movingStubUnix is movingStub on a unix socket (never TLS).
+func movingStubUnix(t *testing.T, movedTo func(h proto.Header) []byte) string {
+	t.Helper()
+	path := filepath.Join(shortTempDir(t), "src.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveMoving(t, ln, movedTo)
+	return "unix:" + path
+}
+
+func serveMoving(t *testing.T, ln net.Listener, movedTo func(h proto.Header) []byte) <-chan uint32 {
 	seqs := make(chan uint32, 1)
 	done := make(chan struct{})
 	go func() {
@@ -342,7 +359,7 @@ func movingStub(t *testing.T, movedTo func(h proto.Header) []byte) (string, <-ch
 		ln.Close()
 		<-done
 	})
-	return ln.Addr().String(), seqs
+	return seqs
 }
 
 // TestMigrateInterposerResend: a held call with host data is sent again,
@@ -415,6 +432,25 @@ func TestMigrateInterposerResend(t *testing.T) {
 	}
 	if want := "gpumux: debug: the session moved from " + src + " to " + target + " (move 1)"; !strings.Contains(stderr, want) {
 		t.Errorf("stderr does not say %q:\n%s", want, stderr)
+	}
+}
+
+// TestMigrateInterposerTLS: with GPUMUX_REMOTE_TLS_CA set, the interposer
+// follows a move to a TCP target over TLS, checking its certificate, as
+// it would connect there first (the source here is a unix socket, which
+// never uses TLS). The TLS server has no session for the ticket: its
+// refusal, read over TLS, is the proof that the Resume went through.
+func TestMigrateInterposerTLS(t *testing.T) {
+	e := startTLS(t, "")
+	src := movingStubUnix(t, func(h proto.Header) []byte {
+		return proto.AppendFrame(nil, proto.Header{Op: proto.OpMoved, Flags: proto.FlagReply, Seq: h.Seq},
+			proto.MovedTo{Addr: e.tcp, Ticket: make([]byte, proto.TicketSize)}.Encode())
+	})
+	_, stderr := program{name: "migrate", args: []string{"lost"}, addr: src, token: mint(t, "job", 0), env: caEnv(e.ca)}.run(t)
+	want := "gpumux: lost the connection to gpumux-remoted at " + src + ": the session moved to " + e.tcp +
+		", but resuming it there failed: the server refused the connection (CUDA_ERROR_NOT_PERMITTED): no migrated session for this ticket and token"
+	if strings.Count(stderr, want) != 1 {
+		t.Errorf("stderr does not say %q once:\n%s", want, stderr)
 	}
 }
 
