@@ -328,7 +328,7 @@ type background struct {
 	stdin  io.WriteCloser
 	sc     *bufio.Scanner
 	out    strings.Builder // stdout read so far
-	stderr bytes.Buffer
+	stderr syncbuf.Buffer  // read while the program runs (migrate_test.go)
 }
 
 // start runs the program in the background and reads its stdout up to the

@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,42 +26,25 @@ import (
 // test moves: its stdout is read all the while (a full pipe would stop
 // the program, and with it the move, which waits for its next call).
 type migrating struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	out    syncbuf.Buffer
-	stderr syncbuf.Buffer
-	round  atomic.Int64 // the last ROUND line's number, -1 before one
-	done   chan struct{}
+	*background
+	out   syncbuf.Buffer // stdout past READY, but for the ROUND lines
+	round atomic.Int64   // the last ROUND line's number, -1 before one
+	done  chan struct{}  // closed at the end of stdout
 }
 
 func startMigrating(t *testing.T, addr, tok string) *migrating {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	m := &migrating{done: make(chan struct{})}
-	m.round.Store(-1)
 	// GPUMUX_REMOTE_DEBUG logs each move followed, and any call that
 	// fails (there must be none).
-	m.cmd = program{name: "migrate", addr: addr, token: tok, env: []string{"GPUMUX_REMOTE_DEBUG=1"}}.command(ctx, t)
-	var err error
-	if m.stdin, err = m.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := m.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.cmd.Stderr = &m.stderr
-	if err := m.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan bool, 1)
+	b, _ := program{name: "migrate", addr: addr, token: tok, env: []string{"GPUMUX_REMOTE_DEBUG=1"}}.start(ctx, t, "READY")
+	m := &migrating{background: b, done: make(chan struct{})}
+	m.round.Store(-1)
 	go func() {
 		defer close(m.done)
-		sc := bufio.NewScanner(stdout)
-		said := false
-		for sc.Scan() {
-			line := sc.Text()
+		for b.sc.Scan() {
+			line := b.sc.Text()
 			if n, ok := strings.CutPrefix(line, "ROUND "); ok {
 				if v, err := strconv.Atoi(n); err == nil {
 					m.round.Store(int64(v))
@@ -69,19 +52,8 @@ func startMigrating(t *testing.T, addr, tok string) *migrating {
 				continue // thousands of them
 			}
 			m.out.Write([]byte(line + "\n"))
-			if line == "READY" && !said {
-				said = true
-				ready <- true
-			}
-		}
-		if !said {
-			ready <- false
 		}
 	}()
-	if !<-ready {
-		m.cmd.Wait()
-		t.Fatalf("migrate printed no READY:\n%s\nstderr:\n%s", m.out.String(), m.stderr.String())
-	}
 	return m
 }
 
@@ -155,60 +127,49 @@ func migrationPair(t *testing.T, opts0, opts1 []server.Option) [2]*env {
 	}
 }
 
-// jobSession returns the number of the job's one session on e, or 0.
-func jobSession(t *testing.T, e *env) uint64 {
+// eventually waits until cond holds, failing the test with what() if it
+// does not within d.
+func eventually(t *testing.T, d time.Duration, cond func() bool, what func() string) {
 	t.Helper()
-	ids := e.srv.Sessions()["job"]
-	switch len(ids) {
-	case 0:
-		return 0
-	case 1:
-		return ids[0]
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal(what())
+		}
 	}
-	t.Fatalf("%d sessions of the job on one server", len(ids))
-	return 0
 }
+
+// jobs returns how many sessions of the job e serves.
+func jobs(e *env) int { return len(e.srv.Sessions()["job"]) }
 
 // fakeEmpty waits until e's fake GPU holds nothing of a session.
 func fakeEmpty(t *testing.T, e *env) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	eventually(t, 5*time.Second, func() bool {
 		st := e.fake.Stats()
-		if st.Contexts == 0 && st.Reservations == 0 && st.Physical == 0 && st.Modules == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server the session left still holds %+v", st)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return st.Contexts == 0 && st.Reservations == 0 && st.Physical == 0 && st.Modules == 0
+	}, func() string { return fmt.Sprintf("the server the session left still holds %+v", e.fake.Stats()) })
 }
 
 // movedTo waits until the job's session is on to and not on from: the
 // program has followed the move (its held call has been sent again).
 func movedTo(t *testing.T, from, to *env) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for jobSession(t, from) != 0 || jobSession(t, to) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the session is on the source: %v, on the target: %v", from.srv.Sessions(), to.srv.Sessions())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually(t, 10*time.Second, func() bool { return jobs(from) == 0 && jobs(to) == 1 }, func() string {
+		return fmt.Sprintf("the session is on the source: %v, on the target: %v", from.srv.Sessions(), to.srv.Sessions())
+	})
 }
 
 // move moves the job's session from one server to the other while the
 // program runs, over the address the target listens on.
 func move(t *testing.T, from *env, target string) error {
 	t.Helper()
-	id := jobSession(t, from)
-	if id == 0 {
-		t.Fatal("the job has no session on the source")
+	ids := from.srv.Sessions()["job"]
+	if len(ids) != 1 {
+		t.Fatalf("the job has %d sessions on the source, want 1", len(ids))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return from.srv.Move(ctx, id, target)
+	return from.srv.Move(ctx, ids[0], target)
 }
 
 // TestMigrateInterposer moves a running C program's session back and
@@ -263,7 +224,7 @@ func TestMigrateInterposerRefused(t *testing.T) {
 	if !errors.Is(err, server.ErrMigration) {
 		t.Fatalf("a move the target refuses: %v", err)
 	}
-	if jobSession(t, envs[0]) == 0 || jobSession(t, envs[1]) != 0 {
+	if jobs(envs[0]) != 1 || jobs(envs[1]) != 0 {
 		t.Fatal("the session left the source")
 	}
 	fakeEmpty(t, envs[1])
@@ -279,7 +240,7 @@ func TestMigrateInterposerRefused(t *testing.T) {
 
 // hostCopy reads a cuMemcpyHtoD_v2 call's data frames (after its call
 // frame, payload p) and returns the bytes.
-func hostCopy(t *testing.T, br *bufio.Reader, p []byte) ([]byte, error) {
+func hostCopy(br *bufio.Reader, p []byte) ([]byte, error) {
 	if len(p) != 24 {
 		return nil, fmt.Errorf("a cuMemcpyHtoD_v2 payload of %d bytes", len(p))
 	}
@@ -325,28 +286,16 @@ func movingStubUnix(t *testing.T, movedTo func(h proto.Header) []byte) string {
 
 func serveMoving(t *testing.T, ln net.Listener, movedTo func(h proto.Header) []byte) <-chan uint32 {
 	seqs := make(chan uint32, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c, err := ln.Accept()
-		if err != nil {
-			return
+	serveOne(t, ln, func(c net.Conn, br *bufio.Reader, h proto.Header, p []byte) {
+		if hello, err := proto.DecodeHello(p); err != nil || h.Op != proto.OpHello || hello.Version != proto.Version {
+			t.Errorf("the interposer's handshake: op %d, %+v, %v; want protocol %d", h.Op, hello, err, proto.Version)
 		}
-		defer c.Close()
-		br := bufio.NewReader(c)
+		welcome(c)
 		h, p, err := proto.ReadFrame(br, nil)
 		if err != nil {
 			return
 		}
-		if hello, err := proto.DecodeHello(p); err != nil || h.Op != proto.OpHello || hello.Version != proto.Version {
-			t.Errorf("the interposer's handshake: op %d, %+v, %v; want protocol %d", h.Op, hello, err, proto.Version)
-		}
-		c.Write(proto.AppendFrame(nil, proto.Header{Op: proto.OpHello, Flags: proto.FlagReply}, proto.Welcome{Result: proto.Success}.Encode()))
-		h, p, err = proto.ReadFrame(br, nil)
-		if err != nil {
-			return
-		}
-		if _, err := hostCopy(t, br, p); err != nil {
+		if _, err := hostCopy(br, p); err != nil {
 			t.Errorf("the moved call: %v", err)
 			return
 		}
@@ -354,10 +303,6 @@ func serveMoving(t *testing.T, ln net.Listener, movedTo func(h proto.Header) []b
 		c.Write(reply(h, proto.Moved))
 		c.Write(movedTo(h))
 		io.Copy(io.Discard, br)
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
 	})
 	return seqs
 }
@@ -374,51 +319,42 @@ func TestMigrateInterposerResend(t *testing.T) {
 	}
 	var resent []byte
 	var resentSeq uint32
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		br := bufio.NewReader(c)
-		h, p, err := proto.ReadFrame(br, nil)
-		if err != nil {
-			return
-		}
+	var mu sync.Mutex // the target's goroutine writes them
+	serveOne(t, ln, func(c net.Conn, br *bufio.Reader, h proto.Header, p []byte) {
 		res, err := proto.DecodeResume(p)
 		if h.Op != proto.OpResume || err != nil || !bytes.Equal(res.Ticket, ticket) || res.Hello.Token != tok || res.Hello.Version != proto.Version {
 			t.Errorf("the target got op %d: %+v, %v", h.Op, res, err)
 			return
 		}
-		c.Write(proto.AppendFrame(nil, proto.Header{Op: proto.OpHello, Flags: proto.FlagReply}, proto.Welcome{Result: proto.Success}.Encode()))
+		welcome(c)
 		for {
 			h, p, err := proto.ReadFrame(br, nil)
 			if err != nil {
 				return
 			}
-			switch h.Op {
-			case proto.OpMemcpyHtoDV2:
-				resentSeq = h.Seq
-				if resent, err = hostCopy(t, br, p); err != nil {
-					t.Errorf("the call sent again: %v", err)
-					return
-				}
-				c.Write(reply(h, proto.Success))
-			default:
+			if h.Op != proto.OpMemcpyHtoDV2 {
 				c.Write(reply(h, proto.Success, 12080))
+				continue
 			}
+			got, err := hostCopy(br, p)
+			if err != nil {
+				t.Errorf("the call sent again: %v", err)
+				return
+			}
+			mu.Lock()
+			resent, resentSeq = got, h.Seq
+			mu.Unlock()
+			c.Write(reply(h, proto.Success))
 		}
-	}()
+	})
 	target := ln.Addr().String()
 	src, seqs := movingStub(t, func(h proto.Header) []byte {
 		return proto.AppendFrame(nil, proto.Header{Op: proto.OpMoved, Flags: proto.FlagReply, Seq: h.Seq},
 			proto.MovedTo{Addr: target, Ticket: ticket}.Encode())
 	})
 	_, stderr := program{name: "migrate", args: []string{"once"}, addr: src, token: tok, env: []string{"GPUMUX_REMOTE_DEBUG=1"}}.run(t)
-	ln.Close()
-	<-done
+	mu.Lock()
+	defer mu.Unlock()
 	n := (1 << 20) + 5
 	want := make([]byte, n)
 	for i := range want {
