@@ -132,8 +132,9 @@ hold() {
 			ms=$(move "hold-$gib" a b) || { ms=failed; failed=1; }
 		fi
 		wait "$p" || { echo "hold $gib exited $? (hold.$gib.err)"; failed=1; }
-		local pause
-		pause=$(grep 'msg="session moved"' "$out/remoted.a.log" | tail -1 | grep -o 'pause=[^ ]*' || echo pause=-)
+		# The server's pause of this move (a's log also has the train moves').
+		local pause=pause=-
+		[[ $ms == failed ]] || pause=$(grep 'msg="session moved"' "$out/remoted.a.log" | tail -1 | grep -o 'pause=[^ ]*' || echo pause=-)
 		printf '%-8s %-12s %-12s %-16s %s\n' "$gib" "$ms" "$(awk '/^GAP_MS/ {print $2}' "$f")" "${pause#pause=}" \
 			"$(awk '/^PATTERN_SAME/ {print $2}' "$f")" >>"$out/hold.table"
 	done
