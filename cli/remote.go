@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpumux/gpumux/remote/proto"
+	"github.com/gpumux/gpumux/remote/server"
 	"github.com/gpumux/gpumux/remote/token"
 	"github.com/gpumux/gpumux/share"
 )
@@ -42,7 +44,74 @@ Exit codes: 0 ok, 1 error (the secret file unreadable), 2 bad flags.`, func(cont
 	fs.StringVar(&o.quota, "quota", "", "device memory `limit` in whole MiB, "+share.QuantityRule+"; default: none")
 	fs.StringVar(&o.device, "device", "0", "the server's GPU `INDEX`, or several, comma-separated (the container's devices 0, 1, … in this order)")
 	fs.DurationVar(&o.ttl, "ttl", 24*time.Hour, "how long the token is accepted")
-	return group("remote", "a pool secret for remote GPUs, a token for gpumux-remoted", secret, tok)
+	var m remoteMigrateOptions
+	mig := leaf("migrate --from ADDR --session ID|--tenant ID --to ADDR --secret-file FILE", "move live sessions from one gpumux-remoted to another", `
+Moves a session (--session, its connection number in gpumux-remoted's log)
+or every session of a reservation (--tenant, its token ID) from the server at
+--from to the server at --to, both of one pool (--secret-file, the pool
+secret, signs the request). Each session moves at its program's next
+synchronous CUDA call; the program sees a pause, no error. Both servers run
+with --migratable; a session that cannot move (docs/remote.md says which)
+stays where it was, and the command says why. ADDR is host:port, or unix:PATH.
+
+Exit codes: 0 every session moved, 1 a migration failed (the session runs on
+where it was), 2 bad flags.`, func(ctx context.Context) int { return runRemoteMigrate(ctx, &m, stdout, stderr) })
+	fs = mig.Flags()
+	fs.StringVar(&m.from, "from", "", "the `ADDR` of the server the sessions are on; required")
+	fs.StringVar(&m.to, "to", "", "the `ADDR` of the server they move to; required")
+	fs.Uint64Var(&m.session, "session", 0, "the session's connection `NUMBER` (\"conn\" in the server's log)")
+	fs.StringVar(&m.tenant, "tenant", "", "move every session of this token `ID` instead")
+	fs.StringVar(&m.secretFile, "secret-file", "", "the pool secret `FILE` (mode 0600); required")
+	fs.DurationVar(&m.timeout, "timeout", 10*time.Minute, "how long to wait for the sessions' next calls and their transfer")
+	return group("remote", "a pool secret for remote GPUs, a token for gpumux-remoted, live migration", secret, tok, mig)
+}
+
+// remoteMigrateOptions are gpumux remote migrate's flags.
+type remoteMigrateOptions struct {
+	from, to, tenant, secretFile string
+	session                      uint64
+	timeout                      time.Duration
+}
+
+func runRemoteMigrate(ctx context.Context, o *remoteMigrateOptions, stdout, stderr io.Writer) int {
+	switch {
+	case o.from == "" || o.to == "" || o.secretFile == "":
+		fmt.Fprintln(stderr, "gpumux remote migrate: --from, --to and --secret-file are required")
+		return ExitUsage
+	case (o.session == 0) == (o.tenant == ""):
+		fmt.Fprintln(stderr, "gpumux remote migrate: name one of --session and --tenant")
+		return ExitUsage
+	case o.timeout <= 0:
+		fmt.Fprintf(stderr, "gpumux remote migrate: --timeout %v: want a positive duration\n", o.timeout)
+		return ExitUsage
+	}
+	secret, err := token.ReadSecret(o.secretFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpumux remote migrate: %v\n", err)
+		return ExitError
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	cc, err := server.DialControl(ctx, o.from, secret,
+		proto.Control{Kind: proto.ControlMigrate, Session: o.session, Tenant: o.tenant, Target: o.to})
+	if err != nil {
+		fmt.Fprintf(stderr, "gpumux remote migrate: %v\n", err)
+		return ExitError
+	}
+	defer cc.Close()
+	rep, err := cc.Reply()
+	if err != nil {
+		fmt.Fprintf(stderr, "gpumux remote migrate: %s: %v\n", o.from, err)
+		return ExitError
+	}
+	for _, id := range rep.Moved {
+		fmt.Fprintf(stdout, "moved session %d from %s to %s\n", id, o.from, o.to)
+	}
+	if rep.Result != proto.Success {
+		fmt.Fprintf(stderr, "gpumux remote migrate: %s: %v\n", rep.Result, rep.Message)
+		return ExitError
+	}
+	return ExitOK
 }
 
 // remoteTokenOptions are gpumux remote token's flags.

@@ -30,7 +30,7 @@ var secret = []byte("ctest-secret-0123456789abcdef")
 // The C test programs linked against the library (remote/interposer/tests).
 var programs = []string{
 	"basic", "ctx", "mem", "module", "dark", "threads", "fork", "unsupported",
-	"quota", "cross", "dead", "unreachable", "protoerr", "torchcalls", "launchex", "peer", "wirebench", "graphs", "allocators", "libctx",
+	"quota", "cross", "dead", "unreachable", "protoerr", "torchcalls", "launchex", "peer", "wirebench", "graphs", "allocators", "libctx", "migrate",
 }
 
 // Environment variables of the server subprocess (TestMain).
@@ -328,7 +328,7 @@ type background struct {
 	stdin  io.WriteCloser
 	sc     *bufio.Scanner
 	out    strings.Builder // stdout read so far
-	stderr bytes.Buffer
+	stderr syncbuf.Buffer  // read while the program runs (migrate_test.go)
 }
 
 // start runs the program in the background and reads its stdout up to the

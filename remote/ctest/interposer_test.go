@@ -444,20 +444,8 @@ func protoStub(t *testing.T, answer func(w io.Writer, h proto.Header)) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		br := bufio.NewReader(c)
-		if _, _, err := proto.ReadFrame(br, nil); err != nil {
-			return
-		}
-		w := proto.Welcome{Result: proto.Success}
-		c.Write(proto.AppendFrame(nil, proto.Header{Op: proto.OpHello, Flags: proto.FlagReply}, w.Encode()))
+	serveOne(t, ln, func(c net.Conn, br *bufio.Reader, _ proto.Header, _ []byte) {
+		welcome(c)
 		for {
 			h, _, err := proto.ReadFrame(br, nil)
 			if err != nil {
@@ -467,12 +455,36 @@ func protoStub(t *testing.T, answer func(w io.Writer, h proto.Header)) string {
 				answer(c, h)
 			}
 		}
+	})
+	return ln.Addr().String()
+}
+
+// serveOne accepts one connection on ln, reads its first frame and hands
+// them to serve, in the background until the test ends; then the
+// connection and ln are closed.
+func serveOne(t *testing.T, ln net.Listener, serve func(c net.Conn, br *bufio.Reader, h proto.Header, p []byte)) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		if h, p, err := proto.ReadFrame(br, nil); err == nil {
+			serve(c, br, h, p)
+		}
 	}()
 	t.Cleanup(func() {
 		ln.Close()
 		<-done
 	})
-	return ln.Addr().String()
+}
+
+// welcome admits the client on c.
+func welcome(c io.Writer) {
+	c.Write(proto.AppendFrame(nil, proto.Header{Op: proto.OpHello, Flags: proto.FlagReply}, proto.Welcome{Result: proto.Success}.Encode()))
 }
 
 func reply(h proto.Header, r proto.Result, out ...uint32) []byte {

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/gpumux/gpumux/internal/version"
 	"github.com/gpumux/gpumux/remote/cudabackend"
@@ -132,6 +133,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		tlsCert     = fs.String("tls-cert-file", "", "serve --listen over TLS with this certificate `file` (PEM, the chain leaf first); reloaded when it changes and on SIGHUP")
 		tlsKey      = fs.String("tls-key-file", "", "the `file` holding --tls-cert-file's private key (PEM)")
 		tlsClientCA = fs.String("tls-client-ca-file", "", "mutual TLS: accept only clients whose certificate a CA in this `file` (PEM) signed")
+		migratable  = fs.Bool("migratable", false, "let sessions move to another server of the pool and come from one (gpumux remote migrate): every cuMemAlloc is backed by virtual memory the target can place at the same addresses; needs --tenant-processes=false")
+		drainTo     = fs.String("drain-to", "", "on SIGTERM, move every session to the server at `ADDR` (host:port or unix:PATH, of this pool) before exiting; implies --migratable")
 		worker      = fs.Bool("tenant-worker", false, "internal: serve the connections handed over descriptor 3 (started by gpumux-remoted itself)")
 		showVersion = fs.Bool("version", false, "print the version and exit")
 	)
@@ -198,6 +201,12 @@ Flags:
 	}
 	if *maxClients < 1 {
 		return usageError{fmt.Errorf("--max-clients %d: want at least 1", *maxClients)}
+	}
+	if *drainTo == "pool" {
+		return usageError{errors.New("--drain-to pool: finding the pool's servers through Nomad is not built yet; name a server's ADDR")}
+	}
+	if (*migratable || *drainTo != "") && *tenantProcs {
+		return usageError{errors.New("--migratable and --drain-to need --tenant-processes=false: sessions in tenant worker processes cannot move yet")}
 	}
 	if *maxTenant < 1 {
 		return usageError{fmt.Errorf("--max-tenant-connections %d: want at least 1", *maxTenant)}
@@ -303,6 +312,9 @@ Flags:
 	} else if *listen != "" {
 		fmt.Fprintln(stderr, "gpumux-remoted: WARNING: --listen without --tls-cert-file: tokens and CUDA data cross the network in clear; anyone on the path can read them and use the tokens. Serve TLS, or listen on loopback or --unix only.")
 	}
+	if *migratable || *drainTo != "" {
+		opts = append(opts, server.WithMigration())
+	}
 	srv := server.New(be, opts...)
 	var runs []func(context.Context) error
 	var lns []net.Listener
@@ -340,7 +352,37 @@ Flags:
 		log.Info("serving metrics", "url", "http://"+metricsLn.Addr().String()+"/metrics")
 		runs = append(runs, func(ctx context.Context) error { return metrics.Serve(ctx, metricsLn, srv) })
 	}
+	if *drainTo != "" {
+		return drainThenStop(ctx, srv, *drainTo, log, runs)
+	}
 	return runAll(ctx, runs)
+}
+
+// drainTimeout bounds --drain-to's moves after SIGTERM.
+const drainTimeout = 5 * time.Minute
+
+// drainThenStop runs the servers until ctx ends, then moves every session
+// to target before stopping them: the listeners stay open meanwhile.
+func drainThenStop(ctx context.Context, srv *server.Server, target string, log *slog.Logger, runs []func(context.Context) error) error {
+	serving, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	go func() {
+		select {
+		case <-serving.Done():
+			return
+		case <-ctx.Done():
+		}
+		dctx, cancel := context.WithTimeout(serving, drainTimeout)
+		defer cancel()
+		log.Info("draining: moving every session", "target", target)
+		if err := srv.Drain(dctx, target); err != nil {
+			log.Error("draining: sessions left behind end with the server", "err", err)
+		} else {
+			log.Info("drained")
+		}
+		stop()
+	}()
+	return runAll(serving, runs)
 }
 
 // reloadOn reloads the TLS files at every signal on hup until ctx ends.

@@ -88,6 +88,8 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--unix", sock, "--insecure-no-auth", "--tls-cert-file", open, "--tls-key-file", open}, 2, "--tls-cert-file applies to --listen"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--backend", "fake", "--tls-cert-file", open, "--tls-key-file", open}, 1, "TLS certificate " + open},
 		{[]string{"--unix", sock, "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--migratable"}, 2, "--migratable and --drain-to need --tenant-processes=false"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--tenant-processes=false", "--drain-to", "pool"}, 2, "--drain-to pool: finding the pool's servers through Nomad is not built yet"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--cuda-lib", "/nonexistent/libcuda.so.1"}, 1, "backend cuda: cudabackend: no CUDA driver"},
 		{[]string{"--unix", sock, "--token-file", open, "--backend", "fake"}, 1, "lets others read it"},
 		{[]string{"--unix", sock, "--token-file", filepath.Join(dir, "missing"), "--backend", "fake"}, 1, "--token-file"},
@@ -405,5 +407,58 @@ func TestServesTLS(t *testing.T) {
 	}
 	if strings.Contains(stderr.String(), "WARNING") || !strings.Contains(stderr.String(), "TLS files reloaded") {
 		t.Errorf("want no warning and the reload logged:\n%s", stderr.String())
+	}
+}
+
+// TestDrainTo: on SIGTERM a server with --drain-to moves its sessions to
+// the other server before it exits; the client carries on there with its
+// memory as it was.
+func TestDrainTo(t *testing.T) {
+	dir := shortDir(t)
+	secretFile := filepath.Join(dir, "secret")
+	secret := "0123456789abcdef0123456789abcdef"
+	if err := os.WriteFile(secretFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, b := freeAddr(t), freeAddr(t)
+	common := []string{"--token-file", secretFile, "--backend", "fake", "--tenant-processes=false"}
+	_, _ = serveFake(t, append([]string{"--listen", b, "--migratable"}, common...)...)
+	stderrA, stopA := serveFake(t, append([]string{"--listen", a, "--drain-to", b}, common...)...)
+	tok, err := token.Mint([]byte(secret), token.Claims{ID: "job", Quota: 64 << 20, Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := dialUntil(t, "tcp", a, proto.Hello{Token: tok})
+	ctx, r, err := cl.DevicePrimaryCtxRetain(0, 0)
+	if err != nil || r != proto.Success {
+		t.Fatalf("cuDevicePrimaryCtxRetain: %v %v", r, err)
+	}
+	p, r, err := cl.MemAllocV2(ctx, 3<<20)
+	if err != nil || r != proto.Success {
+		t.Fatalf("cuMemAlloc: %v %v", r, err)
+	}
+	want := bytes.Repeat([]byte("drain"), 3<<20/5)
+	if r, err := cl.MemcpyHtoDV2(ctx, p, want, uint64(len(want))); err != nil || r != proto.Success {
+		t.Fatalf("cuMemcpyHtoD: %v %v", r, err)
+	}
+	exited := make(chan int, 1)
+	go func() { exited <- stopA() }()
+	got := make([]byte, len(want))
+	for cl.Moves() == 0 {
+		if r, err := cl.MemcpyDtoHV2(ctx, got, p, uint64(len(got))); err != nil || r != proto.Success {
+			t.Fatalf("cuMemcpyDtoH while the server drains: %v %v", r, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatal("the allocation changed")
+		}
+	}
+	if code := <-exited; code != 0 {
+		t.Errorf("the drained server exited %d:\n%s", code, stderrA.String())
+	}
+	if r, err := cl.MemcpyDtoHV2(ctx, got, p, uint64(len(got))); err != nil || r != proto.Success || !bytes.Equal(got, want) {
+		t.Fatalf("cuMemcpyDtoH on the other server: %v %v", r, err)
+	}
+	if !strings.Contains(stderrA.String(), "drained") {
+		t.Errorf("no word of the drain:\n%s", stderrA.String())
 	}
 }

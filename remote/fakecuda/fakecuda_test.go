@@ -510,3 +510,46 @@ func TestPoolReleaseThreshold(t *testing.T) {
 	}
 	b.CtxDestroy(ctx)
 }
+
+// TestMemAddressReserveHint checks that a reservation gets the address it
+// asks for when that range is free, as the driver's does, and another one
+// when the range overlaps an allocation or a reservation or is misaligned.
+func TestMemAddressReserveHint(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b := newFake(t)
+	{
+		ctx := must[uintptr](t, "CtxCreate")(b.CtxCreate(0, 0))
+		must[struct{}](t, "CtxSetCurrent")(struct{}{}, b.CtxSetCurrent(ctx))
+		taken := must[proto.DevPtr](t, "MemAddressReserve")(b.MemAddressReserve(4*Granularity, 0, 0, 0))
+		alloc := must[proto.DevPtr](t, "MemAlloc")(b.MemAlloc(1 << 20))
+		far := proto.DevPtr(addrBase + 1<<36)
+		for _, tc := range []struct {
+			name  string
+			hint  proto.DevPtr
+			exact bool
+		}{
+			{"free range far ahead", far, true},
+			{"free range below the next address", taken - 8*Granularity, false}, // below addrBase: outside the space
+			{"inside a reservation", taken + Granularity, false},
+			{"overlapping the reservation just placed", far + Granularity, false},
+			{"over an allocation", alloc &^ (Granularity - 1), false},
+			{"misaligned", far + 64*Granularity + 4096, false},
+			{"past the address space", addrLimit, false},
+			{"free range below one taken", far - 2*Granularity, true},
+		} {
+			p, r := b.MemAddressReserve(2*Granularity, 0, tc.hint, 0)
+			if r != proto.Success {
+				t.Fatalf("%s: %v", tc.name, r)
+			}
+			if (p == tc.hint) != tc.exact {
+				t.Errorf("%s: reserved at %#x for the hint %#x, want exact=%v", tc.name, p, tc.hint, tc.exact)
+			}
+		}
+		// What is handed out afterwards lies past the chosen range.
+		next := must[proto.DevPtr](t, "MemAlloc")(b.MemAlloc(1 << 20))
+		if next < far+4*Granularity {
+			t.Errorf("an allocation at %#x after a reservation at %#x", next, far)
+		}
+	}
+}

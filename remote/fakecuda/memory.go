@@ -63,6 +63,13 @@ func (s *addressSpace) reserve(size, align uint64) (uint64, bool) {
 	return base, true
 }
 
+// claim takes [p, p+size), which the caller found vacant, for a
+// reservation at a chosen address: the addresses handed out next start
+// past it.
+func (s *addressSpace) claim(p, size uint64) {
+	s.next = max(s.next, p+size+addrGap)
+}
+
 // insert adds an allocation at its own address (a mapping in a
 // reservation), keeping the list sorted; false if it overlaps one.
 func (s *addressSpace) insert(a *allocation) bool {

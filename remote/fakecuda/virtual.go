@@ -1,6 +1,8 @@
 package fakecuda
 
 import (
+	"sort"
+
 	"github.com/gpumux/gpumux/remote/proto"
 )
 
@@ -58,8 +60,11 @@ func (b *Backend) memProp(prop proto.MemProp) (*device, proto.Result) {
 // granular reports whether n is a positive multiple of Granularity.
 func granular(n uint64) bool { return n > 0 && n%Granularity == 0 }
 
-// MemAddressReserve reserves addresses no allocation will get; the hint
-// addr is ignored (CUDA takes it as a hint).
+// MemAddressReserve reserves addresses no allocation will get. As CUDA
+// does, it takes addr as a hint: the range there if it is free (aligned,
+// inside the fake address space, overlapping no allocation or
+// reservation), else one of its own choice. A caller that needs the exact
+// range (a migrated session's memory) checks the address it got.
 func (b *Backend) MemAddressReserve(size, alignment uint64, addr proto.DevPtr, flags uint64) (proto.DevPtr, proto.Result) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -69,12 +74,32 @@ func (b *Backend) MemAddressReserve(size, alignment uint64, addr proto.DevPtr, f
 	if !granular(size) || flags != 0 || alignment&(alignment-1) != 0 {
 		return 0, proto.ErrInvalidValue
 	}
-	p, ok := b.mem.reserve(size, max(alignment, Granularity))
-	if !ok {
+	align := max(alignment, Granularity)
+	p, ok := uint64(addr), addr != 0 && b.vacantLocked(uint64(addr), size, align)
+	if ok {
+		b.mem.claim(p, size)
+	} else if p, ok = b.mem.reserve(size, align); !ok {
 		return 0, proto.ErrOutOfMemory
 	}
 	b.reserved[p] = &reservation{base: p, size: size}
 	return proto.DevPtr(p), proto.Success
+}
+
+// vacantLocked reports whether [p, p+size) can be reserved: aligned to
+// align, inside the fake address space, and overlapping no allocation or
+// reservation. The caller holds mu.
+func (b *Backend) vacantLocked(p, size, align uint64) bool {
+	end := p + size
+	if p%align != 0 || p < addrBase || end < p || end+addrGap > addrLimit {
+		return false
+	}
+	for _, r := range b.reserved {
+		if p < r.base+r.size && r.base < end {
+			return false
+		}
+	}
+	i := sort.Search(len(b.mem.allocs), func(i int) bool { return b.mem.allocs[i].base+b.mem.allocs[i].size > p })
+	return i == len(b.mem.allocs) || b.mem.allocs[i].base >= end
 }
 
 // MemAddressFree frees a whole reservation with nothing mapped in it.

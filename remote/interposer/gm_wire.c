@@ -72,6 +72,8 @@ static struct {
 	/* capture_mode is the capture interaction mode last sent for the
 	 * server's worker thread (CU_STREAM_CAPTURE_MODE_GLOBAL at first). */
 	int capture_mode;
+	/* moves counts the times the session followed a move. */
+	int moves;
 } gm = {.fd = -1};
 
 /* ---- logging ---- */
@@ -720,8 +722,10 @@ static void gm_identity(char *buf, size_t len)
 	snprintf(buf, len, "%s/%d/%s", host, (int)getpid(), exe);
 }
 
-/* gm_handshake sends proto.Hello and reads proto.Welcome. */
-static int gm_handshake(int fd, char *why, size_t wl)
+/* gm_handshake opens the connection fd: with proto.Hello, or, given the
+ * ticket of a moved session, with proto.Resume (the same Hello and the
+ * ticket); then it reads proto.Welcome. */
+static int gm_handshake(int fd, const unsigned char *ticket, char *why, size_t wl)
 {
 	const char *tok = getenv("GPUMUX_REMOTE_TOKEN");
 	if (tok == NULL)
@@ -735,20 +739,30 @@ static int gm_handshake(int fd, char *why, size_t wl)
 	gm_identity(id, sizeof id);
 	size_t il = strlen(id);
 
-	size_t plen = 4 + 4 + 4 + tl + 4 + il;
+	size_t hlen = 4 + 4 + 4 + tl + 4 + il;
+	/* A Resume wraps the Hello in length-prefixed bytes, the ticket after. */
+	size_t pre = ticket != NULL ? 4 : 0;
+	size_t plen = pre + hlen + (ticket != NULL ? 4 + GM_TICKET_SIZE : 0);
 	unsigned char *f = malloc(GM_HEADER_SIZE + plen);
 	if (f == NULL) {
 		snprintf(why, wl, "out of memory");
 		return -1;
 	}
 	unsigned char *p = f + GM_HEADER_SIZE;
+	if (ticket != NULL)
+		gm_le32(p, (uint32_t)hlen);
+	p += pre;
 	gm_le32(p, GM_MAGIC);
 	gm_le32(p + 4, GM_PROTO_VERSION);
 	gm_le32(p + 8, (uint32_t)tl);
 	memcpy(p + 12, tok, tl);
 	gm_le32(p + 12 + tl, (uint32_t)il);
 	memcpy(p + 16 + tl, id, il);
-	gm_header(f, (uint32_t)plen, 0, 0, 0, 0);
+	if (ticket != NULL) {
+		gm_le32(p + hlen, GM_TICKET_SIZE);
+		memcpy(p + hlen + 4, ticket, GM_TICKET_SIZE);
+	}
+	gm_header(f, (uint32_t)plen, ticket != NULL ? GM_OP_RESUME : 0, 0, 0, 0);
 	int rc = gm_send(fd, f, GM_HEADER_SIZE + plen, why, wl);
 	free(f);
 	if (rc < 0)
@@ -800,7 +814,7 @@ static CUresult gm_connect_locked(void)
 		snprintf(gm.addr, sizeof gm.addr, "%s", addr);
 		int fd = gm_dial(addr, why, sizeof why);
 		if (fd >= 0) {
-			if (gm_tls_start(fd, addr, why, sizeof why) == 0 && gm_handshake(fd, why, sizeof why) == 0) {
+			if (gm_tls_start(fd, addr, why, sizeof why) == 0 && gm_handshake(fd, NULL, why, sizeof why) == 0) {
 				gm.fd = fd;
 				gm.seq = 0;
 				gm.capture_mode = 0;
@@ -881,13 +895,95 @@ static void gm_cache_put_locked(int op, int object, const unsigned char *key, si
 	gm.cache_n++;
 }
 
+/* ---- following a move ---- */
+
+/* gm_follow_locked reads where the session went after a reply
+ * GM_RESULT_MOVED to the call of sequence number seq (proto.MovedTo),
+ * connects there (over TLS as gm_tls_start decides for the address, as on
+ * the first connection) and resumes the session with the ticket; the
+ * connection to the source is closed. It returns 0, or -1 with why, which
+ * names the target once it is known: the caller loses the connection. */
+static int gm_follow_locked(uint32_t seq, char *why, size_t wl)
+{
+	char err[400];
+	unsigned char h[GM_HEADER_SIZE];
+	if (gm_recv(gm.fd, h, sizeof h, err, sizeof err) < 0) {
+		snprintf(why, wl, "reading where the session moved: %s", err);
+		return -1;
+	}
+	enum { max = 4 + GM_MAX_STRING + 4 + GM_TICKET_SIZE };
+	uint32_t n = gm_rd32(h);
+	int op = gm_rd16(h + 4);
+	uint16_t fl = gm_rd16(h + 6);
+	if (op != GM_OP_MOVED || fl != GM_FLAG_REPLY || gm_rd32(h + 8) != seq) {
+		snprintf(why, wl, "protocol error: op %d flags %#x seq %u after a Moved reply to seq %u", op, fl,
+			 gm_rd32(h + 8), seq);
+		return -1;
+	}
+	if (n < GM_HEADER_SIZE - 4 || n - (GM_HEADER_SIZE - 4) > max) {
+		snprintf(why, wl, "protocol error: a MovedTo frame of length %u", n);
+		return -1;
+	}
+	size_t size = n - (GM_HEADER_SIZE - 4);
+	unsigned char p[max];
+	if (gm_recv(gm.fd, p, size, err, sizeof err) < 0) {
+		snprintf(why, wl, "reading where the session moved: %s", err);
+		return -1;
+	}
+	/* Addr (a string), then Ticket (bytes, GM_TICKET_SIZE of them),
+	 * nothing after: proto.DecodeMovedTo. */
+	uint32_t al = size >= 4 ? gm_rd32(p) : 0;
+	if (size < 4 || al == 0 || al > size - 4 || size - 4 - al != 4 + GM_TICKET_SIZE ||
+	    gm_rd32(p + 4 + al) != GM_TICKET_SIZE) {
+		snprintf(why, wl, "protocol error: a malformed MovedTo (%zu bytes)", size);
+		return -1;
+	}
+	const unsigned char *ticket = p + 4 + al + 4;
+	/* proto.SplitAddr: "unix:PATH" or "/PATH" is a unix socket. */
+	const char *pre = p[4] == '/' ? "unix:" : "";
+	char to[sizeof gm.addr];
+	if (memchr(p + 4, 0, al) != NULL || strlen(pre) + al >= sizeof to) {
+		snprintf(why, wl, "protocol error: the session moved to an address of %u bytes (at most %zu, no NUL)",
+			 al, sizeof to - 1 - strlen(pre));
+		return -1;
+	}
+	snprintf(to, sizeof to, "%s%.*s", pre, (int)al, (const char *)p + 4);
+
+	int fd = gm_dial(to, err, sizeof err);
+	if (fd < 0) {
+		snprintf(why, wl, "the session moved to %.200s, but connecting there failed: %.250s", to, err);
+		return -1;
+	}
+	/* The source has let the session go: its connection is done. */
+	gm_tls_end();
+	close(gm.fd);
+	gm.fd = -1;
+	if (gm_tls_start(fd, to, err, sizeof err) < 0 || gm_handshake(fd, ticket, err, sizeof err) < 0) {
+		gm_tls_end();
+		close(fd);
+		snprintf(why, wl, "the session moved to %.200s, but resuming it there failed: %.250s", to, err);
+		return -1;
+	}
+	gm.fd = fd;
+	gm.moves++;
+	if (gm_debug())
+		gm_log("debug: the session moved from %s to %s (move %d)", gm.addr, to, gm.moves);
+	snprintf(gm.addr, sizeof gm.addr, "%s", to);
+	return 0;
+}
+
 /* ---- calls ---- */
 
 /* gm_roundtrip_locked sends m and, unless it is async, reads its reply
- * into m. A transport or protocol error loses the connection. */
+ * into m. A transport or protocol error loses the connection. A reply
+ * GM_RESULT_MOVED (the server moved the session instead of running the
+ * call) is followed (gm_follow_locked) and the call sent again, its host
+ * data streamed again from the start: m's request stays in m->buf until a
+ * reply other than that one. */
 static CUresult gm_roundtrip_locked(gm_msg *m, uint64_t ctx)
 {
 	char why[512];
+again:;
 	uint32_t seq = ++gm.seq;
 	if (seq == 0) /* 0 is the handshake's */
 		seq = ++gm.seq;
@@ -955,9 +1051,25 @@ static CUresult gm_roundtrip_locked(gm_msg *m, uint64_t ctx)
 			snprintf(why, sizeof why, "protocol error: a reply of %u bytes to %s", size, gm_op_name(m->op));
 			return gm_lose_locked(why);
 		}
+		/* The result first: a Moved reply must not overwrite the
+		 * request, which goes out again. */
+		unsigned char rb[4];
+		if (gm_recv(gm.fd, rb, sizeof rb, why, sizeof why) < 0)
+			return gm_lose_locked(why);
+		if (gm_rd32(rb) == GM_RESULT_MOVED) {
+			if (size != 4) {
+				snprintf(why, sizeof why, "protocol error: a Moved reply of %u bytes to %s", size,
+					 gm_op_name(m->op));
+				return gm_lose_locked(why);
+			}
+			if (gm_follow_locked(seq, why, sizeof why) < 0)
+				return gm_lose_locked(why);
+			goto again;
+		}
 		if (gm_grow(m, GM_HEADER_SIZE + (size_t)size) < 0)
 			return gm_lose_locked("out of host memory for a reply");
-		if (gm_recv(gm.fd, m->buf + GM_HEADER_SIZE, size, why, sizeof why) < 0)
+		memcpy(m->buf + GM_HEADER_SIZE, rb, sizeof rb);
+		if (gm_recv(gm.fd, m->buf + GM_HEADER_SIZE + 4, size - 4, why, sizeof why) < 0)
 			return gm_lose_locked(why);
 		m->len = GM_HEADER_SIZE + (size_t)size;
 		m->pos = GM_HEADER_SIZE + 4;
@@ -1089,6 +1201,7 @@ static void gm_atfork_child(void)
 	gm.seq = 0;
 	gm.quota = 0;
 	gm.capture_mode = 0;
+	gm.moves = 0;
 	gm_fork_locked = 0;
 	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
 	memcpy(&gm_mu, &fresh, sizeof fresh);

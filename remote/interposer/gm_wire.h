@@ -15,8 +15,9 @@
 
 #include "gm_abi.h"
 
-/* Protocol constants; remote/proto/frame.go is the reference. */
-#define GM_PROTO_VERSION 1
+/* Protocol constants; remote/proto/frame.go is the reference. Version 2:
+ * the client follows a move (remote/proto/migrate.go). */
+#define GM_PROTO_VERSION 2
 #define GM_MAGIC 0x584d5547u
 #define GM_HEADER_SIZE 20
 #define GM_CHUNK_SIZE (1u << 20)
@@ -24,6 +25,15 @@
 #define GM_FLAG_REPLY 1u
 #define GM_FLAG_DATA 2u
 #define GM_FLAG_ASYNC 4u
+
+/* Live migration (remote/proto/migrate.go): a held call answered
+ * GM_RESULT_MOVED did not run; a GM_OP_MOVED frame follows with where the
+ * session went (address, ticket), and a GM_OP_RESUME frame opens the
+ * connection to it. */
+#define GM_RESULT_MOVED 0x474d0001u
+#define GM_OP_MOVED 0xfff0
+#define GM_OP_RESUME 0xfff1
+#define GM_TICKET_SIZE 32u
 
 /* gm_msg_init flags. */
 #define GM_SYNC 0

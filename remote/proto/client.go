@@ -26,6 +26,9 @@ type Client struct {
 	// (Request.CacheObject), which an Uncache call forgets.
 	objCache map[string][]byte
 	broken   error
+	// hello is the handshake, sent again when the session moves.
+	hello Hello
+	moves int
 
 	// Welcome is the server's answer to the handshake.
 	Welcome Welcome
@@ -68,9 +71,6 @@ func Dial(ctx context.Context, network, addr string, hello Hello, timeout time.D
 // NewClient shakes hands over conn.
 func NewClient(conn net.Conn, hello Hello, timeout time.Duration) (*Client, error) {
 	c := &Client{
-		conn:     conn,
-		bw:       bufio.NewWriterSize(conn, 64<<10),
-		br:       bufio.NewReaderSize(conn, 64<<10),
 		timeout:  timeout,
 		cache:    map[string][]byte{},
 		objCache: map[string][]byte{},
@@ -78,27 +78,74 @@ func NewClient(conn net.Conn, hello Hello, timeout time.Duration) (*Client, erro
 	if hello.Version == 0 {
 		hello.Version = Version
 	}
-	c.buf = AppendFrame(c.buf[:0], Header{Op: OpHello}, hello.Encode())
+	c.hello = hello
+	if err := c.shake(conn, OpHello, hello.Encode()); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// shake opens conn with a first frame (a Hello or a Resume) and reads the
+// server's Welcome.
+func (c *Client) shake(conn net.Conn, op Op, first []byte) error {
+	c.conn, c.bw, c.br = conn, bufio.NewWriterSize(conn, 64<<10), bufio.NewReaderSize(conn, 64<<10)
+	c.buf = AppendFrame(c.buf[:0], Header{Op: op}, first)
 	if err := c.send(c.buf); err != nil {
-		return nil, fmt.Errorf("handshake: %w", err)
+		return fmt.Errorf("handshake: %w", err)
 	}
 	if err := c.bw.Flush(); err != nil {
-		return nil, fmt.Errorf("handshake: %w", err)
+		return fmt.Errorf("handshake: %w", err)
 	}
 	h, p, err := c.read()
 	if err != nil {
-		return nil, fmt.Errorf("handshake: %w", err)
+		return fmt.Errorf("handshake: %w", err)
 	}
 	if h.Op != OpHello || h.Flags&FlagReply == 0 {
-		return nil, fmt.Errorf("%w: handshake answered with op %d flags %#x", ErrMalformed, h.Op, h.Flags)
+		return fmt.Errorf("%w: handshake answered with op %d flags %#x", ErrMalformed, h.Op, h.Flags)
 	}
 	if c.Welcome, err = DecodeWelcome(p); err != nil {
-		return nil, fmt.Errorf("handshake: %w", err)
+		return fmt.Errorf("handshake: %w", err)
 	}
 	if c.Welcome.Result != Success {
-		return nil, fmt.Errorf("%w: %v: %s", ErrRefused, c.Welcome.Result, c.Welcome.Message)
+		return fmt.Errorf("%w: %v: %s", ErrRefused, c.Welcome.Result, c.Welcome.Message)
 	}
-	return c, nil
+	return nil
+}
+
+// Moves reports how many times the client's session moved to another
+// server.
+func (c *Client) Moves() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.moves
+}
+
+// follow reads where the session moved after a Moved reply, connects
+// there and resumes it.
+func (c *Client) follow() error {
+	h, p, err := c.read()
+	if err != nil {
+		return fmt.Errorf("reading where the session moved: %w", err)
+	}
+	if h.Op != OpMoved || h.Flags != FlagReply || h.Seq != c.seq {
+		return fmt.Errorf("%w: op %d flags %#x after a Moved reply", ErrMalformed, h.Op, h.Flags)
+	}
+	to, err := DecodeMovedTo(p)
+	if err != nil {
+		return err
+	}
+	network, addr := SplitAddr(to.Addr)
+	conn, err := net.DialTimeout(network, addr, max(c.timeout, 10*time.Second))
+	if err != nil {
+		return fmt.Errorf("following the session to %s: %w", to.Addr, err)
+	}
+	c.conn.Close()
+	if err := c.shake(conn, OpResume, Resume{Hello: c.hello, Ticket: to.Ticket}.Encode()); err != nil {
+		conn.Close()
+		return fmt.Errorf("resuming the session at %s: %w", to.Addr, err)
+	}
+	c.moves++
+	return nil
 }
 
 // Close closes the connection.
@@ -199,6 +246,13 @@ func (c *Client) do(req Request) (*Decoder, Result, error) {
 			r := Result(d.I32())
 			if d.err != nil {
 				return nil, 0, d.err
+			}
+			if r == Moved {
+				// The call did not run: send it again where the session is.
+				if err := c.follow(); err != nil {
+					return nil, 0, err
+				}
+				return c.do(req)
 			}
 			return d, r, nil
 		default:

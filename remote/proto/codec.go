@@ -110,3 +110,13 @@ func (d *Decoder) Finish() error {
 	}
 	return d.err
 }
+
+// Len returns the bytes left to read.
+func (d *Decoder) Len() int { return len(d.b) }
+
+// Fail makes the decoding fail with what, unless it has already failed.
+func (d *Decoder) Fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrMalformed, what)
+	}
+}

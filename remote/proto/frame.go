@@ -7,9 +7,11 @@ import (
 	"io"
 )
 
-// Version is the protocol version; the handshake refuses any other. Bump it
-// whenever calls.def or the frame layout changes incompatibly.
-const Version = 1
+// Version is the protocol version; the handshake refuses one past it or
+// before MinVersion. Bump it whenever calls.def or the frame layout
+// changes incompatibly, or clients learn something a server must know of
+// (version 2: following a move, migrate.go).
+const Version = 2
 
 // Magic opens every handshake: "GMUX" little-endian.
 const Magic uint32 = 0x584d5547

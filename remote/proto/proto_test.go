@@ -288,3 +288,32 @@ func TestClientDispatch(t *testing.T) {
 		t.Fatalf("cache has %d entries, want 1", len(cl.cache))
 	}
 }
+
+// FuzzMigrationFrames: the first frames and answers of migration never
+// panic their decoders, and what decodes encodes back to itself.
+func FuzzMigrationFrames(f *testing.F) {
+	f.Add(Control{Version: Version, Token: "gmxc.a.b", Kind: ControlMigrate, Tenant: "job", Target: "h:1"}.Encode())
+	f.Add(Resume{Hello: Hello{Version: Version, Token: "t"}, Ticket: make([]byte, TicketSize)}.Encode())
+	f.Add(MovedTo{Addr: "h:1", Ticket: make([]byte, TicketSize)}.Encode())
+	f.Add(ControlReply{Result: Success, Moved: []uint64{1, 2}}.Encode())
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if c, err := DecodeControl(p); err == nil {
+			if again, err := DecodeControl(c.Encode()); err != nil || again != c {
+				t.Fatalf("control: %+v, then %+v, %v", c, again, err)
+			}
+		}
+		if r, err := DecodeResume(p); err == nil {
+			if again, err := DecodeResume(r.Encode()); err != nil || again.Hello != r.Hello || !bytes.Equal(again.Ticket, r.Ticket) {
+				t.Fatalf("resume: %+v, then %+v, %v", r, again, err)
+			}
+		}
+		if m, err := DecodeMovedTo(p); err == nil && (len(m.Ticket) != TicketSize || m.Addr == "") {
+			t.Fatalf("moved: %+v", m)
+		}
+		if r, err := DecodeControlReply(p); err == nil {
+			if again, err := DecodeControlReply(r.Encode()); err != nil || len(again.Moved) != len(r.Moved) {
+				t.Fatalf("control reply: %+v, then %+v, %v", r, again, err)
+			}
+		}
+	})
+}

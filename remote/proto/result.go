@@ -18,6 +18,7 @@ const (
 	ErrInvalidImage     Result = 200
 	ErrInvalidContext   Result = 201
 	ErrNoBinaryForGPU   Result = 209
+	ErrAlreadyMapped    Result = 208
 	ErrInvalidSource    Result = 300
 	ErrNotFound         Result = 500
 	ErrInvalidHandle    Result = 400
@@ -58,6 +59,7 @@ var resultNames = map[Result]string{
 	ErrInvalidImage:     "CUDA_ERROR_INVALID_IMAGE",
 	ErrInvalidContext:   "CUDA_ERROR_INVALID_CONTEXT",
 	ErrNoBinaryForGPU:   "CUDA_ERROR_NO_BINARY_FOR_GPU",
+	ErrAlreadyMapped:    "CUDA_ERROR_ALREADY_MAPPED",
 	ErrInvalidSource:    "CUDA_ERROR_INVALID_SOURCE",
 	ErrNotFound:         "CUDA_ERROR_NOT_FOUND",
 	ErrInvalidHandle:    "CUDA_ERROR_INVALID_HANDLE",
@@ -85,6 +87,7 @@ var resultNames = map[Result]string{
 	ErrStreamCaptureImplicit:    "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
 	ErrCapturedEvent:            "CUDA_ERROR_CAPTURED_EVENT",
 	ErrStreamCaptureWrongThread: "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+	Moved:                       "GPUMUX_MOVED",
 }
 
 func (r Result) String() string {

@@ -216,8 +216,9 @@ func (s *session) MemAllocV2(c *proto.Call, n uint64) (proto.DevPtr, proto.Resul
 	if r != ok {
 		return 0, r
 	}
-	return s.allocate(&allocation{size: n, ctx: ctx}, func() (proto.DevPtr, proto.Result) { return s.be.MemAlloc(n) },
-		func(p proto.DevPtr) proto.Result { return s.be.MemFree(p) })
+	a := &allocation{size: n, ctx: ctx}
+	return s.allocate(a, func() (proto.DevPtr, proto.Result) { return s.memAlloc(ctx, a) },
+		func(proto.DevPtr) proto.Result { return s.memFree(a) })
 }
 
 // allocate charges a's size to the quota, has the backend allocate it
@@ -262,7 +263,7 @@ func (s *session) MemFreeV2(c *proto.Call, p proto.DevPtr) proto.Result {
 	if r := s.use(a.ctx); r != ok {
 		return r
 	}
-	if r := s.be.MemFree(p); r != ok {
+	if r := s.memFree(a); r != ok {
 		return r
 	}
 	s.forget(a)
@@ -570,6 +571,9 @@ func (s *session) ModuleLoadData(c *proto.Call, image []byte) (proto.Handle, pro
 	}
 	m := &moduleState{h: s.handle(), raw: raw, ctx: ctx,
 		funcs: map[string]proto.Handle{}, globals: map[string]*allocation{}}
+	if s.migration {
+		m.image = image
+	}
 	s.mods[m.h] = m
 	return m.h, ok
 }
@@ -763,7 +767,7 @@ func (s *session) StreamCreate(c *proto.Call, flags uint32) (proto.Handle, proto
 	if r != ok {
 		return 0, r
 	}
-	st := &streamState{h: s.handle(), raw: raw, ctx: ctx}
+	st := &streamState{h: s.handle(), raw: raw, ctx: ctx, flags: flags}
 	s.streams[st.h] = st
 	return st.h, ok
 }
@@ -838,7 +842,7 @@ func (s *session) EventCreate(c *proto.Call, flags uint32) (proto.Handle, proto.
 	if r != ok {
 		return 0, r
 	}
-	e := &eventState{h: s.handle(), raw: raw, ctx: ctx}
+	e := &eventState{h: s.handle(), raw: raw, ctx: ctx, flags: flags}
 	s.events[e.h] = e
 	return e.h, ok
 }

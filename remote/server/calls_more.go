@@ -25,7 +25,7 @@ func (s *session) StreamCreateWithPriority(c *proto.Call, flags uint32, priority
 	if r != ok {
 		return 0, r
 	}
-	st := &streamState{h: s.handle(), raw: raw, ctx: ctx}
+	st := &streamState{h: s.handle(), raw: raw, ctx: ctx, flags: flags, priority: priority, withPriority: true}
 	s.streams[st.h] = st
 	return st.h, ok
 }
@@ -83,7 +83,14 @@ func (s *session) FuncSetAttribute(c *proto.Call, h proto.Handle, attrib, value 
 	if r := s.use(f.mod.ctx); r != ok {
 		return r
 	}
-	return s.be.FuncSetAttribute(f.raw, attrib, value)
+	if r := s.be.FuncSetAttribute(f.raw, attrib, value); r != ok {
+		return r
+	}
+	if f.attrs == nil {
+		f.attrs = map[int32]int32{}
+	}
+	f.attrs[attrib] = value
+	return ok
 }
 
 func (s *session) OccupancyMaxActiveBlocksPerMultiprocessorWithFlags(c *proto.Call, h proto.Handle, blockSize int32, smem uint64, flags uint32) (int32, proto.Result) {

@@ -51,7 +51,7 @@ func (s *session) createCtx(dev int32, flags uint32, primary bool) (*ctxState, p
 	if r != proto.Success {
 		return nil, r
 	}
-	ctx := &ctxState{h: s.handle(), raw: raw, dev: dev, primary: primary}
+	ctx := &ctxState{h: s.handle(), raw: raw, dev: dev, flags: flags, primary: primary}
 	s.ctxs[ctx.h] = ctx
 	return ctx, proto.Success
 }
@@ -95,7 +95,7 @@ func (s *session) destroyCtx(ctx *ctxState) freed {
 			continue
 		}
 		if s.curOK && s.cur == ctx.raw {
-			warn("cuMemFree", s.be.MemFree(a.base))
+			warn("cuMemFree", s.memFree(a))
 		}
 		s.forget(a)
 		f.allocs++

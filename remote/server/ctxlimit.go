@@ -55,6 +55,7 @@ var limitNames = map[uint32]string{
 type limitCharge struct {
 	base    uint64 // the limit's cost before the client first changed it
 	charged uint64
+	value   uint64 // what the client set (a migration sets it again)
 }
 
 // limitCost is the device memory a limit of value costs in a context on
@@ -136,7 +137,7 @@ func (s *session) CtxSetLimit(c *proto.Call, limit uint32, value uint64) proto.R
 	if want < lc.charged {
 		s.uncharge(lc.charged - want)
 	}
-	lc.charged = want
+	lc.charged, lc.value = want, value
 	if ctx.limits == nil {
 		ctx.limits = map[uint32]*limitCharge{}
 	}

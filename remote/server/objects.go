@@ -18,6 +18,7 @@ type ctxState struct {
 	h       proto.Handle
 	raw     uintptr
 	dev     int32 // the client's device ordinal
+	flags   uint32
 	primary bool
 	// limits are the cuCtxSetLimit values charged to the quota (ctxlimit.go).
 	limits map[uint32]*limitCharge
@@ -36,6 +37,9 @@ type moduleState struct {
 	ctx     *ctxState
 	funcs   map[string]proto.Handle
 	globals map[string]*allocation
+	// image is what the module was loaded from, kept on a server
+	// WithMigration for the target to load it again.
+	image []byte
 }
 
 type funcState struct {
@@ -43,20 +47,28 @@ type funcState struct {
 	raw    uintptr
 	mod    *moduleState
 	params []param // nil until asked
+	// attrs are the attributes the client set (cuFuncSetAttribute), for
+	// a migration to set them again.
+	attrs map[int32]int32
 }
 
 type param struct{ offset, size uint64 }
 
 type streamState struct {
-	h   proto.Handle
-	raw uintptr
-	ctx *ctxState
+	h     proto.Handle
+	raw   uintptr
+	ctx   *ctxState
+	flags uint32
+	// priority is the one asked for, if withPriority.
+	priority     int32
+	withPriority bool
 }
 
 type eventState struct {
-	h   proto.Handle
-	raw uintptr
-	ctx *ctxState
+	h     proto.Handle
+	raw   uintptr
+	ctx   *ctxState
+	flags uint32
 }
 
 // graphState is one of the client's graphs: made with cuGraphCreate or
@@ -119,6 +131,9 @@ type allocation struct {
 	pool *poolState   // set for an allocation from a pool
 	phys *physical    // set for a mapping (cuMemMap)
 	res  *reservation // the reserved range a mapping lies in
+	// backed is the virtual memory behind a cuMemAlloc allocation on a
+	// server WithMigration (backing.go).
+	backed *backing
 }
 
 // charged reports whether the allocation's size is charged to the quota

@@ -2,10 +2,13 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -35,6 +38,8 @@ type Server struct {
 	busyPoll             time.Duration
 	expiredLinger        time.Duration
 	now                  func() time.Time
+	migration            bool // WithMigration
+	migrationHook        func(step string) error
 
 	initOnce sync.Once
 	initErr  error
@@ -63,6 +68,11 @@ type Server struct {
 	// (any more); retired adds up the counters of those that exited.
 	workers map[*tenant]struct{}
 	retired Stats
+	// live are the sessions served in this process by connection number,
+	// parked the migrated sessions waiting for their clients by ticket
+	// (migrate.go).
+	live   map[uint64]*liveSession
+	parked map[string]*parked
 
 	counts *counters // stats.go
 
@@ -90,6 +100,8 @@ func New(backend Backend, opts ...Option) *Server {
 		tenants:              map[string]*tenant{},
 		admitted:             map[string]admitted{},
 		workers:              map[*tenant]struct{}{},
+		live:                 map[uint64]*liveSession{},
+		parked:               map[string]*parked{},
 		counts:               newCounters(),
 	}
 	for _, o := range opts {
@@ -231,10 +243,23 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn, hs *handshaking) 
 	id := s.nextID
 	s.mu.Unlock()
 
-	hello, claims, err := s.handshake(conn, hs)
+	first, err := s.readFirst(conn, hs)
 	peer := conn.RemoteAddr().String()
 	if peer == "" || peer == "@" {
 		peer = "unix"
+	}
+	switch {
+	case err == nil && first.h.Op == proto.OpControl && first.h.Flags == 0:
+		s.serveControl(ctx, conn, first.p, id, peer)
+		return
+	case err == nil && first.h.Op == proto.OpResume && first.h.Flags == 0:
+		s.resume(conn, first.p, id, peer)
+		return
+	}
+	var hello proto.Hello
+	var claims token.Claims
+	if err == nil {
+		hello, claims, err = s.checkHello(conn, first)
 	}
 	if err != nil {
 		s.log.Warn("handshake refused", "conn", id, "peer", peer, "identity", clean(hello.Identity), "err", err)
@@ -255,15 +280,17 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn, hs *handshaking) 
 		s.log.Warn("handshake failed", "conn", id, "peer", peer, "err", err)
 		return
 	}
-	s.runSession(conn, q, claims, id, peer, hello.Identity)
+	s.runSession(conn, q, claims, id, peer, hello)
 }
 
 // runSession serves one admitted connection in this process; nothing of
 // it has been read past the handshake.
-func (s *Server) runSession(conn net.Conn, q *share, claims token.Claims, id uint64, peer, identity string) {
+func (s *Server) runSession(conn net.Conn, q *share, claims token.Claims, id uint64, peer string, hello proto.Hello) {
 	sess := newSession(s, q, s.devices(claims), s.log.With(
-		"conn", id, "peer", peer, "identity", clean(identity), "token", claims.ID))
+		"conn", id, "peer", peer, "identity", clean(hello.Identity), "token", claims.ID))
 	sess.expires = claims.Expires
+	sess.id, sess.token, sess.identity, sess.clientVersion = id, hello.Token, hello.Identity, hello.Version
+	defer s.register(sess, claims.ID)()
 	sess.serve(conn, bufio.NewReaderSize(newPollingReader(conn, s.busyPoll), 64<<10))
 }
 
@@ -273,27 +300,54 @@ var errRefused = errors.New("handshake refused")
 // errEvicted means a handshake was closed to make room for a newer one.
 var errEvicted = errors.New("closed to make room for newer handshakes")
 
-// handshake reads the client's Hello, checks it and logs the client in
-// (then the caller must logout). It reads the Hello straight from conn,
-// nothing past it, and refuses a frame larger than a Hello before reading
-// its payload: nothing larger is read or buffered before login.
-func (s *Server) handshake(conn net.Conn, hs *handshaking) (proto.Hello, token.Claims, error) {
+// firstFrame is a connection's first frame: a client's Hello, a moved
+// client's Resume, or a Control request (migrate.go).
+type firstFrame struct {
+	h proto.Header
+	p []byte
+}
+
+// readFirst reads a connection's first frame straight from conn, nothing
+// past it, and refuses a frame larger than its kind's bound (a Hello's
+// proto.MaxHello, the others' proto.MaxFirst) when its header arrives,
+// before reading its payload: nothing larger is read or buffered before a
+// token is checked.
+func (s *Server) readFirst(conn net.Conn, hs *handshaking) (firstFrame, error) {
 	conn.SetDeadline(time.Now().Add(s.handshakeTimeout))
 	defer conn.SetDeadline(time.Time{})
 	if tc, ok := conn.(*tls.Conn); ok {
 		if err := s.tlsHandshake(tc, hs); err != nil {
-			return proto.Hello{}, token.Claims{}, err
+			return firstFrame{}, err
 		}
 	}
-	h, p, err := proto.ReadFrameMax(conn, nil, proto.MaxHello)
+	var hb [proto.HeaderSize]byte
+	_, err := io.ReadFull(conn, hb[:])
+	var h proto.Header
+	var p []byte
+	if err == nil {
+		bound := proto.MaxHello
+		if op := proto.Op(binary.LittleEndian.Uint16(hb[4:])); op == proto.OpResume || op == proto.OpControl {
+			bound = proto.MaxFirst
+		}
+		h, p, err = proto.ReadFrameMax(io.MultiReader(bytes.NewReader(hb[:]), conn), nil, bound)
+	}
 	if s.endHandshake(hs) {
 		s.counts.refused[refusedEvicted].Add(1)
-		return proto.Hello{}, token.Claims{}, fmt.Errorf("reading the handshake: %w", errEvicted)
+		return firstFrame{}, fmt.Errorf("reading the handshake: %w", errEvicted)
 	}
 	if err != nil {
 		s.counts.refused[readRefusal(err)].Add(1)
-		return proto.Hello{}, token.Claims{}, fmt.Errorf("reading the handshake: %w", err)
+		return firstFrame{}, fmt.Errorf("reading the handshake: %w", err)
 	}
+	return firstFrame{h, p}, nil
+}
+
+// checkHello checks a client's Hello and logs the client in (then the
+// caller must logout).
+func (s *Server) checkHello(conn net.Conn, first firstFrame) (proto.Hello, token.Claims, error) {
+	h, p := first.h, first.p
+	conn.SetDeadline(time.Now().Add(s.handshakeTimeout))
+	defer conn.SetDeadline(time.Time{})
 	refuse := func(hello proto.Hello, why refusal, format string, args ...any) (proto.Hello, token.Claims, error) {
 		msg := fmt.Sprintf(format, args...)
 		s.refuse(conn, why, msg)
@@ -306,26 +360,9 @@ func (s *Server) handshake(conn net.Conn, hs *handshaking) (proto.Hello, token.C
 	if err != nil {
 		return refuse(proto.Hello{}, refusedMalformed, "%v", err)
 	}
-	if hello.Version != proto.Version {
-		return refuse(hello, refusedVersion, "protocol version %d, this server speaks %d", hello.Version, proto.Version)
-	}
-	var claims token.Claims
-	if !s.insecure {
-		if hello.Token == "" {
-			return refuse(hello, refusedNoToken, "no token")
-		}
-		if claims, err = token.Check(s.secret, hello.Token, s.now()); err != nil {
-			why := refusedBadToken
-			if errors.Is(err, token.ErrExpired) {
-				why = refusedExpired
-			}
-			return refuse(hello, why, "token: %v", err)
-		}
-		for _, dev := range claims.Devices() {
-			if dev >= int(s.nDevices) {
-				return refuse(hello, refusedNoSuchGPU, "the token names GPU %d, this server has %d", dev, s.nDevices)
-			}
-		}
+	claims, why, err := s.checkClient(hello)
+	if err != nil {
+		return refuse(hello, why, "%v", err)
 	}
 	if why, err := s.login(claims); err != nil {
 		return refuse(hello, why, "%v", err)
@@ -336,6 +373,34 @@ func (s *Server) handshake(conn net.Conn, hs *handshaking) (proto.Hello, token.C
 		return refuse(hello, refusedAdmission, "%v", err)
 	}
 	return hello, claims, nil
+}
+
+// checkClient checks a client's protocol version and token, and returns
+// its claims.
+func (s *Server) checkClient(hello proto.Hello) (token.Claims, refusal, error) {
+	if hello.Version < proto.MinVersion || hello.Version > proto.Version {
+		return token.Claims{}, refusedVersion, fmt.Errorf("protocol version %d, this server speaks %d to %d", hello.Version, proto.MinVersion, proto.Version)
+	}
+	if s.insecure {
+		return token.Claims{}, 0, nil
+	}
+	if hello.Token == "" {
+		return token.Claims{}, refusedNoToken, errors.New("no token")
+	}
+	claims, err := token.Check(s.secret, hello.Token, s.now())
+	if err != nil {
+		why := refusedBadToken
+		if errors.Is(err, token.ErrExpired) {
+			why = refusedExpired
+		}
+		return token.Claims{}, why, fmt.Errorf("token: %w", err)
+	}
+	for _, dev := range claims.Devices() {
+		if dev >= int(s.nDevices) {
+			return token.Claims{}, refusedNoSuchGPU, fmt.Errorf("the token names GPU %d, this server has %d", dev, s.nDevices)
+		}
+	}
+	return claims, 0, nil
 }
 
 // readRefusal classifies a failure to read the handshake.

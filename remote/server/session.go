@@ -193,6 +193,19 @@ type session struct {
 
 	wire     wire
 	deferred proto.Result
+	// id is the connection's number, token and identity what its
+	// handshake presented, clientVersion its protocol version: a
+	// migration carries them (migrate.go).
+	id              uint64
+	token, identity string
+	clientVersion   uint16
+	// moves brings migration requests (nil: none come), pending holds one
+	// until the next synchronous call; srv is the server (migrate.go).
+	moves   <-chan *moveReq
+	pending *moveReq
+	srv     *Server
+	// migration: cuMemAlloc is backed by virtual memory (backing.go).
+	migration bool
 	// modeSet: the client set the worker thread's capture interaction
 	// mode (cleanup puts the default back).
 	modeSet bool
@@ -221,7 +234,7 @@ type sessionStats struct {
 }
 
 func newSession(srv *Server, q *share, devs []int32, log *slog.Logger) *session {
-	s := &session{be: srv.backend, log: log, quota: q, devs: devs, counts: srv.counts, now: srv.now, linger: srv.expiredLinger, busyPoll: srv.busyPoll}
+	s := &session{be: srv.backend, log: log, quota: q, devs: devs, counts: srv.counts, now: srv.now, linger: srv.expiredLinger, busyPoll: srv.busyPoll, migration: srv.migration}
 	s.objects.init()
 	return s
 }
@@ -249,11 +262,16 @@ func (s *session) serve(conn net.Conn, br *bufio.Reader) {
 	err := s.run(in, &readErr)
 	conn.Close()
 	close(done)
+	if s.pending != nil {
+		s.pending.done <- fmt.Errorf("%w: the client went before its next call", ErrMigration)
+	}
 	freed := s.cleanup()
 	freed.add(s.freedEarly)
 
 	reason := "disconnected"
-	if err != nil {
+	if errors.Is(err, errMoved) {
+		reason = err.Error()
+	} else if err != nil {
 		reason = err.Error()
 		s.log.Warn("closing the connection", "err", err)
 	}
@@ -281,12 +299,14 @@ func (s *session) run(in <-chan frame, readErr *error) error {
 				return err
 			}
 			// A client that calls without pause never lets the worker
-			// sleep: see to the timer between calls.
+			// sleep: see to the timer and migrations between calls.
 			select {
 			case <-expiry:
 				if err := s.expiryDue(timer); err != nil {
 					return err
 				}
+			case m := <-s.moves:
+				s.hold(m)
 			default:
 			}
 			continue
@@ -300,6 +320,8 @@ func (s *session) run(in <-chan frame, readErr *error) error {
 			if err := s.expiryDue(timer); err != nil {
 				return err
 			}
+		case m := <-s.moves:
+			s.hold(m)
 		}
 	}
 }
@@ -367,6 +389,11 @@ func (s *session) call(f frame) error {
 	}
 	if async := f.h.Flags&proto.FlagAsync != 0; async != info.Async {
 		return fmt.Errorf("%w: %s sent with async=%v", proto.ErrMalformed, info.Name, async)
+	}
+	if m := s.moveNow(info.Async); m != nil {
+		if err := s.move(m, f); err != nil {
+			return err
+		}
 	}
 	s.stats.calls++
 	if r := s.refusal(); r != proto.Success {

@@ -390,7 +390,7 @@ func (s *Server) ServeTenant(ctx context.Context, ctrl *net.UnixConn) error {
 			stop := context.AfterFunc(ctx, func() { conn.Close() })
 			defer stop()
 			q := s.joinQuota(h.Claims)
-			s.runSession(conn, q, h.Claims, h.Conn, h.Peer, h.Identity)
+			s.runSession(conn, q, h.Claims, h.Conn, h.Peer, proto.Hello{Identity: h.Identity})
 			s.leaveQuota(q)
 			mu.Lock()
 			active--

@@ -1,0 +1,317 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gpumux/gpumux/remote/proto"
+	"github.com/gpumux/gpumux/remote/token"
+)
+
+// errTenantProcesses refuses migrations of a server that runs its tenants
+// in worker processes: not done yet.
+var errTenantProcesses = errors.New("this server runs its tenants in worker processes (--tenant-processes), whose sessions cannot be migrated yet")
+
+// serveMigrate moves the sessions a request names to its target, one at
+// a time, and answers with those moved, or the first failure.
+func (s *Server) serveMigrate(ctx context.Context, conn net.Conn, req proto.Control, log *slog.Logger) {
+	if s.tenantCmd != nil {
+		refuseControl(conn, proto.ErrNotSupported, errTenantProcesses)
+		return
+	}
+	var ids []uint64
+	s.mu.Lock()
+	for id, ls := range s.live {
+		if id == req.Session || req.Session == 0 && ls.tenant == req.Tenant {
+			ids = append(ids, id)
+		}
+	}
+	s.mu.Unlock()
+	slices.Sort(ids)
+	if len(ids) == 0 {
+		refuseControl(conn, proto.ErrNotFound, fmt.Errorf("no session %d or of tenant %q here", req.Session, req.Tenant))
+		return
+	}
+	log.Info("migration requested", "sessions", ids, "target", req.Target)
+	var rep proto.ControlReply
+	for _, id := range ids {
+		if err := s.Move(ctx, id, req.Target); err != nil {
+			rep.Result, rep.Message = proto.ErrNotPermitted, fmt.Sprintf("session %d: %v", id, err)
+			break
+		}
+		rep.Moved = append(rep.Moved, id)
+	}
+	conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	answer(conn, rep)
+}
+
+// Sessions returns the numbers of the sessions served in this process,
+// by tenant (token ID; "" without one).
+func (s *Server) Sessions() map[string][]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string][]uint64{}
+	for id, ls := range s.live {
+		out[ls.tenant] = append(out[ls.tenant], id)
+	}
+	for _, ids := range out {
+		slices.Sort(ids)
+	}
+	return out
+}
+
+// Move moves session id to the server at target at the client's next
+// synchronous call, and returns once it has moved or the migration failed
+// (the session then stays here), or ctx ends.
+func (s *Server) Move(ctx context.Context, id uint64, target string) error {
+	s.mu.Lock()
+	ls := s.live[id]
+	s.mu.Unlock()
+	if ls == nil {
+		return fmt.Errorf("%w: no session %d here", ErrMigration, id)
+	}
+	ctx, cancel := context.WithTimeout(ctx, moveTimeout)
+	defer cancel()
+	m := &moveReq{ctx: ctx, target: target, done: make(chan error, 1)}
+	select {
+	case ls.moves <- m:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: session %d is busy: %w", ErrMigration, id, ctx.Err())
+	}
+	select {
+	case err := <-m.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: waiting for the client's next call: %w", ErrMigration, ctx.Err())
+	}
+}
+
+// Drain moves every session served here to the server at target, all at
+// once, each at its client's next synchronous call, and returns when each
+// has moved or failed (and stays here), or ctx ends.
+func (s *Server) Drain(ctx context.Context, target string) error {
+	var ids []uint64
+	for _, tenant := range s.Sessions() {
+		ids = append(ids, tenant...)
+	}
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			if err := s.Move(ctx, id, target); err != nil {
+				errs[i] = fmt.Errorf("session %d: %w", id, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// receive rebuilds a session from a snapshot on a control connection,
+// parks it for its client, and serves the client when it resumes. It runs
+// on a thread of its own for good: the session's backend state is the
+// thread's.
+func (s *Server) receive(ctx context.Context, conn net.Conn, id uint64, peer string) {
+	if s.tenantCmd != nil {
+		refuseControl(conn, proto.ErrNotSupported, errTenantProcesses)
+		return
+	}
+	runtime.LockOSThread()
+	conn.SetDeadline(time.Now().Add(moveTimeout))
+	r := &chunkReader{br: bufio.NewReaderSize(conn, 64<<10)}
+	sn, claims, err := s.readSnapshot(r)
+	if err != nil {
+		s.log.Warn("migration refused", "conn", id, "peer", peer, "err", err)
+		refuseControl(conn, proto.ErrInvalidValue, err)
+		return
+	}
+	if why, err := s.login(claims); err != nil {
+		s.counts.refused[why].Add(1)
+		refuseControl(conn, proto.ErrNotPermitted, err)
+		return
+	}
+	defer s.logout(claims.ID)
+	if _, err := s.admit(claims); err != nil {
+		refuseControl(conn, proto.ErrNotPermitted, err)
+		return
+	}
+	q := s.joinQuota(claims)
+	defer s.leaveQuota(q)
+	log := s.log.With("conn", id, "peer", peer, "identity", clean(sn.identity), "token", claims.ID)
+	sess := newSession(s, q, s.devices(claims), log)
+	sess.expires = claims.Expires
+	sess.id, sess.token, sess.identity, sess.clientVersion = id, sn.token, sn.identity, sn.version
+	start := time.Now()
+	ticket, err := s.restoreParked(sess, sn, r, conn)
+	if err != nil {
+		sess.cleanup()
+		log.Warn("migration in refused; freed what was rebuilt", "err", err)
+		refuseControl(conn, proto.ErrInvalidValue, err)
+		drain(conn)
+		return
+	}
+	log.Info("migrated session waiting for its client", "restore", time.Since(start).Round(time.Millisecond))
+	p := &parked{tenant: claims.ID, conns: make(chan resumed, 1)}
+	key := string(ticket)
+	s.mu.Lock()
+	s.parked[key] = p
+	s.mu.Unlock()
+	conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if err := answer(conn, proto.ControlReply{Result: proto.Success}); err != nil && s.unpark(key) {
+		sess.cleanup()
+		return
+	}
+	conn.Close()
+	timer := time.NewTimer(resumeTimeout)
+	defer timer.Stop()
+	var rc resumed
+	select {
+	case rc = <-p.conns:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	if rc.conn == nil {
+		if s.unpark(key) {
+			freed := sess.cleanup()
+			log.Warn("migrated session freed: its client did not resume", "freed_bytes", freed.bytes)
+			return
+		}
+		rc = <-p.conns // the client came just now
+	}
+	stop := context.AfterFunc(ctx, func() { rc.conn.Close() })
+	defer stop()
+	unregister := s.register(sess, claims.ID)
+	defer unregister()
+	sess.log = sess.log.With("resumed_from", rc.peer)
+	sess.serve(rc.conn, rc.br)
+}
+
+// readSnapshot reads a snapshot's state and checks the client's token in
+// it as a handshake would.
+func (s *Server) readSnapshot(r io.Reader) (snapshot, token.Claims, error) {
+	var n [8]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return snapshot{}, token.Claims{}, fmt.Errorf("reading the snapshot: %w", err)
+	}
+	size := proto.NewDecoder(n[:]).U64()
+	if size > maxState {
+		return snapshot{}, token.Claims{}, fmt.Errorf("%w: a snapshot state of %d bytes", proto.ErrMalformed, size)
+	}
+	st := make([]byte, size)
+	if _, err := io.ReadFull(r, st); err != nil {
+		return snapshot{}, token.Claims{}, fmt.Errorf("reading the snapshot: %w", err)
+	}
+	sn, err := decodeSnapshot(st)
+	if err != nil {
+		return snapshot{}, token.Claims{}, err
+	}
+	claims, _, err := s.checkClient(proto.Hello{Version: sn.version, Token: sn.token})
+	if err != nil {
+		return snapshot{}, token.Claims{}, fmt.Errorf("the session's client: %w", err)
+	}
+	return sn, claims, nil
+}
+
+// restoreParked restores a session, answers the source with a ticket and
+// waits for its commit.
+func (s *Server) restoreParked(sess *session, sn snapshot, r *chunkReader, conn net.Conn) ([]byte, error) {
+	if err := s.hook(StepRestore); err != nil {
+		return nil, err
+	}
+	if err := sess.restore(sn, r); err != nil {
+		return nil, err
+	}
+	if len(r.left) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes past the snapshot", proto.ErrMalformed, len(r.left))
+	}
+	ticket := make([]byte, proto.TicketSize)
+	if _, err := rand.Read(ticket); err != nil {
+		return nil, err
+	}
+	if err := answer(conn, proto.ControlReply{Result: proto.Success, Ticket: ticket}); err != nil {
+		return nil, fmt.Errorf("answering the source: %w", err)
+	}
+	h, p, err := proto.ReadFrame(r.br, nil)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the source's commit: %w", err)
+	}
+	if h.Op != proto.OpControl || h.Flags != proto.FlagData || len(p) != 1 || p[0] != 1 {
+		return nil, fmt.Errorf("%w: op %d flags %#x where the commit was expected", proto.ErrMalformed, h.Op, h.Flags)
+	}
+	return ticket, nil
+}
+
+// unpark forgets a parked session, and reports whether it was still
+// parked (no client has taken it).
+func (s *Server) unpark(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.parked[key]
+	delete(s.parked, key)
+	return ok
+}
+
+// resume checks a moved client's Resume and hands its connection to the
+// session parked for it; a ticket is good once.
+func (s *Server) resume(conn net.Conn, p []byte, id uint64, peer string) {
+	res, err := proto.DecodeResume(p)
+	var claims token.Claims
+	why := refusedMalformed
+	if err == nil {
+		claims, why, err = s.checkClient(res.Hello)
+	}
+	var pk *parked
+	if err == nil {
+		s.mu.Lock()
+		for key, q := range s.parked {
+			if subtle.ConstantTimeCompare([]byte(key), res.Ticket) == 1 && q.tenant == claims.ID {
+				pk = q
+				delete(s.parked, key)
+				break
+			}
+		}
+		s.mu.Unlock()
+		if pk == nil {
+			why, err = refusedBadToken, errors.New("no migrated session for this ticket and token")
+		}
+	}
+	if err != nil {
+		s.log.Warn("resume refused", "conn", id, "peer", peer, "err", err)
+		s.refuse(conn, why, err.Error())
+		return
+	}
+	if err := s.welcome(conn, claims); err != nil {
+		s.log.Warn("resume failed", "conn", id, "peer", peer, "err", err)
+		return // the parked session gives up after resumeTimeout
+	}
+	done := make(chan struct{})
+	var once sync.Once
+	rc := resumed{conn: &closeNotify{Conn: conn, done: done, once: &once}, peer: peer,
+		br: bufio.NewReaderSize(newPollingReader(conn, s.busyPoll), 64<<10)}
+	pk.conns <- rc
+	<-done // serveConn closes conn when this returns
+}
+
+// closeNotify is a connection that says when it is closed.
+type closeNotify struct {
+	net.Conn
+	done chan struct{}
+	once *sync.Once
+}
+
+func (c *closeNotify) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { close(c.done) })
+	return err
+}

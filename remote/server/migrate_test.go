@@ -1,0 +1,394 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpumux/gpumux/remote/fakecuda"
+	"github.com/gpumux/gpumux/remote/proto"
+	"github.com/gpumux/gpumux/remote/server"
+	"github.com/gpumux/gpumux/remote/token"
+)
+
+// pair is two migrating servers of one pool, on fake GPUs of their own.
+func pair(t *testing.T, srcOpts []server.Option, dstOpts ...server.Option) [2]*env {
+	t.Helper()
+	mk := func(extra []server.Option) *env {
+		return start(t, envConfig{tcp: true, fake: []fakecuda.Option{fakecuda.WithMemory(1 << 30)},
+			srv: append([]server.Option{server.WithSecret(testSecret), server.WithMigration()}, extra...)})
+	}
+	return [2]*env{mk(srcOpts), mk(dstOpts)}
+}
+
+// only is server.Option... for one side of a pair.
+func only(o ...server.Option) []server.Option { return o }
+
+func jobToken(t *testing.T) string {
+	return mint(t, testSecret, token.Claims{ID: "job", Quota: 512 << 20, Expires: time.Now().Add(time.Hour)})
+}
+
+// sessionOf returns the number of the job's one session on e, or 0.
+func sessionOf(t *testing.T, e *env) uint64 {
+	t.Helper()
+	ids := e.srv.Sessions()["job"]
+	switch len(ids) {
+	case 0:
+		return 0
+	case 1:
+		return ids[0]
+	}
+	t.Fatalf("%d sessions of the job on one server", len(ids))
+	return 0
+}
+
+// drained waits until e's fake GPU holds nothing.
+func drained(t *testing.T, e *env) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := e.fake.Stats()
+		if st.Contexts == 0 && st.Reservations == 0 && st.Physical == 0 && st.Modules == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the target still holds %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// workload is a client's objects and what its memory must hold.
+type workload struct {
+	t       *testing.T
+	cl      *proto.Client
+	ctx     proto.Handle
+	fill    proto.Handle
+	streams []proto.Handle
+	prio    map[proto.Handle]int32
+	events  []proto.Handle
+	mem     map[proto.DevPtr][]byte // the shadow of each allocation
+}
+
+func newWorkload(t *testing.T, cl *proto.Client, rng *rand.Rand) *workload {
+	w := &workload{t: t, cl: cl, ctx: primary(t, cl), prio: map[proto.Handle]int32{}, mem: map[proto.DevPtr][]byte{}}
+	mod, r, err := cl.ModuleLoadData(w.ctx, fakecuda.ModuleImage([]fakecuda.Kernel{fakecuda.FillU32, fakecuda.VecAddF32}, nil))
+	ok(t, "cuModuleLoadData")(r, err)
+	w.fill, r, err = cl.ModuleGetFunction(w.ctx, mod, fakecuda.FillU32.Name)
+	ok(t, "cuModuleGetFunction")(r, err)
+	for i := range 1 + rng.IntN(3) {
+		st, r, err := cl.StreamCreateWithPriority(w.ctx, uint32(i%2), -int32(i%2))
+		ok(t, "cuStreamCreateWithPriority")(r, err)
+		w.prio[st], _, _ = cl.StreamGetPriority(w.ctx, st)
+		w.streams = append(w.streams, st)
+	}
+	for range 1 + rng.IntN(3) {
+		ev, r, err := cl.EventCreate(w.ctx, 0)
+		ok(t, "cuEventCreate")(r, err)
+		w.events = append(w.events, ev)
+	}
+	for range 2 + rng.IntN(4) {
+		w.alloc(rng)
+	}
+	return w
+}
+
+func (w *workload) alloc(rng *rand.Rand) {
+	n := uint64(4 * (1 + rng.IntN(3<<18)))
+	p := alloc(w.t, w.cl, w.ctx, n)
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	ok(w.t, "cuMemcpyHtoD")(w.cl.MemcpyHtoDV2(w.ctx, p, b, n))
+	w.mem[p] = b
+}
+
+// step does one random thing, asynchronous or not.
+func (w *workload) step(rng *rand.Rand) {
+	ptrs := make([]proto.DevPtr, 0, len(w.mem))
+	for p := range w.mem {
+		ptrs = append(ptrs, p)
+	}
+	p := ptrs[rng.IntN(len(ptrs))]
+	b := w.mem[p]
+	st := w.streams[rng.IntN(len(w.streams))]
+	switch rng.IntN(6) {
+	case 0: // a kernel fills part of an allocation: its pointer is in the parameters
+		count := uint64(1 + rng.IntN(len(b)/4))
+		v := rng.Uint32()
+		params := binary.LittleEndian.AppendUint64(nil, uint64(p))
+		params = binary.LittleEndian.AppendUint32(params, v)
+		params = append(params, 0, 0, 0, 0)
+		params = binary.LittleEndian.AppendUint64(params, count)
+		ok(w.t, "cuLaunchKernel")(w.cl.LaunchKernel(w.ctx, w.fill, 1, 1, 1, 1, 1, 1, 0, st, params))
+		for i := range count {
+			binary.LittleEndian.PutUint32(b[4*i:], v)
+		}
+	case 1: // an asynchronous copy in
+		off := uint64(rng.IntN(len(b)))
+		src := make([]byte, 1+rng.IntN(len(b)-int(off)))
+		for i := range src {
+			src[i] = byte(rng.Uint32())
+		}
+		ok(w.t, "cuMemcpyHtoDAsync")(w.cl.MemcpyHtoDAsyncV2(w.ctx, p+proto.DevPtr(off), src, uint64(len(src)), st))
+		copy(b[off:], src)
+	case 2:
+		ok(w.t, "cuEventRecord")(w.cl.EventRecord(w.ctx, w.events[rng.IntN(len(w.events))], st))
+	case 3:
+		if len(w.mem) < 8 {
+			w.alloc(rng)
+		}
+	case 4:
+		if len(w.mem) > 1 {
+			ok(w.t, "cuMemFree")(w.cl.MemFreeV2(w.ctx, p))
+			delete(w.mem, p)
+		}
+	case 5: // a synchronous read back
+		w.check(p)
+	}
+}
+
+// check compares an allocation with its shadow.
+func (w *workload) check(p proto.DevPtr) {
+	w.t.Helper()
+	want := w.mem[p]
+	got := make([]byte, len(want))
+	ok(w.t, "cuMemcpyDtoH")(w.cl.MemcpyDtoHV2(w.ctx, got, p, uint64(len(got))))
+	if !bytes.Equal(got, want) {
+		w.t.Fatalf("allocation %#x differs from what the client wrote", p)
+	}
+}
+
+// verify checks every byte, stream and event.
+func (w *workload) verify() {
+	w.t.Helper()
+	for p := range w.mem {
+		w.check(p)
+	}
+	for _, st := range w.streams {
+		ok(w.t, "cuStreamSynchronize")(w.cl.StreamSynchronize(w.ctx, st))
+		prio, r, err := w.cl.StreamGetPriority(w.ctx, st)
+		ok(w.t, "cuStreamGetPriority")(r, err)
+		if prio != w.prio[st] {
+			w.t.Errorf("stream %#x has priority %d, had %d", st, prio, w.prio[st])
+		}
+	}
+	for _, ev := range w.events {
+		ok(w.t, "cuEventQuery")(w.cl.EventQuery(w.ctx, ev))
+	}
+}
+
+// moveWhileRunning moves the job's session from one server to the other
+// while the client keeps calling, and waits for the move.
+func moveWhileRunning(t *testing.T, w *workload, rng *rand.Rand, from, to *env) error {
+	t.Helper()
+	id := sessionOf(t, from)
+	if id == 0 {
+		t.Fatal("the job has no session on the source")
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- from.srv.Move(ctx, id, to.addr)
+	}()
+	for {
+		select {
+		case err := <-done:
+			return err
+		default:
+			w.step(rng)
+		}
+	}
+}
+
+// TestMigrateRandomSessions moves random sessions back and forth between
+// two servers at random points of a running client: every byte, handle
+// and stream priority the client holds is the same after each move.
+func TestMigrateRandomSessions(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 15))
+			envs := pair(t, nil)
+			cl := envs[0].dial(t, jobToken(t))
+			w := newWorkload(t, cl, rng)
+			moves := 2 + rng.IntN(3)
+			for i := range moves {
+				for range rng.IntN(20) {
+					w.step(rng)
+				}
+				from, to := envs[i%2], envs[(i+1)%2]
+				if err := moveWhileRunning(t, w, rng, from, to); err != nil {
+					t.Fatalf("move %d: %v", i, err)
+				}
+				if sessionOf(t, from) != 0 {
+					t.Fatalf("move %d: the session is still on the source", i)
+				}
+				drained(t, from)
+				w.verify()
+			}
+			if got := cl.Moves(); got != moves {
+				t.Errorf("the client followed %d moves, want %d", got, moves)
+			}
+		})
+	}
+}
+
+// TestMigrateFailures fails a migration at each step: the session stays on
+// the source with everything it had, the target holds nothing, and a
+// migration without the failure then goes through.
+func TestMigrateFailures(t *testing.T) {
+	for _, step := range []string{server.StepQuiesce, server.StepSnapshot, server.StepTransfer, server.StepRestore, server.StepSwitch} {
+		t.Run(step, func(t *testing.T) {
+			var failing atomic.Bool
+			failing.Store(true)
+			hook := server.WithMigrationHook(func(s string) error {
+				if s == step && failing.Load() {
+					return errors.New("injected")
+				}
+				return nil
+			})
+			envs := pair(t, only(hook), hook)
+			rng := rand.New(rand.NewPCG(1, 2))
+			cl := envs[0].dial(t, jobToken(t))
+			w := newWorkload(t, cl, rng)
+			err := moveWhileRunning(t, w, rng, envs[0], envs[1])
+			if !errors.Is(err, server.ErrMigration) || !strings.Contains(err.Error(), "refused") && !strings.Contains(err.Error(), step) {
+				t.Fatalf("a migration failing at %s: %v", step, err)
+			}
+			if sessionOf(t, envs[0]) == 0 || cl.Moves() != 0 {
+				t.Fatal("the session left the source")
+			}
+			w.verify()
+			drained(t, envs[1])
+			failing.Store(false)
+			if err := moveWhileRunning(t, w, rng, envs[0], envs[1]); err != nil {
+				t.Fatalf("the next migration: %v", err)
+			}
+			w.verify()
+		})
+	}
+}
+
+// TestMigrateRefused: sessions holding what a migration does not carry,
+// or on a server that cannot migrate, stay where they are with a reason.
+func TestMigrateRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		plain   bool // the source runs without WithMigration
+		setup   func(t *testing.T, cl *proto.Client, ctx proto.Handle)
+		wantErr string
+	}{
+		{"no migration on the server", true, nil, "without migration"},
+		{"a CUDA graph", false, func(t *testing.T, cl *proto.Client, ctx proto.Handle) {
+			_, r, err := cl.GraphCreate(ctx, 0)
+			ok(t, "cuGraphCreate")(r, err)
+		}, "graphs"},
+		{"a memory pool", false, func(t *testing.T, cl *proto.Client, ctx proto.Handle) {
+			_, r, err := cl.DeviceGetDefaultMemPool(ctx, 0)
+			ok(t, "cuDeviceGetDefaultMemPool")(r, err)
+		}, "memory pools"},
+		{"a module global the target places elsewhere", false, func(t *testing.T, cl *proto.Client, ctx proto.Handle) {
+			mod, r, err := cl.ModuleLoadData(ctx, fakecuda.ModuleImage(nil, []fakecuda.Global{{Name: "g", Size: 64}}))
+			ok(t, "cuModuleLoadData")(r, err)
+			_, _, r, err = cl.ModuleGetGlobalV2(ctx, mod, "g")
+			ok(t, "cuModuleGetGlobal")(r, err)
+			// The target reserves this before it loads the module, and
+			// places the global past it.
+			alloc(t, cl, ctx, 1<<20)
+		}, "module global"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := start(t, envConfig{tcp: true, srv: []server.Option{server.WithSecret(testSecret)}})
+			if !tc.plain {
+				src = pair(t, nil)[0]
+			}
+			dst := pair(t, nil)[1]
+			cl := src.dial(t, jobToken(t))
+			ctx := primary(t, cl)
+			p := alloc(t, cl, ctx, 4096)
+			if tc.setup != nil {
+				tc.setup(t, cl, ctx)
+			}
+			done := make(chan error, 1)
+			go func() { done <- src.srv.Move(context.Background(), sessionOf(t, src), dst.addr) }()
+			var err error
+			for err == nil {
+				select {
+				case err = <-done:
+				default:
+					ok(t, "cuCtxSynchronize")(cl.CtxSynchronize(ctx))
+					continue
+				}
+				break
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Move: %v, want an error saying %q", err, tc.wantErr)
+			}
+			ok(t, "cuMemFree on the source")(cl.MemFreeV2(ctx, p))
+			drained(t, dst)
+		})
+	}
+}
+
+// TestMigrateControl moves a tenant's session through a control
+// connection, as gpumux remote migrate does; a control connection without
+// the pool's secret is refused.
+func TestMigrateControl(t *testing.T) {
+	envs := pair(t, nil)
+	rng := rand.New(rand.NewPCG(3, 4))
+	cl := envs[0].dial(t, jobToken(t))
+	w := newWorkload(t, cl, rng)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	bad, err := server.DialControl(ctx, envs[0].addr, []byte("another-secret-of-the-pool"),
+		proto.Control{Kind: proto.ControlMigrate, Tenant: "job", Target: envs[1].addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := bad.Reply()
+	bad.Close()
+	if err != nil || rep.Result != proto.ErrNotPermitted {
+		t.Fatalf("a control request signed with another secret: %+v, %v", rep, err)
+	}
+
+	cc, err := server.DialControl(ctx, envs[0].addr, testSecret,
+		proto.Control{Kind: proto.ControlMigrate, Tenant: "job", Target: envs[1].addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	replies := make(chan proto.ControlReply, 1)
+	go func() {
+		rep, err := cc.Reply()
+		if err != nil {
+			rep.Message = err.Error()
+		}
+		replies <- rep
+	}()
+	for {
+		select {
+		case rep = <-replies:
+		default:
+			w.step(rng)
+			continue
+		}
+		break
+	}
+	if rep.Result != proto.Success || len(rep.Moved) != 1 {
+		t.Fatalf("migration through the control connection: %+v", rep)
+	}
+	w.verify()
+	if cl.Moves() != 1 || sessionOf(t, envs[1]) == 0 {
+		t.Fatalf("the client moved %d times; on the target: %v", cl.Moves(), envs[1].srv.Sessions())
+	}
+}

@@ -1,0 +1,256 @@
+package server
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/gpumux/gpumux/remote/proto"
+)
+
+// restore rebuilds a snapshot's objects in a new session, on its worker
+// thread, reading the bytes behind them from r (snapshot.go gives the
+// order). Each object keeps its handle; memory is reserved at its own
+// addresses before any module is loaded, so the driver's placement of
+// modules cannot take them; a module global found elsewhere than on the
+// source fails the restore. On failure the caller cleans the session up.
+func (s *session) restore(sn snapshot, r io.Reader) error {
+	seen := map[proto.Handle]bool{}
+	handle := func(h proto.Handle) error {
+		if h < firstHandle || h >= sn.next || seen[h] {
+			return fmt.Errorf("%w: snapshot handle %#x reused or out of range", proto.ErrMalformed, h)
+		}
+		seen[h] = true
+		return nil
+	}
+	s.objects.next = sn.next
+	for _, c := range sn.ctxs {
+		if err := handle(c.h); err != nil {
+			return err
+		}
+		real, res := s.device(c.dev)
+		if res != ok {
+			return fmt.Errorf("context %#x: device %d: %v", c.h, c.dev, res)
+		}
+		raw, res := s.be.CtxCreate(real, c.flags)
+		s.curOK = false
+		if res != ok {
+			return fmt.Errorf("cuCtxCreate: %v", res)
+		}
+		s.ctxs[c.h] = &ctxState{h: c.h, raw: raw, dev: c.dev, flags: c.flags, primary: c.primary}
+	}
+	ctxOf := func(h proto.Handle) (*ctxState, error) {
+		if c := s.ctxs[h]; c != nil {
+			return c, nil
+		}
+		return nil, fmt.Errorf("%w: snapshot names context %#x it does not hold", proto.ErrMalformed, h)
+	}
+	for _, p := range sn.primary {
+		if _, res := s.device(p.dev); res != ok || s.primary[p.dev] != nil {
+			return fmt.Errorf("%w: primary context of device %d", proto.ErrMalformed, p.dev)
+		}
+		ps := &primaryState{flags: p.flags, refs: int(p.refs)}
+		if p.ctx != 0 {
+			c, err := ctxOf(p.ctx)
+			if err != nil || !c.primary || c.dev != p.dev || p.refs == 0 {
+				return fmt.Errorf("%w: primary context %#x of device %d", proto.ErrMalformed, p.ctx, p.dev)
+			}
+			ps.ctx = c
+		}
+		s.primary[p.dev] = ps
+	}
+	for _, c := range sn.ctxs {
+		for _, l := range c.limits {
+			if res := s.CtxSetLimit(&proto.Call{Ctx: c.h}, l.limit, l.value); res != ok {
+				return fmt.Errorf("cuCtxSetLimit(%d, %d): %v", l.limit, l.value, res)
+			}
+		}
+	}
+	allocs := make([]*allocation, len(sn.allocs))
+	for i, sa := range sn.allocs {
+		c, err := ctxOf(sa.ctx)
+		if err != nil {
+			return err
+		}
+		a, err := s.restoreAlloc(c, sa)
+		if err != nil {
+			return err
+		}
+		allocs[i] = a
+	}
+	for _, sm := range sn.mods {
+		if err := s.restoreModule(sm, r, handle, ctxOf); err != nil {
+			return err
+		}
+	}
+	for _, st := range sn.streams {
+		if err := s.restoreStream(st, handle, ctxOf); err != nil {
+			return err
+		}
+	}
+	for _, se := range sn.events {
+		c, err := ctxOf(se.ctx)
+		if err == nil {
+			err = handle(se.h)
+		}
+		if err != nil {
+			return err
+		}
+		if res := s.use(c); res != ok {
+			return fmt.Errorf("cuCtxSetCurrent: %v", res)
+		}
+		raw, res := s.be.EventCreate(se.flags)
+		if res != ok {
+			return fmt.Errorf("cuEventCreate: %v", res)
+		}
+		s.events[se.h] = &eventState{h: se.h, raw: raw, ctx: c, flags: se.flags}
+	}
+	for _, a := range allocs {
+		if err := s.loadMemory(r, a.ctx, a.base, a.size); err != nil {
+			return err
+		}
+	}
+	for _, sm := range sn.mods {
+		for _, g := range sm.globals {
+			if err := s.loadMemory(r, s.mods[sm.h].ctx, g.base, g.size); err != nil {
+				return err
+			}
+		}
+	}
+	if sn.modeSet {
+		if _, res := s.be.ThreadExchangeStreamCaptureMode(sn.captureMode); res != ok {
+			return fmt.Errorf("cuThreadExchangeStreamCaptureMode: %v", res)
+		}
+		s.modeSet = true
+	}
+	return nil
+}
+
+// restoreAlloc charges a cuMemAlloc allocation to the quota and backs it
+// at its own address.
+func (s *session) restoreAlloc(c *ctxState, sa snapAlloc) (*allocation, error) {
+	if sa.size == 0 || !s.vacant(sa.base, sa.size) {
+		return nil, fmt.Errorf("%w: allocation of %d bytes at %#x", proto.ErrMalformed, sa.size, sa.base)
+	}
+	if !s.charge(sa.size) {
+		limit, left := s.quota.left()
+		return nil, fmt.Errorf("allocation of %d bytes at %#x: beyond the quota (%d, %d left)", sa.size, sa.base, limit, left)
+	}
+	if res := s.use(c); res != ok {
+		s.uncharge(sa.size)
+		return nil, fmt.Errorf("cuCtxSetCurrent: %v", res)
+	}
+	p, b, res := s.allocBacked(s.devs[c.dev], sa.size, sa.base)
+	if res != ok {
+		s.uncharge(sa.size)
+		return nil, fmt.Errorf("backing %d bytes at %#x: %v", sa.size, sa.base, res)
+	}
+	a := &allocation{base: p, size: sa.size, ctx: c, backed: b}
+	s.addAlloc(a) // vacant above
+	return a, nil
+}
+
+// restoreModule loads a module from its image (read from r) and looks up
+// its functions and globals again.
+func (s *session) restoreModule(sm snapModule, r io.Reader, handle func(proto.Handle) error, ctxOf func(proto.Handle) (*ctxState, error)) error {
+	c, err := ctxOf(sm.ctx)
+	if err == nil {
+		err = handle(sm.h)
+	}
+	if err != nil {
+		return err
+	}
+	if sm.image > proto.MaxImage {
+		return fmt.Errorf("%w: module image of %d bytes", proto.ErrMalformed, sm.image)
+	}
+	image := make([]byte, sm.image)
+	if _, err := io.ReadFull(r, image); err != nil {
+		return fmt.Errorf("reading a module image: %w", err)
+	}
+	if res := s.use(c); res != ok {
+		return fmt.Errorf("cuCtxSetCurrent: %v", res)
+	}
+	raw, res := s.be.ModuleLoadData(image)
+	if res != ok {
+		return fmt.Errorf("cuModuleLoadData: %v", res)
+	}
+	m := &moduleState{h: sm.h, raw: raw, ctx: c, image: image,
+		funcs: map[string]proto.Handle{}, globals: map[string]*allocation{}}
+	s.mods[m.h] = m
+	for _, sf := range sm.funcs {
+		if err := handle(sf.h); err != nil {
+			return err
+		}
+		fraw, res := s.be.ModuleGetFunction(raw, sf.name)
+		if res != ok {
+			return fmt.Errorf("cuModuleGetFunction(%q): %v", sf.name, res)
+		}
+		f := &funcState{h: sf.h, raw: fraw, mod: m}
+		s.funcs[f.h] = f
+		m.funcs[sf.name] = f.h
+		for _, a := range sf.attrs {
+			if res := s.FuncSetAttribute(nil, f.h, a[0], a[1]); res != ok {
+				return fmt.Errorf("cuFuncSetAttribute(%q, %d, %d): %v", sf.name, a[0], a[1], res)
+			}
+		}
+	}
+	for _, g := range sm.globals {
+		p, n, res := s.be.ModuleGetGlobal(raw, g.name)
+		if res != ok {
+			return fmt.Errorf("cuModuleGetGlobal(%q): %v", g.name, res)
+		}
+		if p != g.base || n != g.size {
+			return fmt.Errorf("%w: module global %q is at %#x (%d bytes) here, at %#x (%d bytes) on the source",
+				ErrNotMigratable, g.name, p, n, g.base, g.size)
+		}
+		a := &allocation{base: p, size: n, ctx: c, mod: m}
+		if !s.addAlloc(a) {
+			return fmt.Errorf("%w: module global %q at %#x overlaps the session's memory", proto.ErrMalformed, g.name, p)
+		}
+		m.globals[g.name] = a
+	}
+	return nil
+}
+
+func (s *session) restoreStream(st snapStream, handle func(proto.Handle) error, ctxOf func(proto.Handle) (*ctxState, error)) error {
+	c, err := ctxOf(st.ctx)
+	if err == nil {
+		err = handle(st.h)
+	}
+	if err != nil {
+		return err
+	}
+	if res := s.use(c); res != ok {
+		return fmt.Errorf("cuCtxSetCurrent: %v", res)
+	}
+	var raw uintptr
+	var res proto.Result
+	if st.withPriority {
+		raw, res = s.be.StreamCreateWithPriority(st.flags, st.priority)
+	} else {
+		raw, res = s.be.StreamCreate(st.flags)
+	}
+	if res != ok {
+		return fmt.Errorf("cuStreamCreate: %v", res)
+	}
+	s.streams[st.h] = &streamState{h: st.h, raw: raw, ctx: c, flags: st.flags, priority: st.priority, withPriority: st.withPriority}
+	return nil
+}
+
+// loadMemory copies n bytes from r to device memory at p, of ctx.
+func (s *session) loadMemory(r io.Reader, ctx *ctxState, p proto.DevPtr, n uint64) error {
+	if res := s.use(ctx); res != ok {
+		return fmt.Errorf("cuCtxSetCurrent: %v", res)
+	}
+	buf := s.chunk(0)
+	for off := uint64(0); off < n; {
+		k := min(n-off, uint64(len(buf)))
+		if _, err := io.ReadFull(r, buf[:k]); err != nil {
+			return fmt.Errorf("reading memory contents: %w", err)
+		}
+		if res := s.be.MemcpyHtoD(p+proto.DevPtr(off), buf[:k], 0, false); res != ok {
+			return fmt.Errorf("cuMemcpyHtoD of %d bytes at %#x: %v", k, p+proto.DevPtr(off), res)
+		}
+		off += k
+	}
+	return nil
+}
