@@ -530,7 +530,8 @@ func TestMemAddressReserveHint(t *testing.T) {
 			exact bool
 		}{
 			{"free range far ahead", far, true},
-			{"free range below the next address", taken - 8*Granularity, false}, // below addrBase: outside the space
+			{"free range below the next address", taken - 8*Granularity, true}, // below addrBase, above hintBase: a migratable server's window
+			{"below hintBase: outside the space", hintBase - 8*Granularity, false},
 			{"inside a reservation", taken + Granularity, false},
 			{"overlapping the reservation just placed", far + Granularity, false},
 			{"over an allocation", alloc &^ (Granularity - 1), false},

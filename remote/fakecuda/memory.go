@@ -7,8 +7,11 @@ import (
 )
 
 // The fake address space: where allocations start, their alignment, the
-// gap left after each and the size of a backing page.
+// gap left after each and the size of a backing page; a reservation may
+// ask for addresses from hintBase on (a migratable server's windows are
+// lower than addrBase).
 const (
+	hintBase  = 0x1000_0000_0000
 	addrBase  = 0x7f00_0000_0000
 	addrAlign = 256
 	addrGap   = 64 << 10

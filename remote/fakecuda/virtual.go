@@ -90,7 +90,7 @@ func (b *Backend) MemAddressReserve(size, alignment uint64, addr proto.DevPtr, f
 // reservation. The caller holds mu.
 func (b *Backend) vacantLocked(p, size, align uint64) bool {
 	end := p + size
-	if p%align != 0 || p < addrBase || end < p || end+addrGap > addrLimit {
+	if p%align != 0 || p < hintBase || end < p || end+addrGap > addrLimit {
 		return false
 	}
 	for _, r := range b.reserved {

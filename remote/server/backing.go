@@ -1,23 +1,150 @@
 package server
 
-import "github.com/gpumux/gpumux/remote/proto"
+import (
+	"math/rand/v2"
+	"sort"
+
+	"github.com/gpumux/gpumux/remote/proto"
+)
 
 // Migratable memory. A session's device pointers live on in kernel
 // parameters and in data structures on the device, so a migrated session
 // must find its memory at the same addresses on the target (migrate.go).
 // cuMemAlloc's addresses are the driver's choice; a reservation's
 // (cuMemAddressReserve) can be asked for. So with WithMigration the server
-// backs every cuMemAlloc with virtual memory of its own (reserve, create,
-// map, set access): the target reserves the same range, and refuses the
-// migration before the switch if the driver places it elsewhere. The
-// client sees a cuMemAlloc allocation as before: its size is the one it
-// asked for, and the quota counts that; the backing rounds it up to the
-// allocation granularity.
+// backs every cuMemAlloc with virtual memory of its own (create, map, set
+// access) in a window of addresses the session reserves per device: the
+// target reserves the same window, and refuses the migration before the
+// switch if the driver places it elsewhere. The client sees a cuMemAlloc
+// allocation as before: its size is the one it asked for, and the quota
+// counts that; the backing rounds it up to the allocation granularity.
+//
+// The window is what makes the addresses free on the target. The driver
+// places its own allocations (and a reservation without a wish) at the
+// lowest free addresses of the process, alike in every server, so the
+// addresses a session got on one server are taken on another by that
+// server's own sessions and contexts (seen on an H200: 0x306000000 was).
+// A window is windowSize bytes at one of windowSlots bases far above what
+// the driver and the kernel's mmap hand out, picked at random per session;
+// on the source a base the driver does not honour (taken) is skipped for
+// another, on the target the migrated window's base must be honoured.
+const (
+	windowSize  = 1 << 40          // larger than any GPU's memory
+	windowFirst = 0x2000_0000_0000 // 32 TiB: the first window's base
+	windowSlots = 48               // up to 80 TiB, below PIE programs' 0x55…
+	windowTries = 8                // bases tried on the source
+	windowEnd   = windowFirst + windowSlots*windowSize
+)
+
+// window is a session's reserved addresses on one device and what of them
+// is free (offsets, sorted, coalesced).
+type window struct {
+	base proto.DevPtr
+	free []span
+}
+
+type span struct{ off, size uint64 }
+
+// take finds size bytes aligned to align, first fit.
+func (w *window) take(size, align uint64) (uint64, bool) {
+	for i, f := range w.free {
+		off := (f.off + align - 1) &^ (align - 1)
+		if off+size <= f.off+f.size && off+size > off {
+			w.cut(i, off, size)
+			return off, true
+		}
+	}
+	return 0, false
+}
+
+// takeAt takes [off, off+size) if it is free.
+func (w *window) takeAt(off, size uint64) bool {
+	for i, f := range w.free {
+		if f.off <= off && off+size <= f.off+f.size && off+size > off {
+			w.cut(i, off, size)
+			return true
+		}
+	}
+	return false
+}
+
+// cut removes [off, off+size) from free span i, which holds it.
+func (w *window) cut(i int, off, size uint64) {
+	f := w.free[i]
+	var rest []span
+	if off > f.off {
+		rest = append(rest, span{f.off, off - f.off})
+	}
+	if end := off + size; end < f.off+f.size {
+		rest = append(rest, span{end, f.off + f.size - end})
+	}
+	w.free = append(w.free[:i], append(rest, w.free[i+1:]...)...)
+}
+
+// give returns [off, off+size) to the free spans.
+func (w *window) give(off, size uint64) {
+	i := sort.Search(len(w.free), func(i int) bool { return w.free[i].off > off })
+	w.free = append(w.free[:i], append([]span{{off, size}}, w.free[i:]...)...)
+	// Coalesce with the neighbours.
+	if i+1 < len(w.free) && w.free[i].off+w.free[i].size == w.free[i+1].off {
+		w.free[i].size += w.free[i+1].size
+		w.free = append(w.free[:i+1], w.free[i+2:]...)
+	}
+	if i > 0 && w.free[i-1].off+w.free[i-1].size == w.free[i].off {
+		w.free[i-1].size += w.free[i].size
+		w.free = append(w.free[:i], w.free[i+1:]...)
+	}
+}
+
+// windowFor returns the session's window on backend device dev, reserving
+// it on first use: holding want when want is not 0 (a migrated
+// allocation's address: its window's base must be honoured), else at one
+// of the bases the driver honours.
+func (s *session) windowFor(dev int32, want proto.DevPtr) (*window, proto.Result) {
+	if w := s.windows[dev]; w != nil {
+		return w, ok
+	}
+	var bases []proto.DevPtr
+	if want != 0 {
+		bases = []proto.DevPtr{want &^ (windowSize - 1)}
+	} else {
+		for _, slot := range rand.Perm(windowSlots)[:windowTries] {
+			bases = append(bases, proto.DevPtr(windowFirst+uint64(slot)*windowSize))
+		}
+	}
+	for _, base := range bases {
+		p, r := s.be.MemAddressReserve(windowSize, 0, base, 0)
+		if r != ok {
+			return nil, r
+		}
+		if p != base {
+			s.warn("cuMemAddressFree", s.be.MemAddressFree(p, windowSize))
+			continue
+		}
+		w := &window{base: p, free: []span{{0, windowSize}}}
+		if s.windows == nil {
+			s.windows = map[int32]*window{}
+		}
+		s.windows[dev] = w
+		return w, ok
+	}
+	return nil, proto.ErrAlreadyMapped
+}
+
+// freeWindows gives the session's windows back; what was mapped in them is
+// unmapped already.
+func (s *session) freeWindows() {
+	for dev, w := range s.windows {
+		s.warn("cuMemAddressFree", s.be.MemAddressFree(w.base, windowSize))
+		delete(s.windows, dev)
+	}
+}
 
 // backing is the virtual memory behind one cuMemAlloc allocation.
 type backing struct {
-	size uint64 // reserved and mapped: the request rounded up
-	phys uint64 // the backend's handle of the physical allocation
+	size uint64  // mapped: the request rounded up
+	phys uint64  // the backend's handle of the physical allocation
+	win  *window // where it is mapped
 }
 
 // WithMigration makes the server's sessions migratable: every cuMemAlloc
@@ -32,8 +159,8 @@ func devProp(dev int32) proto.MemProp {
 }
 
 // allocBacked makes n bytes of device memory on backend device dev, with
-// the calling thread's context current, reserved at want (0: anywhere).
-// A range the driver places elsewhere than want is
+// the calling thread's context current, in the session's window of dev, at
+// want (0: anywhere in it). Addresses the window cannot give are
 // CUDA_ERROR_ALREADY_MAPPED.
 func (s *session) allocBacked(dev int32, n uint64, want proto.DevPtr) (proto.DevPtr, *backing, proto.Result) {
 	prop := devProp(dev)
@@ -45,26 +172,35 @@ func (s *session) allocBacked(dev int32, n uint64, want proto.DevPtr) (proto.Dev
 		return 0, nil, proto.ErrUnknown
 	}
 	size := (n + gran - 1) &^ (gran - 1)
-	if size < n {
+	if size < n || size > windowSize {
 		return 0, nil, proto.ErrOutOfMemory
 	}
-	p, r := s.be.MemAddressReserve(size, gran, want, 0)
+	w, r := s.windowFor(dev, want)
 	if r != ok {
 		return 0, nil, r
 	}
-	if want != 0 && p != want {
-		s.warn("cuMemAddressFree", s.be.MemAddressFree(p, size))
-		return 0, nil, proto.ErrAlreadyMapped
+	var off uint64
+	if want == 0 {
+		var found bool
+		if off, found = w.take(size, gran); !found {
+			return 0, nil, proto.ErrOutOfMemory
+		}
+	} else {
+		off = uint64(want - w.base)
+		if want < w.base || uint64(want)%gran != 0 || !w.takeAt(off, size) {
+			return 0, nil, proto.ErrAlreadyMapped
+		}
 	}
+	p := w.base + proto.DevPtr(off)
 	h, r := s.be.MemCreate(size, prop, 0)
 	if r != ok {
-		s.warn("cuMemAddressFree", s.be.MemAddressFree(p, size))
+		w.give(off, size)
 		return 0, nil, r
 	}
-	b := &backing{size: size, phys: h}
+	b := &backing{size: size, phys: h, win: w}
 	if r := s.be.MemMap(p, size, 0, h, 0); r != ok {
 		s.warn("cuMemRelease", s.be.MemRelease(h))
-		s.warn("cuMemAddressFree", s.be.MemAddressFree(p, size))
+		w.give(off, size)
 		return 0, nil, r
 	}
 	rw := []proto.MemAccessDesc{{LocType: proto.MemLocationTypeDevice, LocID: dev, Flags: proto.MemAccessReadWrite}}
@@ -75,16 +211,14 @@ func (s *session) allocBacked(dev int32, n uint64, want proto.DevPtr) (proto.Dev
 	return p, b, ok
 }
 
-// freeBacked unmaps, releases and unreserves a backing, and returns the
-// first failure.
+// freeBacked unmaps and releases a backing, gives its addresses back to
+// its window, and returns the first failure.
 func (s *session) freeBacked(p proto.DevPtr, b *backing) proto.Result {
 	r := s.be.MemUnmap(p, b.size)
 	if r2 := s.be.MemRelease(b.phys); r == ok {
 		r = r2
 	}
-	if r2 := s.be.MemAddressFree(p, b.size); r == ok {
-		r = r2
-	}
+	b.win.give(uint64(p-b.win.base), b.size)
 	return r
 }
 

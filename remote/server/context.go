@@ -179,6 +179,7 @@ func (s *session) cleanup() freed {
 	}
 	f.bytes += s.freeVirtual()
 	f.pools += s.destroyPools()
+	defer s.freeWindows() // once the contexts' allocations are unmapped
 	for _, h := range sortedHandles(s.ctxs) {
 		f.add(s.destroyCtx(s.ctxs[h]))
 	}

@@ -204,8 +204,10 @@ type session struct {
 	moves   <-chan *moveReq
 	pending *moveReq
 	srv     *Server
-	// migration: cuMemAlloc is backed by virtual memory (backing.go).
+	// migration: cuMemAlloc is backed by virtual memory (backing.go), in
+	// windows, one per backend device.
 	migration bool
+	windows   map[int32]*window
 	// modeSet: the client set the worker thread's capture interaction
 	// mode (cleanup puts the default back).
 	modeSet bool
