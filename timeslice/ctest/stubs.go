@@ -97,6 +97,7 @@ func GenerateStubs(lib Library, names, intercepted []string) (c, h []byte, err e
 		writeStubAsm(&cb, a, p, tab, names, own)
 	}
 	cb.WriteString("#else\n#error \"the limiter's stubs are written for x86-64 and AArch64 only\"\n#endif\n")
+	writeTable(&cb, p, tab, names)
 	return cb.Bytes(), hb.Bytes(), nil
 }
 
@@ -114,8 +115,8 @@ func Generate(root string, lib Library) (c, h []byte, err error) {
 	return GenerateStubs(lib, names, own)
 }
 
-// A stubArch is the assembly of the stubs, the lazy thunks and the table
-// for one architecture, with the compiler's macro that selects it.
+// A stubArch is the assembly of the stubs and the lazy thunks for one
+// architecture, with the compiler's macro that selects it.
 type stubArch struct {
 	macro string
 	doc   string // what a thunk keeps, for the generated file's comment
@@ -129,9 +130,6 @@ type stubArch struct {
 	// resolve(slot), restore them and jump to what it returned.
 	common func(resolve string) []string
 	jump   string // the direct jump to the common part: jmp, b
-	// typ prefixes a symbol's type (.type name, @function): @, or % where
-	// @ starts a comment.
-	typ string
 }
 
 var stubArches = []stubArch{
@@ -161,7 +159,6 @@ var stubArches = []stubArch{
 			return append(l, "\tleave", "\tjmp *%r11")
 		},
 		jump: "jmp",
-		typ:  "@",
 	},
 	{
 		// x16 (IP0) is the register the AAPCS64 leaves to veneers and PLT
@@ -196,54 +193,69 @@ var stubArches = []stubArch{
 			return append(l, "\tldp x29, x30, [sp], #224", "\tbr x16")
 		},
 		jump: "b",
-		typ:  "%",
 	},
 }
 
 // writeStubAsm writes one architecture's __asm__ block: the exported stubs
-// of the names the limiter does not define (own), a lazy thunk per slot,
-// and the table tab, whose slots start at the thunks.
+// of the names the limiter does not define (own) and a lazy thunk per slot
+// of the table tab (writeTable). Types are given as STT_*, which every
+// target's assembler reads (@function starts a comment on AArch64).
 func writeStubAsm(cb *bytes.Buffer, a stubArch, p, tab string, names []string, own map[string]bool) {
 	fmt.Fprintf(cb, "/* %s */\n", a.doc)
+	asm(cb, func(line func(format string, args ...any)) {
+		lines := func(l []string) {
+			for _, s := range l {
+				line("%s", s)
+			}
+		}
+		line("\t.pushsection .text")
+		for i, n := range names {
+			if own[n] {
+				continue
+			}
+			line("\t.globl %s", n)
+			line("\t.type %s, STT_FUNC", n)
+			line("\t.p2align 4")
+			line("%s:", n)
+			lines(a.stub(tab, 8*i))
+			line("\t.size %s, .-%s", n, n)
+		}
+		for i := range names {
+			line(".Llim_%s_lazy_%d:", p, i)
+			lines(a.lazy(i))
+			line("\t%s .Llim_%s_lazy", a.jump, p)
+		}
+		line(".Llim_%s_lazy:", p)
+		lines(a.common("lim_" + p + "_resolve"))
+		line("\t.popsection")
+	})
+}
+
+// writeTable writes the table tab, one slot per name, each starting at the
+// name's lazy thunk: the same on every architecture (the thunks' labels
+// are the assembler file's, whichever block defined them).
+func writeTable(cb *bytes.Buffer, p, tab string, names []string) {
+	cb.WriteString("/* The table: a slot per name, its lazy thunk until resolved. */\n")
+	asm(cb, func(line func(format string, args ...any)) {
+		line("\t.pushsection .data.rel.local,\\\"aw\\\"")
+		line("\t.p2align 3")
+		line("\t.globl %s", tab)
+		line("\t.hidden %s", tab)
+		line("\t.type %s, STT_OBJECT", tab)
+		line("%s:", tab)
+		for i := range names {
+			line("\t.quad .Llim_%s_lazy_%d", p, i)
+		}
+		line("\t.size %s, %d", tab, 8*len(names))
+		line("\t.popsection")
+	})
+}
+
+// asm writes a top-level __asm__ statement whose lines body writes.
+func asm(cb *bytes.Buffer, body func(line func(format string, args ...any))) {
 	cb.WriteString("__asm__(\n")
-	line := func(format string, args ...any) {
+	body(func(format string, args ...any) {
 		fmt.Fprintf(cb, "\t\"%s\\n\"\n", fmt.Sprintf(format, args...))
-	}
-	lines := func(l []string) {
-		for _, s := range l {
-			line("%s", s)
-		}
-	}
-	line("\t.pushsection .text")
-	for i, n := range names {
-		if own[n] {
-			continue
-		}
-		line("\t.globl %s", n)
-		line("\t.type %s, %sfunction", n, a.typ)
-		line("\t.p2align 4")
-		line("%s:", n)
-		lines(a.stub(tab, 8*i))
-		line("\t.size %s, .-%s", n, n)
-	}
-	for i := range names {
-		line(".Llim_%s_lazy_%d:", p, i)
-		lines(a.lazy(i))
-		line("\t%s .Llim_%s_lazy", a.jump, p)
-	}
-	line(".Llim_%s_lazy:", p)
-	lines(a.common("lim_" + p + "_resolve"))
-	line("\t.pushsection .data.rel.local,\\\"aw\\\"")
-	line("\t.p2align 3")
-	line("\t.globl %s", tab)
-	line("\t.hidden %s", tab)
-	line("\t.type %s, %sobject", tab, a.typ)
-	line("%s:", tab)
-	for i := range names {
-		line("\t.quad .Llim_%s_lazy_%d", p, i)
-	}
-	line("\t.size %s, %d", tab, 8*len(names))
-	line("\t.popsection")
-	line("\t.popsection")
+	})
 	cb.WriteString(");\n")
 }
