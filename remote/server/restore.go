@@ -44,6 +44,18 @@ func (s *session) restore(sn snapshot, r io.Reader) error {
 		}
 		return nil, fmt.Errorf("%w: snapshot names context %#x it does not hold", proto.ErrMalformed, h)
 	}
+	// enter takes handle h for an object of context ctx, which it makes
+	// current.
+	enter := func(ctx, h proto.Handle) (*ctxState, error) {
+		c, err := ctxOf(ctx)
+		if err == nil {
+			err = handle(h)
+		}
+		if err == nil {
+			err = s.enterCtx(c)
+		}
+		return c, err
+	}
 	for _, p := range sn.primary {
 		if _, res := s.device(p.dev); res != ok || s.primary[p.dev] != nil {
 			return fmt.Errorf("%w: primary context of device %d", proto.ErrMalformed, p.dev)
@@ -78,25 +90,19 @@ func (s *session) restore(sn snapshot, r io.Reader) error {
 		allocs[i] = a
 	}
 	for _, sm := range sn.mods {
-		if err := s.restoreModule(sm, r, handle, ctxOf); err != nil {
+		if err := s.restoreModule(sm, r, handle, enter); err != nil {
 			return err
 		}
 	}
 	for _, st := range sn.streams {
-		if err := s.restoreStream(st, handle, ctxOf); err != nil {
+		if err := s.restoreStream(st, enter); err != nil {
 			return err
 		}
 	}
 	for _, se := range sn.events {
-		c, err := ctxOf(se.ctx)
-		if err == nil {
-			err = handle(se.h)
-		}
+		c, err := enter(se.ctx, se.h)
 		if err != nil {
 			return err
-		}
-		if res := s.use(c); res != ok {
-			return fmt.Errorf("cuCtxSetCurrent: %v", res)
 		}
 		raw, res := s.be.EventCreate(se.flags)
 		if res != ok {
@@ -135,9 +141,9 @@ func (s *session) restoreAlloc(c *ctxState, sa snapAlloc) (*allocation, error) {
 		limit, left := s.quota.left()
 		return nil, fmt.Errorf("allocation of %d bytes at %#x: beyond the quota (%d, %d left)", sa.size, sa.base, limit, left)
 	}
-	if res := s.use(c); res != ok {
+	if err := s.enterCtx(c); err != nil {
 		s.uncharge(sa.size)
-		return nil, fmt.Errorf("cuCtxSetCurrent: %v", res)
+		return nil, err
 	}
 	p, b, res := s.allocBacked(s.devs[c.dev], sa.size, sa.base)
 	if res != ok {
@@ -151,11 +157,8 @@ func (s *session) restoreAlloc(c *ctxState, sa snapAlloc) (*allocation, error) {
 
 // restoreModule loads a module from its image (read from r) and looks up
 // its functions and globals again.
-func (s *session) restoreModule(sm snapModule, r io.Reader, handle func(proto.Handle) error, ctxOf func(proto.Handle) (*ctxState, error)) error {
-	c, err := ctxOf(sm.ctx)
-	if err == nil {
-		err = handle(sm.h)
-	}
+func (s *session) restoreModule(sm snapModule, r io.Reader, handle func(proto.Handle) error, enter func(ctx, h proto.Handle) (*ctxState, error)) error {
+	c, err := enter(sm.ctx, sm.h)
 	if err != nil {
 		return err
 	}
@@ -165,9 +168,6 @@ func (s *session) restoreModule(sm snapModule, r io.Reader, handle func(proto.Ha
 	image := make([]byte, sm.image)
 	if _, err := io.ReadFull(r, image); err != nil {
 		return fmt.Errorf("reading a module image: %w", err)
-	}
-	if res := s.use(c); res != ok {
-		return fmt.Errorf("cuCtxSetCurrent: %v", res)
 	}
 	raw, res := s.be.ModuleLoadData(image)
 	if res != ok {
@@ -211,16 +211,10 @@ func (s *session) restoreModule(sm snapModule, r io.Reader, handle func(proto.Ha
 	return nil
 }
 
-func (s *session) restoreStream(st snapStream, handle func(proto.Handle) error, ctxOf func(proto.Handle) (*ctxState, error)) error {
-	c, err := ctxOf(st.ctx)
-	if err == nil {
-		err = handle(st.h)
-	}
+func (s *session) restoreStream(st snapStream, enter func(ctx, h proto.Handle) (*ctxState, error)) error {
+	c, err := enter(st.ctx, st.h)
 	if err != nil {
 		return err
-	}
-	if res := s.use(c); res != ok {
-		return fmt.Errorf("cuCtxSetCurrent: %v", res)
 	}
 	var raw uintptr
 	var res proto.Result
@@ -238,8 +232,8 @@ func (s *session) restoreStream(st snapStream, handle func(proto.Handle) error, 
 
 // loadMemory copies n bytes from r to device memory at p, of ctx.
 func (s *session) loadMemory(r io.Reader, ctx *ctxState, p proto.DevPtr, n uint64) error {
-	if res := s.use(ctx); res != ok {
-		return fmt.Errorf("cuCtxSetCurrent: %v", res)
+	if err := s.enterCtx(ctx); err != nil {
+		return err
 	}
 	buf := s.chunk(0)
 	for off := uint64(0); off < n; {
@@ -251,6 +245,14 @@ func (s *session) loadMemory(r io.Reader, ctx *ctxState, p proto.DevPtr, n uint6
 			return fmt.Errorf("cuMemcpyHtoD of %d bytes at %#x: %v", k, p+proto.DevPtr(off), res)
 		}
 		off += k
+	}
+	return nil
+}
+
+// enterCtx makes c the worker thread's context, for a step of a restore.
+func (s *session) enterCtx(c *ctxState) error {
+	if res := s.use(c); res != ok {
+		return fmt.Errorf("cuCtxSetCurrent: %v", res)
 	}
 	return nil
 }
