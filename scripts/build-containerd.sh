@@ -27,15 +27,15 @@ MODULE=github.com/containerd/containerd/v2
 # unconfined.
 RUNC_VERSION=1.3.2
 
-CACHE="${GPUMUX_CACHE:-${HOME:-/root}/.cache/gpumux}"
+NAME=containerd
+# shellcheck source=scripts/cached-build.sh
+. "$(dirname "$0")/cached-build.sh"
 DIR="$CACHE/containerd-v$CONTAINERD_VERSION"
 BIN="$DIR/bin"
+OUT=$BIN
 CMDS=(containerd containerd-shim-runc-v2 ctr)
 
-log() { echo "build-containerd: $*" >&2; }
-die() { echo "build-containerd: ERROR: $*" >&2; exit 1; }
-
-have_good_binaries() {
+built() {
 	local c
 	for c in "${CMDS[@]}" runc; do [[ -x "$BIN/$c" ]] || return 1; done
 	[[ "$("$BIN/runc" --version 2>&1)" == "runc version $RUNC_VERSION"* ]] || return 1
@@ -44,32 +44,8 @@ have_good_binaries() {
 	[[ "$v" == *" v$CONTAINERD_VERSION "* ]]
 }
 
-if have_good_binaries; then
-	log "up to date: $BIN"
-	echo "$BIN"
-	exit 0
-fi
-
-if ! command -v go >/dev/null 2>&1; then
-	if [[ -x /usr/local/go/bin/go ]]; then
-		export PATH="/usr/local/go/bin:$PATH"
-	else
-		die "go toolchain not found in PATH or /usr/local/go/bin"
-	fi
-fi
-command -v flock >/dev/null 2>&1 || die "flock (util-linux) not found"
-
-mkdir -p "$DIR"
-exec 9>"$DIR/.lock"
-log "waiting for build lock $DIR/.lock"
-flock 9
-if have_good_binaries; then
-	log "built concurrently: $BIN"
-	echo "$BIN"
-	exit 0
-fi
-
-log "using $(go version) (GOPROXY=$(go env GOPROXY))"
+done_if_built "up to date"
+start_build
 log "building $MODULE v$CONTAINERD_VERSION: ${CMDS[*]}, and runc v$RUNC_VERSION (takes ~4-7 min on 2 cores)"
 start=$SECONDS
 tmp="$DIR/bin.tmp.$$"

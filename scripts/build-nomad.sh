@@ -19,12 +19,12 @@ NOMAD_API_VERSION=v0.0.0-20250909143645-a3b86c697f38
 NOMAD_GIT_COMMIT=a3b86c697f38
 NOMAD_BUILD_DATE=2025-09-09T14:36:45Z
 
-CACHE="${GPUMUX_CACHE:-${HOME:-/root}/.cache/gpumux}"
+NAME=nomad
+# shellcheck source=scripts/cached-build.sh
+. "$(dirname "$0")/cached-build.sh"
 DIR="$CACHE/nomad-v$NOMAD_VERSION"
 BIN="$DIR/nomad"
-
-log() { echo "build-nomad: $*" >&2; }
-die() { echo "build-nomad: ERROR: $*" >&2; exit 1; }
+OUT=$BIN
 
 # version_line BIN: first line of `BIN version` (no pipe: with pipefail, head
 # closing the pipe early could fail the pipeline).
@@ -34,42 +34,19 @@ version_line() {
 	echo "${out%%$'\n'*}"
 }
 
-have_good_binary() {
+built() {
 	[[ -x "$BIN" ]] || return 1
 	local v
 	v="$(version_line "$BIN")" || return 1
 	[[ "$v" == "Nomad v$NOMAD_VERSION" ]]
 }
 
-if have_good_binary; then
-	log "up to date: $BIN ($(version_line "$BIN"))"
-	echo "$BIN"
-	exit 0
-fi
-
-if ! command -v go >/dev/null 2>&1; then
-	if [[ -x /usr/local/go/bin/go ]]; then
-		export PATH="/usr/local/go/bin:$PATH"
-	else
-		die "go toolchain not found in PATH or /usr/local/go/bin"
-	fi
-fi
-command -v flock >/dev/null 2>&1 || die "flock (util-linux) not found"
+done_if_built "up to date"
 # cgo is required: the exec driver's executor imports runc's libcontainer/nsenter
 # (C code run before main); without cgo the build fails or exec cannot work.
 command -v "${CC:-gcc}" >/dev/null 2>&1 ||
 	die "C compiler '${CC:-gcc}' not found (cgo is required); run scripts/install-deps.sh (gcc libc6-dev)"
-
-mkdir -p "$DIR"
-# Serialize concurrent invocations (e.g. parallel make runs).
-exec 9>"$DIR/.lock"
-log "waiting for build lock $DIR/.lock"
-flock 9
-if have_good_binary; then # someone else built it while we waited
-	log "built concurrently: $BIN"
-	echo "$BIN"
-	exit 0
-fi
+start_build
 
 SRC="$DIR/src"
 rm -rf "$SRC"
@@ -90,7 +67,6 @@ replace (
 )
 GOMOD
 
-log "using $(go version) (GOPROXY=$(go env GOPROXY))"
 log "building github.com/hashicorp/nomad v$NOMAD_VERSION in $SRC (takes ~5-10 min on 2 cores)"
 start=$SECONDS
 tmpbin="$DIR/nomad.tmp.$$"
