@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -192,7 +191,12 @@ func requestAnnotations(pod *api.PodSandbox, ctr *api.Container) map[string]stri
 }
 
 func hasRequest(ann map[string]string) bool {
-	return slices.ContainsFunc(slices.Collect(maps.Keys(ann)), func(k string) bool { return strings.HasPrefix(k, node.AnnotationPrefix) })
+	for k := range ann {
+		if strings.HasPrefix(k, node.AnnotationPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // adjustment turns edits into an NRI adjustment: the CDI library applies

@@ -3,7 +3,6 @@ package runtimehook
 import (
 	"bytes"
 	"context"
-	"slices"
 	"strings"
 	"testing"
 
@@ -11,45 +10,11 @@ import (
 	"github.com/gpumux/gpumux/runtimehook/entry"
 )
 
-// TestEntryAsksAsParseRequestDoes: gpumux-runtime sends to the core exactly
-// the containers that ParseRequest finds a request in, or refuses: a
-// container it hands to runc is one the core would have left untouched.
-func TestEntryAsksAsParseRequestDoes(t *testing.T) {
-	envs := node.RequestEnv()
-	if !slices.Equal(slices.Sorted(slices.Values(envs)), slices.Sorted(slices.Values(entry.RequestEnv))) {
-		t.Errorf("entry.RequestEnv = %v, want the request's variables %v", entry.RequestEnv, envs)
-	}
-	if entry.AnnotationPrefix != node.AnnotationPrefix || entry.HookUpdateLdcache != node.HookUpdateLdcache {
-		t.Error("entry's annotation prefix or update-ldcache hook name differs from the core's")
-	}
-	tests := []struct {
-		name string
-		ann  map[string]string
-		env  []string
-	}{
-		{"nothing", nil, nil},
-		{"other annotations and env", map[string]string{"io.kubernetes.pod.name": "x", "gpumux.iox": "1"}, []string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all", "GPUMUX_DEBUG=1", "GPUMUX_RESERVATION=t", "GPUMUX"}},
-		{"an annotation", map[string]string{node.AnnotationMechanism: "mps"}, nil},
-		{"an unknown gpumux annotation", map[string]string{"gpumux.io/typo": "1"}, nil},
-		{"an empty annotation", map[string]string{node.AnnotationMemory: ""}, nil},
-		{"reserved shares", nil, []string{"GPUMUX_SHARES=GPU-00000000-0000-0000-0000-000000000000"}},
-		{"a malformed variable", nil, []string{"GPUMUX_GPUS"}},
-		{"a bad value", nil, []string{"GPUMUX_COMPUTE=200"}},
-	}
-	for _, e := range envs {
-		tests = append(tests, struct {
-			name string
-			ann  map[string]string
-			env  []string
-		}{e, nil, []string{e + "=1"}})
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			_, _, asked, err := node.ParseRequest(tc.ann, tc.env, node.DefaultLimits)
-			if got, want := entry.Asks(tc.ann, tc.env), asked || err != nil; got != want {
-				t.Errorf("entry.Asks = %v, but ParseRequest says asked %v, error %v", got, asked, err)
-			}
-		})
+// TestEntryNamesAsTheCore: the hook binary's update-ldcache is the hook
+// the core's specs name.
+func TestEntryNamesAsTheCore(t *testing.T) {
+	if entry.HookUpdateLdcache != node.HookUpdateLdcache {
+		t.Errorf("entry.HookUpdateLdcache = %q, node.HookUpdateLdcache = %q", entry.HookUpdateLdcache, node.HookUpdateLdcache)
 	}
 }
 

@@ -26,9 +26,9 @@
  * "May ask": the bundle's config.json, with JSON's string escapes undone,
  * contains "gpumux.io/" (an annotation of gpumux's) or "GPUMUX_" (a
  * variable of gpumux's in the process env), or it cannot be read. This is a
- * superset of what asks (package runtimehook/entry's Asks, which the core
- * applies exactly; TestCEntryRoutesEveryRequestToTheCore checks the two
- * agree): a container that mentions gpumux elsewhere takes the core's
+ * superset of what asks (node.ParseRequest, which the core applies
+ * exactly; TestCEntryRoutesEveryRequestToTheCore checks the two agree): a
+ * container that mentions gpumux elsewhere takes the core's
  * longer path and is passed through there. The spec is not otherwise
  * parsed: one that is not JSON goes to runc, which refuses it.
  */

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -38,40 +37,6 @@ const (
 	HookUpdateLdcache = "update-ldcache"
 	HookPoststop      = "poststop"
 )
-
-// AnnotationPrefix is the prefix of gpumux's annotations. Any annotation
-// under it is a request (an unknown one is refused by the core).
-const AnnotationPrefix = "gpumux.io/"
-
-// RequestEnv are the process environment variables that make a request
-// (node.ParseRequest reads them; other GPUMUX_* are not requests).
-var RequestEnv = []string{"GPUMUX_MECHANISM", "GPUMUX_MEMORY", "GPUMUX_COMPUTE", "GPUMUX_ISOLATION", "GPUMUX_GPUS", "GPUMUX_SHARES"}
-
-// Asks says whether a container with these annotations and process env
-// ("K=V" entries) asks gpumux for anything: an annotation under
-// AnnotationPrefix or a variable of RequestEnv, set to anything (even
-// malformed: the core refuses it with the reason). gpumux-runtime sends the
-// create of every container that may ask to the core, a superset of these
-// (cmd/gpumux-runtime; TestCEntryRoutesEveryRequestToTheCore).
-func Asks(annotations map[string]string, env []string) bool {
-	for k := range annotations {
-		if strings.HasPrefix(k, AnnotationPrefix) {
-			return true
-		}
-	}
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, "GPUMUX_") {
-			continue
-		}
-		name, _, _ := strings.Cut(kv, "=")
-		for _, e := range RequestEnv {
-			if name == e {
-				return true
-			}
-		}
-	}
-	return false
-}
 
 // Main is gpumux-runtime-hook's command line: `hook update-ldcache DIR...`,
 // `hook poststop` (GPUMUX_STATE_DIR names the lease store) and `--version`.

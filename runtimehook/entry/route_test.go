@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpumux/gpumux/internal/cbuild"
+	"github.com/gpumux/gpumux/node"
 )
 
 // The C entry, cmd/gpumux-runtime, routes each call: these tests build it
@@ -182,11 +183,16 @@ func TestCEntryFailures(t *testing.T) {
 }
 
 // TestCEntryRoutesEveryRequestToTheCore: for random specs, written with
-// JSON's escapes at random, a create whose spec asks (Asks, what the core
-// applies) always goes to the core; one that goes to runc never asks.
+// JSON's escapes at random, a create whose spec asks (node.ParseRequest
+// finds a request, or refuses one: what the core applies) always goes to
+// the core; one that goes to runc never asks.
 func TestCEntryRoutesEveryRequestToTheCore(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	pick := func(s ...string) string { return s[rng.IntN(len(s))] }
+	var requestVars []string // each request variable, set
+	for _, e := range node.RequestEnv() {
+		requestVars = append(requestVars, e+"=1")
+	}
 	n := 200
 	if testing.Short() {
 		n = 40
@@ -198,11 +204,12 @@ func TestCEntryRoutesEveryRequestToTheCore(t *testing.T) {
 		}
 		var env []string
 		for range rng.IntN(4) {
-			env = append(env, pick("PATH=/bin", "GPUMUX_MECHANISM=mig", "GPUMUX_STATE_DIR=/x", "XGPUMUX=1", "GPUMUX_GPUS", "HOME=/root", "GPUMUX=1"))
+			env = append(env, pick(append(requestVars, "PATH=/bin", "GPUMUX_STATE_DIR=/x", "XGPUMUX=1", "GPUMUX_GPUS", "HOME=/root", "GPUMUX=1")...))
 		}
 		raw := escapeAtRandom(rng, specWith(ann, env...))
 		to, _, code, out := route(t, []string{"create", "--bundle", bundleWith(t, nil, raw), "c1"})
-		asks := Asks(ann, env)
+		_, _, asked, err := node.ParseRequest(ann, env, node.DefaultLimits)
+		asks := asked || err != nil
 		if (asks && to != CoreBinary) || (to != CoreBinary && to != "runc") {
 			t.Fatalf("case %d: %s asks %v, handed over to %q (exit %d, %q)", i, raw, asks, to, code, out)
 		}
