@@ -139,11 +139,7 @@ func chooser(catalog *share.Catalog, n *Node, req share.Request) func(map[string
 			}
 			return nil, err
 		}
-		ids := make([]string, len(shares))
-		for i, s := range shares {
-			ids[i] = s.ID
-		}
-		return ids, nil
+		return share.IDs(shares), nil
 	}
 }
 

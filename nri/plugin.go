@@ -136,11 +136,7 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		p.release(ctx, ctr)
 		return nil, nil, fmt.Errorf("gpumux: container %s: %w", ctr.GetName(), err)
 	}
-	ids := make([]string, len(g.Shares))
-	for i, s := range g.Shares {
-		ids[i] = s.ID
-	}
-	p.logger.Info("leased", "container", ctr.GetId(), "name", ctr.GetName(), "pod", pod.GetName(), "shares", strings.Join(ids, ","))
+	p.logger.Info("leased", "container", ctr.GetId(), "name", ctr.GetName(), "pod", pod.GetName(), "shares", strings.Join(share.IDs(g.Shares), ","))
 	return adjust, nil, nil
 }
 

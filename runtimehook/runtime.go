@@ -131,19 +131,10 @@ func (r *Runtime) prepare(ctx context.Context, inv entry.Invocation) (leased boo
 	edits := g.Edits
 	dropEnv(&spec, edits.Env)
 	if err := (&cdi.ContainerEdits{ContainerEdits: node.CDIEdits(edits)}).Apply(&spec); err != nil {
-		return true, fmt.Errorf("applying the container edits of %v: %w", shareIDs(g.Shares), err)
+		return true, fmt.Errorf("applying the container edits of %v: %w", share.IDs(g.Shares), err)
 	}
 	r.addHooks(&spec, g.Shares)
 	return true, writeSpec(path, &spec)
-}
-
-// shareIDs are the shares' IDs.
-func shareIDs(shares []share.Share) []string {
-	ids := make([]string, len(shares))
-	for i, s := range shares {
-		ids[i] = s.ID
-	}
-	return ids
 }
 
 // store is the node's lease store.

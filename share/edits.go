@@ -152,12 +152,18 @@ func OneDevice(shares []Share, what, why string) (string, error) {
 	return parent, nil
 }
 
-// SortedIDs returns the IDs of shares, sorted.
-func SortedIDs(shares []Share) []string {
+// IDs returns the IDs of shares, in their order.
+func IDs(shares []Share) []string {
 	ids := make([]string, len(shares))
 	for i, s := range shares {
 		ids[i] = s.ID
 	}
+	return ids
+}
+
+// SortedIDs returns the IDs of shares, sorted.
+func SortedIDs(shares []Share) []string {
+	ids := IDs(shares)
 	sort.Strings(ids)
 	return ids
 }
