@@ -1051,26 +1051,33 @@ again:;
 			snprintf(why, sizeof why, "protocol error: a reply of %u bytes to %s", size, gm_op_name(m->op));
 			return gm_lose_locked(why);
 		}
-		/* The result first: a Moved reply must not overwrite the
-		 * request, which goes out again. */
-		unsigned char rb[4];
-		if (gm_recv(gm.fd, rb, sizeof rb, why, sizeof why) < 0)
-			return gm_lose_locked(why);
-		if (gm_rd32(rb) == GM_RESULT_MOVED) {
-			if (size != 4) {
+		/* A Moved reply is a result alone, and must not overwrite the
+		 * request, which goes out again: a 4-byte reply is read apart
+		 * first. A longer one is read whole, with no more recv calls
+		 * than before moves existed. */
+		if (size == 4) {
+			unsigned char rb[4];
+			if (gm_recv(gm.fd, rb, sizeof rb, why, sizeof why) < 0)
+				return gm_lose_locked(why);
+			if (gm_rd32(rb) == GM_RESULT_MOVED) {
+				if (gm_follow_locked(seq, why, sizeof why) < 0)
+					return gm_lose_locked(why);
+				goto again;
+			}
+			if (gm_grow(m, GM_HEADER_SIZE + sizeof rb) < 0)
+				return gm_lose_locked("out of host memory for a reply");
+			memcpy(m->buf + GM_HEADER_SIZE, rb, sizeof rb);
+		} else {
+			if (gm_grow(m, GM_HEADER_SIZE + (size_t)size) < 0)
+				return gm_lose_locked("out of host memory for a reply");
+			if (gm_recv(gm.fd, m->buf + GM_HEADER_SIZE, size, why, sizeof why) < 0)
+				return gm_lose_locked(why);
+			if (gm_rd32(m->buf + GM_HEADER_SIZE) == GM_RESULT_MOVED) {
 				snprintf(why, sizeof why, "protocol error: a Moved reply of %u bytes to %s", size,
 					 gm_op_name(m->op));
 				return gm_lose_locked(why);
 			}
-			if (gm_follow_locked(seq, why, sizeof why) < 0)
-				return gm_lose_locked(why);
-			goto again;
 		}
-		if (gm_grow(m, GM_HEADER_SIZE + (size_t)size) < 0)
-			return gm_lose_locked("out of host memory for a reply");
-		memcpy(m->buf + GM_HEADER_SIZE, rb, sizeof rb);
-		if (gm_recv(gm.fd, m->buf + GM_HEADER_SIZE + 4, size - 4, why, sizeof why) < 0)
-			return gm_lose_locked(why);
 		m->len = GM_HEADER_SIZE + (size_t)size;
 		m->pos = GM_HEADER_SIZE + 4;
 		CUresult r = (CUresult)(int32_t)gm_rd32(m->buf + GM_HEADER_SIZE);

@@ -271,11 +271,11 @@ func (s *session) serve(conn net.Conn, br *bufio.Reader) {
 	freed.add(s.freedEarly)
 
 	reason := "disconnected"
-	if errors.Is(err, errMoved) {
+	if err != nil {
 		reason = err.Error()
-	} else if err != nil {
-		reason = err.Error()
-		s.log.Warn("closing the connection", "err", err)
+		if !errors.Is(err, errMoved) {
+			s.log.Warn("closing the connection", "err", err)
+		}
 	}
 	s.log.Info("client gone", "reason", reason, "duration", time.Since(start).Round(time.Millisecond),
 		"calls", s.stats.calls, "bytes_in", s.stats.bytesIn, "bytes_out", s.stats.bytesOut,
