@@ -314,12 +314,16 @@ func (s *session) MemGetInfoV2(c *proto.Call) (uint64, uint64, proto.Result) {
 
 // span checks that [p, p+n) lies within one of the client's allocations,
 // or within its mappings of physical memory (cuMemMap), which may follow
-// each other without a gap.
-func (s *session) span(p proto.DevPtr, n uint64) proto.Result {
-	if s.find(p, n) == nil && s.mapped(p, n) == nil {
-		return proto.ErrInvalidValue
+// each other without a gap, and returns the address the backend has p at
+// (p itself unless p is in a relocated global: relocate.go).
+func (s *session) span(p proto.DevPtr, n uint64) (proto.DevPtr, proto.Result) {
+	if a := s.find(p, n); a != nil {
+		return a.real(p), ok
 	}
-	return ok
+	if s.mapped(p, n) == nil {
+		return 0, proto.ErrInvalidValue
+	}
+	return p, ok
 }
 
 // stream resolves a stream argument for work in the current context ctx:
@@ -358,7 +362,7 @@ func (s *session) copyIn(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n ui
 	if n == 0 {
 		return ok
 	}
-	if r := s.span(dst, n); r != ok {
+	if dst, r = s.span(dst, n); r != ok {
 		return r
 	}
 	// Every chunk is queued on the stream (staged by the backend), so the
@@ -397,7 +401,7 @@ func (s *session) copyOut(c *proto.Call, out *proto.HostOut, src proto.DevPtr, n
 	if n == 0 {
 		return ok
 	}
-	if r := s.span(src, n); r != ok {
+	if src, r = s.span(src, n); r != ok {
 		return r
 	}
 	if n <= proto.ChunkSize {
@@ -474,14 +478,14 @@ func (s *session) copyDD(c *proto.Call, dst, src proto.DevPtr, n uint64, hs prot
 		return r
 	}
 	if d.dev == sp.dev {
-		return s.be.MemcpyDtoD(dst, src, n, st, async)
+		return s.be.MemcpyDtoD(d.p, sp.p, n, st, async)
 	}
 	// Memory of two devices (unified addressing): a peer copy, between
 	// contexts of the two devices.
 	if d.ctx == nil || sp.ctx == nil {
 		return proto.ErrInvalidContext
 	}
-	return s.be.MemcpyPeer(dst, d.ctx.raw, src, sp.ctx.raw, n, st, async)
+	return s.be.MemcpyPeer(d.p, d.ctx.raw, sp.p, sp.ctx.raw, n, st, async)
 }
 
 func (s *session) MemcpyHtoDV2(c *proto.Call, dst proto.DevPtr, in *proto.HostIn, n uint64) proto.Result {
@@ -523,7 +527,7 @@ func (s *session) memset(c *proto.Call, dst proto.DevPtr, v uint32, n uint64, wi
 	if n > ^uint64(0)/width || uint64(dst)%width != 0 {
 		return proto.ErrInvalidValue
 	}
-	if r := s.span(dst, n*width); r != ok {
+	if dst, r = s.span(dst, n*width); r != ok {
 		return r
 	}
 	if width == 1 {
@@ -755,6 +759,7 @@ func (s *session) kernelArgs(ctx *ctxState, h proto.Handle, grid, block [3]uint3
 	if uint64(len(params)) != size {
 		return nil, proto.ErrInvalidValue
 	}
+	s.moved.translateParams(params, ps)
 	return f, ok
 }
 

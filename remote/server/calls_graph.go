@@ -486,7 +486,7 @@ func (s *session) GraphAddMemsetNode(c *proto.Call, hg proto.Handle, deps []byte
 	if hi != 0 || carry != 0 {
 		return 0, proto.ErrInvalidValue
 	}
-	if r := s.span(dst, n); r != ok {
+	if dst, r = s.span(dst, n); r != ok {
 		return 0, r
 	}
 	raw, r := s.be.GraphAddMemsetNode(g.raw, raws, dst, pitch, value, elementSize, width, height)
@@ -508,12 +508,17 @@ func (s *session) GraphAddMemcpyNode(c *proto.Call, hg proto.Handle, deps []byte
 	if !good {
 		return 0, proto.ErrInvalidValue
 	}
-	if r := s.span(proto.DevPtr(src[0]), src[1]-src[0]); r != ok {
+	// Each end moves with its first byte's translation (relocate.go).
+	sp, r := s.span(proto.DevPtr(src[0]), src[1]-src[0])
+	if r != ok {
 		return 0, r
 	}
-	if r := s.span(proto.DevPtr(dst[0]), dst[1]-dst[0]); r != ok {
+	dp, r := s.span(proto.DevPtr(dst[0]), dst[1]-dst[0])
+	if r != ok {
 		return 0, r
 	}
+	cp.Src += uint64(sp) - src[0]
+	cp.Dst += uint64(dp) - dst[0]
 	raw, r := s.be.GraphAddMemcpyNode(g.raw, raws, cp)
 	return s.addNode(g, raw, r)
 }

@@ -296,19 +296,6 @@ func TestMigrateRefused(t *testing.T) {
 			_, r, err := cl.DeviceGetDefaultMemPool(ctx, 0)
 			ok(t, "cuDeviceGetDefaultMemPool")(r, err)
 		}, "memory pools"},
-		{"a module global the target places elsewhere", false, func(t *testing.T, cl *proto.Client, ctx proto.Handle) {
-			// A module loaded and unloaded first: the fake never hands
-			// an address out twice, so the second module's global is past
-			// the first's here, and at the first's on the fresh target.
-			img := fakecuda.ModuleImage(nil, []fakecuda.Global{{Name: "g", Size: 64}})
-			first, r, err := cl.ModuleLoadData(ctx, img)
-			ok(t, "cuModuleLoadData")(r, err)
-			ok(t, "cuModuleUnload")(cl.ModuleUnload(ctx, first))
-			mod, r, err := cl.ModuleLoadData(ctx, img)
-			ok(t, "cuModuleLoadData")(r, err)
-			_, _, r, err = cl.ModuleGetGlobalV2(ctx, mod, "g")
-			ok(t, "cuModuleGetGlobal")(r, err)
-		}, "module global"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := start(t, envConfig{tcp: true, srv: []server.Option{server.WithSecret(testSecret)}})
@@ -340,6 +327,73 @@ func TestMigrateRefused(t *testing.T) {
 			ok(t, "cuMemFree on the source")(cl.MemFreeV2(ctx, p))
 			drained(t, dst)
 		})
+	}
+}
+
+// TestMigrateRelocatedGlobal moves a session whose module global each
+// target's driver places elsewhere than the client saw it: the client keeps
+// its address, and copies, memsets, a kernel given the address and the
+// pointer queries reach the global where it is, move after move.
+func TestMigrateRelocatedGlobal(t *testing.T) {
+	envs := pair(t, nil)
+	rng := rand.New(rand.NewPCG(5, 6))
+	cl := envs[0].dial(t, jobToken(t))
+	w := newWorkload(t, cl, rng)
+	// A module loaded and unloaded first: the fake never hands an address
+	// out twice, so the second module's global is past the first's on the
+	// source, and at the first's on the fresh target; back on the source,
+	// past both.
+	img := fakecuda.ModuleImage([]fakecuda.Kernel{fakecuda.FillU32}, []fakecuda.Global{{Name: "g", Size: 64}})
+	first, r, err := cl.ModuleLoadData(w.ctx, img)
+	ok(t, "cuModuleLoadData")(r, err)
+	_, _, r, err = cl.ModuleGetGlobalV2(w.ctx, first, "g")
+	ok(t, "cuModuleGetGlobal")(r, err)
+	ok(t, "cuModuleUnload")(cl.ModuleUnload(w.ctx, first))
+	mod, r, err := cl.ModuleLoadData(w.ctx, img)
+	ok(t, "cuModuleLoadData")(r, err)
+	g, size, r, err := cl.ModuleGetGlobalV2(w.ctx, mod, "g")
+	ok(t, "cuModuleGetGlobal")(r, err)
+	fill, r, err := cl.ModuleGetFunction(w.ctx, mod, fakecuda.FillU32.Name)
+	ok(t, "cuModuleGetFunction")(r, err)
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(rng.Uint32())
+	}
+	ok(t, "cuMemcpyHtoD to the global")(cl.MemcpyHtoDV2(w.ctx, g, want, size))
+	out := alloc(t, cl, w.ctx, size)
+
+	for i, way := range [][2]*env{{envs[0], envs[1]}, {envs[1], envs[0]}, {envs[0], envs[1]}} {
+		if err := moveWhileRunning(t, w, rng, way[0], way[1]); err != nil {
+			t.Fatalf("move %d: %v", i, err)
+		}
+		w.verify()
+		again, n, r, err := cl.ModuleGetGlobalV2(w.ctx, mod, "g")
+		ok(t, "cuModuleGetGlobal after the move")(r, err)
+		if again != g || n != size {
+			t.Fatalf("move %d: the global is at %#x (%d bytes) for the client, was %#x (%d)", i, again, n, g, size)
+		}
+		base, n, _, _, r, err := cl.PointerGetAttributes(w.ctx, g+4)
+		ok(t, "cuPointerGetAttribute")(r, err)
+		if base != g || n != size {
+			t.Fatalf("move %d: cuPointerGetAttribute: base %#x size %d, want %#x %d", i, base, n, g, size)
+		}
+		got := make([]byte, size)
+		ok(t, "cuMemcpyDtoH of the global")(cl.MemcpyDtoHV2(w.ctx, got, g, size))
+		if !bytes.Equal(got, want) {
+			t.Fatalf("move %d: the global's contents differ", i)
+		}
+		// A kernel given the global's address, a memset and a device copy.
+		v := rng.Uint32()
+		ok(t, "fill_u32 on the global")(launch1(cl, w.ctx, fill, 0, fillParams(g+8, v, 2)))
+		ok(t, "cuMemsetD32 on the global")(cl.MemsetD32V2(w.ctx, g+16, v+1, 2))
+		for k, x := range []uint32{v, v, v + 1, v + 1} {
+			binary.LittleEndian.PutUint32(want[8+4*k:], x)
+		}
+		ok(t, "cuMemcpyDtoD from the global")(cl.MemcpyDtoDV2(w.ctx, out, g, size))
+		ok(t, "cuMemcpyDtoH")(cl.MemcpyDtoHV2(w.ctx, got, out, size))
+		if !bytes.Equal(got, want) {
+			t.Fatalf("move %d: a kernel, memset and copy of the global's address did not reach it", i)
+		}
 	}
 }
 

@@ -134,6 +134,10 @@ type allocation struct {
 	// backed is the virtual memory behind a cuMemAlloc allocation on a
 	// server WithMigration (backing.go).
 	backed *backing
+	// at is where the backend has a module global a migration restored
+	// elsewhere than base, the address the client holds (relocate.go);
+	// 0 when it is at base.
+	at proto.DevPtr
 }
 
 // charged reports whether the allocation's size is charged to the quota
@@ -161,6 +165,8 @@ type objects struct {
 	lastCaptureID  uint64
 	// allocs is sorted by base and never overlaps.
 	allocs []*allocation
+	// moved are the allocations of allocs whose at is set.
+	moved relocations
 	// inUse is what the session has charged to the quota: allocations
 	// (globals excluded), physical memory and context limits.
 	inUse   uint64
@@ -229,6 +235,9 @@ func (o *objects) addAlloc(a *allocation) bool {
 		return false
 	}
 	o.allocs = slices.Insert(o.allocs, i, a)
+	if a.at != 0 {
+		o.moved.add(a)
+	}
 	return true
 }
 
@@ -278,6 +287,9 @@ func (o *objects) removeAlloc(a *allocation) {
 	i := sort.Search(len(o.allocs), func(i int) bool { return o.allocs[i].base >= a.base })
 	if i < len(o.allocs) && o.allocs[i] == a {
 		o.allocs = slices.Delete(o.allocs, i, i+1)
+		if a.at != 0 {
+			o.moved.remove(a)
+		}
 	}
 }
 

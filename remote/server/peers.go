@@ -106,14 +106,15 @@ func (s *session) copyPeer(c *proto.Call, dst proto.DevPtr, hdst proto.Handle, s
 	if d.dev != dctx.dev || sp.dev != sctx.dev {
 		return proto.ErrInvalidValue
 	}
-	return s.be.MemcpyPeer(dst, dctx.raw, src, sctx.raw, n, st, async)
+	return s.be.MemcpyPeer(d.p, dctx.raw, sp.p, sctx.raw, n, st, async)
 }
 
-// memPlace is where memory of the client is: its device, and the context
-// it belongs to (see memOf).
+// memPlace is where memory of the client is: its device, the context it
+// belongs to (see memOf) and the address the backend has it at (relocate.go).
 type memPlace struct {
 	dev int32
 	ctx *ctxState
+	p   proto.DevPtr
 }
 
 // copyEnds resolves both addresses of a copy of n bytes (memOf).
@@ -134,13 +135,13 @@ func (s *session) copyEnds(dst, src proto.DevPtr, n uint64, cur *ctxState) (d, s
 // CUDA_ERROR_NOT_SUPPORTED.
 func (s *session) memOf(p proto.DevPtr, n uint64, cur *ctxState) (memPlace, proto.Result) {
 	if a := s.find(p, n); a != nil && a.phys == nil {
-		return memPlace{a.ctx.dev, a.ctx}, ok
+		return memPlace{a.ctx.dev, a.ctx, a.real(p)}, ok
 	}
 	ms := s.mapped(p, max(n, 1))
 	if ms == nil {
 		return memPlace{}, proto.ErrInvalidValue
 	}
-	at := memPlace{dev: ms[0].phys.prop.LocID}
+	at := memPlace{dev: ms[0].phys.prop.LocID, p: p}
 	for _, m := range ms[1:] {
 		if m.phys.prop.LocID != at.dev {
 			return memPlace{}, proto.ErrNotSupported

@@ -11,8 +11,9 @@ import (
 // thread, reading the bytes behind them from r (snapshot.go gives the
 // order). Each object keeps its handle; memory is reserved at its own
 // addresses before any module is loaded, so the driver's placement of
-// modules cannot take them; a module global found elsewhere than on the
-// source fails the restore. On failure the caller cleans the session up.
+// modules cannot take them; a module global the driver places elsewhere
+// than on the source keeps the source's address for the client and is
+// translated (relocate.go). On failure the caller cleans the session up.
 func (s *session) restore(sn snapshot, r io.Reader) error {
 	seen := map[proto.Handle]bool{}
 	handle := func(h proto.Handle) error {
@@ -116,8 +117,9 @@ func (s *session) restore(sn snapshot, r io.Reader) error {
 		}
 	}
 	for _, sm := range sn.mods {
+		m := s.mods[sm.h]
 		for _, g := range sm.globals {
-			if err := s.loadMemory(r, s.mods[sm.h].ctx, g.base, g.size); err != nil {
+			if err := s.loadMemory(r, m.ctx, m.globals[g.name].real(g.base), g.size); err != nil {
 				return err
 			}
 		}
@@ -198,13 +200,18 @@ func (s *session) restoreModule(sm snapModule, r io.Reader, handle func(proto.Ha
 		if res != ok {
 			return fmt.Errorf("cuModuleGetGlobal(%q): %v", g.name, res)
 		}
-		if p != g.base || n != g.size {
-			return fmt.Errorf("%w: module global %q is at %#x (%d bytes) here, at %#x (%d bytes) on the source",
-				ErrNotMigratable, g.name, p, n, g.base, g.size)
+		if n != g.size {
+			return fmt.Errorf("%w: module global %q has %d bytes here, %d on the source",
+				ErrNotMigratable, g.name, n, g.size)
 		}
-		a := &allocation{base: p, size: n, ctx: c, mod: m}
+		// The client keeps the source's address; the driver may have
+		// put the global elsewhere (relocate.go).
+		a := &allocation{base: g.base, size: n, ctx: c, mod: m}
+		if p != g.base {
+			a.at = p
+		}
 		if !s.addAlloc(a) {
-			return fmt.Errorf("%w: module global %q at %#x overlaps the session's memory", proto.ErrMalformed, g.name, p)
+			return fmt.Errorf("%w: module global %q at %#x overlaps the session's memory", proto.ErrMalformed, g.name, g.base)
 		}
 		m.globals[g.name] = a
 	}

@@ -15,7 +15,9 @@ import (
 // global's contents, in the state's order, their lengths as the state
 // gives them. Handles and device addresses travel as they are: the target
 // rebuilds the same handle table and finds its memory at the same
-// addresses, or the migration fails before the switch.
+// addresses (module globals, which the driver places, at the client's
+// addresses through a translation: relocate.go), or the migration fails
+// before the switch.
 
 // snapshotVersion is the snapshot format; a target refuses another.
 const snapshotVersion = 1
@@ -360,7 +362,7 @@ func (s *session) writeSnapshot(w io.Writer) error {
 	}
 	for _, m := range sn.mods {
 		for _, g := range m.globals {
-			if err := s.dumpMemory(w, m.ctx, g.base, g.size); err != nil {
+			if err := s.dumpMemory(w, m.ctx, s.mods[m.h].globals[g.name].real(g.base), g.size); err != nil {
 				return err
 			}
 		}
