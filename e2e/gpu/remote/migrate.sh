@@ -13,6 +13,8 @@
 #                                     # command's time and the servers' pause, in a table
 #   e2e/gpu/remote/migrate.sh all     # both (the default)
 #
+# GPUS="0 1" puts server a on the first GPU and b on the second (CUDA_VISIBLE_DEVICES), so
+# the moves go between GPUs; unset, both servers serve every GPU and the token grants GPU 0.
 # MOVES (4), STEPS (300), SIZES ("1 4 16 40", GiB), HOLD_STEPS (40), PYTHON (python3);
 # REMOTED_FLAGS adds flags to both servers'. REMOTE_TIMEOUT (900, seconds) is the programs'
 # GPUMUX_REMOTE_TIMEOUT: the interposer waits that long for any reply, and the held call's
@@ -43,7 +45,11 @@ done
 
 .devbin/gpumux remote secret >"$work/pool.key"
 chmod 600 "$work/pool.key"
-declare -A addr pid
+declare -A addr pid gpu
+if [[ -n ${GPUS:-} ]]; then
+	read -r gpu[a] gpu[b] <<<"$GPUS"
+	[[ -n ${gpu[b]:-} ]] || { echo "GPUS: want two GPU indexes, got \"$GPUS\"" >&2; exit 2; }
+fi
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true' EXIT
 
@@ -51,7 +57,9 @@ trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev
 start() {
 	local name=$1 port
 	port=$((20000 + RANDOM % 20000))
-	.devbin/gpumux-remoted --backend cuda --listen "127.0.0.1:$port" --unix "$work/$name.sock" \
+	local vis=()
+	[[ -z ${gpu[$name]:-} ]] || vis=(env CUDA_VISIBLE_DEVICES="${gpu[$name]}")
+	"${vis[@]}" .devbin/gpumux-remoted --backend cuda --listen "127.0.0.1:$port" --unix "$work/$name.sock" \
 		--token-file "$work/pool.key" --tenant-processes=false --migratable ${REMOTED_FLAGS:-} \
 		>>"$out/remoted.$name.log" 2>&1 &
 	pid[$name]=$!

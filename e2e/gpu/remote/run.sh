@@ -26,6 +26,9 @@
 #                                 # the environment reaches every run, local and remote alike:
 #                                 # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (virtual memory
 #                                 # management) or =backend:cudaMallocAsync (memory pools)
+#   e2e/gpu/remote/run.sh twogpu  # two GPUs through one server (twogpu.py, a token of --device 0,1):
+#                                 # check and dataparallel diffed with local; copy bandwidth
+#                                 # between the GPUs, local and through gpumux-remoted, side by side
 # GPUMUX_REMOTE_DEBUG=1 makes the interposer log every failing call; REMOTED_FLAGS adds
 # flags to gpumux-remoted's (e.g. REMOTED_FLAGS="--busy-poll 0").
 #
@@ -163,6 +166,46 @@ if [[ $mode == torch ]]; then
 	grep -iE 'level=(warn|error)' "$out/remoted.log" | tail -10 || true
 	diff -u "$out/torch.local.txt" "$out/torch.tcp.txt" && echo "torch: output through gpumux-remoted identical to local"
 	exit 0
+fi
+if [[ $mode == twogpu ]]; then
+	py=${PYTHON:-python3}
+	gpus=$(nvidia-smi -L | grep -c '^GPU ' || true)
+	[[ $gpus -ge 2 ]] || { echo "twogpu: needs two GPUs, nvidia-smi lists $gpus" >&2; exit 2; }
+	mkdir -p "$out/twogpu"
+	for what in "check ${TWOGPU_STEPS:-20}" dataparallel bw; do
+		f=$out/twogpu/${what%% *}
+		# shellcheck disable=SC2086
+		timeout 300 "$py" e2e/gpu/remote/twogpu.py $what >"$f.local" 2>"$f.local.err" || echo "twogpu $what locally: exit $?"
+	done
+	start_server
+	token=$(.devbin/gpumux remote token --secret-file "$work/pool.key" --id twogpu --device 0,1 --ttl 1h)
+	rc=0
+	for what in "check ${TWOGPU_STEPS:-20}" dataparallel bw; do
+		f=$out/twogpu/${what%% *}
+		# shellcheck disable=SC2086
+		GPUMUX_REMOTE_TIMEOUT=120 remote "127.0.0.1:$port" timeout 300 "$py" e2e/gpu/remote/twogpu.py $what \
+			>"$f.remote" 2>"$f.remote.err" || echo "twogpu $what through gpumux-remoted: exit $?"
+	done
+	for what in check dataparallel; do
+		f=$out/twogpu/$what
+		echo "== $what locally"
+		cat "$f.local"
+		if diff -u "$f.local" "$f.remote"; then
+			echo "twogpu $what: output through gpumux-remoted identical to local"
+		else
+			rc=1
+			echo "twogpu $what: DIFFERS; the interposer's last messages:"
+			grep -v '^\s*$' "$f.remote.err" | tail -15
+		fi
+	done
+	echo "== copy bandwidth between the GPUs (GB/s, wall time to both GPUs done)"
+	printf '%-6s %-10s %-10s %-10s %s\n' way size local remote "remote/local"
+	awk 'FNR == NR && /^BW/ {l[$2 " " $3] = $5; next}
+		/^BW/ && ($2 " " $3) in l {printf "%-6s %-10s %-10s %-10s %.2f\n", $2, $3 " MiB", l[$2 " " $3], $5, $5 / l[$2 " " $3]}' \
+		"$out/twogpu/bw.local" "$out/twogpu/bw.remote"
+	echo "== gpumux-remoted (warnings and errors)"
+	grep -iE 'level=(warn|error)' "$out/remoted.log" | tail -10 || true
+	exit $rc
 fi
 if [[ $mode == corpus ]]; then
 	py=${PYTHON:-python3}
@@ -315,7 +358,7 @@ bench)
 	for f in tcp unix; do echo "== plain socket $f"; cat "$out/sock.$f.txt"; done
 	;;
 *)
-	echo "usage: $0 check|bench|tls|rt|trace|steal|torch|cublas|corpus" >&2
+	echo "usage: $0 check|bench|tls|rt|trace|steal|torch|cublas|corpus|twogpu" >&2
 	exit 2
 	;;
 esac
