@@ -10,8 +10,8 @@ AdamW for STEPS steps, printing "STEP i LOSS <float.hex>" after every step
 checksum at the end. Runs with and without moves must print the same lines.
 
 hold: fills GIB GiB of device memory with a seeded pattern, then runs STEPS
-small steps (a kernel and a synchronizing .item()), printing "STEP i" and
-the step's wall time; at the end the pattern's checksum, which must be the
+small steps (a kernel and a synchronizing .item(), 50 ms apart), printing
+"STEP i" and the step's wall time; at the end the pattern's checksum, which must be the
 one computed before the first step, and "GAP_MS" the longest step: with one
 move during the run, that is the pause the program saw.
 """
@@ -80,6 +80,9 @@ def hold(gib, steps):
         ms = 1000 * (time.perf_counter() - t0)
         gap = max(gap, ms)
         say(f"STEP {i} {ms:.3f}")
+        # Untimed: the steps last long enough for a move triggered at
+        # one of them to land in a later one, not after the last.
+        time.sleep(0.05)
     after = big.double().sum().item() if gib <= 4 else int(big[:: 1 << 10].sum().item())
     say(f"PATTERN_SAME {before == after}")
     say(f"GAP_MS {gap:.1f}")
