@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpumux/gpumux/remote/control"
 	"github.com/gpumux/gpumux/remote/proto"
-	"github.com/gpumux/gpumux/remote/server"
 	"github.com/gpumux/gpumux/remote/token"
 	"github.com/gpumux/gpumux/share"
 )
@@ -92,7 +92,7 @@ func runRemoteMigrate(ctx context.Context, o *remoteMigrateOptions, stdout, stde
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	cc, err := server.DialControl(ctx, o.from, secret,
+	cc, err := control.Dial(ctx, o.from, secret,
 		proto.Control{Kind: proto.ControlMigrate, Session: o.session, Tenant: o.tenant, Target: o.to})
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux remote migrate: %v\n", err)

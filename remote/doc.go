@@ -13,6 +13,8 @@
 //   - cudabackend: the server's backend over the real driver (dlopen);
 //   - fakecuda: a CPU backend for tests and demos;
 //   - token: the per-reservation tokens a pool's secret signs;
+//   - control: the client side of control connections (live migration
+//     requests from the CLI and between servers);
 //   - pool: how a client node finds servers (a static list or Nomad
 //     services) and what GPUs they offer.
 //

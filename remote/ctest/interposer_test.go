@@ -533,6 +533,14 @@ func TestProtocolErrors(t *testing.T) {
 			binary.LittleEndian.PutUint32(f, 16+proto.MaxPayload+1)
 			w.Write(f)
 		}, fmt.Sprintf("protocol error: a frame of length %d", 16+proto.MaxPayload+1)},
+		{"moved-long", func(w io.Writer, h proto.Header) {
+			// A Moved reply is the result alone: one that carries more
+			// (here what a real reply to the call would) is not followed,
+			// even with a well-formed MovedTo after it.
+			w.Write(reply(h, proto.Moved, 12080))
+			w.Write(proto.AppendFrame(nil, proto.Header{Op: proto.OpMoved, Flags: proto.FlagReply, Seq: h.Seq},
+				proto.MovedTo{Addr: "127.0.0.1:1", Ticket: make([]byte, proto.TicketSize)}.Encode()))
+		}, "protocol error: a Moved reply of 8 bytes to cuDriverGetVersion"},
 		{"overflow", func(w io.Writer, h proto.Header) {
 			w.Write(data(h, 32))
 			w.Write(reply(h, proto.Success))

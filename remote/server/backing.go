@@ -36,10 +36,12 @@ const (
 	windowEnd   = windowFirst + windowSlots*windowSize
 )
 
-// window is a session's reserved addresses on one device and what of them
-// is free (offsets, sorted, coalesced).
+// window is a session's reserved addresses on one device, what of them is
+// free (offsets, sorted, coalesced), and the device's allocation
+// granularity, asked for once.
 type window struct {
 	base proto.DevPtr
+	gran uint64
 	free []span
 }
 
@@ -96,13 +98,21 @@ func (w *window) give(off, size uint64) {
 	}
 }
 
-// windowFor returns the session's window on backend device dev, reserving
-// it on first use: holding want when want is not 0 (a migrated
-// allocation's address: its window's base must be honoured), else at one
-// of the bases the driver honours.
+// windowFor returns the session's window on backend device dev. On first
+// use it asks for the device's allocation granularity and reserves the
+// window: holding want when want is not 0 (a migrated allocation's
+// address: its window's base must be honoured), else at one of the bases
+// the driver honours.
 func (s *session) windowFor(dev int32, want proto.DevPtr) (*window, proto.Result) {
 	if w := s.windows[dev]; w != nil {
 		return w, ok
+	}
+	gran, r := s.be.MemGetAllocationGranularity(devProp(dev), proto.MemGranularityMinimum)
+	if r != ok {
+		return nil, r
+	}
+	if gran == 0 || gran&(gran-1) != 0 {
+		return nil, proto.ErrUnknown
 	}
 	var bases []proto.DevPtr
 	if want != 0 {
@@ -121,7 +131,7 @@ func (s *session) windowFor(dev int32, want proto.DevPtr) (*window, proto.Result
 			s.warn("cuMemAddressFree", s.be.MemAddressFree(p, windowSize))
 			continue
 		}
-		w := &window{base: p, free: []span{{0, windowSize}}}
+		w := &window{base: p, gran: gran, free: []span{{0, windowSize}}}
 		if s.windows == nil {
 			s.windows = map[int32]*window{}
 		}
@@ -164,20 +174,14 @@ func devProp(dev int32) proto.MemProp {
 // CUDA_ERROR_ALREADY_MAPPED.
 func (s *session) allocBacked(dev int32, n uint64, want proto.DevPtr) (proto.DevPtr, *backing, proto.Result) {
 	prop := devProp(dev)
-	gran, r := s.be.MemGetAllocationGranularity(prop, proto.MemGranularityMinimum)
-	if r != ok {
-		return 0, nil, r
-	}
-	if gran == 0 || gran&(gran-1) != 0 {
-		return 0, nil, proto.ErrUnknown
-	}
-	size := (n + gran - 1) &^ (gran - 1)
-	if size < n || size > windowSize {
-		return 0, nil, proto.ErrOutOfMemory
-	}
 	w, r := s.windowFor(dev, want)
 	if r != ok {
 		return 0, nil, r
+	}
+	gran := w.gran
+	size := (n + gran - 1) &^ (gran - 1)
+	if size < n || size > windowSize {
+		return 0, nil, proto.ErrOutOfMemory
 	}
 	var off uint64
 	if want == 0 {

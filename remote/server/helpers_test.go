@@ -66,6 +66,8 @@ type envConfig struct {
 	srv  []server.Option
 	// tls serves TCP with ServeTLS, and clientTLS is the env's.
 	tls, clientTLS *tls.Config
+	// wrap, if set, wraps the fake in the Backend the server calls.
+	wrap func(server.Backend) server.Backend
 }
 
 func start(t testing.TB, cfg envConfig) *env {
@@ -81,7 +83,11 @@ func start(t testing.TB, cfg envConfig) *env {
 	if len(cfg.srv) == 0 {
 		opts = append(opts, server.WithSecret(testSecret))
 	}
-	e := &env{fake: fake, srv: server.New(fake, opts...), logs: logs, done: make(chan error, 1), clientTLS: cfg.clientTLS}
+	var be server.Backend = fake
+	if cfg.wrap != nil {
+		be = cfg.wrap(fake)
+	}
+	e := &env{fake: fake, srv: server.New(be, opts...), logs: logs, done: make(chan error, 1), clientTLS: cfg.clientTLS}
 	var ln net.Listener
 	if cfg.tcp {
 		ln, err = net.Listen("tcp", "127.0.0.1:0")

@@ -9,6 +9,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/gpumux/gpumux/remote/control"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
 )
@@ -36,10 +37,6 @@ import (
 // resumeTimeout is how long a target keeps a migrated session for its
 // client.
 const resumeTimeout = time.Minute
-
-// controlTokenLife is how long the control tokens a server mints for its
-// requests are valid.
-const controlTokenLife = time.Minute
 
 // moveTimeout bounds a migration request: the wait for the client's next
 // synchronous call and the transfer.
@@ -218,7 +215,7 @@ func (sess *session) migrate(m *moveReq) (proto.MovedTo, io.Closer, error) {
 
 // transfer streams the snapshot over a control connection to the target,
 // and commits once the target has restored it.
-func (sess *session) transfer(cc *ControlConn, target string) (proto.MovedTo, error) {
+func (sess *session) transfer(cc *control.Conn, target string) (proto.MovedTo, error) {
 	s := sess.srv
 	if err := s.hook(StepSnapshot); err != nil {
 		return proto.MovedTo{}, err
@@ -232,7 +229,7 @@ func (sess *session) transfer(cc *ControlConn, target string) (proto.MovedTo, er
 	}
 	answers := make(chan answer, 1)
 	go func() {
-		rep, err := cc.reply()
+		rep, err := cc.Reply()
 		answers <- answer{rep, err}
 	}()
 	refused := func(err error) error {
@@ -266,85 +263,26 @@ func (sess *session) transfer(cc *ControlConn, target string) (proto.MovedTo, er
 	if err := s.hook(StepSwitch); err != nil {
 		return proto.MovedTo{}, err
 	}
-	if err := cc.send(proto.Header{Op: proto.OpControl, Flags: proto.FlagData}, []byte{1}); err != nil {
+	if err := cc.SendData([]byte{1}); err != nil {
 		return proto.MovedTo{}, fmt.Errorf("%w: committing: %w", ErrMigration, err)
 	}
-	if rep, err := cc.reply(); err != nil || rep.Result != proto.Success {
+	if rep, err := cc.Reply(); err != nil || rep.Result != proto.Success {
 		return proto.MovedTo{}, fmt.Errorf("%w: the target did not acknowledge the commit (%v)", ErrMigration, err)
 	}
 	return proto.MovedTo{Addr: target, Ticket: rep.Ticket}, nil
 }
 
-// ControlConn is a control connection a server or the CLI opened.
-type ControlConn struct {
-	conn net.Conn
-	bw   *bufio.Writer
-	br   *bufio.Reader
-	buf  []byte
-}
-
-// DialControl opens a control connection to the server at addr
-// ("host:port" or "unix:" and a path) with a control token signed by
-// secret, and sends req.
-func DialControl(ctx context.Context, addr string, secret []byte, req proto.Control) (*ControlConn, error) {
-	tok, err := token.MintControl(secret, time.Now().Add(controlTokenLife))
-	if err != nil {
-		return nil, err
-	}
-	network, address := proto.SplitAddr(addr)
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, network, address)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
-	cc := &ControlConn{conn: conn, bw: bufio.NewWriterSize(conn, 64<<10), br: bufio.NewReaderSize(conn, 64<<10)}
-	req.Version, req.Token = proto.Version, tok
-	if err := cc.send(proto.Header{Op: proto.OpControl}, req.Encode()); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("%s: %w", addr, err)
-	}
-	return cc, nil
-}
-
-func (s *Server) dialControl(ctx context.Context, addr string, req proto.Control) (*ControlConn, error) {
+func (s *Server) dialControl(ctx context.Context, addr string, req proto.Control) (*control.Conn, error) {
 	if len(s.secret) == 0 {
 		return nil, errors.New("no pool secret to sign a control token (WithSecret)")
 	}
-	return DialControl(ctx, addr, s.secret, req)
+	return control.Dial(ctx, addr, s.secret, req)
 }
-
-func (cc *ControlConn) send(h proto.Header, p []byte) error {
-	cc.buf = proto.AppendFrame(cc.buf[:0], h, p)
-	if _, err := cc.bw.Write(cc.buf); err != nil {
-		return err
-	}
-	return cc.bw.Flush()
-}
-
-// Reply reads the server's answer to the request.
-func (cc *ControlConn) Reply() (proto.ControlReply, error) { return cc.reply() }
-
-func (cc *ControlConn) reply() (proto.ControlReply, error) {
-	h, p, err := proto.ReadFrame(cc.br, nil)
-	if err != nil {
-		return proto.ControlReply{}, err
-	}
-	if h.Op != proto.OpControl || h.Flags != proto.FlagReply {
-		return proto.ControlReply{}, fmt.Errorf("%w: op %d flags %#x where a control reply was expected", proto.ErrMalformed, h.Op, h.Flags)
-	}
-	return proto.DecodeControlReply(p)
-}
-
-// Close closes the connection.
-func (cc *ControlConn) Close() error { return cc.conn.Close() }
 
 // chunkWriter sends what is written to it as control data frames of up to
 // proto.ChunkSize bytes.
 type chunkWriter struct {
-	cc  *ControlConn
+	cc  *control.Conn
 	buf []byte
 }
 
@@ -367,7 +305,7 @@ func (w *chunkWriter) flush() error {
 	if len(w.buf) == 0 {
 		return nil
 	}
-	err := w.cc.send(proto.Header{Op: proto.OpControl, Flags: proto.FlagData}, w.buf)
+	err := w.cc.SendData(w.buf)
 	w.buf = w.buf[:0]
 	return err
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumux/gpumux/remote/control"
 	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/server"
@@ -408,7 +409,7 @@ func TestMigrateControl(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	bad, err := server.DialControl(ctx, envs[0].addr, []byte("another-secret-of-the-pool"),
+	bad, err := control.Dial(ctx, envs[0].addr, []byte("another-secret-of-the-pool"),
 		proto.Control{Kind: proto.ControlMigrate, Tenant: "job", Target: envs[1].addr})
 	if err != nil {
 		t.Fatal(err)
@@ -419,7 +420,7 @@ func TestMigrateControl(t *testing.T) {
 		t.Fatalf("a control request signed with another secret: %+v, %v", rep, err)
 	}
 
-	cc, err := server.DialControl(ctx, envs[0].addr, testSecret,
+	cc, err := control.Dial(ctx, envs[0].addr, testSecret,
 		proto.Control{Kind: proto.ControlMigrate, Tenant: "job", Target: envs[1].addr})
 	if err != nil {
 		t.Fatal(err)
