@@ -103,7 +103,9 @@ func startCluster(ctx context.Context, t *testing.T, keyFile string) *cluster {
 // standing in for the GPU it reserves (its UUID, from
 // NVIDIA_VISIBLE_DEVICES), as a service job of two servers spread over
 // the GPU nodes instead of a system job: the test moves servers between
-// nodes (a drain), which a system job, tied to its nodes, does not do. A
+// nodes (a drain), which a system job, tied to its nodes, does not do.
+// Live migration is on (the example's commented --drain-to pool line), so a
+// drained server hands its sessions to the other. A
 // killed server stays down (the example's restart policy would bring it
 // back at the same address 15s later, and which server a rescheduled
 // remote task finds would depend on timing).
@@ -111,6 +113,8 @@ func clusterServerJob(t *testing.T) string {
 	t.Helper()
 	const name = "examples/jobs/remote-server.nomad.hcl"
 	job := remotedJob(t, `"--fake-uuids", "${NVIDIA_VISIBLE_DEVICES}",`)
+	job = mustReplace(t, name, job, `# "--migratable", "--tenant-processes=false", "--drain-to", "pool",`,
+		`"--migratable", "--tenant-processes=false", "--drain-to", "pool",`)
 	job = mustReplace(t, name, job, `type = "system"`, `type = "service"`)
 	return mustReplace(t, name, job, "  group \"remoted\" {\n", `  group "remoted" {
     count = 2
@@ -162,6 +166,8 @@ func remoteHoldJob(probeURL string) string {
       }
       env {
         GPUMUX_REMOTE_TIMEOUT = "%g"
+        # Logs every move the interposer follows.
+        GPUMUX_REMOTE_DEBUG = "1"
       }
       artifact {
         source      = %q
@@ -439,10 +445,28 @@ func TestCluster(t *testing.T) {
 		return
 	}
 
-	t.Run("draining a GPU node moves its server and the pool follows", func(t *testing.T) {
-		// Its server moves to the other GPU node, which then runs both.
-		drained := all[0]
+	t.Run("draining a GPU node moves its server, its sessions and the pool follow", func(t *testing.T) {
+		// A remote task holds memory on one server, whose node is drained:
+		// the server moves to the other GPU node, which then runs both, and
+		// on its way out hands the task's session to a server of the pool
+		// (--drain-to pool, found through the Nomad service); the task
+		// carries on there with its memory as it was.
+		holdJob, err := c.server.RunJob(ctx, remoteHoldJob(probeURL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds, err := c.server.WaitAllocs(ctx, holdJob, api.AllocClientStatusRunning)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hold := holds[0]
+		m := remoteAddrLine.FindStringSubmatch(c.waitLog(ctx, t, hold.ID, "HOLD\n"))
+		if m == nil || servers[m[1]].alloc == nil {
+			t.Fatalf("the holding task's server is none of the cluster's %v", all)
+		}
+		drained := servers[m[1]]
 		node := drained.alloc.NodeID
+		t.Logf("draining node %s, whose server %s holds the task's session", node, drained)
 		spec := &api.DrainOptions{DrainSpec: &api.DrainSpec{Deadline: 2 * time.Minute}}
 		if _, err := c.server.Client.Nodes().UpdateDrainOpts(node, spec, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
 			t.Fatal(err)
@@ -483,6 +507,40 @@ func TestCluster(t *testing.T) {
 					t.Errorf("share %s of GPU %s is healthy; only the GPUs of %v are served", d.ID, uuid, all)
 				}
 			}
+		}
+
+		// The session went to a server that stayed, and the task saw
+		// nothing but the move (its pattern checked every 100 ms).
+		serverLog, _ := c.server.TaskLogs(ctx, drained.alloc.ID, "remoted", "stderr")
+		if !strings.Contains(serverLog, "msg=drained") {
+			t.Errorf("the drained server did not hand its sessions over:\n%s", serverLog)
+		}
+		moved := regexp.MustCompile(`the session moved from ` + regexp.QuoteMeta(drained.addr) + ` to (\S+) \(move 1\)`)
+		var errOut string
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			errOut, _ = c.server.TaskLogs(ctx, hold.ID, "probe", "stderr")
+			if moved.MatchString(errOut) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		to := moved.FindStringSubmatch(errOut)
+		if to == nil || servers[to[1]].alloc == nil || to[1] == drained.addr {
+			t.Errorf("the task's session did not move to another server of the cluster %v; its stderr:\n%s\nthe drained server's log:\n%s", all, errOut, serverLog)
+		} else {
+			t.Logf("the task's session moved from %s to %s", drained, servers[to[1]])
+		}
+		time.Sleep(time.Second) // a few more checks of the pattern there
+		out, _ := c.server.TaskLogs(ctx, hold.ID, "probe", "stdout")
+		al, _, err := c.server.Client.Allocations().Info(hold.ID, (&api.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if al.ClientStatus != api.AllocClientStatusRunning || strings.Contains(out, "LOST") || strings.Contains(out, "CORRUPT") {
+			t.Errorf("the holding task is %s after the move; it printed:\n%s", al.ClientStatus, out)
+		}
+		if err := c.server.StopJob(ctx, holdJob, true, c.clients()...); err != nil {
+			t.Fatal(err)
 		}
 		if _, err := c.server.Client.Nodes().ToggleEligibility(node, true, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
 			t.Fatal(err)

@@ -13,15 +13,19 @@
  *	DEVNODE <path> <0|1>       whether /dev/nvidiactl exists in the task
  *
  * It exits 0 when every call it expects to succeed did. With the argument
- * "hold" (the multi-node test, e2e/cluster_e2e_test.go) it then keeps its
- * memory and asks the server for its memory (cuMemGetInfo_v2) every 100 ms
- * until a call fails, prints
+ * "hold" (the multi-node test, e2e/cluster_e2e_test.go) it then writes a
+ * pattern into the first 64 KiB of its memory, and every 100 ms asks the
+ * server for its memory (cuMemGetInfo_v2) and reads the pattern back, until
+ * a call fails or the pattern differs (the session moved to another server
+ * must keep it), and prints
  *
  *	HOLD                       once, before the first of those calls
  *	LOST <ms> <result>         the failed call: how long it took (monotonic
- *	                           clock) and what it returned
+ *	                           clock) and what it returned; exit 3
+ *	CORRUPT <offset>           the first byte of the pattern that differs;
+ *	                           exit 4
  *
- * and exits 3. Built by the test with the system C compiler:
+ * Built by the test with the system C compiler:
  * cc -o remote-probe remote-probe.c -ldl
  */
 #define _GNU_SOURCE
@@ -76,18 +80,36 @@ static double now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* hold asks the server for memory info until a call fails (see above). */
-static int hold(void)
+/* hold keeps a pattern in memory at a and checks it (see above). */
+static int hold(CUdeviceptr a)
 {
 	CUresult (*memGetInfo)(size_t *, size_t *) = sym("cuMemGetInfo_v2");
+	CUresult (*htod)(CUdeviceptr, const void *, size_t) = sym("cuMemcpyHtoD_v2");
+	CUresult (*dtoh)(void *, CUdeviceptr, size_t) = sym("cuMemcpyDtoH_v2");
+	static unsigned char want[64 << 10], got[sizeof want];
+	for (size_t i = 0; i < sizeof want; i++)
+		want[i] = (unsigned char)(i * 131 + 7);
+	CUresult r = htod(a, want, sizeof want);
+	if (r != 0) {
+		printf("ERR cuMemcpyHtoD_v2: %s (%d)\n", errname(r), r);
+		return 1;
+	}
 	printf("HOLD\n");
 	for (;;) {
 		size_t free_ = 0, total = 0;
 		double start = now_ms();
-		CUresult r = memGetInfo(&free_, &total);
+		r = memGetInfo(&free_, &total);
+		if (r == 0)
+			r = dtoh(got, a, sizeof got);
 		if (r != 0) {
 			printf("LOST %.0f %s\n", now_ms() - start, errname(r));
 			return 3;
+		}
+		for (size_t i = 0; i < sizeof want; i++) {
+			if (got[i] != want[i]) {
+				printf("CORRUPT %zu\n", i);
+				return 4;
+			}
 		}
 		usleep(100 * 1000);
 	}
@@ -132,7 +154,7 @@ int main(int argc, char **argv)
 
 	printf("DEVNODE /dev/nvidiactl %d\n", access("/dev/nvidiactl", F_OK) == 0);
 	if (argc > 1 && strcmp(argv[1], "hold") == 0)
-		return hold();
+		return hold(a);
 	CALL(cuMemFree_v2, a);
 	CALL(cuCtxDestroy_v2, ctx);
 	return 0;

@@ -75,8 +75,17 @@ job "gpumux-remote" {
           "--metrics-addr", "${NOMAD_ADDR_metrics}",
           "--token-file", "${NOMAD_SECRETS_DIR}/remote.key",
           "--backend", "cuda",
+          # Live migration (docs/remote.md): uncomment to move this server's
+          # sessions to the other servers of the service when the job stops
+          # or its node drains, instead of ending them. All tenants then run
+          # in this one process (tenant worker processes cannot move yet).
+          # "--migratable", "--tenant-processes=false", "--drain-to", "pool",
         ]
       }
+
+      # How long a stopping server has to move its sessions (--drain-to
+      # gives up after 5 minutes); one without --drain-to stops at once.
+      kill_timeout = "5m"
 
       # The pool secret, readable by the task's user only.
       template {

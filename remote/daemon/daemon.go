@@ -23,9 +23,9 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/gpumux/gpumux/internal/version"
+	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/remote/cudabackend"
 	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/server"
@@ -134,7 +134,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		tlsKey      = fs.String("tls-key-file", "", "the `file` holding --tls-cert-file's private key (PEM)")
 		tlsClientCA = fs.String("tls-client-ca-file", "", "mutual TLS: accept only clients whose certificate a CA in this `file` (PEM) signed")
 		migratable  = fs.Bool("migratable", false, "let sessions move to another server of the pool and come from one (gpumux remote migrate): every cuMemAlloc is backed by virtual memory the target can place at the same addresses; needs --tenant-processes=false")
-		drainTo     = fs.String("drain-to", "", "on SIGTERM, move every session to the server at `ADDR` (host:port or unix:PATH, of this pool) before exiting; implies --migratable")
+		drainTo     = fs.String("drain-to", "", "on SIGTERM, move every session to the server at `ADDR` (host:port or unix:PATH, of this pool), or with \"pool\" to other servers of the pool found through Nomad (--nomad-*), before exiting; implies --migratable")
+		nomadAddr   = fs.String("nomad-addr", "", "--drain-to pool: the Nomad agent's HTTP API `URL` (default $NOMAD_ADDR, else "+nodeconfig.DefaultNomadAddr+")")
+		nomadSvc    = fs.String("nomad-service", nodeconfig.DefaultRemoteService, "--drain-to pool: the Nomad service (provider \"nomad\") the pool's servers register, a `name`")
+		nomadNS     = fs.String("nomad-namespace", "", "--drain-to pool: the service's Nomad `namespace` (default $NOMAD_NAMESPACE, else "+nodeconfig.DefaultNomadNamespace+")")
+		nomadToken  = fs.String("nomad-token-file", "", "--drain-to pool: a `file` holding a Nomad ACL token that may read the service (default $NOMAD_TOKEN, else none)")
 		worker      = fs.Bool("tenant-worker", false, "internal: serve the connections handed over descriptor 3 (started by gpumux-remoted itself)")
 		showVersion = fs.Bool("version", false, "print the version and exit")
 	)
@@ -202,8 +206,10 @@ Flags:
 	if *maxClients < 1 {
 		return usageError{fmt.Errorf("--max-clients %d: want at least 1", *maxClients)}
 	}
-	if *drainTo == "pool" {
-		return usageError{errors.New("--drain-to pool: finding the pool's servers through Nomad is not built yet; name a server's ADDR")}
+	for _, f := range []string{"nomad-addr", "nomad-service", "nomad-namespace", "nomad-token-file"} {
+		if set[f] && *drainTo != "pool" {
+			return usageError{fmt.Errorf("--%s applies only to --drain-to pool", f)}
+		}
 	}
 	if (*migratable || *drainTo != "") && *tenantProcs {
 		return usageError{errors.New("--migratable and --drain-to need --tenant-processes=false: sessions in tenant worker processes cannot move yet")}
@@ -244,6 +250,10 @@ Flags:
 	opts := []server.Option{server.WithLogger(log), server.WithMaxClients(*maxClients), server.WithMaxTenantConnections(*maxTenant),
 		server.WithMaxHandshakes(*maxShakes),
 		server.WithMaxHandshakesPerPeer(*maxPeer), server.WithHandshakeTimeout(*handshake), server.WithBusyPoll(*busyPoll)}
+	targets := func(context.Context) ([]string, error) { return []string{*drainTo}, nil }
+	if *insecure && *drainTo == "pool" {
+		return usageError{errors.New("--drain-to pool needs --token-file: the pool secret signs the probes of the other servers")}
+	}
 	if *insecure {
 		if !*worker {
 			fmt.Fprintln(stderr, "gpumux-remoted: WARNING: --insecure-no-auth: ANY client that can reach this server gets the GPUs, without a token or quota. Use it for tests only.")
@@ -255,6 +265,11 @@ Flags:
 			return fmt.Errorf("--token-file: %w", err)
 		}
 		opts = append(opts, server.WithSecret(secret))
+		if *drainTo == "pool" {
+			if targets, err = poolTargets(secret, discovery{addr: *nomadAddr, service: *nomadSvc, namespace: *nomadNS, tokenFile: *nomadToken, self: *listen}, log); err != nil {
+				return usageError{err}
+			}
+		}
 	}
 	fake := []fakecuda.Option{fakecuda.WithMemory(memory)}
 	if set["fake-devices"] || !set["fake-uuids"] {
@@ -353,36 +368,9 @@ Flags:
 		runs = append(runs, func(ctx context.Context) error { return metrics.Serve(ctx, metricsLn, srv) })
 	}
 	if *drainTo != "" {
-		return drainThenStop(ctx, srv, *drainTo, log, runs)
+		return drainThenStop(ctx, srv, targets, log, runs)
 	}
 	return runAll(ctx, runs)
-}
-
-// drainTimeout bounds --drain-to's moves after SIGTERM.
-const drainTimeout = 5 * time.Minute
-
-// drainThenStop runs the servers until ctx ends, then moves every session
-// to target before stopping them: the listeners stay open meanwhile.
-func drainThenStop(ctx context.Context, srv *server.Server, target string, log *slog.Logger, runs []func(context.Context) error) error {
-	serving, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
-	go func() {
-		select {
-		case <-serving.Done():
-			return
-		case <-ctx.Done():
-		}
-		dctx, cancel := context.WithTimeout(serving, drainTimeout)
-		defer cancel()
-		log.Info("draining: moving every session", "target", target)
-		if err := srv.Drain(dctx, target); err != nil {
-			log.Error("draining: sessions left behind end with the server", "err", err)
-		} else {
-			log.Info("drained")
-		}
-		stop()
-	}()
-	return runAll(serving, runs)
 }
 
 // reloadOn reloads the TLS files at every signal on hup until ctx ends.

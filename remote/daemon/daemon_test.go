@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -53,6 +57,11 @@ func TestBadCommandLines(t *testing.T) {
 	if err := os.WriteFile(open, []byte("0123456789abcdef0123"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	poolArgs := []string{"--unix", sock, "--token-file", secret, "--backend", "fake", "--tenant-processes=false", "--drain-to", "pool"}
 	busy, err := net.Listen("tcp", "127.0.0.1:0") // a port in use
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +98,12 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--backend", "fake", "--tls-cert-file", open, "--tls-key-file", open}, 1, "TLS certificate " + open},
 		{[]string{"--unix", sock, "--bogus"}, 2, "flag provided but not defined: -bogus"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--migratable"}, 2, "--migratable and --drain-to need --tenant-processes=false"},
-		{[]string{"--unix", sock, "--insecure-no-auth", "--tenant-processes=false", "--drain-to", "pool"}, 2, "--drain-to pool: finding the pool's servers through Nomad is not built yet"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--tenant-processes=false", "--drain-to", "pool"}, 2, "--drain-to pool needs --token-file"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--nomad-addr", "http://10.0.0.1:4646"}, 2, "--nomad-addr applies only to --drain-to pool"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--tenant-processes=false", "--drain-to", "127.0.0.1:1", "--nomad-service", "x"}, 2, "--nomad-service applies only to --drain-to pool"},
+		{slices.Concat(poolArgs, []string{"--nomad-addr", "10.0.0.1:4646"}), 2, `--nomad-addr "10.0.0.1:4646": want the Nomad agent's HTTP address, e.g. http://127.0.0.1:4646`},
+		{slices.Concat(poolArgs, []string{"--nomad-service", ""}), 2, `--nomad-service: empty`},
+		{slices.Concat(poolArgs, []string{"--nomad-token-file", filepath.Join(dir, "missing")}), 2, `--nomad-token-file: open`},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--cuda-lib", "/nonexistent/libcuda.so.1"}, 1, "backend cuda: cudabackend: no CUDA driver"},
 		{[]string{"--unix", sock, "--token-file", open, "--backend", "fake"}, 1, "lets others read it"},
 		{[]string{"--unix", sock, "--token-file", filepath.Join(dir, "missing"), "--backend", "fake"}, 1, "--token-file"},
@@ -198,12 +212,7 @@ func serveFake(t *testing.T, args ...string) (*syncbuf.Buffer, func() int) {
 // freeAddr returns a loopback TCP address that was free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return freeAddrOn(t, "127.0.0.1")
 }
 
 func dialUntil(t *testing.T, network, addr string, hello proto.Hello) *proto.Client {
@@ -414,21 +423,91 @@ func TestServesTLS(t *testing.T) {
 // the other server before it exits; the client carries on there with its
 // memory as it was.
 func TestDrainTo(t *testing.T) {
-	dir := shortDir(t)
-	secretFile := filepath.Join(dir, "secret")
-	secret := "0123456789abcdef0123456789abcdef"
-	if err := os.WriteFile(secretFile, []byte(secret), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	secretFile, secret := drainSecret(t)
 	a, b := freeAddr(t), freeAddr(t)
 	common := []string{"--token-file", secretFile, "--backend", "fake", "--tenant-processes=false"}
 	_, _ = serveFake(t, append([]string{"--listen", b, "--migratable"}, common...)...)
 	stderrA, stopA := serveFake(t, append([]string{"--listen", a, "--drain-to", b}, common...)...)
-	tok, err := token.Mint([]byte(secret), token.Claims{ID: "job", Quota: 64 << 20, Expires: time.Now().Add(time.Hour)})
+	followDrain(t, a, secret, stopA, stderrA)
+}
+
+// TestDrainToPool: with --drain-to pool, the server finds the others of
+// its pool through Nomad's service (leaving its own allocation out), skips
+// one that does not answer and one without room for the session's quota,
+// and moves the session to the next.
+func TestDrainToPool(t *testing.T) {
+	secretFile, secret := drainSecret(t)
+	common := []string{"--token-file", secretFile, "--backend", "fake", "--tenant-processes=false", "--migratable"}
+	// The pool's order is by address: the dead server, the full one, the
+	// one with room.
+	dead := "127.0.0.1:1"
+	full, roomy, self := freeAddr(t), freeAddrOn(t, "127.0.0.2"), freeAddr(t)
+	_, _ = serveFake(t, append([]string{"--listen", full, "--fake-memory", "32MiB", "--fake-uuids", "GPU-00000000-0000-4000-8000-000000000001"}, common...)...)
+	stderrRoomy, _ := serveFake(t, append([]string{"--listen", roomy, "--fake-uuids", "GPU-00000000-0000-4000-8000-000000000002"}, common...)...)
+	reg := func(addr, alloc string) map[string]any {
+		host, port, _ := net.SplitHostPort(addr)
+		p, _ := strconv.Atoi(port)
+		return map[string]any{"Address": host, "Port": p, "AllocID": alloc, "NodeID": "n"}
+	}
+	var asked atomic.Int32
+	nomad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/service/gpumux-remote" || r.URL.Query().Get("namespace") != "gpu" || r.Header.Get("X-Nomad-Token") != "acl" {
+			http.Error(w, "not this", http.StatusNotFound)
+			return
+		}
+		asked.Add(1)
+		json.NewEncoder(w).Encode([]map[string]any{reg(self, "mine"), reg(dead, "a1"), reg(full, "a2"), reg(roomy, "a3")})
+	}))
+	defer nomad.Close()
+	t.Setenv("NOMAD_ALLOC_ID", "mine")
+	t.Setenv("NOMAD_NAMESPACE", "gpu")
+	t.Setenv("NOMAD_TOKEN", "acl")
+	stderrA, stopA := serveFake(t, "--listen", self, "--token-file", secretFile, "--backend", "fake", "--tenant-processes=false",
+		"--drain-to", "pool", "--nomad-addr", nomad.URL)
+	followDrain(t, self, secret, stopA, stderrA)
+	if asked.Load() != 1 {
+		t.Errorf("Nomad was asked %d times for the service, want once (at SIGTERM)", asked.Load())
+	}
+	log := stderrA.String()
+	for _, want := range []string{
+		"a server of the pool did not answer", dead,
+		"targets=" + full + "," + roomy,
+		"the target refused the session", "cannot take a quota of 64 MiB",
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the drained server's log lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, "targets="+self) || strings.Contains(log, ","+self) {
+		t.Errorf("the server offered its sessions to itself:\n%s", log)
+	}
+	if !strings.Contains(stderrRoomy.String(), "migrated session waiting for its client") {
+		t.Errorf("the server with room did not take the session:\n%s", stderrRoomy.String())
+	}
+}
+
+// drainSecret writes a pool secret for the drain tests.
+func drainSecret(t *testing.T) (string, []byte) {
+	t.Helper()
+	f := filepath.Join(shortDir(t), "secret")
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	if err := os.WriteFile(f, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f, secret
+}
+
+// followDrain opens a session with 3 MiB of data on the server at addr,
+// stops the server (its SIGTERM) and reads the data back until the session
+// has moved; then checks it on the other server and that the drained one
+// says so and exits 0.
+func followDrain(t *testing.T, addr string, secret []byte, stop func() int, stderr *syncbuf.Buffer) {
+	t.Helper()
+	tok, err := token.Mint(secret, token.Claims{ID: "job", Quota: 64 << 20, Expires: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := dialUntil(t, "tcp", a, proto.Hello{Token: tok})
+	cl := dialUntil(t, "tcp", addr, proto.Hello{Token: tok})
 	ctx, r, err := cl.DevicePrimaryCtxRetain(0, 0)
 	if err != nil || r != proto.Success {
 		t.Fatalf("cuDevicePrimaryCtxRetain: %v %v", r, err)
@@ -442,23 +521,34 @@ func TestDrainTo(t *testing.T) {
 		t.Fatalf("cuMemcpyHtoD: %v %v", r, err)
 	}
 	exited := make(chan int, 1)
-	go func() { exited <- stopA() }()
+	go func() { exited <- stop() }()
 	got := make([]byte, len(want))
 	for cl.Moves() == 0 {
 		if r, err := cl.MemcpyDtoHV2(ctx, got, p, uint64(len(got))); err != nil || r != proto.Success {
-			t.Fatalf("cuMemcpyDtoH while the server drains: %v %v", r, err)
+			t.Fatalf("cuMemcpyDtoH while the server drains: %v %v\n%s", r, err, stderr.String())
 		}
 		if !bytes.Equal(got, want) {
 			t.Fatal("the allocation changed")
 		}
 	}
 	if code := <-exited; code != 0 {
-		t.Errorf("the drained server exited %d:\n%s", code, stderrA.String())
+		t.Errorf("the drained server exited %d:\n%s", code, stderr.String())
 	}
 	if r, err := cl.MemcpyDtoHV2(ctx, got, p, uint64(len(got))); err != nil || r != proto.Success || !bytes.Equal(got, want) {
 		t.Fatalf("cuMemcpyDtoH on the other server: %v %v", r, err)
 	}
-	if !strings.Contains(stderrA.String(), "drained") {
-		t.Errorf("no word of the drain:\n%s", stderrA.String())
+	if !strings.Contains(stderr.String(), "drained") {
+		t.Errorf("no word of the drain:\n%s", stderr.String())
 	}
+}
+
+// freeAddrOn returns a TCP address of host that was free a moment ago.
+func freeAddrOn(t *testing.T, host string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

@@ -1,6 +1,7 @@
 package fakecuda
 
 import (
+	"bytes"
 	"sort"
 
 	"github.com/gpumux/gpumux/remote/proto"
@@ -246,12 +247,19 @@ func (a *allocation) page(pg uint64) []byte {
 	return p
 }
 
-// write copies src to offset off.
+// zeroPage is what a page never written holds.
+var zeroPage [pageSize]byte
+
+// write copies src to offset off; zeros into a page never written leave
+// it unwritten (so a migration's copy of a sparse allocation stays sparse).
 func (a *allocation) write(off uint64, src []byte) {
 	for len(src) > 0 {
 		pg, in := off/pageSize, off%pageSize
-		n := copy(a.page(pg)[in:], src)
-		src, off = src[n:], off+uint64(n)
+		n := min(uint64(len(src)), pageSize-in)
+		if a.pages[pg] != nil || !bytes.Equal(src[:n], zeroPage[:n]) {
+			copy(a.page(pg)[in:], src[:n])
+		}
+		src, off = src[n:], off+n
 	}
 }
 

@@ -97,6 +97,9 @@ type Config struct {
 	NomadAddr string
 	// NomadToken is a Nomad ACL token ("": none).
 	NomadToken string
+	// ExcludeAlloc leaves out the service instances of this Nomad
+	// allocation: a server looking for the others of its pool.
+	ExcludeAlloc string
 	// Secret is the pool's token secret.
 	Secret []byte
 	// Timeout bounds the Nomad query and each server's probe (0: DefaultTimeout).
@@ -323,6 +326,9 @@ func (p *Pool) Discover(ctx context.Context) ([]string, error) {
 	var out []string
 	var bad []string
 	for _, r := range regs {
+		if p.cfg.ExcludeAlloc != "" && r.AllocID == p.cfg.ExcludeAlloc {
+			continue
+		}
 		if r.Address == "" || r.Port < 1 || r.Port > 65535 {
 			bad = append(bad, fmt.Sprintf("allocation %s: address %q port %d", r.AllocID, r.Address, r.Port))
 			continue

@@ -230,6 +230,16 @@ func TestScanDiscoversThroughNomad(t *testing.T) {
 		t.Errorf("requests %v", stub.requests)
 	}
 
+	// A server looking for the rest of its pool leaves its own allocation out.
+	mine := registration(discovered)
+	mine["AllocID"] = "mine"
+	other := startServer(t, serverOpts{Seed: 3})
+	stub.services["gpumux-remote@gpu"] = []map[string]any{mine, registration(other)}
+	sc = newPool(t, pool.Config{Discover: true, Service: "gpumux-remote", Namespace: "gpu", NomadAddr: api.URL, NomadToken: "acl-secret", ExcludeAlloc: "mine"}).Scan(context.Background())
+	if strings.Join(sc.Servers, " ") != other || len(sc.Problems) != 0 {
+		t.Errorf("excluding allocation mine: servers %v, problems %v; want %s alone", sc.Servers, sc.Problems, other)
+	}
+
 	// Nomad errors are reported; the static servers are still probed.
 	for _, tc := range []struct {
 		name string

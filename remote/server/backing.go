@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sort"
 
@@ -36,8 +37,9 @@ const (
 	windowEnd   = windowFirst + windowSlots*windowSize
 )
 
-// window is a session's reserved addresses on one device, what of them is
-// free (offsets, sorted, coalesced), and the device's allocation
+// window is a session's reserved addresses on one device (or, keyed by a
+// negative number, for the client's own reservations: virtual.go), what of
+// them is free (offsets, sorted, coalesced), and the device's allocation
 // granularity, asked for once.
 type window struct {
 	base proto.DevPtr
@@ -107,12 +109,15 @@ func (s *session) windowFor(dev int32, want proto.DevPtr) (*window, proto.Result
 	if w := s.windows[dev]; w != nil {
 		return w, ok
 	}
-	gran, r := s.be.MemGetAllocationGranularity(devProp(dev), proto.MemGranularityMinimum)
-	if r != ok {
-		return nil, r
-	}
-	if gran == 0 || gran&(gran-1) != 0 {
-		return nil, proto.ErrUnknown
+	var gran uint64 // a window of reservations (dev < 0) maps nothing itself
+	if dev >= 0 {
+		var r proto.Result
+		if gran, r = s.be.MemGetAllocationGranularity(devProp(dev), proto.MemGranularityMinimum); r != ok {
+			return nil, r
+		}
+		if gran == 0 || gran&(gran-1) != 0 {
+			return nil, proto.ErrUnknown
+		}
 	}
 	var bases []proto.DevPtr
 	if want != 0 {
@@ -243,4 +248,102 @@ func (s *session) memFree(a *allocation) proto.Result {
 		return s.freeBacked(a.base, a.backed)
 	}
 	return s.be.MemFree(a.base)
+}
+
+// The client's own reservations (cuMemAddressReserve) on a server
+// WithMigration lie in windows of the session too, keyed -1, -2, … in
+// s.windows, up to vaWindows of them: the server hands out a range of a
+// window without asking the driver, and cuMemMap maps into it as into any
+// reserved range. The target reserves the same windows, so the client's
+// mappings come back at their addresses.
+const (
+	vaWindows = 4       // windows of reservations: 4 TiB of addresses
+	vaAlign   = 2 << 20 // at least the largest allocation granularity seen
+)
+
+// reserveWindowed reserves size bytes for the client in a window of
+// reservations, at want if that is free and aligned (the driver too
+// honours an address asked for when it can), else first fit.
+func (s *session) reserveWindowed(size, align uint64, want proto.DevPtr) (*reservation, proto.Result) {
+	align = max(align, vaAlign)
+	if align&(align-1) != 0 || size > windowSize {
+		return nil, proto.ErrInvalidValue
+	}
+	for k := int32(1); k <= vaWindows; k++ {
+		w, r := s.windowFor(-k, 0)
+		if r != ok {
+			return nil, r
+		}
+		off := uint64(want - w.base)
+		if want != 0 && want >= w.base && off%align == 0 && w.takeAt(off, size) {
+			return &reservation{base: want, size: size, win: w}, ok
+		}
+		if off, found := w.take(size, align); found {
+			return &reservation{base: w.base + proto.DevPtr(off), size: size, win: w}, ok
+		}
+	}
+	return nil, proto.ErrOutOfMemory
+}
+
+// reserveAt takes [p, p+size) for a migrated reservation, in the window of
+// reservations that holds p (reserved at p's base if none does yet).
+func (s *session) reserveAt(p proto.DevPtr, size uint64) (*reservation, proto.Result) {
+	base := p &^ (windowSize - 1)
+	key := int32(0) // the window at base, else the first key free
+	for k := int32(1); k <= vaWindows; k++ {
+		w := s.windows[-k]
+		if w != nil && w.base == base {
+			key = -k
+			break
+		}
+		if w == nil && key == 0 {
+			key = -k
+		}
+	}
+	if key == 0 {
+		return nil, proto.ErrAlreadyMapped
+	}
+	w, r := s.windowFor(key, p)
+	if r != ok {
+		return nil, r
+	}
+	if w.base != base || !w.takeAt(uint64(p-base), size) {
+		return nil, proto.ErrAlreadyMapped
+	}
+	return &reservation{base: p, size: size, win: w}, ok
+}
+
+// unreserve gives a client's reservation back: to its window, or to the
+// backend.
+func (s *session) unreserve(res *reservation) proto.Result {
+	if res.win != nil {
+		res.win.give(uint64(res.base-res.win.base), res.size)
+		return ok
+	}
+	return s.be.MemAddressFree(res.base, res.size)
+}
+
+// withScratch maps physical memory ph whole at a free range of a window of
+// reservations, readable and writable from its device, runs f with the
+// address, and unmaps it: how a migration reads and writes physical memory
+// the client may have mapped in part, or not at all.
+func (s *session) withScratch(ph *physical, f func(p proto.DevPtr) error) error {
+	dev, r := s.device(ph.prop.LocID)
+	if r != ok {
+		return fmt.Errorf("physical memory %#x: device %d: %v", ph.h, ph.prop.LocID, r)
+	}
+	res, r := s.reserveWindowed(ph.size, 0, 0)
+	if r != ok {
+		return fmt.Errorf("addresses to copy physical memory %#x through: %v", ph.h, r)
+	}
+	defer s.unreserve(res)
+	if r := s.be.MemMap(res.base, ph.size, 0, ph.raw, 0); r != ok {
+		return fmt.Errorf("cuMemMap of physical memory %#x: %v", ph.h, r)
+	}
+	defer func() { s.warn("cuMemUnmap", s.be.MemUnmap(res.base, ph.size)) }()
+	rw := []proto.MemAccessDesc{{LocType: proto.MemLocationTypeDevice, LocID: dev, Flags: proto.MemAccessReadWrite}}
+	if r := s.be.MemSetAccess(res.base, ph.size, rw); r != ok {
+		return fmt.Errorf("cuMemSetAccess of physical memory %#x: %v", ph.h, r)
+	}
+	return f(res.base)
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"runtime"
 	"slices"
@@ -71,6 +72,9 @@ func (s *Server) Sessions() map[string][]uint64 {
 	return out
 }
 
+// errNoSession: the session to move is not (or no longer) served here.
+var errNoSession = errors.New("no such session here")
+
 // Move moves session id to the server at target at the client's next
 // synchronous call, and returns once it has moved or the migration failed
 // (the session then stays here), or ctx ends.
@@ -79,7 +83,7 @@ func (s *Server) Move(ctx context.Context, id uint64, target string) error {
 	ls := s.live[id]
 	s.mu.Unlock()
 	if ls == nil {
-		return fmt.Errorf("%w: no session %d here", ErrMigration, id)
+		return fmt.Errorf("%w: session %d: %w", ErrMigration, id, errNoSession)
 	}
 	ctx, cancel := context.WithTimeout(ctx, moveTimeout)
 	defer cancel()
@@ -97,25 +101,76 @@ func (s *Server) Move(ctx context.Context, id uint64, target string) error {
 	}
 }
 
-// Drain moves every session served here to the server at target, all at
-// once, each at its client's next synchronous call, and returns when each
-// has moved or failed (and stays here), or ctx ends.
-func (s *Server) Drain(ctx context.Context, target string) error {
-	var ids []uint64
-	for _, tenant := range s.Sessions() {
-		ids = append(ids, tenant...)
+// Drain moves every session served here to one of targets and returns
+// when each has moved or failed (and stays here), or ctx ends. A tenant's
+// sessions go to one server, since their quota is one pool there: the
+// first of its sessions tries the targets in turn until one takes it (a
+// target without room for the quota refuses it), the others then follow
+// it there all at once. Tenants move concurrently, each starting at
+// another target, so that a drain spreads them over the pool. A session
+// that cannot move at all (ErrNotMigratable) is not offered to the next
+// target.
+func (s *Server) Drain(ctx context.Context, targets []string) error {
+	if len(targets) == 0 {
+		return fmt.Errorf("%w: no server to move the sessions to", ErrMigration)
 	}
-	errs := make([]error, len(ids))
+	tenants := s.Sessions()
+	names := slices.Sorted(maps.Keys(tenants))
+	errs := make([]error, len(names))
 	var wg sync.WaitGroup
-	for i, id := range ids {
-		wg.Go(func() {
-			if err := s.Move(ctx, id, target); err != nil {
-				errs[i] = fmt.Errorf("session %d: %w", id, err)
-			}
-		})
+	for i, tenant := range names {
+		order := append(slices.Clone(targets[i%len(targets):]), targets[:i%len(targets)]...)
+		wg.Go(func() { errs[i] = s.drainTenant(ctx, tenants[tenant], order) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// drainTenant moves a tenant's sessions to the first of targets that takes
+// one of them.
+func (s *Server) drainTenant(ctx context.Context, ids []uint64, targets []string) error {
+	var errs []error
+	for i, id := range ids {
+		to, err := s.moveToOne(ctx, id, targets)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("session %d: %w", id, err))
+		}
+		if to == "" {
+			continue
+		}
+		rest := ids[i+1:]
+		more := make([]error, len(rest))
+		var wg sync.WaitGroup
+		for j, id := range rest {
+			wg.Go(func() {
+				if err := s.Move(ctx, id, to); err != nil && !errors.Is(err, errNoSession) {
+					more[j] = fmt.Errorf("session %d: %w", id, err)
+				}
+			})
+		}
+		wg.Wait()
+		return errors.Join(append(errs, more...)...)
+	}
+	return errors.Join(errs...)
+}
+
+// moveToOne moves session id to the first of targets that takes it.
+func (s *Server) moveToOne(ctx context.Context, id uint64, targets []string) (string, error) {
+	var errs []error
+	for _, to := range targets {
+		err := s.Move(ctx, id, to)
+		if err == nil {
+			return to, nil
+		}
+		if errors.Is(err, errNoSession) {
+			return "", nil // its client left meanwhile
+		}
+		errs = append(errs, fmt.Errorf("to %s: %w", to, err))
+		if errors.Is(err, ErrNotMigratable) || ctx.Err() != nil {
+			break
+		}
+	}
+	return "", errors.Join(errs...)
 }
 
 // receive rebuilds a session from a snapshot on a control connection,

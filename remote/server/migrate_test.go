@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -297,6 +298,14 @@ func TestMigrateRefused(t *testing.T) {
 			_, r, err := cl.DeviceGetDefaultMemPool(ctx, 0)
 			ok(t, "cuDeviceGetDefaultMemPool")(r, err)
 		}, "memory pools"},
+		{"access set on part of a mapping", false, func(t *testing.T, cl *proto.Client, ctx proto.Handle) {
+			base, r, err := cl.MemAddressReserve(ctx, 2*gran, 0, 0, 0)
+			ok(t, "cuMemAddressReserve")(r, err)
+			h, r, err := cl.MemCreate(ctx, 2*gran, devProp(0), 0)
+			ok(t, "cuMemCreate")(r, err)
+			ok(t, "cuMemMap")(cl.MemMap(ctx, base, 2*gran, 0, h, 0))
+			ok(t, "cuMemSetAccess")(cl.MemSetAccess(ctx, base, gran, rw(0)))
+		}, "part of its mapping"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := start(t, envConfig{tcp: true, srv: []server.Option{server.WithSecret(testSecret)}})
@@ -394,6 +403,160 @@ func TestMigrateRelocatedGlobal(t *testing.T) {
 		ok(t, "cuMemcpyDtoH")(cl.MemcpyDtoHV2(w.ctx, got, out, size))
 		if !bytes.Equal(got, want) {
 			t.Fatalf("move %d: a kernel, memset and copy of the global's address did not reach it", i)
+		}
+	}
+}
+
+// TestMigrateVirtualMemory moves a session that holds virtual memory of its
+// own, as PyTorch's expandable segments make it: a reservation with
+// physical memory mapped across it, one allocation mapped whose handle is
+// released, one held but unmapped. After each move every mapping is at its
+// address with its bytes and access, a kernel writes through one, the
+// unmapped memory maps again with its bytes, handles and properties are
+// the same, and the quota counts the physical memory once.
+func TestMigrateVirtualMemory(t *testing.T) {
+	envs := pair(t, nil)
+	rng := rand.New(rand.NewPCG(7, 8))
+	cl := envs[0].dial(t, jobToken(t))
+	w := newWorkload(t, cl, rng)
+	seg := expandable(t, cl, w.ctx, 8*gran, 3)
+	released := seg.handles[2]
+	ok(t, "cuMemRelease of a mapped handle")(cl.MemRelease(w.ctx, released))
+	held, r, err := cl.MemCreate(w.ctx, 2*gran, devProp(0), 0)
+	ok(t, "cuMemCreate")(r, err)
+	spare := seg.base + 4*gran // where the held memory is mapped for a look
+	look := func(write []byte) []byte {
+		t.Helper()
+		ok(t, "cuMemMap of the held memory")(cl.MemMap(w.ctx, spare, 2*gran, 0, held, 0))
+		ok(t, "cuMemSetAccess")(cl.MemSetAccess(w.ctx, spare, 2*gran, rw(0)))
+		if write != nil {
+			ok(t, "cuMemcpyHtoD")(cl.MemcpyHtoDV2(w.ctx, spare, write, 2*gran))
+		}
+		got := make([]byte, 2*gran)
+		ok(t, "cuMemcpyDtoH")(cl.MemcpyDtoHV2(w.ctx, got, spare, 2*gran))
+		ok(t, "cuMemUnmap of the held memory")(cl.MemUnmap(w.ctx, spare, 2*gran))
+		return got
+	}
+	random := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	mapped, heldBytes := random(3*gran), random(2*gran)
+	ok(t, "cuMemcpyHtoD across the mappings")(cl.MemcpyHtoDV2(w.ctx, seg.base, mapped, 3*gran))
+	look(heldBytes)
+	inUse := func(e *env) uint64 { return e.srv.QuotaUsed("job") }
+
+	for i, way := range [][2]*env{{envs[0], envs[1]}, {envs[1], envs[0]}, {envs[0], envs[1]}} {
+		if err := moveWhileRunning(t, w, rng, way[0], way[1]); err != nil {
+			t.Fatalf("move %d: %v", i, err)
+		}
+		w.verify()
+		got := make([]byte, 3*gran)
+		ok(t, "cuMemcpyDtoH across the mappings")(cl.MemcpyDtoHV2(w.ctx, got, seg.base, 3*gran))
+		if !bytes.Equal(got, mapped) {
+			t.Fatalf("move %d: the mapped memory differs", i)
+		}
+		if got := look(nil); !bytes.Equal(got, heldBytes) {
+			t.Fatalf("move %d: the held, unmapped memory differs", i)
+		}
+		v := rng.Uint32()
+		ok(t, "fill_u32 in a mapping")(launch1(cl, w.ctx, w.fill, 0, fillParams(seg.base+gran, v, 4)))
+		for k := range 4 {
+			binary.LittleEndian.PutUint32(mapped[gran+4*k:], v)
+		}
+		h, r, err := cl.MemRetainAllocationHandle(w.ctx, seg.base+2*gran)
+		ok(t, "cuMemRetainAllocationHandle")(r, err)
+		if h != released {
+			t.Errorf("move %d: the mapping at +2 granules holds handle %#x, want %#x", i, h, released)
+		}
+		ok(t, "cuMemRelease of the retained handle")(cl.MemRelease(w.ctx, h))
+		want := uint64(5 * gran) // the physical memory, once
+		for _, b := range w.mem {
+			want += uint64(len(b))
+		}
+		if got := inUse(way[1]); got != want {
+			t.Errorf("move %d: the target counts %d bytes for the tenant, want %d", i, got, want)
+		}
+	}
+	// Everything goes with the client: the target frees all of it.
+	for _, h := range seg.handles[:2] {
+		ok(t, "cuMemRelease")(cl.MemRelease(w.ctx, h))
+	}
+	ok(t, "cuMemRelease")(cl.MemRelease(w.ctx, held))
+	ok(t, "cuMemUnmap")(cl.MemUnmap(w.ctx, seg.base, 3*gran))
+	ok(t, "cuMemAddressFree")(cl.MemAddressFree(w.ctx, seg.base, seg.size))
+}
+
+// TestDrainSpreadsTenants: a drain keeps a tenant's sessions together on
+// one target and starts each tenant at another target; a target that
+// refuses (here: gone) is passed over for the next.
+func TestDrainSpreadsTenants(t *testing.T) {
+	mk := func() *env {
+		return start(t, envConfig{tcp: true, fake: []fakecuda.Option{fakecuda.WithMemory(1 << 30)},
+			srv: []server.Option{server.WithSecret(testSecret), server.WithMigration()}})
+	}
+	src, a, b := mk(), mk(), mk()
+	tok := func(id string) string {
+		return mint(t, testSecret, token.Claims{ID: id, Quota: 64 << 20, Expires: time.Now().Add(time.Hour)})
+	}
+	type client struct {
+		tenant string
+		cl     *proto.Client
+		ctx    proto.Handle
+		p      proto.DevPtr
+	}
+	var cls []client
+	for _, tenant := range []string{"job", "job", "other"} {
+		cl := src.dial(t, tok(tenant))
+		ctx := primary(t, cl)
+		p := alloc(t, cl, ctx, 4096)
+		ok(t, "cuMemsetD8")(cl.MemsetD8V2(ctx, p, uint32(len(cls)+1), 4096))
+		cls = append(cls, client{tenant, cl, ctx, p})
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	done := make(chan error, 1)
+	go func() { done <- src.srv.Drain(context.Background(), []string{a.addr, dead, b.addr}) }()
+	// The clients call until the drain is over: each moves at one of
+	// its synchronous calls.
+	for finished := false; !finished; {
+		select {
+		case err = <-done:
+			finished = true
+		default:
+			for _, c := range cls {
+				ok(t, "cuCtxSynchronize")(c.cl.CtxSynchronize(c.ctx))
+			}
+		}
+	}
+	if err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	on := map[string]string{}
+	for _, e := range []*env{src, a, b} {
+		for tenant, ids := range e.srv.Sessions() {
+			for range ids {
+				on[tenant] += e.addr + " "
+			}
+		}
+	}
+	// Tenants in name order start at targets 0 and 1: "job" at a, where
+	// both its sessions go; "other" at the dead server, then b.
+	if on["job"] != a.addr+" "+a.addr+" " || on["other"] != b.addr+" " {
+		t.Errorf("sessions after the drain: %v; want job's two on %s, other's on %s", on, a.addr, b.addr)
+	}
+	for i, c := range cls {
+		got := make([]byte, 4096)
+		ok(t, "cuMemcpyDtoH")(c.cl.MemcpyDtoHV2(c.ctx, got, c.p, 4096))
+		if got[0] != byte(i+1) || got[4095] != byte(i+1) || c.cl.Moves() != 1 {
+			t.Errorf("client %d (%s): bytes %d…%d, %d moves", i, c.tenant, got[0], got[4095], c.cl.Moves())
 		}
 	}
 }

@@ -134,6 +134,11 @@ type allocation struct {
 	// backed is the virtual memory behind a cuMemAlloc allocation on a
 	// server WithMigration (backing.go).
 	backed *backing
+	// access is what the client last set with cuMemSetAccess on a
+	// mapping, as it asked (its device ordinals), and accessPartial that
+	// some call set it on part of the mapping only (virtual.go).
+	access        []proto.MemAccessDesc
+	accessPartial bool
 	// at is where the backend has a module global a migration restored
 	// elsewhere than base, the address the client holds (relocate.go);
 	// 0 when it is at base.

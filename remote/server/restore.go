@@ -90,6 +90,9 @@ func (s *session) restore(sn snapshot, r io.Reader) error {
 		}
 		allocs[i] = a
 	}
+	if err := s.restoreVirtual(sn, handle); err != nil {
+		return err
+	}
 	for _, sm := range sn.mods {
 		if err := s.restoreModule(sm, r, handle, enter); err != nil {
 			return err
@@ -124,6 +127,15 @@ func (s *session) restore(sn snapshot, r io.Reader) error {
 			}
 		}
 	}
+	for _, sp := range sn.phys {
+		ph := s.virtual.phys[sp.h]
+		err := s.withScratch(ph, func(p proto.DevPtr) error {
+			return s.loadMemory(r, s.ctxOn(ph.prop.LocID), p, ph.size)
+		})
+		if err != nil {
+			return err
+		}
+	}
 	if sn.modeSet {
 		if _, res := s.be.ThreadExchangeStreamCaptureMode(sn.captureMode); res != ok {
 			return fmt.Errorf("cuThreadExchangeStreamCaptureMode: %v", res)
@@ -155,6 +167,78 @@ func (s *session) restoreAlloc(c *ctxState, sa snapAlloc) (*allocation, error) {
 	a := &allocation{base: p, size: sa.size, ctx: c, backed: b}
 	s.addAlloc(a) // vacant above
 	return a, nil
+}
+
+// restoreVirtual rebuilds the client's own virtual memory: its
+// reservations at their addresses in windows of reservations, its physical
+// allocations (charged to the quota) with their references, and its
+// mappings with the access the client set. Their contents come later.
+func (s *session) restoreVirtual(sn snapshot, handle func(proto.Handle) error) error {
+	v := &s.virtual
+	for _, sr := range sn.reserved {
+		end := sr.base + proto.DevPtr(sr.size)
+		if sr.size == 0 || end < sr.base || v.reservationOf(sr.base, 1) != nil || v.reservationOf(end-1, 1) != nil ||
+			!s.vacant(sr.base, sr.size) || len(v.reserved) >= maxVirtualObjects {
+			return fmt.Errorf("%w: reservation of %d bytes at %#x", proto.ErrMalformed, sr.size, sr.base)
+		}
+		res, r := s.reserveAt(sr.base, sr.size)
+		if r != ok {
+			return fmt.Errorf("reserving %d bytes at %#x: %v", sr.size, sr.base, r)
+		}
+		v.reserved = append(v.reserved, res)
+		v.reservedSize += sr.size
+	}
+	for _, sp := range sn.phys {
+		if err := handle(sp.h); err != nil {
+			return err
+		}
+		bp, r := s.memProp("cuMemCreate", sp.prop)
+		if r != ok || sp.size == 0 || len(v.phys) >= maxVirtualObjects {
+			return fmt.Errorf("%w: physical memory %#x of %d bytes: %v", proto.ErrMalformed, sp.h, sp.size, r)
+		}
+		if s.ctxOn(sp.prop.LocID) == nil {
+			return fmt.Errorf("%w: physical memory %#x on GPU %d, where the session has no context", proto.ErrMalformed, sp.h, sp.prop.LocID)
+		}
+		if !s.charge(sp.size) {
+			limit, left := s.quota.left()
+			return fmt.Errorf("physical memory of %d bytes: beyond the quota (%d, %d left)", sp.size, limit, left)
+		}
+		raw, r := s.be.MemCreate(sp.size, bp, 0)
+		if r != ok {
+			s.uncharge(sp.size)
+			return fmt.Errorf("cuMemCreate of %d bytes: %v", sp.size, r)
+		}
+		v.phys[sp.h] = &physical{h: sp.h, raw: raw, size: sp.size, prop: sp.prop, refs: int(sp.refs)}
+	}
+	for _, sm := range sn.mappings {
+		ph, res := v.phys[sm.phys], v.reservationOf(sm.base, sm.size)
+		if ph == nil || res == nil || sm.size == 0 || sm.size > ph.size || !s.vacant(sm.base, sm.size) || v.mappings >= maxVirtualObjects {
+			return fmt.Errorf("%w: mapping of %d bytes at %#x", proto.ErrMalformed, sm.size, sm.base)
+		}
+		if r := s.be.MemMap(sm.base, sm.size, 0, ph.raw, 0); r != ok {
+			return fmt.Errorf("cuMemMap of %d bytes at %#x: %v", sm.size, sm.base, r)
+		}
+		s.addAlloc(&allocation{base: sm.base, size: sm.size, phys: ph, res: res, access: sm.access}) // vacant above
+		ph.maps++
+		res.maps++
+		v.mappings++
+		if len(sm.access) == 0 {
+			continue
+		}
+		ds, r := s.accessDescs(proto.EncodeMemAccessDescs(sm.access))
+		if r != ok {
+			return fmt.Errorf("%w: access to the mapping at %#x: %v", proto.ErrMalformed, sm.base, r)
+		}
+		if r := s.be.MemSetAccess(sm.base, sm.size, ds); r != ok {
+			return fmt.Errorf("cuMemSetAccess of %d bytes at %#x: %v", sm.size, sm.base, r)
+		}
+	}
+	for _, ph := range v.phys {
+		if ph.refs == 0 && ph.maps == 0 {
+			return fmt.Errorf("%w: physical memory %#x neither held nor mapped", proto.ErrMalformed, ph.h)
+		}
+	}
+	return nil
 }
 
 // restoreModule loads a module from its image (read from r) and looks up

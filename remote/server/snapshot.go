@@ -11,16 +11,17 @@ import (
 // A session's snapshot, what a migration carries from the source to the
 // target (migrate.go): the client's objects by handle, then the bytes
 // behind them. The state comes first, length-prefixed and bounded; then
-// each module's image, each allocation's contents and each module
-// global's contents, in the state's order, their lengths as the state
-// gives them. Handles and device addresses travel as they are: the target
+// each module's image, each allocation's contents, each module global's
+// contents and each physical allocation's contents (cuMemCreate), in the
+// state's order, their lengths as the state gives them. Handles and device addresses travel as they are: the target
 // rebuilds the same handle table and finds its memory at the same
 // addresses (module globals, which the driver places, at the client's
 // addresses through a translation: relocate.go), or the migration fails
 // before the switch.
 
 // snapshotVersion is the snapshot format; a target refuses another.
-const snapshotVersion = 1
+// Version 2 added the client's own virtual memory.
+const snapshotVersion = 2
 
 // maxState bounds a snapshot's encoded state.
 const maxState = 64 << 20
@@ -44,6 +45,30 @@ type snapshot struct {
 	streams         []snapStream
 	events          []snapEvent
 	allocs          []snapAlloc
+	// The client's own virtual memory (virtual.go): reservations,
+	// physical allocations, mappings.
+	reserved []snapReservation
+	phys     []snapPhys
+	mappings []snapMapping
+}
+
+type snapReservation struct {
+	base proto.DevPtr
+	size uint64
+}
+
+type snapPhys struct {
+	h    proto.Handle
+	size uint64
+	prop proto.MemProp // as the client asked for it
+	refs uint32
+}
+
+type snapMapping struct {
+	base   proto.DevPtr
+	size   uint64
+	phys   proto.Handle
+	access []proto.MemAccessDesc // as the client set it; none: never set
 }
 
 type snapPrimary struct {
@@ -117,8 +142,16 @@ func (s *session) migratable() error {
 		why = "it holds CUDA graphs or stream captures"
 	case len(s.pools.byHandle) > 0:
 		why = "it holds memory pools (stream-ordered allocation)"
-	case len(s.virtual.reserved) > 0 || len(s.virtual.phys) > 0:
-		why = "it holds virtual memory of its own (cuMemAddressReserve, cuMemCreate)"
+	}
+	for _, res := range s.virtual.reserved {
+		if why == "" && res.win == nil {
+			why = fmt.Sprintf("its reservation at %#x is not in its window", res.base)
+		}
+	}
+	for _, ph := range s.virtual.phys {
+		if why == "" && s.ctxOn(ph.prop.LocID) == nil {
+			why = fmt.Sprintf("it holds physical memory (cuMemCreate) on GPU %d without a context there to copy it through", ph.prop.LocID)
+		}
 	}
 	devs := map[int32]bool{}
 	for _, c := range s.ctxs {
@@ -128,7 +161,11 @@ func (s *session) migratable() error {
 		why = "it has contexts on several GPUs"
 	}
 	for _, a := range s.allocs {
-		if why == "" && a.mod == nil && a.backed == nil {
+		switch {
+		case why != "" || a.mod != nil:
+		case a.phys != nil && a.accessPartial:
+			why = fmt.Sprintf("cuMemSetAccess set access on part of its mapping at %#x only", a.base)
+		case a.phys == nil && a.backed == nil:
 			why = fmt.Sprintf("its allocation at %#x is not backed by virtual memory", a.base)
 		}
 	}
@@ -188,9 +225,19 @@ func (s *session) snapshot() snapshot {
 		sn.events = append(sn.events, snapEvent{h: h, ctx: e.ctx.h, flags: e.flags})
 	}
 	for _, a := range s.allocs {
-		if a.mod == nil {
+		switch {
+		case a.phys != nil:
+			sn.mappings = append(sn.mappings, snapMapping{base: a.base, size: a.size, phys: a.phys.h, access: a.access})
+		case a.mod == nil:
 			sn.allocs = append(sn.allocs, snapAlloc{ctx: a.ctx.h, base: a.base, size: a.size})
 		}
+	}
+	for _, res := range s.virtual.reserved {
+		sn.reserved = append(sn.reserved, snapReservation{base: res.base, size: res.size})
+	}
+	for _, h := range sortedHandles(s.virtual.phys) {
+		ph := s.virtual.phys[h]
+		sn.phys = append(sn.phys, snapPhys{h: h, size: ph.size, prop: ph.prop, refs: uint32(ph.refs)})
 	}
 	return sn
 }
@@ -265,6 +312,30 @@ func (sn snapshot) encode() []byte {
 		e.U64(uint64(a.base))
 		e.U64(a.size)
 	}
+	e.U32(uint32(len(sn.reserved)))
+	for _, r := range sn.reserved {
+		e.U64(uint64(r.base))
+		e.U64(r.size)
+	}
+	e.U32(uint32(len(sn.phys)))
+	for _, ph := range sn.phys {
+		e.U64(uint64(ph.h))
+		e.U64(ph.size)
+		e.MemProp(ph.prop)
+		e.U32(ph.refs)
+	}
+	e.U32(uint32(len(sn.mappings)))
+	for _, m := range sn.mappings {
+		e.U64(uint64(m.base))
+		e.U64(m.size)
+		e.U64(uint64(m.phys))
+		e.U32(uint32(len(m.access)))
+		for _, a := range m.access {
+			e.U32(a.LocType)
+			e.I32(a.LocID)
+			e.U32(a.Flags)
+		}
+	}
 	return e.Payload()
 }
 
@@ -331,6 +402,19 @@ func decodeSnapshot(p []byte) (snapshot, error) {
 	for range count(d, 24) {
 		sn.allocs = append(sn.allocs, snapAlloc{ctx: proto.Handle(d.U64()), base: proto.DevPtr(d.U64()), size: d.U64()})
 	}
+	for range count(d, 16) {
+		sn.reserved = append(sn.reserved, snapReservation{base: proto.DevPtr(d.U64()), size: d.U64()})
+	}
+	for range count(d, 48) {
+		sn.phys = append(sn.phys, snapPhys{h: proto.Handle(d.U64()), size: d.U64(), prop: d.MemProp(), refs: d.U32()})
+	}
+	for range count(d, 28) {
+		m := snapMapping{base: proto.DevPtr(d.U64()), size: d.U64(), phys: proto.Handle(d.U64())}
+		for range count(d, 12) {
+			m.access = append(m.access, proto.MemAccessDesc{LocType: d.U32(), LocID: d.I32(), Flags: d.U32()})
+		}
+		sn.mappings = append(sn.mappings, m)
+	}
 	if err := d.Finish(); err != nil {
 		return snapshot{}, fmt.Errorf("snapshot: %w", err)
 	}
@@ -338,7 +422,8 @@ func decodeSnapshot(p []byte) (snapshot, error) {
 }
 
 // writeSnapshot writes the session's snapshot to w: the state, then the
-// module images, the allocations' and the globals' contents.
+// module images, the allocations', the globals' and the physical
+// allocations' contents.
 func (s *session) writeSnapshot(w io.Writer) error {
 	sn := s.snapshot()
 	st := sn.encode()
@@ -365,6 +450,26 @@ func (s *session) writeSnapshot(w io.Writer) error {
 			if err := s.dumpMemory(w, m.ctx, s.mods[m.h].globals[g.name].real(g.base), g.size); err != nil {
 				return err
 			}
+		}
+	}
+	for _, sp := range sn.phys {
+		ph := s.virtual.phys[sp.h]
+		err := s.withScratch(ph, func(p proto.DevPtr) error {
+			return s.dumpMemory(w, s.ctxOn(ph.prop.LocID).h, p, ph.size)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ctxOn returns the session's context (its first) on client device dev,
+// or nil.
+func (s *session) ctxOn(dev int32) *ctxState {
+	for _, h := range sortedHandles(s.ctxs) {
+		if c := s.ctxs[h]; c.dev == dev {
+			return c
 		}
 	}
 	return nil

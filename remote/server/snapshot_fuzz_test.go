@@ -17,9 +17,14 @@ func sampleSnapshot() snapshot {
 		mods: []snapModule{{h: 0x1001, ctx: 0x1000, image: 12,
 			funcs:   []snapFunc{{name: "k", h: 0x1002, attrs: [][2]int32{{8, 65536}}}},
 			globals: []snapGlobal{{name: "g", base: 0x7f0000000000, size: 64}}}},
-		streams: []snapStream{{h: 0x1003, ctx: 0x1000, flags: 1, priority: -1, withPriority: true}},
-		events:  []snapEvent{{h: 0x1004, ctx: 0x1000, flags: 2}},
-		allocs:  []snapAlloc{{ctx: 0x1000, base: 0x7f0000200000, size: 4096}},
+		streams:  []snapStream{{h: 0x1003, ctx: 0x1000, flags: 1, priority: -1, withPriority: true}},
+		events:   []snapEvent{{h: 0x1004, ctx: 0x1000, flags: 2}},
+		allocs:   []snapAlloc{{ctx: 0x1000, base: 0x7f0000200000, size: 4096}},
+		reserved: []snapReservation{{base: 0x3000_0000_0000, size: 8 << 20}},
+		phys: []snapPhys{{h: 0x1005, size: 2 << 20, refs: 1,
+			prop: proto.MemProp{Type: proto.MemAllocationTypePinned, LocType: proto.MemLocationTypeDevice, HandleTypes: 1}}},
+		mappings: []snapMapping{{base: 0x3000_0000_0000, size: 2 << 20, phys: 0x1005,
+			access: []proto.MemAccessDesc{{LocType: proto.MemLocationTypeDevice, Flags: proto.MemAccessReadWrite}}}},
 	}
 }
 

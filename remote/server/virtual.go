@@ -36,6 +36,9 @@ type reservation struct {
 	base proto.DevPtr
 	size uint64
 	maps int // mappings inside it
+	// win is the session's window it lies in, on a server WithMigration
+	// (backing.go); nil: reserved from the backend.
+	win *window
 }
 
 // physical is a physical allocation (cuMemCreate).
@@ -216,6 +219,15 @@ func (s *session) MemAddressReserve(c *proto.Call, size, alignment uint64, addr 
 			"size", size, "reserved", v.reservedSize, "bound", limit, "reservations", len(v.reserved))
 		return 0, proto.ErrOutOfMemory
 	}
+	if s.migration {
+		res, r := s.reserveWindowed(size, alignment, addr)
+		if r != ok {
+			return 0, r
+		}
+		v.reserved = append(v.reserved, res)
+		v.reservedSize += size
+		return res.base, ok
+	}
 	p, r := s.be.MemAddressReserve(size, alignment, addr, flags)
 	if r != ok {
 		return 0, r
@@ -244,7 +256,7 @@ func (s *session) MemAddressFree(c *proto.Call, p proto.DevPtr, size uint64) pro
 		if res.size != size || res.maps != 0 {
 			return proto.ErrInvalidValue
 		}
-		if r := s.be.MemAddressFree(p, size); r != ok {
+		if r := s.unreserve(res); r != ok {
 			return r
 		}
 		v.reserved = append(v.reserved[:i], v.reserved[i+1:]...)
@@ -394,10 +406,20 @@ func (s *session) MemSetAccess(c *proto.Call, p proto.DevPtr, size uint64, blob 
 	if r != ok {
 		return r
 	}
-	if s.mapped(p, size) == nil {
+	ms := s.mapped(p, size)
+	if ms == nil {
 		return proto.ErrInvalidValue
 	}
-	return s.be.MemSetAccess(p, size, ds)
+	if r := s.be.MemSetAccess(p, size, ds); r != ok {
+		return r
+	}
+	// What a migration sets again on the target, as the client said it.
+	asked, _ := proto.DecodeMemAccessDescs(blob)
+	for _, m := range ms {
+		m.access = asked
+		m.accessPartial = m.accessPartial || m.base < p || uint64(m.base)+m.size > uint64(p)+size
+	}
+	return ok
 }
 
 // MemGetAccess is the driver's answer for the client's mapped memory.
@@ -460,7 +482,7 @@ func (s *session) freeVirtual() (bytes uint64) {
 		s.dropPhys(ph)
 	}
 	for _, res := range s.virtual.reserved {
-		s.warn("cuMemAddressFree", s.be.MemAddressFree(res.base, res.size))
+		s.warn("cuMemAddressFree", s.unreserve(res))
 	}
 	s.virtual.reserved, s.virtual.reservedSize = nil, 0
 	return bytes

@@ -20,8 +20,9 @@
 # GPUMUX_REMOTE_TIMEOUT: the interposer waits that long for any reply, and the held call's
 # reply comes only once the whole session has been copied to the target (at the default
 # 30 s a 16 or 40 GiB move would be taken for a lost server). PYTORCH_CUDA_ALLOC_CONF is
-# cleared for the programs: expandable segments (cuMemCreate) or cudaMallocAsync (pools)
-# make a session unmovable. Logs and outputs go to $OUT (default: a
+# the programs' ALLOC_CONF (unset by default: PyTorch's plain caching allocator);
+# ALLOC_CONF=expandable_segments:True moves the program's own virtual memory
+# (cuMemCreate), backend:cudaMallocAsync (pools) makes a session unmovable. Logs and outputs go to $OUT (default: a
 # temporary directory, printed). Two gpumux-remoted (backend cuda, --migratable, one
 # process each: --tenant-processes=false) serve the one GPU on 127.0.0.1 and private unix
 # sockets, with a fresh pool secret; both are stopped on exit. It changes no GPU setting.
@@ -76,7 +77,7 @@ remote() {
 	local id=$1 at=$2 tok
 	shift 2
 	tok=$(.devbin/gpumux remote token --secret-file "$work/pool.key" --id "$id" --ttl 2h)
-	env -u PYTORCH_CUDA_ALLOC_CONF LD_LIBRARY_PATH="$root/bin/remote" GPUMUX_REMOTE_ADDR="$at" \
+	env -u PYTORCH_CUDA_ALLOC_CONF ${ALLOC_CONF:+PYTORCH_CUDA_ALLOC_CONF=$ALLOC_CONF} LD_LIBRARY_PATH="$root/bin/remote" GPUMUX_REMOTE_ADDR="$at" \
 		GPUMUX_REMOTE_TOKEN="$tok" GPUMUX_REMOTE_TIMEOUT="${REMOTE_TIMEOUT:-900}" "$@"
 }
 
