@@ -3,6 +3,7 @@ package control
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"time"
@@ -22,17 +23,29 @@ type Conn struct {
 	buf  []byte
 }
 
+// Option configures Dial.
+type Option func(*options)
+
+type options struct{ tls *tls.Config }
+
+// WithTLS reaches a TCP address over TLS with config (its ServerName, if
+// empty, is the address's host), as a pool whose servers serve TLS needs;
+// unix sockets stay plain.
+func WithTLS(config *tls.Config) Option { return func(o *options) { o.tls = config } }
+
 // Dial opens a control connection to the server at addr ("host:port" or
 // "unix:" and a path) with a control token signed by secret, and sends
 // req. A deadline of ctx bounds the connection's whole life.
-func Dial(ctx context.Context, addr string, secret []byte, req proto.Control) (*Conn, error) {
+func Dial(ctx context.Context, addr string, secret []byte, req proto.Control, opts ...Option) (*Conn, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	tok, err := token.MintControl(secret, time.Now().Add(tokenLife))
 	if err != nil {
 		return nil, err
 	}
-	network, address := proto.SplitAddr(addr)
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, network, address)
+	conn, err := proto.DialAddr(ctx, addr, o.tls)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
 	}

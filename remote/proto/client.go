@@ -3,6 +3,7 @@ package proto
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,11 @@ import (
 // does, for tests, benchmarks and tools. Its per-call methods are generated
 // (zz_calls.go). Safe for concurrent use; calls go out one at a time.
 type Client struct {
+	// TLS, if set before the first call, is how the client follows its
+	// session to a TCP address over TLS when it moves (DialAddr);
+	// otherwise it connects there in clear.
+	TLS *tls.Config
+
 	mu      sync.Mutex
 	conn    net.Conn
 	bw      *bufio.Writer
@@ -134,8 +140,9 @@ func (c *Client) follow() error {
 	if err != nil {
 		return err
 	}
-	network, addr := SplitAddr(to.Addr)
-	conn, err := net.DialTimeout(network, addr, max(c.timeout, 10*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), max(c.timeout, 10*time.Second))
+	defer cancel()
+	conn, err := DialAddr(ctx, to.Addr, c.TLS)
 	if err != nil {
 		return fmt.Errorf("following the session to %s: %w", to.Addr, err)
 	}

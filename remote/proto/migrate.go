@@ -1,7 +1,10 @@
 package proto
 
 import (
+	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"strings"
 )
 
@@ -225,4 +228,30 @@ func SplitAddr(addr string) (network, address string) {
 		return "unix", addr
 	}
 	return "tcp", addr
+}
+
+// DialAddr connects to a server address (SplitAddr's forms). A TCP
+// connection runs TLS first when config is set, checking the name in
+// config.ServerName or else the address's host; a unix socket stays plain.
+// ctx bounds the connection and the TLS handshake.
+func DialAddr(ctx context.Context, addr string, config *tls.Config) (net.Conn, error) {
+	network, address := SplitAddr(addr)
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	if config == nil || network != "tcp" {
+		return conn, nil
+	}
+	c := config.Clone()
+	if c.ServerName == "" {
+		c.ServerName, _, _ = net.SplitHostPort(address)
+	}
+	tc := tls.Client(conn, c)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("TLS with %s: %w", addr, err)
+	}
+	return tc, nil
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -276,8 +277,13 @@ func (s *Server) dialControl(ctx context.Context, addr string, req proto.Control
 	if len(s.secret) == 0 {
 		return nil, errors.New("no pool secret to sign a control token (WithSecret)")
 	}
-	return control.Dial(ctx, addr, s.secret, req)
+	return control.Dial(ctx, addr, s.secret, req, control.WithTLS(s.poolTLS))
 }
+
+// WithPoolTLS makes the server reach the other servers of its pool (a
+// migration's target) over TLS with config, as a pool whose servers serve
+// TLS needs; without it those connections are in clear.
+func WithPoolTLS(config *tls.Config) Option { return func(s *Server) { s.poolTLS = config } }
 
 // chunkWriter sends what is written to it as control data frames of up to
 // proto.ChunkSize bytes.

@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpumux/gpumux/remote/control"
+	"github.com/gpumux/gpumux/internal/tlstest"
 	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/server"
@@ -488,6 +490,43 @@ func TestMigrateVirtualMemory(t *testing.T) {
 	ok(t, "cuMemRelease")(cl.MemRelease(w.ctx, held))
 	ok(t, "cuMemUnmap")(cl.MemUnmap(w.ctx, seg.base, 3*gran))
 	ok(t, "cuMemAddressFree")(cl.MemAddressFree(w.ctx, seg.base, seg.size))
+}
+
+// TestMigrateOverTLS: between servers that serve TLS, the source reaches
+// the target over TLS (WithPoolTLS) and the client follows over TLS; a
+// source that does not trust the target's certificate keeps the session.
+func TestMigrateOverTLS(t *testing.T) {
+	s := newTLS(t, tlstest.ECDSA, "")
+	trust := s.ca.ClientConfig(t, "", nil)
+	mk := func(pool *tls.Config) *env {
+		return start(t, envConfig{tcp: true, tls: s.files.Config(), clientTLS: trust,
+			fake: []fakecuda.Option{fakecuda.WithMemory(1 << 30)},
+			srv:  []server.Option{server.WithSecret(testSecret), server.WithMigration(), server.WithPoolTLS(pool)}})
+	}
+	src, dst := mk(trust), mk(trust)
+	cl := src.dial(t, jobToken(t))
+	cl.TLS = trust
+	rng := rand.New(rand.NewPCG(9, 10))
+	w := newWorkload(t, cl, rng)
+	if err := moveWhileRunning(t, w, rng, src, dst); err != nil {
+		t.Fatalf("move over TLS: %v", err)
+	}
+	w.verify()
+	if cl.Moves() != 1 || sessionOf(t, dst) == 0 {
+		t.Fatalf("the session is not on the target: %d moves", cl.Moves())
+	}
+
+	// A source trusting another CA refuses the target's certificate.
+	other := tlstest.NewCA(t, t.TempDir(), "other").ClientConfig(t, "", nil)
+	doubting := mk(other)
+	cl2 := doubting.dial(t, jobToken(t))
+	cl2.TLS = trust
+	w2 := newWorkload(t, cl2, rng)
+	err := moveWhileRunning(t, w2, rng, doubting, dst)
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("a move to a target whose certificate the source does not trust: %v", err)
+	}
+	w2.verify()
 }
 
 // TestDrainSpreadsTenants: a drain keeps a tenant's sessions together on

@@ -38,7 +38,8 @@ type Server struct {
 	busyPoll             time.Duration
 	expiredLinger        time.Duration
 	now                  func() time.Time
-	migration            bool // WithMigration
+	migration            bool        // WithMigration
+	poolTLS              *tls.Config // WithPoolTLS
 	migrationHook        func(step string) error
 
 	initOnce sync.Once
