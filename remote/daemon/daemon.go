@@ -25,9 +25,9 @@ import (
 	"syscall"
 
 	"github.com/gpumux/gpumux/internal/version"
-	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/remote/cudabackend"
 	"github.com/gpumux/gpumux/remote/fakecuda"
+	"github.com/gpumux/gpumux/remote/pool"
 	"github.com/gpumux/gpumux/remote/server"
 	"github.com/gpumux/gpumux/remote/server/metrics"
 	"github.com/gpumux/gpumux/remote/token"
@@ -135,9 +135,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		tlsClientCA = fs.String("tls-client-ca-file", "", "mutual TLS: accept only clients whose certificate a CA in this `file` (PEM) signed")
 		migratable  = fs.Bool("migratable", false, "let sessions move to another server of the pool and come from one (gpumux remote migrate): every cuMemAlloc is backed by virtual memory the target can place at the same addresses; needs --tenant-processes=false")
 		drainTo     = fs.String("drain-to", "", "on SIGTERM, move every session to the server at `ADDR` (host:port or unix:PATH, of this pool), or with \"pool\" to other servers of the pool found through Nomad (--nomad-*), before exiting; implies --migratable")
-		nomadAddr   = fs.String("nomad-addr", "", "--drain-to pool: the Nomad agent's HTTP API `URL` (default $NOMAD_ADDR, else "+nodeconfig.DefaultNomadAddr+")")
-		nomadSvc    = fs.String("nomad-service", nodeconfig.DefaultRemoteService, "--drain-to pool: the Nomad service (provider \"nomad\") the pool's servers register, a `name`")
-		nomadNS     = fs.String("nomad-namespace", "", "--drain-to pool: the service's Nomad `namespace` (default $NOMAD_NAMESPACE, else "+nodeconfig.DefaultNomadNamespace+")")
+		nomadAddr   = fs.String("nomad-addr", "", "--drain-to pool: the Nomad agent's HTTP API `URL` (default $NOMAD_ADDR, else "+pool.DefaultNomadAddr+")")
+		nomadSvc    = fs.String("nomad-service", pool.DefaultService, "--drain-to pool: the Nomad service (provider \"nomad\") the pool's servers register, a `name`")
+		nomadNS     = fs.String("nomad-namespace", "", "--drain-to pool: the service's Nomad `namespace` (default $NOMAD_NAMESPACE, else "+pool.DefaultNomadNamespace+")")
 		nomadToken  = fs.String("nomad-token-file", "", "--drain-to pool: a `file` holding a Nomad ACL token that may read the service (default $NOMAD_TOKEN, else none)")
 		worker      = fs.Bool("tenant-worker", false, "internal: serve the connections handed over descriptor 3 (started by gpumux-remoted itself)")
 		showVersion = fs.Bool("version", false, "print the version and exit")
