@@ -24,6 +24,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/gpumux/gpumux/internal/quantity"
 	"github.com/gpumux/gpumux/internal/version"
 	"github.com/gpumux/gpumux/remote/cudabackend"
 	"github.com/gpumux/gpumux/remote/fakecuda"
@@ -31,7 +32,6 @@ import (
 	"github.com/gpumux/gpumux/remote/server"
 	"github.com/gpumux/gpumux/remote/server/metrics"
 	"github.com/gpumux/gpumux/remote/token"
-	"github.com/gpumux/gpumux/share"
 )
 
 // backendConfig is what the backends' flags say.
@@ -117,7 +117,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		insecure    = fs.Bool("insecure-no-auth", false, "admit every client without a token or quota, and show it every GPU: for tests only")
 		backendName = fs.String("backend", "cuda", "`name` of what runs the calls: "+backendNames())
 		fakeDevices = fs.Int("fake-devices", fakecuda.DefaultDevices, "number of fake GPUs (--backend fake)")
-		fakeMemory  = fs.String("fake-memory", "16GiB", "memory of each fake GPU (--backend fake), a `quantity`: "+share.QuantityRule)
+		fakeMemory  = fs.String("fake-memory", "16GiB", "memory of each fake GPU (--backend fake), a `quantity`: "+quantity.Rule)
 		fakeUUIDs   = fs.String("fake-uuids", "", "the fake GPUs' `UUIDs` (--backend fake), comma-separated, written as NVML does (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx), one per GPU; without --fake-devices they set the number of GPUs (default: UUIDs derived from the GPU's index, the same on every fake server)")
 		maxClients  = fs.Int("max-clients", server.DefaultMaxClients, "logged-in connections served at once, with or without --tenant-processes; more are refused at their handshake (connections still in their handshake do not count)")
 		maxTenant   = fs.Int("max-tenant-connections", server.DefaultMaxTenantConnections, "logged-in connections served at once that present one token ID; more are refused at their handshake")
@@ -199,7 +199,7 @@ Flags:
 			}
 		}
 	}
-	memory, err := share.ParseBytes(*fakeMemory)
+	memory, err := quantity.ParseBytes(*fakeMemory)
 	if err != nil {
 		return usageError{fmt.Errorf("--fake-memory %q: %w", *fakeMemory, err)}
 	}
