@@ -12,10 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpumux/gpumux/internal/quantity"
 	"github.com/gpumux/gpumux/remote/control"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
-	"github.com/gpumux/gpumux/share"
 )
 
 func newRemoteCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -41,7 +41,7 @@ Exit codes: 0 ok, 1 error (the secret file unreadable), 2 bad flags.`, func(cont
 	fs := tok.Flags()
 	fs.StringVar(&o.secretFile, "secret-file", "", "the pool secret `FILE` (mode 0600); required")
 	fs.StringVar(&o.id, "id", "", "reservation `ID`: connections with the same ID share the quota (default: manual-<host>-<time>)")
-	fs.StringVar(&o.quota, "quota", "", "device memory `limit` in whole MiB, "+share.QuantityRule+"; default: none")
+	fs.StringVar(&o.quota, "quota", "", "device memory `limit` in whole MiB, "+quantity.Rule+"; default: none")
 	fs.StringVar(&o.device, "device", "0", "the server's GPU `INDEX`, or several, comma-separated (the container's devices 0, 1, … in this order)")
 	fs.DurationVar(&o.ttl, "ttl", 24*time.Hour, "how long the token is accepted")
 	var m remoteMigrateOptions
@@ -131,7 +131,7 @@ func runRemoteToken(o *remoteTokenOptions, stdout, stderr io.Writer) int {
 	}
 	var quotaBytes uint64
 	if o.quota != "" {
-		mib, err := share.ParseMiB(o.quota)
+		mib, err := quantity.ParseMiB(o.quota)
 		if err == nil && mib == 0 {
 			err = errors.New("must be at least 1Mi (leave --quota out for no limit)")
 		}

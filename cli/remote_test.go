@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumux/gpumux/internal/quantity"
 	"github.com/gpumux/gpumux/remote/token"
-	"github.com/gpumux/gpumux/share"
 )
 
 func TestRemoteSecretAndToken(t *testing.T) {
@@ -57,7 +57,7 @@ func TestRemoteSecretAndToken(t *testing.T) {
 		want string
 	}{
 		{[]string{"remote", "token"}, ExitUsage, "--secret-file is required"},
-		{[]string{"remote", "token", "--secret-file", keyFile, "--quota", "16G"}, ExitUsage, `--quota "16G": unit "G" is ambiguous (want ` + share.QuantityRule + ")"},
+		{[]string{"remote", "token", "--secret-file", keyFile, "--quota", "16G"}, ExitUsage, `--quota "16G": unit "G" is ambiguous (want ` + quantity.Rule + ")"},
 		{[]string{"remote", "token", "--secret-file", keyFile, "--quota", "1536Ki"}, ExitUsage, `--quota "1536Ki": not a whole number of MiB`},
 		{[]string{"remote", "token", "--secret-file", keyFile, "--quota", "0Gi"}, ExitUsage, `--quota "0Gi": must be at least 1Mi (leave --quota out for no limit)`},
 		{[]string{"remote", "token", "--secret-file", keyFile, "--ttl", "-1s"}, ExitUsage, "want a positive duration"},

@@ -6,7 +6,7 @@ import (
 )
 
 // NVIDIA's format for an MPS pinned device memory limit: NVIDIA's wire
-// format, not a gpumux user input (those follow share.QuantityRule).
+// format, not a gpumux user input (those follow quantity.Rule).
 // nvidia-cuda-mps-control's set_default_device_pinned_mem_limit <dev> <value>
 // takes it, and, by NVIDIA's MPS documentation, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
 // takes a comma-separated list of <dev>=<value> (0=4G,1=512M). NVIDIA

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpumux/gpumux/internal/quantity"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -60,7 +61,7 @@ type requestKey struct {
 
 var requestKeys = []requestKey{
 	{AnnotationMechanism, EnvMechanism, "auto, exclusive, mig, mps, timeslice, remote"},
-	{AnnotationMemory, EnvMemory, share.QuantityRule},
+	{AnnotationMemory, EnvMemory, quantity.Rule},
 	{AnnotationCompute, EnvCompute, "a whole percentage from 1 to 100, e.g. 25 or 25%"},
 	{AnnotationIsolation, EnvIsolation, "strict, standard, none"},
 	{AnnotationGPUs, EnvGPUs, "a whole number from 1 to the maximum"},
@@ -95,7 +96,7 @@ func RequestEnv() []string {
 //	gpumux.io/gpus       GPUMUX_GPUS       how many shares, 1 to lim.MaxCount
 //	                     GPUMUX_SHARES     share IDs reserved by Nomad, comma-separated
 //
-// Memory is a quantity by share.QuantityRule, read by share.ParseMiB: a whole
+// Memory is a quantity by quantity.Rule, read by quantity.ParseMiB: a whole
 // number with a binary unit, Ki, Mi, Gi or Ti (1024-based), optionally
 // followed by B: 16Gi, 16GiB, 512Mi, 16 GiB. Bare numbers and decimal units
 // (16, 16G, 16GB, 512M) are refused as ambiguous. It must be whole MiB, and
@@ -264,7 +265,7 @@ func parseValue(k requestKey, raw string, maxCount int, maxMiB uint64) (any, err
 		}
 		return l, nil
 	case AnnotationMemory:
-		mib, err := share.ParseMiB(s)
+		mib, err := quantity.ParseMiB(s)
 		if err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpumux/gpumux/internal/quantity"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -97,23 +98,23 @@ func TestParseRequestErrors(t *testing.T) {
 		{name: "isolation with a mechanism", ann: map[string]string{AnnotationIsolation: "strict"}, env: []string{"GPUMUX_MECHANISM=mps"},
 			want: `isolation "strict" steers mechanism auto only, but mechanism "mps" was asked for: drop one of them`},
 		{name: "bare number", ann: map[string]string{AnnotationMemory: "16"},
-			want: `annotation gpumux.io/memory = "16": a unit is needed (want ` + share.QuantityRule + `)`},
+			want: `annotation gpumux.io/memory = "16": a unit is needed (want ` + quantity.Rule + `)`},
 		{name: "decimal G", ann: map[string]string{AnnotationMemory: "16G"},
-			want: `annotation gpumux.io/memory = "16G": unit "G" is ambiguous (want ` + share.QuantityRule + `)`},
+			want: `annotation gpumux.io/memory = "16G": unit "G" is ambiguous (want ` + quantity.Rule + `)`},
 		{name: "decimal GB", env: []string{"GPUMUX_MEMORY=80GB"},
-			want: `environment variable GPUMUX_MEMORY = "80GB": unit "GB" is ambiguous (want ` + share.QuantityRule + `)`},
+			want: `environment variable GPUMUX_MEMORY = "80GB": unit "GB" is ambiguous (want ` + quantity.Rule + `)`},
 		{name: "decimal MB", ann: map[string]string{AnnotationMemory: "512MB"},
-			want: `annotation gpumux.io/memory = "512MB": unit "MB" is ambiguous (want ` + share.QuantityRule + `)`},
+			want: `annotation gpumux.io/memory = "512MB": unit "MB" is ambiguous (want ` + quantity.Rule + `)`},
 		{name: "not whole MiB", ann: map[string]string{AnnotationMemory: "1536Ki"},
 			want: `annotation gpumux.io/memory = "1536Ki": not a whole number of MiB (want a multiple of 1024Ki, or a unit of Mi, Gi or Ti)`},
 		{name: "bytes", ann: map[string]string{AnnotationMemory: "1073741824B"},
-			want: `annotation gpumux.io/memory = "1073741824B": unit "B" has no binary prefix (want ` + share.QuantityRule + `)`},
+			want: `annotation gpumux.io/memory = "1073741824B": unit "B" has no binary prefix (want ` + quantity.Rule + `)`},
 		{name: "fraction", ann: map[string]string{AnnotationMemory: "1.5Gi"},
-			want: `annotation gpumux.io/memory = "1.5Gi": not a memory quantity (want ` + share.QuantityRule + `)`},
+			want: `annotation gpumux.io/memory = "1.5Gi": not a memory quantity (want ` + quantity.Rule + `)`},
 		{name: "zero", ann: map[string]string{AnnotationMemory: "0Mi"},
 			want: `annotation gpumux.io/memory = "0Mi": must be at least 1Mi (0 would mean any: leave the key out instead)`},
 		{name: "overflow", ann: map[string]string{AnnotationMemory: "18446744073709551615Ti"},
-			want: `annotation gpumux.io/memory = "18446744073709551615Ti": too large (want ` + share.QuantityRule + `)`},
+			want: `annotation gpumux.io/memory = "18446744073709551615Ti": too large (want ` + quantity.Rule + `)`},
 		{name: "memory over the limit", ann: map[string]string{AnnotationMemory: "81Gi"}, lim: Limits{MaxMemoryMiB: 80 * 1024},
 			want: `annotation gpumux.io/memory = "81Gi": 81 GiB (82944 MiB) is over this node's limit of 80 GiB (81920 MiB) per share`},
 		{name: "compute 0", ann: map[string]string{AnnotationCompute: "0"},

@@ -8,19 +8,19 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 
+	"github.com/gpumux/gpumux/remote/pool"
 	"github.com/gpumux/gpumux/share"
 )
 
 // Defaults of the remote block.
 const (
-	DefaultRemoteService   = "gpumux-remote"
-	DefaultNomadAddr       = "http://127.0.0.1:4646"
-	DefaultNomadNamespace  = "default"
+	DefaultRemoteService   = pool.DefaultService
+	DefaultNomadAddr       = pool.DefaultNomadAddr
+	DefaultNomadNamespace  = pool.DefaultNomadNamespace
 	DefaultRemoteShares    = 4
 	DefaultInterposerDir   = "/usr/lib/gpumux/remote"
 	DefaultRemoteTokenTTL  = 30 * 24 * time.Hour
@@ -132,7 +132,7 @@ func (r *Remote) Validate() error {
 	seen := map[string]int{}
 	for i, s := range r.Servers {
 		field := fmt.Sprintf("servers[%d]", i)
-		if err := CheckServerAddr(s); err != nil {
+		if err := pool.CheckServerAddr(s); err != nil {
 			bad(field, s, "%v", err)
 		} else if j, dup := seen[s]; dup {
 			bad(field, s, "named twice (also servers[%d])", j)
@@ -209,25 +209,6 @@ func (r *Remote) validateTLS() []error {
 		bad("tls_server_name", n, "want a DNS name or an IP address that the servers' certificates carry")
 	}
 	return errs
-}
-
-// CheckServerAddr checks a gpumux-remoted address: "host:port" (a port from
-// 1 to 65535) or "unix:/absolute/path".
-func CheckServerAddr(s string) error {
-	if p, ok := strings.CutPrefix(s, "unix:"); ok {
-		if !filepath.IsAbs(p) {
-			return fmt.Errorf("want unix:/absolute/path")
-		}
-		return nil
-	}
-	host, port, err := net.SplitHostPort(s)
-	if err != nil || host == "" {
-		return fmt.Errorf(`want host:port (e.g. "10.0.0.5:7070") or unix:/path`)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return fmt.Errorf("port %q: want 1 to 65535", port)
-	}
-	return nil
 }
 
 func quote(v any) string {

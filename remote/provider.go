@@ -97,7 +97,7 @@ func (p *Provider) Networked() bool { return true }
 // secret is used from the next scan on. A failure keeps the files read
 // before; it is an error only when there are none.
 func (p *Provider) Load() error {
-	cfg, err := pool.FromNodeConfig(p.cfg)
+	cfg, err := poolConfig(p.cfg)
 	if err == nil {
 		var pl *pool.Pool
 		if pl, err = pool.New(cfg); err == nil {
@@ -234,7 +234,7 @@ func (p *Provider) scan(ctx context.Context) ([]share.RemoteGPU, error) {
 		} else if !ok {
 			p.logger.Info("remote GPU found", "server", g.Addr, "index", g.Index, "gpu", g.UUID, "model", g.Name, "memory_mib", g.MemoryMiB)
 		}
-		p.known[g.UUID] = g.Share()
+		p.known[g.UUID] = remoteGPU(g)
 		if why, was := p.down[g.UUID]; was {
 			p.logger.Info("remote GPU usable again", "gpu", g.UUID, "server", g.Addr, "was", why)
 			delete(p.down, g.UUID)
@@ -334,7 +334,7 @@ func (p *Provider) Edits(mine, all []share.Share, e *share.Edits) error {
 	if secret == nil {
 		return errors.New("remote shares: the pool secret was not read (the pool was not scanned)")
 	}
-	tok, err := pool.Grant(secret, p.issuer, *g, mem, p.cfg.TTL())
+	tok, err := pool.Grant(secret, p.issuer, g.Index, mem, p.cfg.TTL())
 	if err != nil {
 		return fmt.Errorf("shares %v: %w", share.SortedIDs(mine), err)
 	}

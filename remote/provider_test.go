@@ -426,7 +426,7 @@ func TestProviderTLS(t *testing.T) {
 		{"no client certificate", fmt.Sprintf("tls_ca_file = %q\ntls_server_name = \"gpu.example.com\"\n", ca.CertFile), "certificate"},
 		{"another name", fmt.Sprintf("tls_ca_file = %q\n", ca.CertFile), "TLS: tls: failed to verify certificate"},
 	} {
-		cfg, err := remotepool.FromNodeConfig(parse(tc.block))
+		cfg, err := remote.PoolConfig(parse(tc.block))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,14 +24,14 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/gpumux/gpumux/internal/quantity"
 	"github.com/gpumux/gpumux/internal/version"
-	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/remote/cudabackend"
 	"github.com/gpumux/gpumux/remote/fakecuda"
+	"github.com/gpumux/gpumux/remote/pool"
 	"github.com/gpumux/gpumux/remote/server"
 	"github.com/gpumux/gpumux/remote/server/metrics"
 	"github.com/gpumux/gpumux/remote/token"
-	"github.com/gpumux/gpumux/share"
 )
 
 // backendConfig is what the backends' flags say.
@@ -117,7 +117,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		insecure    = fs.Bool("insecure-no-auth", false, "admit every client without a token or quota, and show it every GPU: for tests only")
 		backendName = fs.String("backend", "cuda", "`name` of what runs the calls: "+backendNames())
 		fakeDevices = fs.Int("fake-devices", fakecuda.DefaultDevices, "number of fake GPUs (--backend fake)")
-		fakeMemory  = fs.String("fake-memory", "16GiB", "memory of each fake GPU (--backend fake), a `quantity`: "+share.QuantityRule)
+		fakeMemory  = fs.String("fake-memory", "16GiB", "memory of each fake GPU (--backend fake), a `quantity`: "+quantity.Rule)
 		fakeUUIDs   = fs.String("fake-uuids", "", "the fake GPUs' `UUIDs` (--backend fake), comma-separated, written as NVML does (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx), one per GPU; without --fake-devices they set the number of GPUs (default: UUIDs derived from the GPU's index, the same on every fake server)")
 		maxClients  = fs.Int("max-clients", server.DefaultMaxClients, "logged-in connections served at once, with or without --tenant-processes; more are refused at their handshake (connections still in their handshake do not count)")
 		maxTenant   = fs.Int("max-tenant-connections", server.DefaultMaxTenantConnections, "logged-in connections served at once that present one token ID; more are refused at their handshake")
@@ -135,9 +135,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		tlsClientCA = fs.String("tls-client-ca-file", "", "mutual TLS: accept only clients whose certificate a CA in this `file` (PEM) signed")
 		migratable  = fs.Bool("migratable", false, "let sessions move to another server of the pool and come from one (gpumux remote migrate): every cuMemAlloc is backed by virtual memory the target can place at the same addresses; needs --tenant-processes=false")
 		drainTo     = fs.String("drain-to", "", "on SIGTERM, move every session to the server at `ADDR` (host:port or unix:PATH, of this pool), or with \"pool\" to other servers of the pool found through Nomad (--nomad-*), before exiting; implies --migratable")
-		nomadAddr   = fs.String("nomad-addr", "", "--drain-to pool: the Nomad agent's HTTP API `URL` (default $NOMAD_ADDR, else "+nodeconfig.DefaultNomadAddr+")")
-		nomadSvc    = fs.String("nomad-service", nodeconfig.DefaultRemoteService, "--drain-to pool: the Nomad service (provider \"nomad\") the pool's servers register, a `name`")
-		nomadNS     = fs.String("nomad-namespace", "", "--drain-to pool: the service's Nomad `namespace` (default $NOMAD_NAMESPACE, else "+nodeconfig.DefaultNomadNamespace+")")
+		nomadAddr   = fs.String("nomad-addr", "", "--drain-to pool: the Nomad agent's HTTP API `URL` (default $NOMAD_ADDR, else "+pool.DefaultNomadAddr+")")
+		nomadSvc    = fs.String("nomad-service", pool.DefaultService, "--drain-to pool: the Nomad service (provider \"nomad\") the pool's servers register, a `name`")
+		nomadNS     = fs.String("nomad-namespace", "", "--drain-to pool: the service's Nomad `namespace` (default $NOMAD_NAMESPACE, else "+pool.DefaultNomadNamespace+")")
 		nomadToken  = fs.String("nomad-token-file", "", "--drain-to pool: a `file` holding a Nomad ACL token that may read the service (default $NOMAD_TOKEN, else none)")
 		worker      = fs.Bool("tenant-worker", false, "internal: serve the connections handed over descriptor 3 (started by gpumux-remoted itself)")
 		showVersion = fs.Bool("version", false, "print the version and exit")
@@ -199,7 +199,7 @@ Flags:
 			}
 		}
 	}
-	memory, err := share.ParseBytes(*fakeMemory)
+	memory, err := quantity.ParseBytes(*fakeMemory)
 	if err != nil {
 		return usageError{fmt.Errorf("--fake-memory %q: %w", *fakeMemory, err)}
 	}

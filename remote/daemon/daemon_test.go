@@ -21,13 +21,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumux/gpumux/internal/quantity"
 	"github.com/gpumux/gpumux/internal/syncbuf"
 	"github.com/gpumux/gpumux/internal/tlstest"
 	"github.com/gpumux/gpumux/internal/version"
 	"github.com/gpumux/gpumux/remote/pool"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
-	"github.com/gpumux/gpumux/share"
 )
 
 func shortDir(t *testing.T) string {
@@ -79,7 +79,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--unix", sock, "--insecure-no-auth", "--log-level", "loud"}, 2, `--log-level "loud"`},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-memory", "lots"}, 2, `--fake-memory "lots"`},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-memory", "99999999Ti"}, 2, `--fake-memory "99999999Ti": too large`},
-		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-memory", "16G"}, 2, `--fake-memory "16G": unit "G" is ambiguous (want ` + share.QuantityRule + ")"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-memory", "16G"}, 2, `--fake-memory "16G": unit "G" is ambiguous (want ` + quantity.Rule + ")"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--fake-devices", "2"}, 2, `--fake-devices applies only to --backend fake, not "cuda"`},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--fake-uuids", "GPU-0a1b2c3d-4e5f-4a6b-8c7d-0123456789ab"}, 2, `--fake-uuids applies only to --backend fake, not "cuda"`},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--backend", "fake", "--fake-uuids", "GPU-1"}, 2, `--fake-uuids "GPU-1": fakecuda: UUID "GPU-1": want GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`},

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/remote/pool"
 	"github.com/gpumux/gpumux/remote/server"
 )
@@ -63,18 +62,18 @@ func poolTargets(secret []byte, d discovery, log *slog.Logger) (func(context.Con
 	cfg := pool.Config{
 		Discover:     true,
 		Service:      d.service,
-		Namespace:    cmp.Or(d.namespace, os.Getenv("NOMAD_NAMESPACE"), nodeconfig.DefaultNomadNamespace),
-		NomadAddr:    cmp.Or(d.addr, os.Getenv("NOMAD_ADDR"), nodeconfig.DefaultNomadAddr),
+		Namespace:    cmp.Or(d.namespace, os.Getenv("NOMAD_NAMESPACE"), pool.DefaultNomadNamespace),
+		NomadAddr:    cmp.Or(d.addr, os.Getenv("NOMAD_ADDR"), pool.DefaultNomadAddr),
 		NomadToken:   os.Getenv("NOMAD_TOKEN"),
 		ExcludeAlloc: os.Getenv("NOMAD_ALLOC_ID"),
 		Secret:       secret,
 		Identity:     "gpumux-remoted/drain",
 	}
 	if u, err := url.Parse(cfg.NomadAddr); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--nomad-addr %q: want the Nomad agent's HTTP address, e.g. %s", cfg.NomadAddr, nodeconfig.DefaultNomadAddr)
+		return nil, fmt.Errorf("--nomad-addr %q: want the Nomad agent's HTTP address, e.g. %s", cfg.NomadAddr, pool.DefaultNomadAddr)
 	}
 	if d.service == "" {
-		return nil, fmt.Errorf("--nomad-service: empty; the pool's servers register %q by default", nodeconfig.DefaultRemoteService)
+		return nil, fmt.Errorf("--nomad-service: empty; the pool's servers register %q by default", pool.DefaultService)
 	}
 	if d.tokenFile != "" {
 		b, err := os.ReadFile(d.tokenFile)

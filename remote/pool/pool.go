@@ -20,7 +20,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -37,14 +36,23 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
-	"github.com/gpumux/gpumux/share"
 )
 
 // DefaultTimeout bounds the Nomad query and the probe of each server.
 const DefaultTimeout = 5 * time.Second
+
+// Defaults of discovery through Nomad, for the node config's remote block
+// and gpumux-remoted's --drain-to pool alike.
+const (
+	// DefaultService is the Nomad service the pool's servers register.
+	DefaultService = "gpumux-remote"
+	// DefaultNomadAddr is the Nomad agent's HTTP API on the local host.
+	DefaultNomadAddr = "http://127.0.0.1:4646"
+	// DefaultNomadNamespace is the namespace of the service.
+	DefaultNomadNamespace = "default"
+)
 
 // ProbeTTL is the lifetime of a probe's token: long enough for one probe,
 // too short to be worth stealing. A probe token has no memory quota (the
@@ -79,12 +87,6 @@ type GPU struct {
 	CUDA string
 }
 
-// Share returns the GPU as the share model takes it.
-func (g GPU) Share() share.RemoteGPU {
-	return share.RemoteGPU{Addr: g.Addr, Index: g.Index, UUID: g.UUID, Model: g.Name, MemoryMiB: g.MemoryMiB,
-		SMCount: g.SMs, ComputeCapability: g.CC, CUDAVersion: g.CUDA}
-}
-
 // Config says where the pool's servers are and how to talk to them.
 type Config struct {
 	// Servers are static addresses: "host:port" or "unix:/path".
@@ -115,55 +117,6 @@ type Config struct {
 	TLS *tls.Config
 }
 
-// FromNodeConfig reads the files a node config's remote block names (the
-// pool secret, the Nomad ACL token) into a Config.
-func FromNodeConfig(r *nodeconfig.Remote) (Config, error) {
-	secret, err := token.ReadSecret(r.TokenFile)
-	if err != nil {
-		return Config{}, fmt.Errorf("remote block: token_file: %w", err)
-	}
-	cfg := Config{
-		Servers: r.Servers, Discover: r.Discover, Service: r.Service, Namespace: r.NomadNamespace,
-		NomadAddr: r.NomadAddr, Secret: secret,
-	}
-	if cfg.TLS, err = TLSConfig(r); err != nil {
-		return Config{}, err
-	}
-	if r.Discover && r.NomadTokenFile != "" {
-		b, err := os.ReadFile(r.NomadTokenFile)
-		if err != nil {
-			return Config{}, fmt.Errorf("remote block: nomad_token_file: %w", err)
-		}
-		cfg.NomadToken = strings.TrimSpace(string(b))
-	}
-	return cfg, nil
-}
-
-// TLSConfig is the TLS client configuration of a remote block's tls_*
-// settings, or nil without tls_ca_file. Errors name the setting.
-func TLSConfig(r *nodeconfig.Remote) (*tls.Config, error) {
-	if r.TLSCAFile == "" {
-		return nil, nil
-	}
-	pem, err := os.ReadFile(r.TLSCAFile)
-	if err != nil {
-		return nil, fmt.Errorf("remote block: tls_ca_file: %w", err)
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("remote block: tls_ca_file = %q: no PEM certificate in it", r.TLSCAFile)
-	}
-	c := &tls.Config{RootCAs: roots, ServerName: r.TLSServerName, MinVersion: tls.VersionTLS12}
-	if r.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(r.TLSCertFile, r.TLSKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("remote block: tls_cert_file and tls_key_file: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
-}
-
 // Pool finds servers and probes them.
 type Pool struct {
 	cfg Config
@@ -175,7 +128,7 @@ func New(cfg Config) (*Pool, error) {
 		return nil, fmt.Errorf("pool secret of %d bytes, want at least %d", len(cfg.Secret), token.MinSecret)
 	}
 	for _, s := range cfg.Servers {
-		if err := nodeconfig.CheckServerAddr(s); err != nil {
+		if err := CheckServerAddr(s); err != nil {
 			return nil, fmt.Errorf("server %q: %w", s, err)
 		}
 	}
@@ -184,7 +137,7 @@ func New(cfg Config) (*Pool, error) {
 			return nil, errors.New("discovery needs a service name and a Nomad address")
 		}
 		if cfg.Namespace == "" {
-			cfg.Namespace = nodeconfig.DefaultNomadNamespace
+			cfg.Namespace = DefaultNomadNamespace
 		}
 	}
 	if cfg.Timeout <= 0 {
@@ -341,6 +294,25 @@ func (p *Pool) Discover(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// CheckServerAddr checks a gpumux-remoted address: "host:port" (a port from
+// 1 to 65535) or "unix:/absolute/path".
+func CheckServerAddr(s string) error {
+	if p, ok := strings.CutPrefix(s, "unix:"); ok {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("want unix:/absolute/path")
+		}
+		return nil
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || host == "" {
+		return fmt.Errorf(`want host:port (e.g. "10.0.0.5:7070") or unix:/path`)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q: want 1 to 65535", port)
+	}
+	return nil
+}
+
 // network splits an address into what net.Dial takes.
 func network(addr string) (string, string) {
 	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
@@ -488,11 +460,11 @@ func randomID(prefix string) (string, error) {
 }
 
 // Grant mints the token of one reservation of quotaMiB of device memory on
-// GPU g, valid for ttl: a new random ID (so that the server counts the
-// reservation's connections, and only them, against its quota) prefixed
-// with who granted it ("nomad", "runtime"), the quota in bytes and the GPU's
-// index on its server.
-func Grant(secret []byte, by string, g share.RemoteGPU, quotaMiB uint64, ttl time.Duration) (string, error) {
+// the GPU whose index on its server is device (GPU.Index), valid for ttl: a
+// new random ID (so that the server counts the reservation's connections,
+// and only them, against its quota) prefixed with who granted it ("nomad",
+// "runtime"), the quota in bytes and the device index.
+func Grant(secret []byte, by string, device int, quotaMiB uint64, ttl time.Duration) (string, error) {
 	if quotaMiB == 0 {
 		return "", errors.New("a reservation's token needs a memory quota (0 would mean none)")
 	}
@@ -500,7 +472,7 @@ func Grant(secret []byte, by string, g share.RemoteGPU, quotaMiB uint64, ttl tim
 	if err != nil {
 		return "", err
 	}
-	return token.Mint(secret, token.Claims{ID: id, Quota: quotaMiB << 20, Device: g.Index, Expires: time.Now().Add(ttl)})
+	return token.Mint(secret, token.Claims{ID: id, Quota: quotaMiB << 20, Device: device, Expires: time.Now().Add(ttl)})
 }
 
 // InterposerLib is the interposer's file name in a node's interposer_dir:

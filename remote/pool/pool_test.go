@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/pool"
 	"github.com/gpumux/gpumux/remote/pool/pooltest"
@@ -269,8 +268,8 @@ func TestGrantIsEnforcedByTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := gpus[1].Share()
-	tok, err := pool.Grant(secret, "nomad", g, 1024, time.Hour)
+	g := gpus[1]
+	tok, err := pool.Grant(secret, "nomad", g.Index, 1024, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,10 +280,10 @@ func TestGrantIsEnforcedByTheServer(t *testing.T) {
 	if c.Quota != 1<<30 || c.Device != 1 || !regexp.MustCompile(`^nomad-[0-9a-f]{32}$`).MatchString(c.ID) || c.Expires.Before(time.Now().Add(59*time.Minute)) {
 		t.Errorf("claims %+v", c)
 	}
-	if again, _ := pool.Grant(secret, "nomad", g, 1024, time.Hour); again == tok {
+	if again, _ := pool.Grant(secret, "nomad", g.Index, 1024, time.Hour); again == tok {
 		t.Error("two grants made the same token")
 	}
-	if _, err := pool.Grant(secret, "nomad", g, 0, time.Hour); err == nil {
+	if _, err := pool.Grant(secret, "nomad", g.Index, 0, time.Hour); err == nil {
 		t.Error("a grant without a quota")
 	}
 
@@ -320,29 +319,9 @@ func TestGrantIsEnforcedByTheServer(t *testing.T) {
 	}
 }
 
-func TestFromNodeConfig(t *testing.T) {
-	dir := t.TempDir()
-	key := filepath.Join(dir, "remote.key")
-	nomadTok := filepath.Join(dir, "nomad.token")
-	os.WriteFile(key, append(secret, '\n'), 0o600)
-	os.WriteFile(nomadTok, []byte(" acl-token \n"), 0o600)
-	r := &nodeconfig.Remote{Servers: []string{"10.0.0.5:7070"}, Discover: true, Service: "gpumux-remote", NomadAddr: "http://127.0.0.1:4646",
-		NomadNamespace: "gpu", NomadTokenFile: nomadTok, TokenFile: key}
-	cfg, err := pool.FromNodeConfig(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(cfg.Secret) != string(secret) || cfg.NomadToken != "acl-token" || cfg.Namespace != "gpu" || !cfg.Discover || len(cfg.Servers) != 1 {
-		t.Errorf("config %+v", cfg)
-	}
-	os.Chmod(key, 0o644)
-	if _, err := pool.FromNodeConfig(r); err == nil || !strings.Contains(err.Error(), "remote block: token_file: ") || !strings.Contains(err.Error(), "chmod 600") {
-		t.Errorf("a secret others can read: %v", err)
-	}
-	r.TokenFile = filepath.Join(dir, "missing")
-	if _, err := pool.FromNodeConfig(r); err == nil || !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("a missing secret: %v", err)
-	}
+// TestNewChecksConfig: New refuses a short secret and a malformed server
+// address.
+func TestNewChecksConfig(t *testing.T) {
 	if _, err := pool.New(pool.Config{Secret: []byte("short")}); err == nil {
 		t.Error("a short secret was accepted")
 	}

@@ -1,4 +1,4 @@
-package share
+package quantity
 
 import (
 	"fmt"
@@ -40,32 +40,32 @@ func TestParseBytesErrors(t *testing.T) {
 	for _, tt := range []struct {
 		in, want string // want: the whole error
 	}{
-		{"", `not a memory quantity (want ` + QuantityRule + `)`},
-		{"16", `a unit is needed (want ` + QuantityRule + `)`},
-		{"16G", `unit "G" is ambiguous (want ` + QuantityRule + `)`},
-		{"16g", `unit "g" is ambiguous (want ` + QuantityRule + `)`},
-		{"80GB", `unit "GB" is ambiguous (want ` + QuantityRule + `)`},
-		{"512MB", `unit "MB" is ambiguous (want ` + QuantityRule + `)`},
-		{"512M", `unit "M" is ambiguous (want ` + QuantityRule + `)`},
-		{"4K", `unit "K" is ambiguous (want ` + QuantityRule + `)`},
-		{"4kB", `unit "kB" is ambiguous (want ` + QuantityRule + `)`},
-		{"1T", `unit "T" is ambiguous (want ` + QuantityRule + `)`},
-		{"1073741824B", `unit "B" has no binary prefix (want ` + QuantityRule + `)`},
-		{"16Pi", `unknown unit "Pi" (want ` + QuantityRule + `)`},
-		{"16Gib5", `not a memory quantity (want ` + QuantityRule + `)`},
-		{"16" + strings.Repeat("x", 100), `unknown unit "xxxxxxxxxxxxxxxx…" (want ` + QuantityRule + `)`},
-		{"1.5Gi", `not a memory quantity (want ` + QuantityRule + `)`},
-		{"-1Gi", `not a memory quantity (want ` + QuantityRule + `)`},
-		{"+1Gi", `not a memory quantity (want ` + QuantityRule + `)`},
-		{" 1Gi", `not a memory quantity (want ` + QuantityRule + `)`},
-		{"1Gi ", `not a memory quantity (want ` + QuantityRule + `)`},
-		{"Gi", `not a memory quantity (want ` + QuantityRule + `)`},
-		{"1_000Gi", `not a memory quantity (want ` + QuantityRule + `)`},
-		{"0x10Gi", `not a memory quantity (want ` + QuantityRule + `)`},
-		{"99999999999999999999Ti", `too large (want ` + QuantityRule + `)`},
-		{"18446744073709551615Ti", `too large (want ` + QuantityRule + `)`},
-		{"16777216Ti", `too large (want ` + QuantityRule + `)`},
-		{"18014398509481984Ki", `too large (want ` + QuantityRule + `)`},
+		{"", `not a memory quantity (want ` + Rule + `)`},
+		{"16", `a unit is needed (want ` + Rule + `)`},
+		{"16G", `unit "G" is ambiguous (want ` + Rule + `)`},
+		{"16g", `unit "g" is ambiguous (want ` + Rule + `)`},
+		{"80GB", `unit "GB" is ambiguous (want ` + Rule + `)`},
+		{"512MB", `unit "MB" is ambiguous (want ` + Rule + `)`},
+		{"512M", `unit "M" is ambiguous (want ` + Rule + `)`},
+		{"4K", `unit "K" is ambiguous (want ` + Rule + `)`},
+		{"4kB", `unit "kB" is ambiguous (want ` + Rule + `)`},
+		{"1T", `unit "T" is ambiguous (want ` + Rule + `)`},
+		{"1073741824B", `unit "B" has no binary prefix (want ` + Rule + `)`},
+		{"16Pi", `unknown unit "Pi" (want ` + Rule + `)`},
+		{"16Gib5", `not a memory quantity (want ` + Rule + `)`},
+		{"16" + strings.Repeat("x", 100), `unknown unit "xxxxxxxxxxxxxxxx…" (want ` + Rule + `)`},
+		{"1.5Gi", `not a memory quantity (want ` + Rule + `)`},
+		{"-1Gi", `not a memory quantity (want ` + Rule + `)`},
+		{"+1Gi", `not a memory quantity (want ` + Rule + `)`},
+		{" 1Gi", `not a memory quantity (want ` + Rule + `)`},
+		{"1Gi ", `not a memory quantity (want ` + Rule + `)`},
+		{"Gi", `not a memory quantity (want ` + Rule + `)`},
+		{"1_000Gi", `not a memory quantity (want ` + Rule + `)`},
+		{"0x10Gi", `not a memory quantity (want ` + Rule + `)`},
+		{"99999999999999999999Ti", `too large (want ` + Rule + `)`},
+		{"18446744073709551615Ti", `too large (want ` + Rule + `)`},
+		{"16777216Ti", `too large (want ` + Rule + `)`},
+		{"18014398509481984Ki", `too large (want ` + Rule + `)`},
 	} {
 		got, err := ParseBytes(tt.in)
 		if err == nil || err.Error() != tt.want || got != 0 {
@@ -88,9 +88,9 @@ func TestParseMiB(t *testing.T) {
 		{in: "16777215Ti", want: 16777215 << 20},
 		{in: "1536Ki", err: "not a whole number of MiB (want a multiple of 1024Ki, or a unit of Mi, Gi or Ti)"},
 		{in: "1Ki", err: "not a whole number of MiB (want a multiple of 1024Ki, or a unit of Mi, Gi or Ti)"},
-		{in: "16G", err: `unit "G" is ambiguous (want ` + QuantityRule + `)`},
+		{in: "16G", err: `unit "G" is ambiguous (want ` + Rule + `)`},
 		// MiB that would fit in 64 bits, but not their bytes.
-		{in: "17592186044416Mi", err: `too large (want ` + QuantityRule + `)`},
+		{in: "17592186044416Mi", err: `too large (want ` + Rule + `)`},
 	} {
 		got, err := ParseMiB(tt.in)
 		switch {
@@ -105,7 +105,7 @@ func TestParseMiB(t *testing.T) {
 // FuzzParseQuantity checks ParseBytes and ParseMiB against a second reading of
 // the rule done with big integers: what they accept is exactly a whole number,
 // spaces, and a unit Ki, Mi, Gi or Ti with an optional B in any case, whose
-// bytes fit in 64 bits; every other error quotes QuantityRule; and ParseMiB is
+// bytes fit in 64 bits; every other error quotes Rule; and ParseMiB is
 // ParseBytes in whole MiB.
 func FuzzParseQuantity(f *testing.F) {
 	for _, s := range []string{"16Gi", "16 GiB", "512mib", "1536Ki", "16G", "80GB", "16", "1.5Gi", "-1Gi",
@@ -136,7 +136,7 @@ func FuzzParseQuantity(f *testing.F) {
 			t.Fatalf("ParseBytes(%q) = %d, want %s", s, b, want)
 		case err != nil && fits:
 			t.Fatalf("ParseBytes(%q): %v, but the rule takes it as %s bytes", s, err, want)
-		case err != nil && (b != 0 || !strings.HasSuffix(err.Error(), "(want "+QuantityRule+")")):
+		case err != nil && (b != 0 || !strings.HasSuffix(err.Error(), "(want "+Rule+")")):
 			t.Fatalf("ParseBytes(%q) = %d, %v: want 0 and an error quoting the rule", s, b, err)
 		}
 

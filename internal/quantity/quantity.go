@@ -1,4 +1,4 @@
-package share
+package quantity
 
 import (
 	"errors"
@@ -8,15 +8,15 @@ import (
 	"strings"
 )
 
-// QuantityRule is the one rule for memory quantities that gpumux reads from
+// Rule is the one rule for memory quantities that gpumux reads from
 // people (annotations, environment variables, flags), quoted in every error
 // and every --help that takes one.
-const QuantityRule = "a whole number with a binary unit: Ki, Mi, Gi or Ti, optionally followed by B (16Gi, 16GiB, 512Mi, 16 GiB); " +
+const Rule = "a whole number with a binary unit: Ki, Mi, Gi or Ti, optionally followed by B (16Gi, 16GiB, 512Mi, 16 GiB); " +
 	"bare numbers and decimal units (M, G, MB, GB) are refused as ambiguous"
 
 var quantityPattern = regexp.MustCompile(`^([0-9]+) *([A-Za-z]*)$`)
 
-// ParseBytes parses a memory quantity into bytes, by QuantityRule: a whole
+// ParseBytes parses a memory quantity into bytes, by Rule: a whole
 // number with a binary unit, Ki, Mi, Gi or Ti (1024-based), optionally
 // followed by B, case-insensitive, optionally after spaces: 16Gi, 16GiB,
 // 512Mi, 16 GiB, 4kib. Bare numbers and decimal units (16, 16G, 16GB, 512M,
@@ -24,16 +24,16 @@ var quantityPattern = regexp.MustCompile(`^([0-9]+) *([A-Za-z]*)$`)
 // H100 "80GB" has less than 80 GiB. So is a bare B ("512B"). The bytes must
 // fit in 64 bits. 0 is a quantity: callers that need more refuse it.
 //
-// The error names what is wrong and quotes QuantityRule; it does not repeat
+// The error names what is wrong and quotes Rule; it does not repeat
 // s, which the caller names with the field it came from.
 func ParseBytes(s string) (uint64, error) {
 	m := quantityPattern.FindStringSubmatch(s)
 	if m == nil {
-		return 0, fmt.Errorf("not a memory quantity (want %s)", QuantityRule)
+		return 0, fmt.Errorf("not a memory quantity (want %s)", Rule)
 	}
 	digits, unit := m[1], m[2]
 	if unit == "" {
-		return 0, fmt.Errorf("a unit is needed (want %s)", QuantityRule)
+		return 0, fmt.Errorf("a unit is needed (want %s)", Rule)
 	}
 	var shift uint
 	switch prefix := strings.ToLower(strings.TrimSuffix(strings.TrimSuffix(unit, "B"), "b")); prefix {
@@ -46,18 +46,18 @@ func ParseBytes(s string) (uint64, error) {
 	case "ti":
 		shift = 40
 	case "k", "m", "g", "t":
-		return 0, fmt.Errorf("unit %q is ambiguous (want %s)", unit, QuantityRule)
+		return 0, fmt.Errorf("unit %q is ambiguous (want %s)", unit, Rule)
 	case "":
-		return 0, fmt.Errorf("unit %q has no binary prefix (want %s)", unit, QuantityRule)
+		return 0, fmt.Errorf("unit %q has no binary prefix (want %s)", unit, Rule)
 	default:
 		if len(unit) > 16 {
 			unit = unit[:16] + "…"
 		}
-		return 0, fmt.Errorf("unknown unit %q (want %s)", unit, QuantityRule)
+		return 0, fmt.Errorf("unknown unit %q (want %s)", unit, Rule)
 	}
 	n, err := strconv.ParseUint(digits, 10, 64)
 	if err != nil || n > (1<<64-1)>>shift {
-		return 0, fmt.Errorf("too large (want %s)", QuantityRule)
+		return 0, fmt.Errorf("too large (want %s)", Rule)
 	}
 	return n << shift, nil
 }
