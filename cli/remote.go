@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpumux/gpumux/internal/quantity"
 	"github.com/gpumux/gpumux/remote/control"
+	"github.com/gpumux/gpumux/remote/pool"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
 )
@@ -63,14 +64,15 @@ where it was), 2 bad flags.`, func(ctx context.Context) int { return runRemoteMi
 	fs.StringVar(&m.tenant, "tenant", "", "move every session of this token `ID` instead")
 	fs.StringVar(&m.secretFile, "secret-file", "", "the pool secret `FILE` (mode 0600); required")
 	fs.DurationVar(&m.timeout, "timeout", 10*time.Minute, "how long to wait for the sessions' next calls and their transfer")
+	fs.StringVar(&m.tlsCA, "tls-ca-file", "", "reach --from over TLS, trusting the CA certificates in this `FILE` (PEM); the servers need their own --tls-ca-file to reach each other")
 	return group("remote", "a pool secret for remote GPUs, a token for gpumux-remoted, live migration", secret, tok, mig)
 }
 
 // remoteMigrateOptions are gpumux remote migrate's flags.
 type remoteMigrateOptions struct {
-	from, to, tenant, secretFile string
-	session                      uint64
-	timeout                      time.Duration
+	from, to, tenant, secretFile, tlsCA string
+	session                             uint64
+	timeout                             time.Duration
 }
 
 func runRemoteMigrate(ctx context.Context, o *remoteMigrateOptions, stdout, stderr io.Writer) int {
@@ -90,10 +92,19 @@ func runRemoteMigrate(ctx context.Context, o *remoteMigrateOptions, stdout, stde
 		fmt.Fprintf(stderr, "gpumux remote migrate: %v\n", err)
 		return ExitError
 	}
+	var opts []control.Option
+	if o.tlsCA != "" {
+		cfg, err := pool.ClientTLS(o.tlsCA, "")
+		if err != nil {
+			fmt.Fprintf(stderr, "gpumux remote migrate: --tls-ca-file: %v\n", err)
+			return ExitUsage
+		}
+		opts = append(opts, control.WithTLS(cfg))
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	cc, err := control.Dial(ctx, o.from, secret,
-		proto.Control{Kind: proto.ControlMigrate, Session: o.session, Tenant: o.tenant, Target: o.to})
+		proto.Control{Kind: proto.ControlMigrate, Session: o.session, Tenant: o.tenant, Target: o.to}, opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpumux remote migrate: %v\n", err)
 		return ExitError

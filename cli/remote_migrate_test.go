@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumux/gpumux/internal/tlstest"
 	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/server"
@@ -50,6 +51,7 @@ func TestRemoteMigrate(t *testing.T) {
 	if err := os.WriteFile(otherKey, []byte("another pool's secret, 32 bytes"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	caFile := tlstest.NewCA(t, dir, "ca").CertFile
 	a, b := migratingServer(t, secret), migratingServer(t, secret)
 	tok, err := token.Mint(secret, token.Claims{ID: "job", Quota: 64 << 20, Expires: time.Now().Add(time.Hour)})
 	if err != nil {
@@ -75,6 +77,8 @@ func TestRemoteMigrate(t *testing.T) {
 		{"both a session and a tenant", []string{"--from", a, "--to", b, "--session", "1", "--tenant", "job", "--secret-file", keyFile}, ExitUsage, "one of --session and --tenant"},
 		{"another pool's secret", []string{"--from", a, "--to", b, "--tenant", "job", "--secret-file", otherKey}, ExitError, "CUDA_ERROR_NOT_PERMITTED"},
 		{"no such tenant", []string{"--from", a, "--to", b, "--tenant", "nobody", "--secret-file", keyFile}, ExitError, "no session"},
+		{"a CA file without certificates", []string{"--from", a, "--to", b, "--tenant", "job", "--secret-file", keyFile, "--tls-ca-file", keyFile}, ExitUsage, "--tls-ca-file: " + keyFile + ": no PEM certificate in it"},
+		{"TLS to a server in clear", []string{"--from", a, "--to", b, "--tenant", "job", "--secret-file", keyFile, "--tls-ca-file", caFile}, ExitError, "TLS with " + a},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer

@@ -2,7 +2,6 @@ package remote
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"os"
 	"strings"
@@ -43,15 +42,10 @@ func tlsConfig(r *nodeconfig.Remote) (*tls.Config, error) {
 	if r.TLSCAFile == "" {
 		return nil, nil
 	}
-	pem, err := os.ReadFile(r.TLSCAFile)
+	c, err := pool.ClientTLS(r.TLSCAFile, r.TLSServerName)
 	if err != nil {
 		return nil, fmt.Errorf("remote block: tls_ca_file: %w", err)
 	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("remote block: tls_ca_file = %q: no PEM certificate in it", r.TLSCAFile)
-	}
-	c := &tls.Config{RootCAs: roots, ServerName: r.TLSServerName, MinVersion: tls.VersionTLS12}
 	if r.TLSCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(r.TLSCertFile, r.TLSKeyFile)
 		if err != nil {

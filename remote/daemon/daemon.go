@@ -8,6 +8,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -133,6 +134,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		tlsCert     = fs.String("tls-cert-file", "", "serve --listen over TLS with this certificate `file` (PEM, the chain leaf first); reloaded when it changes and on SIGHUP")
 		tlsKey      = fs.String("tls-key-file", "", "the `file` holding --tls-cert-file's private key (PEM)")
 		tlsClientCA = fs.String("tls-client-ca-file", "", "mutual TLS: accept only clients whose certificate a CA in this `file` (PEM) signed")
+		tlsCA       = fs.String("tls-ca-file", "", "trust the CA certificates in this `file` (PEM) when connecting to the other servers of the pool over TLS (a migration's target, --drain-to pool's probes), checking the host of each address; without it those connections are in clear")
 		migratable  = fs.Bool("migratable", false, "let sessions move to another server of the pool and come from one (gpumux remote migrate): every cuMemAlloc is backed by virtual memory the target can place at the same addresses; needs --tenant-processes=false")
 		drainTo     = fs.String("drain-to", "", "on SIGTERM, move every session to the server at `ADDR` (host:port or unix:PATH, of this pool), or with \"pool\" to other servers of the pool found through Nomad (--nomad-*), before exiting; implies --migratable")
 		nomadAddr   = fs.String("nomad-addr", "", "--drain-to pool: the Nomad agent's HTTP API `URL` (default $NOMAD_ADDR, else "+pool.DefaultNomadAddr+")")
@@ -235,6 +237,16 @@ Flags:
 	if *tlsCert != "" && *listen == "" && !*worker {
 		return usageError{errors.New("--tls-cert-file applies to --listen (a unix socket needs no TLS)")}
 	}
+	var poolTLS *tls.Config
+	if *tlsCA != "" {
+		if !*migratable && *drainTo == "" {
+			return usageError{errors.New("--tls-ca-file applies to --migratable and --drain-to (the connections to the pool's other servers)")}
+		}
+		var err error
+		if poolTLS, err = pool.ClientTLS(*tlsCA, ""); err != nil {
+			return usageError{fmt.Errorf("--tls-ca-file: %w", err)}
+		}
+	}
 	if *busyPoll < 0 || *busyPoll > server.MaxBusyPoll {
 		return usageError{fmt.Errorf("--busy-poll %v: want 0 to %v", *busyPoll, server.MaxBusyPoll)}
 	}
@@ -266,7 +278,7 @@ Flags:
 		}
 		opts = append(opts, server.WithSecret(secret))
 		if *drainTo == "pool" {
-			if targets, err = poolTargets(secret, discovery{addr: *nomadAddr, service: *nomadSvc, namespace: *nomadNS, tokenFile: *nomadToken, self: *listen}, log); err != nil {
+			if targets, err = poolTargets(secret, discovery{addr: *nomadAddr, service: *nomadSvc, namespace: *nomadNS, tokenFile: *nomadToken, self: *listen, tls: poolTLS}, log); err != nil {
 				return usageError{err}
 			}
 		}
@@ -328,7 +340,7 @@ Flags:
 		fmt.Fprintln(stderr, "gpumux-remoted: WARNING: --listen without --tls-cert-file: tokens and CUDA data cross the network in clear; anyone on the path can read them and use the tokens. Serve TLS, or listen on loopback or --unix only.")
 	}
 	if *migratable || *drainTo != "" {
-		opts = append(opts, server.WithMigration())
+		opts = append(opts, server.WithMigration(), server.WithPoolTLS(poolTLS))
 	}
 	srv := server.New(be, opts...)
 	var runs []func(context.Context) error

@@ -100,6 +100,8 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--unix", sock, "--insecure-no-auth", "--migratable"}, 2, "--migratable and --drain-to need --tenant-processes=false"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--tenant-processes=false", "--drain-to", "pool"}, 2, "--drain-to pool needs --token-file"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--nomad-addr", "http://10.0.0.1:4646"}, 2, "--nomad-addr applies only to --drain-to pool"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--tls-ca-file", open}, 2, "--tls-ca-file applies to --migratable and --drain-to"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--tenant-processes=false", "--migratable", "--tls-ca-file", open}, 2, "--tls-ca-file: " + open + ": no PEM certificate in it"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--tenant-processes=false", "--drain-to", "127.0.0.1:1", "--nomad-service", "x"}, 2, "--nomad-service applies only to --drain-to pool"},
 		{slices.Concat(poolArgs, []string{"--nomad-addr", "10.0.0.1:4646"}), 2, `--nomad-addr "10.0.0.1:4646": want the Nomad agent's HTTP address, e.g. http://127.0.0.1:4646`},
 		{slices.Concat(poolArgs, []string{"--nomad-service", ""}), 2, `--nomad-service: empty`},

@@ -3,6 +3,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -52,6 +53,7 @@ type discovery struct {
 	addr, service, namespace, tokenFile string
 	// self is this server's --listen address, left out of the targets.
 	self string
+	tls  *tls.Config // --tls-ca-file's, for the probes
 }
 
 // poolTargets checks the discovery flags and returns what finds the
@@ -67,6 +69,7 @@ func poolTargets(secret []byte, d discovery, log *slog.Logger) (func(context.Con
 		NomadToken:   os.Getenv("NOMAD_TOKEN"),
 		ExcludeAlloc: os.Getenv("NOMAD_ALLOC_ID"),
 		Secret:       secret,
+		TLS:          d.tls,
 		Identity:     "gpumux-remoted/drain",
 	}
 	if u, err := url.Parse(cfg.NomadAddr); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -20,6 +20,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -115,6 +116,33 @@ type Config struct {
 	// RootCAs, checking its ServerName or else the host of each address,
 	// with its Certificates for mutual TLS. Unix sockets stay plain.
 	TLS *tls.Config
+}
+
+// ErrNoCerts: a CA file holds no PEM certificate.
+var ErrNoCerts = errors.New("no PEM certificate in it")
+
+// ReadCAs reads the PEM certificates of file into a pool of CAs to trust.
+func ReadCAs(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: %w", file, ErrNoCerts)
+	}
+	return roots, nil
+}
+
+// ClientTLS is how a client node or a server of the pool reaches servers
+// that serve TLS: trusting the CAs of caFile, checking serverName in every
+// certificate, or else the host of each address.
+func ClientTLS(caFile, serverName string) (*tls.Config, error) {
+	roots, err := ReadCAs(caFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}, nil
 }
 
 // Pool finds servers and probes them.

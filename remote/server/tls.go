@@ -2,7 +2,6 @@ package server
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpumux/gpumux/remote/pool"
 	"github.com/gpumux/gpumux/remote/proto"
 )
 
@@ -191,21 +191,15 @@ func readTLS(p TLSPaths) (*tls.Config, error) {
 		SessionTicketsDisabled:      true, // one long connection per process
 	}
 	if p.ClientCA != "" {
-		pem, err := os.ReadFile(p.ClientCA)
+		roots, err := pool.ReadCAs(p.ClientCA)
 		if err != nil {
 			return nil, fmt.Errorf("TLS client CA: %w", err)
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("TLS client CA %s: %w", p.ClientCA, errNoCerts)
-		}
-		cfg.ClientCAs = pool
+		cfg.ClientCAs = roots
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
 }
-
-var errNoCerts = errors.New("no PEM certificate in it")
 
 // tlsHandshake runs a connection's TLS handshake, under the deadline and
 // the bounds of its handshake (Server.handshake).
