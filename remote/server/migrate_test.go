@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumux/gpumux/remote/control"
 	"github.com/gpumux/gpumux/internal/tlstest"
+	"github.com/gpumux/gpumux/remote/control"
 	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/server"
