@@ -20,8 +20,13 @@ import (
 // replica, a time-slice replica's CDI device applied by containerd itself,
 // and a time-slice replica leased by gpumux agent's NRI plugin, all with
 // the limiter. The NRI plugin is connected for the whole run, so every
-// container, the baseline's too, passes through it. It reports runc's
-// milliseconds per container and each other way as a ratio to it:
+// container, the baseline's too, passes through it. Interleaved with them,
+// the time-slice replica's CDI device taken apart (cdiAblations: without
+// its hook, mounts, device nodes, env only, and other ways tried out:
+// cdi_ablation_e2e_test.go), applied by containerd with plain runc
+// ("cdi-no-hooks", ...). It reports runc's milliseconds per container and
+// each other way as a ratio to it (docs/benchmarks.md has runs of 10x and,
+// for the ablation, of 20x):
 //
 //	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench CRILifecycle -benchtime 10x -count 5 ./e2e/
 func BenchmarkCRILifecycle(b *testing.B) {
@@ -56,6 +61,14 @@ func BenchmarkCRILifecycle(b *testing.B) {
 		{"runtime-timeslice", gpumuxPod, ctrd.CRIOpts{Annotations: timeslice}},
 		{"cdi-timeslice", runcPod, ctrd.CRIOpts{CDIDevices: []string{dev}}},
 		{"nri-timeslice", runcPod, ctrd.CRIOpts{Annotations: timeslice}},
+	}
+	ablations := writeCDIAblations(b, filepath.Join(d.CDISpecDir, "gpumux.json"), dev, d.CDISpecDir)
+	for i, a := range cdiAblations {
+		variants = append(variants, struct {
+			name string
+			pod  *ctrd.Pod
+			opts ctrd.CRIOpts
+		}{"cdi-" + a.name, runcPod, ctrd.CRIOpts{CDIDevices: []string{ablations[i]}}})
 	}
 	var names []string
 	for _, v := range variants[1:] {
