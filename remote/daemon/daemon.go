@@ -151,7 +151,8 @@ gpumux-remoted serves a GPU's CUDA driver API to gpumux's interposer
 (libcuda.so.1 in containers on GPU-less nodes). Each tenant (token ID) runs
 in a worker process of its own; a client may touch only its own memory and
 objects, and the clients presenting one token share its memory quota. SIGINT or SIGTERM stops the
-server: every client is disconnected and everything it held is freed.
+server: every client is disconnected and everything it held is freed (with
+--drain-to, the sessions move to other servers of the pool first).
 --listen without --tls-cert-file sends tokens and data in clear; SIGHUP
 reloads the TLS files (docs/remote.md, "TLS"). --metrics-addr serves
 Prometheus metrics at /metrics and a health check at /healthz (200 "ok"
