@@ -127,10 +127,14 @@ func (s *session) windowFor(dev int32, want proto.DevPtr) (*window, proto.Result
 			bases = append(bases, proto.DevPtr(windowFirst+uint64(slot)*windowSize))
 		}
 	}
+	failed := proto.ErrAlreadyMapped
 	for _, base := range bases {
 		p, r := s.be.MemAddressReserve(windowSize, 0, base, 0)
 		if r != ok {
-			return nil, r
+			// Out of addresses where the driver would have put it
+			// instead: another base may still be free.
+			failed = r
+			continue
 		}
 		if p != base {
 			s.warn("cuMemAddressFree", s.be.MemAddressFree(p, windowSize))
@@ -143,7 +147,7 @@ func (s *session) windowFor(dev int32, want proto.DevPtr) (*window, proto.Result
 		s.windows[dev] = w
 		return w, ok
 	}
-	return nil, proto.ErrAlreadyMapped
+	return nil, failed
 }
 
 // freeWindows gives the session's windows back; what was mapped in them is
