@@ -89,6 +89,17 @@ func TestTokenOfSeveralGPUsRefused(t *testing.T) {
 	if got := e.srv.Admitted(); got["both"] != 10<<30 || got["one"] != 6<<30 {
 		t.Errorf("admitted %v", got)
 	}
+
+	// A pool's probe finds where the GPUs end with a token without a quota
+	// for the one past the last: refused as any other, logged at debug.
+	probeEnd := mint(t, testSecret, token.Claims{ID: "probe-x", Device: 2, Expires: time.Now().Add(time.Hour)})
+	refused(probeEnd, "the token names GPU 2, this server has 2")
+	if n := strings.Count(e.logs.String(), "level=DEBUG msg=\"handshake refused\""); n != 1 {
+		t.Errorf("%d refusals at debug level, want the probe's one:\n%s", n, e.logs.String())
+	}
+	if n := strings.Count(e.logs.String(), "level=WARN msg=\"handshake refused\""); n != 3 {
+		t.Errorf("%d refusals as warnings, want the 3 others:\n%s", n, e.logs.String())
+	}
 }
 
 // peers is a client of two devices with a primary context on each.

@@ -263,7 +263,11 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn, hs *handshaking) 
 		hello, claims, err = s.checkHello(conn, first)
 	}
 	if err != nil {
-		s.log.Warn("handshake refused", "conn", id, "peer", peer, "identity", clean(hello.Identity), "err", err)
+		level := slog.LevelWarn
+		if ng := (noSuchGPU{}); errors.As(err, &ng) && ng.probe {
+			level = slog.LevelDebug
+		}
+		s.log.Log(ctx, level, "handshake refused", "conn", id, "peer", peer, "identity", clean(hello.Identity), "err", err)
 		return
 	}
 	if s.tenantCmd != nil {
@@ -349,29 +353,28 @@ func (s *Server) checkHello(conn net.Conn, first firstFrame) (proto.Hello, token
 	h, p := first.h, first.p
 	conn.SetDeadline(time.Now().Add(s.handshakeTimeout))
 	defer conn.SetDeadline(time.Time{})
-	refuse := func(hello proto.Hello, why refusal, format string, args ...any) (proto.Hello, token.Claims, error) {
-		msg := fmt.Sprintf(format, args...)
-		s.refuse(conn, why, msg)
-		return hello, token.Claims{}, fmt.Errorf("%w: %s", errRefused, msg)
+	refuse := func(hello proto.Hello, why refusal, err error) (proto.Hello, token.Claims, error) {
+		s.refuse(conn, why, err.Error())
+		return hello, token.Claims{}, fmt.Errorf("%w: %w", errRefused, err)
 	}
 	if h.Op != proto.OpHello || h.Flags != 0 {
-		return refuse(proto.Hello{}, refusedMalformed, "the first frame must be the handshake, got op %d flags %#x", h.Op, h.Flags)
+		return refuse(proto.Hello{}, refusedMalformed, fmt.Errorf("the first frame must be the handshake, got op %d flags %#x", h.Op, h.Flags))
 	}
 	hello, err := proto.DecodeHello(p)
 	if err != nil {
-		return refuse(proto.Hello{}, refusedMalformed, "%v", err)
+		return refuse(proto.Hello{}, refusedMalformed, err)
 	}
 	claims, why, err := s.checkClient(hello)
 	if err != nil {
-		return refuse(hello, why, "%v", err)
+		return refuse(hello, why, err)
 	}
 	if why, err := s.login(claims); err != nil {
-		return refuse(hello, why, "%v", err)
+		return refuse(hello, why, err)
 	}
 	if dev, err := s.admit(claims); err != nil {
 		s.logout(claims.ID)
 		s.counts.admissions[dev].Add(1)
-		return refuse(hello, refusedAdmission, "%v", err)
+		return refuse(hello, refusedAdmission, err)
 	}
 	return hello, claims, nil
 }
@@ -396,12 +399,29 @@ func (s *Server) checkClient(hello proto.Hello) (token.Claims, refusal, error) {
 		}
 		return token.Claims{}, why, fmt.Errorf("token: %w", err)
 	}
-	for _, dev := range claims.Devices() {
-		if dev >= int(s.nDevices) {
-			return token.Claims{}, refusedNoSuchGPU, fmt.Errorf("the token names GPU %d, this server has %d", dev, s.nDevices)
+	devs := claims.Devices()
+	for _, dev := range devs {
+		if dev < int(s.nDevices) {
+			continue
 		}
+		probe := dev == int(s.nDevices) && len(devs) == 1 && claims.Quota == 0
+		return token.Claims{}, refusedNoSuchGPU, noSuchGPU{dev: dev, have: int(s.nDevices), probe: probe}
 	}
 	return claims, 0, nil
+}
+
+// noSuchGPU refuses a token naming a GPU the server does not have. probe:
+// a token without a quota for the GPU one past the last, which is how a
+// pool's probe (package pool) finds where a server's GPUs end at every
+// fingerprint period; its refusal is logged at debug level, not as a
+// warning.
+type noSuchGPU struct {
+	dev, have int
+	probe     bool
+}
+
+func (e noSuchGPU) Error() string {
+	return fmt.Sprintf("the token names GPU %d, this server has %d", e.dev, e.have)
 }
 
 // readRefusal classifies a failure to read the handshake.
