@@ -464,6 +464,18 @@ func TestDrainToPool(t *testing.T) {
 	t.Setenv("NOMAD_ALLOC_ID", "mine")
 	t.Setenv("NOMAD_NAMESPACE", "gpu")
 	t.Setenv("NOMAD_TOKEN", "acl")
+	// A server with no session stops at once, without asking Nomad.
+	idle, stopIdle := serveFake(t, "--listen", freeAddr(t), "--token-file", secretFile, "--backend", "fake", "--tenant-processes=false",
+		"--drain-to", "pool", "--nomad-addr", nomad.URL)
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(idle.String(), "msg=serving"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle server did not start:\n%s", idle.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code := stopIdle(); code != 0 || asked.Load() != 0 || !strings.Contains(idle.String(), "no session to move") {
+		t.Errorf("an idle server's drain: exit %d, Nomad asked %d times:\n%s", code, asked.Load(), idle.String())
+	}
 	stderrA, stopA := serveFake(t, "--listen", self, "--token-file", secretFile, "--backend", "fake", "--tenant-processes=false",
 		"--drain-to", "pool", "--nomad-addr", nomad.URL)
 	followDrain(t, self, secret, stopA, stderrA)

@@ -31,6 +31,10 @@ func drainThenStop(ctx context.Context, srv *server.Server, targets func(context
 		case <-ctx.Done():
 		}
 		defer stop()
+		if len(srv.Sessions()) == 0 {
+			log.Info("drained: no session to move")
+			return
+		}
 		dctx, cancel := context.WithTimeout(serving, drainTimeout)
 		defer cancel()
 		to, err := targets(dctx)
