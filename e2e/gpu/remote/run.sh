@@ -26,6 +26,8 @@
 #                                 # the environment reaches every run, local and remote alike:
 #                                 # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (virtual memory
 #                                 # management) or =backend:cudaMallocAsync (memory pools)
+#   e2e/gpu/remote/run.sh globals # where the driver puts a module global in fresh processes, per GPU,
+#                                 # with and without setarch -R (globaladdr.c; why migrations translate)
 #   e2e/gpu/remote/run.sh twogpu  # two GPUs through one server (twogpu.py, a token of --device 0,1):
 #                                 # check and dataparallel diffed with local; copy bandwidth
 #                                 # between the GPUs, local and through gpumux-remoted, side by side
@@ -298,6 +300,14 @@ if [[ $mode == cublas ]]; then
 	exit 0
 fi
 build
+if [[ $mode == globals ]]; then
+	cc -O2 -Wall -o "$work/globaladdr" e2e/gpu/remote/globaladdr.c -I"$cuda/include" -L"$cuda/lib64/stubs" -lcuda
+	for d in $(seq 0 $(($(nvidia-smi -L | grep -c '^GPU ') - 1))); do
+		for run in 1 2; do "$work/globaladdr" "$d" "$work/kernels.cubin"; done
+		for run in 1 2; do printf 'setarch -R: '; setarch "$(uname -m)" -R "$work/globaladdr" "$d" "$work/kernels.cubin"; done
+	done
+	exit 0
+fi
 if [[ $mode == steal ]]; then
 	echo "== one worker process per tenant (the default)"
 	start_server
@@ -358,7 +368,7 @@ bench)
 	for f in tcp unix; do echo "== plain socket $f"; cat "$out/sock.$f.txt"; done
 	;;
 *)
-	echo "usage: $0 check|bench|tls|rt|trace|steal|torch|cublas|corpus|twogpu" >&2
+	echo "usage: $0 check|bench|tls|rt|trace|steal|torch|cublas|corpus|twogpu|globals" >&2
 	exit 2
 	;;
 esac
