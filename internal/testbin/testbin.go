@@ -1,8 +1,3 @@
-// Package testbin builds gpumux's commands that tests run as separate
-// processes, once per test binary: the stand-in MPS control daemon.
-//
-//	func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }   // removes what was built
-//	bin := testbin.FakeMPS(t)
 package testbin
 
 import (
