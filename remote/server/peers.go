@@ -151,11 +151,7 @@ func (s *session) memOf(p proto.DevPtr, n uint64, cur *ctxState) (memPlace, prot
 		at.ctx = cur
 		return at, ok
 	}
-	for _, c := range s.ctxs {
-		if c.dev == at.dev && (at.ctx == nil || c.h < at.ctx.h) {
-			at.ctx = c
-		}
-	}
+	at.ctx = s.ctxOn(at.dev)
 	return at, ok
 }
 

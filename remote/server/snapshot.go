@@ -467,12 +467,13 @@ func (s *session) writeSnapshot(w io.Writer) error {
 // ctxOn returns the session's context (its first) on client device dev,
 // or nil.
 func (s *session) ctxOn(dev int32) *ctxState {
-	for _, h := range sortedHandles(s.ctxs) {
-		if c := s.ctxs[h]; c.dev == dev {
-			return c
+	var first *ctxState
+	for _, c := range s.ctxs {
+		if c.dev == dev && (first == nil || c.h < first.h) {
+			first = c
 		}
 	}
-	return nil
+	return first
 }
 
 // dumpMemory writes n bytes of device memory at p, of context h, to w.
