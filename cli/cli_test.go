@@ -14,6 +14,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpumux/gpumux/cli"
+	"github.com/gpumux/gpumux/gpu/driverfiles"
 	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/node/lease"
 )
@@ -202,18 +203,29 @@ gpu {
 		}
 		for _, d := range spec.Devices {
 			hooks := d.ContainerEdits.Hooks
-			if len(hooks) != 1 || hooks[0].HookName != "createContainer" || hooks[0].Path != tc.binary || strings.Join(hooks[0].Args, " ") != filepath.Base(tc.binary)+" hook update-ldcache "+lib {
+			if len(hooks) != 1 || hooks[0].HookName != "createContainer" || hooks[0].Path != tc.binary || strings.Join(hooks[0].Args, " ") != filepath.Base(tc.binary)+" hook update-ldcache "+driverfiles.ContainerLibDir {
 				t.Errorf("device %s: hooks %+v", d.Name, hooks)
 			}
 			found := false
 			for _, m := range d.ContainerEdits.Mounts {
-				found = found || m.ContainerPath == lib+"/libcuda.so.1" && slices.Contains(m.Options, "ro") && strings.HasPrefix(m.HostPath, filepath.Join(dir, "sim")+"/")
+				found = found || m.ContainerPath == driverfiles.ContainerDir && slices.Contains(m.Options, "ro") &&
+					sameFile(filepath.Join(m.HostPath, "lib64", "libcuda.so.1"), filepath.Join(dir, "sim", "dgxh200", "driver", lib, "libcuda.so.580.159.04"))
 			}
 			if !found {
-				t.Errorf("device %s has no read-only %s/libcuda.so.1 of the simulated driver", d.Name, lib)
+				t.Errorf("device %s has no read-only %s holding the simulated driver's libcuda.so.1", d.Name, driverfiles.ContainerDir)
 			}
 		}
 	}
+}
+
+// sameFile says whether a and b are one file, through links.
+func sameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
 }
 
 // stubLimiter returns a limiter_dir holding a stand-in for the limiter's

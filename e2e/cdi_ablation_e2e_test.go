@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gpumux/gpumux/gpu/driverfiles"
+	"github.com/gpumux/gpumux/gpu/sim"
 )
 
 // cdiAblationKind is the CDI kind of cdiAblations' devices.
@@ -61,6 +65,78 @@ var cdiAblations = []cdiAblation{
 		e["mounts"] = e["mounts"].([]any)[:1]
 	}},
 	{"tmpfs-mounts", tmpfsMounts},
+	{"file-mounts", fileMounts},
+}
+
+// fileMounts gives the driver's libraries as gpumux did before the staged
+// tree (and still does for Nomad reservations): the tree's mount at
+// /usr/local/nvidia replaced by a read-only bind of each of its library
+// files and links at the driver's library directory (libDir, in the
+// container), the hook and the limiter pointed there. The tree's files
+// are the driver's own (hard links), so the container gets the same
+// bytes; only the mounts differ.
+func fileMounts(t testing.TB, e map[string]any) {
+	t.Helper()
+	libDir := "/" + sim.LibDir()
+	mounts, _ := e["mounts"].([]any)
+	var out []any
+	for _, m := range mounts {
+		m := m.(map[string]any)
+		if m["containerPath"] != driverfiles.ContainerDir {
+			out = append(out, m)
+			continue
+		}
+		lib64 := filepath.Join(m["hostPath"].(string), "lib64")
+		entries, err := os.ReadDir(lib64)
+		if err != nil || len(entries) == 0 {
+			t.Fatalf("the staged tree's lib64: %v (%d entries)", err, len(entries))
+		}
+		for _, f := range entries {
+			host, err := filepath.EvalSymlinks(filepath.Join(lib64, f.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, map[string]any{"hostPath": host, "containerPath": filepath.Join(libDir, f.Name()), "type": "bind",
+				"options": []any{"rbind", "nosuid", "nodev", "ro"}})
+		}
+	}
+	if len(out) == len(mounts) {
+		t.Fatalf("the time-slice replica's CDI device has no mount at %s", driverfiles.ContainerDir)
+	}
+	e["mounts"] = out
+	retarget := func(v string) string { return strings.ReplaceAll(v, driverfiles.ContainerLibDir, libDir) }
+	hooks, _ := e["hooks"].([]any)
+	for _, h := range hooks {
+		args, _ := h.(map[string]any)["args"].([]any)
+		for i, a := range args {
+			args[i] = retarget(fmt.Sprint(a))
+		}
+	}
+	env, _ := e["env"].([]any)
+	for i, v := range env {
+		env[i] = retarget(fmt.Sprint(v))
+	}
+}
+
+// selectedCDIAblations are cdiAblations, or those GPUMUX_BENCH_ABLATIONS
+// names (comma-separated; "none" for none).
+func selectedCDIAblations(t testing.TB) []cdiAblation {
+	t.Helper()
+	only := os.Getenv("GPUMUX_BENCH_ABLATIONS")
+	if only == "" {
+		return cdiAblations
+	}
+	var out []cdiAblation
+	names := strings.Split(only, ",")
+	for _, a := range cdiAblations {
+		if slices.Contains(names, a.name) {
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 && only != "none" {
+		t.Fatalf("GPUMUX_BENCH_ABLATIONS=%s names none of the ablations", only)
+	}
+	return out
 }
 
 // tmpfsMounts puts a tmpfs on each container directory that receives the
@@ -128,8 +204,8 @@ func dirMounts(t testing.TB, e map[string]any) {
 
 // writeCDIAblations writes cdiAblations' devices, derived from the device
 // dev (kind=name) of the CDI spec file specFile, as one more spec in dir,
-// and returns each one's fully qualified name, in cdiAblations' order.
-func writeCDIAblations(t testing.TB, specFile, dev, dir string) []string {
+// and returns each one's fully qualified name, in their order.
+func writeCDIAblations(t testing.TB, ablations []cdiAblation, specFile, dev, dir string) []string {
 	t.Helper()
 	_, name, _ := strings.Cut(dev, "=")
 	b, err := os.ReadFile(specFile)
@@ -152,7 +228,7 @@ func writeCDIAblations(t testing.TB, specFile, dev, dir string) []string {
 	}
 	var out []any
 	var names []string
-	for _, a := range cdiAblations {
+	for _, a := range ablations {
 		var e map[string]any
 		if err := json.Unmarshal(edits, &e); err != nil {
 			t.Fatal(err)

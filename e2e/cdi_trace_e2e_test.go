@@ -55,14 +55,15 @@ func TestCDIAblationTrace(t *testing.T) {
 	if !ok {
 		t.Fatal("the CDI spec has no time-slice replica")
 	}
-	ablations := writeCDIAblations(t, filepath.Join(d.CDISpecDir, "gpumux.json"), dev, d.CDISpecDir)
+	selected := selectedCDIAblations(t)
+	ablations := writeCDIAblations(t, selected, filepath.Join(d.CDISpecDir, "gpumux.json"), dev, d.CDISpecDir)
 	pod, err := d.RunPod(ctx, "trace", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	variants := map[string][]string{"runc": nil, "cdi-timeslice": {dev}}
 	names := []string{"runc", "cdi-timeslice"}
-	for i, a := range cdiAblations {
+	for i, a := range selected {
 		variants["cdi-"+a.name] = []string{ablations[i]}
 		names = append(names, "cdi-"+a.name)
 	}

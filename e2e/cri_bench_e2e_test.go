@@ -62,8 +62,9 @@ func BenchmarkCRILifecycle(b *testing.B) {
 		{"cdi-timeslice", runcPod, ctrd.CRIOpts{CDIDevices: []string{dev}}},
 		{"nri-timeslice", runcPod, ctrd.CRIOpts{Annotations: timeslice}},
 	}
-	ablations := writeCDIAblations(b, filepath.Join(d.CDISpecDir, "gpumux.json"), dev, d.CDISpecDir)
-	for i, a := range cdiAblations {
+	selected := selectedCDIAblations(b)
+	ablations := writeCDIAblations(b, selected, filepath.Join(d.CDISpecDir, "gpumux.json"), dev, d.CDISpecDir)
+	for i, a := range selected {
 		variants = append(variants, struct {
 			name string
 			pod  *ctrd.Pod

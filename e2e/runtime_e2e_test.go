@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/gpumux/gpumux/e2e/ctrd"
 	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/gpu/driverfiles"
 	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/mps"
@@ -188,8 +190,8 @@ func checkShareProbe(t *testing.T, p ctrd.Probe, idPattern *regexp.Regexp, caps,
 		t.Errorf("MPS settings %v (pipe dir mounted: %v), want them: %v", ok, p.HasMount("/run/gpumux/mps"), mps)
 	}
 	checkDriverFiles(t, p)
-	// The limiter loads the real libraries from the driver's mounts.
-	lib := "/" + sim.LibDir()
+	// The limiter loads the real libraries from the driver's tree.
+	lib := driverfiles.ContainerLibDir
 	if got := p.Env["GPUMUX_LIMITER_CUDA"]; (got == lib+"/libcuda.so.1") != limited || (limited && p.Env["GPUMUX_LIMITER_NVML"] != lib+"/libnvidia-ml.so.1") {
 		t.Errorf("GPUMUX_LIMITER_CUDA=%q GPUMUX_LIMITER_NVML=%q for share %s", got, p.Env["GPUMUX_LIMITER_NVML"], id)
 	}
@@ -212,21 +214,23 @@ func leases(t testing.TB, ctx context.Context, stateDir string) map[string]strin
 }
 
 // checkDriverFiles checks that a container got the simulated driver's
-// files read-only at their paths under its root (runtimeNode's node is
-// simulated), and their directory in its linker cache: the probe's root
-// file system has no NVIDIA file of its own, nor a cache.
+// files read-only (runtimeNode's node is simulated): the libraries in the
+// staged tree at /usr/local/nvidia, in its linker cache (the probe's root
+// file system has no NVIDIA file of its own, nor a cache), the programs
+// and the socket at their paths.
 func checkDriverFiles(t *testing.T, p ctrd.Probe) {
 	t.Helper()
-	lib := "/" + sim.LibDir()
-	for _, f := range []string{lib + "/libcuda.so.580.159.04", lib + "/libcuda.so.1", lib + "/libcuda.so", lib + "/libnvidia-ml.so.1",
-		lib + "/libnvidia-ptxjitcompiler.so.1", lib + "/libnvidia-nvvm.so.4", "/usr/bin/nvidia-smi", "/run/nvidia-persistenced/socket"} {
+	for _, f := range []string{driverfiles.ContainerDir, "/usr/bin/nvidia-smi", "/run/nvidia-persistenced/socket"} {
 		if !p.HasMount(f) || !p.ReadOnly[f] {
-			t.Errorf("%s: mounted %v, read-only %v; want the driver's file read-only", f, p.HasMount(f), p.ReadOnly[f])
+			t.Errorf("%s: mounted %v, read-only %v; want the driver's read-only", f, p.HasMount(f), p.ReadOnly[f])
 		}
 	}
-	for _, name := range []string{"libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-nvvm.so.4"} {
-		if got := p.LdCache[name]; got != lib+"/"+name {
-			t.Errorf("the container's linker cache has %s at %q, want %s/%s (cache %v)", name, got, lib, name, p.LdCache)
+	if lib := "/" + sim.LibDir(); slices.ContainsFunc(p.Mounts, func(m string) bool { return strings.HasPrefix(m, lib+"/") }) {
+		t.Errorf("mounts %v: a library of the driver has a mount of its own, not in the tree", p.Mounts)
+	}
+	for _, name := range []string{"libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-nvvm.so.4", "libnvidia-ptxjitcompiler.so.1"} {
+		if got, want := p.LdCache[name], driverfiles.ContainerLibDir+"/"+name; got != want {
+			t.Errorf("the container's linker cache has %s at %q, want %s (cache %v)", name, got, want, p.LdCache)
 		}
 	}
 }

@@ -35,11 +35,24 @@ func resolveHookBinary() string {
 	return DefaultHookBinary
 }
 
-// driverCache keeps the driver's files once found: they change only with
-// the driver, which a node agent restarts with.
+// WithDriverAtHostPaths gives containers the driver's files each at its
+// path under the driver root, a bind mount a file and link, which images
+// of the host's family of distributions find without a linker cache: for
+// a front door whose containers run no hooks (a Nomad reservation). By
+// default a container gets them in one read-only bind of a tree staged
+// under the state directory (driverfiles.Stage) at /usr/local/nvidia,
+// where NVIDIA's CUDA images look, and the hook adds its lib64 to the
+// linker cache: each bind mount costs a container's start about a
+// millisecond (docs/benchmarks.md).
+func WithDriverAtHostPaths() Option { return func(o *options) { o.driverAtHostPaths = true } }
+
+// driverCache keeps the driver's files once found, and their staged tree
+// once made: they change only with the driver, which a node agent
+// restarts with.
 type driverCache struct {
-	mu    sync.Mutex
-	files *driverfiles.Files
+	mu     sync.Mutex
+	files  *driverfiles.Files
+	staged string
 }
 
 // DriverRoot is where the node's driver files are looked for: the config's
@@ -73,9 +86,10 @@ func (n *Node) DriverFiles() (*driverfiles.Files, error) {
 	return files, nil
 }
 
-// addDriver adds the driver's files to the edits of local shares: each
-// library read-only at its path under the driver root and at its SONAME
-// and bare-name links, the programs and sockets read-only at theirs, and
+// addDriver adds the driver's files to the edits of local shares, read-only:
+// the libraries in the staged tree at /usr/local/nvidia (or, with
+// WithDriverAtHostPaths, each at its path under the driver root and at its
+// SONAME and bare-name links), the programs and sockets at their paths, and
 // a hook that puts the libraries' directories into the container's linker
 // cache (for images whose loader does not search them by default).
 func (n *Node) addDriver(e *share.Edits) error {
@@ -87,12 +101,25 @@ func (n *Node) addDriver(e *share.Edits) error {
 		e.Mounts = append(e.Mounts, share.Mount{HostPath: host, ContainerPath: container, ReadOnly: true})
 	}
 	e.DriverLibraries = map[string]string{}
-	for _, l := range files.Libraries {
-		mount(l.HostPath, l.ContainerPath)
-		for _, link := range l.Links {
-			mount(l.HostPath, link)
+	libDirs := []string{driverfiles.ContainerLibDir}
+	if n.driverAtHostPaths {
+		for _, l := range files.Libraries {
+			mount(l.HostPath, l.ContainerPath)
+			for _, link := range l.Links {
+				mount(l.HostPath, link)
+			}
+			e.DriverLibraries[l.SONAME] = filepath.Join(filepath.Dir(l.ContainerPath), l.SONAME)
 		}
-		e.DriverLibraries[l.SONAME] = filepath.Join(filepath.Dir(l.ContainerPath), l.SONAME)
+		libDirs = files.LibraryDirs()
+	} else {
+		tree, err := n.stagedDriver(files)
+		if err != nil {
+			return err
+		}
+		mount(tree, driverfiles.ContainerDir)
+		for _, l := range files.Libraries {
+			e.DriverLibraries[l.SONAME] = filepath.Join(driverfiles.ContainerLibDir, l.SONAME)
+		}
 	}
 	for _, f := range append(append([]driverfiles.File(nil), files.Binaries...), files.Sockets...) {
 		mount(f.HostPath, f.ContainerPath)
@@ -100,9 +127,31 @@ func (n *Node) addDriver(e *share.Edits) error {
 	e.Hooks = append(e.Hooks, share.Hook{
 		Stage: share.HookCreateContainer,
 		Path:  n.hookBinary,
-		Args:  append([]string{filepath.Base(n.hookBinary), "hook", HookUpdateLdcache}, files.LibraryDirs()...),
+		Args:  append([]string{filepath.Base(n.hookBinary), "hook", HookUpdateLdcache}, libDirs...),
 	})
 	return nil
+}
+
+// StagedDriverDir is where a node stages trees of the driver's files:
+// <state_dir>/driver.
+func (n *Node) StagedDriverDir() string { return filepath.Join(n.cfg.StateDir, "driver") }
+
+// stagedDriver is the staged tree of files, staged once per process.
+func (n *Node) stagedDriver(files *driverfiles.Files) (string, error) {
+	n.driver.mu.Lock()
+	defer n.driver.mu.Unlock()
+	if n.driver.staged != "" {
+		return n.driver.staged, nil
+	}
+	st, err := files.Stage(n.StagedDriverDir())
+	if err != nil {
+		return "", fmt.Errorf("driver files: %w", err)
+	}
+	if st.Built {
+		n.logger.Info("staged the driver's files for containers", "tree", st.Path, "copied", st.Copied)
+	}
+	n.driver.staged = st.Path
+	return st.Path, nil
 }
 
 // logDriver says what containers of the node's shares get of the driver.

@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,21 +31,40 @@ func withoutDriver(n *node.Node, mounts []share.Mount) []share.Mount {
 }
 
 func underDriver(n *node.Node, m share.Mount) bool {
-	return strings.HasPrefix(m.HostPath, n.DriverRoot()+"/")
+	return strings.HasPrefix(m.HostPath, n.DriverRoot()+"/") || strings.HasPrefix(m.HostPath, n.StagedDriverDir()+"/")
 }
 
 // TestEditsDriverFiles: the container of every local mechanism's share
-// gets the simulated driver's files read-only at their paths under the
-// driver root (the libraries also at their SONAME and, for libcuda, its
-// bare name, which the simulated driver has), and the hook that puts the library directory
-// into its linker cache; a limited replica's limiter is pointed at the
+// gets the simulated driver's files read-only: by default the libraries
+// in one bind of the staged tree at /usr/local/nvidia (hard links of the
+// driver's files, with their SONAME and, for libcuda, bare-name links,
+// which the simulated driver has), with WithDriverAtHostPaths each at its
+// path under the driver root and at its links; the programs and the
+// socket at their paths; and the hook that puts the library directory
+// into its linker cache. A limited replica's limiter is pointed at the
 // real libraries.
 func TestEditsDriverFiles(t *testing.T) {
+	lib := "/" + sim.LibDir()
+	for _, layout := range []struct {
+		name   string
+		opts   []node.Option
+		libDir string // where the container finds the libraries
+	}{
+		{"staged tree", nil, driverfiles.ContainerLibDir},
+		{"host paths", []node.Option{node.WithDriverAtHostPaths()}, lib},
+	} {
+		t.Run(layout.name, func(t *testing.T) {
+			testEditsDriverFiles(t, layout.libDir, layout.opts...)
+		})
+	}
+}
+
+func testEditsDriverFiles(t *testing.T, libDir string, opts ...node.Option) {
 	n, err := node.Open(&nodeconfig.Config{Simulate: "dgxh200", StateDir: t.TempDir(), LimiterDir: stubLimiter(t), GPUs: []share.GPURule{
 		{Match: "2", Mechanism: share.TimeSlice, Replicas: 2},
 		{Match: "3", Mechanism: share.TimeSlice, Replicas: 2, Limit: share.LimitOff},
 		{Match: "4", Mechanism: share.MPS, Shares: 2},
-	}}, node.WithOpen(openDGXHost), node.WithHookBinary("/opt/gpumux/bin/gpumux-runtime-hook"))
+	}}, append([]node.Option{node.WithOpen(openDGXHost), node.WithHookBinary("/opt/gpumux/bin/gpumux-runtime-hook")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,19 +77,28 @@ func TestEditsDriverFiles(t *testing.T) {
 	lib := "/" + sim.LibDir()
 	at := func(file string) string { return filepath.Join(root, lib, file) }
 	cuda, nvml, nvvm := at("libcuda.so.580.159.04"), at("libnvidia-ml.so.580.159.04"), at("libnvidia-nvvm.so.580.159.04")
-	// Container path → host path of what every local share's container
-	// must get (among the other libraries of the simulated driver).
-	want := map[string]string{
-		lib + "/libcuda.so.580.159.04":      cuda,
-		lib + "/libcuda.so.1":               cuda,
-		lib + "/libcuda.so":                 cuda,
-		lib + "/libnvidia-ml.so.580.159.04": nvml,
-		lib + "/libnvidia-ml.so.1":          nvml,
-		lib + "/libnvidia-nvvm.so.4":        nvvm,
-		"/usr/bin/nvidia-smi":               filepath.Join(root, "usr/bin/nvidia-smi"),
-		"/run/nvidia-persistenced/socket":   filepath.Join(root, "run/nvidia-persistenced/socket"),
+	// The container path of each library name → the host file it must be
+	// (among the other libraries of the simulated driver).
+	libs := map[string]string{
+		"libcuda.so.580.159.04":      cuda,
+		"libcuda.so.1":               cuda,
+		"libcuda.so":                 cuda,
+		"libnvidia-ml.so.580.159.04": nvml,
+		"libnvidia-ml.so.1":          nvml,
+		"libnvidia-nvvm.so.4":        nvvm,
 	}
-	wantHook := share.Hook{Stage: share.HookCreateContainer, Path: "/opt/gpumux/bin/gpumux-runtime-hook", Args: []string{"gpumux-runtime-hook", "hook", node.HookUpdateLdcache, lib}}
+	// Container path → host path of the other files.
+	want := map[string]string{
+		"/usr/bin/nvidia-smi":             filepath.Join(root, "usr/bin/nvidia-smi"),
+		"/run/nvidia-persistenced/socket": filepath.Join(root, "run/nvidia-persistenced/socket"),
+	}
+	staged := libDir == driverfiles.ContainerLibDir
+	if !staged {
+		for name, host := range libs {
+			want[filepath.Join(lib, name)] = host
+		}
+	}
+	wantHook := share.Hook{Stage: share.HookCreateContainer, Path: "/opt/gpumux/bin/gpumux-runtime-hook", Args: []string{"gpumux-runtime-hook", "hook", node.HookUpdateLdcache, libDir}}
 	g := inv.GPUs
 	for _, tc := range []struct {
 		name    string
@@ -106,17 +135,33 @@ func TestEditsDriverFiles(t *testing.T) {
 					t.Errorf("%s <- %q, want %s", container, got[container], host)
 				}
 			}
-			// The simulated driver, like many, has no bare libnvidia-ml.so.
-			if host, ok := got[lib+"/libnvidia-ml.so"]; ok {
+			if staged {
+				tree := got[driverfiles.ContainerDir]
+				if !strings.HasPrefix(tree, n.StagedDriverDir()+"/") || slices.ContainsFunc(slices.Collect(maps.Keys(got)), func(c string) bool { return strings.HasPrefix(c, lib+"/") }) {
+					t.Fatalf("driver mounts %v, want the staged tree under %s at %s and no library of its own", got, n.StagedDriverDir(), driverfiles.ContainerDir)
+				}
+				for name, host := range libs {
+					if !sameFile(t, filepath.Join(tree, "lib64", name), host) {
+						t.Errorf("the tree's lib64/%s is not %s", name, host)
+					}
+				}
+				if !sameFile(t, filepath.Join(tree, "bin", "nvidia-smi"), want["/usr/bin/nvidia-smi"]) {
+					t.Errorf("the tree's bin/nvidia-smi is not the driver's")
+				}
+				// The simulated driver, like many, has no bare libnvidia-ml.so.
+				if _, err := os.Lstat(filepath.Join(tree, "lib64", "libnvidia-ml.so")); err == nil {
+					t.Errorf("the tree has a libnvidia-ml.so, which the host does not have")
+				}
+			} else if host, ok := got[lib+"/libnvidia-ml.so"]; ok {
 				t.Errorf("%s/libnvidia-ml.so <- %s, which the host does not have", lib, host)
 			}
 			if len(e.Hooks) != 1 || !slices.Equal(e.Hooks[0].Args, wantHook.Args) || e.Hooks[0].Path != wantHook.Path || e.Hooks[0].Stage != wantHook.Stage {
 				t.Errorf("hooks %+v, want %+v", e.Hooks, wantHook)
 			}
-			if e.DriverLibraries["libcuda.so.1"] != lib+"/libcuda.so.1" || e.DriverLibraries["libnvidia-nvvm.so.4"] != lib+"/libnvidia-nvvm.so.4" {
+			if e.DriverLibraries["libcuda.so.1"] != libDir+"/libcuda.so.1" || e.DriverLibraries["libnvidia-nvvm.so.4"] != libDir+"/libnvidia-nvvm.so.4" {
 				t.Errorf("driver libraries %v", e.DriverLibraries)
 			}
-			if got := e.Env[timeslice.EnvCUDA]; (got == lib+"/libcuda.so.1") != tc.limited || (tc.limited && e.Env[timeslice.EnvNVML] != lib+"/libnvidia-ml.so.1") {
+			if got := e.Env[timeslice.EnvCUDA]; (got == libDir+"/libcuda.so.1") != tc.limited || (tc.limited && e.Env[timeslice.EnvNVML] != libDir+"/libnvidia-ml.so.1") {
 				t.Errorf("limiter's real libraries %s=%q %s=%q; want them only for a limited replica", timeslice.EnvCUDA, got, timeslice.EnvNVML, e.Env[timeslice.EnvNVML])
 			}
 			// (An MPS share is unhealthy here for want of its daemon.)
@@ -132,6 +177,22 @@ func TestEditsDriverFiles(t *testing.T) {
 	if len(ce.Hooks) != 1 || ce.Hooks[0].HookName != "createContainer" || ce.Hooks[0].Path != wantHook.Path || !slices.Equal(ce.Hooks[0].Args, wantHook.Args) {
 		t.Errorf("CDI hooks %+v", ce.Hooks)
 	}
+}
+
+// sameFile says whether path is host's file, through links.
+func sameFile(t *testing.T, path, host string) bool {
+	t.Helper()
+	a, err := os.Stat(path)
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	b, err := os.Stat(host)
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	return os.SameFile(a, b)
 }
 
 // TestDriverRoot: driver_root points the node at another root; without
@@ -176,8 +237,9 @@ func TestDriverRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := driverMounts(n, e.Mounts); len(m) == 0 || !strings.HasPrefix(m[0].HostPath, empty+"/") || m[0].ContainerPath != "/"+filepath.Join(sim.LibDir(), "libcuda.so.580.159.04") {
-		t.Errorf("driver mounts %+v, want libcuda from %s first", m, empty)
+	if m := driverMounts(n, e.Mounts); len(m) == 0 || m[0].ContainerPath != driverfiles.ContainerDir ||
+		!sameFile(t, filepath.Join(m[0].HostPath, "lib64", "libcuda.so.1"), filepath.Join(empty, sim.LibDir(), "libcuda.so.580.159.04")) {
+		t.Errorf("driver mounts %+v, want the tree of libcuda from %s first", m, empty)
 	}
 }
 

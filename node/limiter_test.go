@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumux/gpumux/gpu/sim"
+	"github.com/gpumux/gpumux/gpu/driverfiles"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/share"
@@ -62,8 +62,8 @@ func TestEditsLimitedReplica(t *testing.T) {
 		"LD_LIBRARY_PATH": timeslice.LibMount, "GPUMUX_LIMITER_LIMITS": timeslice.LimitsMount, "GPUMUX_LIMITER_STATE": timeslice.StateMount,
 		"GPUMUX_LIMITER_NODE": timeslice.NodeMount,
 		// The real libraries behind the limiter's: the driver's, mounted.
-		"GPUMUX_LIMITER_CUDA": "/" + filepath.Join(sim.LibDir(), "libcuda.so.1"),
-		"GPUMUX_LIMITER_NVML": "/" + filepath.Join(sim.LibDir(), "libnvidia-ml.so.1"),
+		"GPUMUX_LIMITER_CUDA": driverfiles.ContainerLibDir + "/libcuda.so.1",
+		"GPUMUX_LIMITER_NVML": driverfiles.ContainerLibDir + "/libnvidia-ml.so.1",
 	}
 	if fmt.Sprint(e.Env) != fmt.Sprint(wantEnv) {
 		t.Errorf("env\n got %v\nwant %v", e.Env, wantEnv)

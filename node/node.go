@@ -91,6 +91,8 @@ type Node struct {
 	leaseCache
 	driver     driverCache
 	hookBinary string // gpumux-runtime-hook, which containers' hooks run
+	// driverAtHostPaths: see WithDriverAtHostPaths.
+	driverAtHostPaths bool
 
 	mu      sync.Mutex
 	catalog *share.Catalog // the last one built
@@ -109,6 +111,8 @@ type options struct {
 	mpsBinary  string
 	mpsOpts    []mps.Option
 	hookBinary string
+	// driverAtHostPaths: see WithDriverAtHostPaths.
+	driverAtHostPaths bool
 }
 
 // WithOpen replaces how the node's GPUs are opened (tests).
@@ -164,7 +168,7 @@ func Open(cfg *nodeconfig.Config, opts ...Option) (*Node, error) {
 	if o.hookBinary == "" {
 		o.hookBinary = resolveHookBinary()
 	}
-	n := &Node{cfg: cfg, host: host, logger: o.logger, issuer: o.issuer, xids: newXIDTracker(), hookBinary: o.hookBinary}
+	n := &Node{cfg: cfg, host: host, logger: o.logger, issuer: o.issuer, xids: newXIDTracker(), hookBinary: o.hookBinary, driverAtHostPaths: o.driverAtHostPaths}
 	n.providers = n.newProviders(append([]mps.Option{mps.WithControlBinary(o.mpsBinary), mps.WithLogger(o.logger.Named("mps"))}, o.mpsOpts...))
 	return n, nil
 }

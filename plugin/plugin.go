@@ -161,7 +161,9 @@ func (p *Plugin) start(ctx context.Context, cfg *nodeconfig.Config) (*node.Node,
 	if p.node != nil {
 		return p.node, nil
 	}
-	opts := []node.Option{node.WithLogger(p.logger), node.WithIssuer("nomad")}
+	// A reservation carries no hooks: its tasks get the driver's files
+	// where the host has them (see reservation).
+	opts := []node.Option{node.WithLogger(p.logger), node.WithIssuer("nomad"), node.WithDriverAtHostPaths()}
 	if p.open != nil {
 		opts = append(opts, node.WithOpen(p.open))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/gpu/driverfiles"
 	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/node"
@@ -119,16 +120,27 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 	// The driver's files, read-only, and gpumux-runtime's hook (beside
 	// the core) that puts their directory into the container's linker cache.
 	lib := "/" + sim.LibDir()
-	mounted := map[string]bool{}
+	mounted := map[string]string{}
 	for _, m := range spec.Mounts {
-		mounted[m.Destination] = slices.Contains(m.Options, "ro") && strings.HasPrefix(m.Source, filepath.Join(f.stateDir, "sim")+"/")
-	}
-	for _, p := range []string{lib + "/libcuda.so.1", lib + "/libnvidia-ml.so.1", "/usr/bin/nvidia-smi"} {
-		if !mounted[p] {
-			t.Errorf("%s is not mounted read-only from the simulated driver: mounts %+v", p, spec.Mounts)
+		if slices.Contains(m.Options, "ro") {
+			mounted[m.Destination] = m.Source
 		}
 	}
-	wantHook := []string{"gpumux-runtime-hook", "hook", HookUpdateLdcache, lib}
+	driver := filepath.Join(f.stateDir, "sim", "dgxh200", "driver")
+	for file, host := range map[string]string{
+		driverfiles.ContainerLibDir + "/libcuda.so.1":      filepath.Join(driver, lib, "libcuda.so.580.159.04"),
+		driverfiles.ContainerLibDir + "/libnvidia-ml.so.1": filepath.Join(driver, lib, "libnvidia-ml.so.580.159.04"),
+		"/usr/bin/nvidia-smi":                              filepath.Join(driver, "usr/bin/nvidia-smi"),
+	} {
+		source := mounted[file]
+		if rel, err := filepath.Rel(driverfiles.ContainerDir, file); err == nil && !strings.HasPrefix(rel, "..") {
+			source = filepath.Join(mounted[driverfiles.ContainerDir], rel)
+		}
+		if a, err := os.Stat(source); err != nil || !sameAs(t, a, host) {
+			t.Errorf("%s is not the simulated driver's %s, read-only: mounts %+v", file, host, spec.Mounts)
+		}
+	}
+	wantHook := []string{"gpumux-runtime-hook", "hook", HookUpdateLdcache, driverfiles.ContainerLibDir}
 	if h := spec.Hooks; h == nil || len(h.CreateContainer) != 1 || h.CreateContainer[0].Path != "/usr/bin/gpumux-runtime-hook" || !slices.Equal(h.CreateContainer[0].Args, wantHook) {
 		t.Errorf("createContainer hooks %+v, want /usr/bin/gpumux-runtime-hook %v", spec.Hooks, wantHook)
 	}
@@ -381,4 +393,15 @@ func TestCreateRefusesADamagedLeaseStore(t *testing.T) {
 	if _, err := os.Stat(f.runcLog); err == nil {
 		t.Error("runc was called")
 	}
+}
+
+// sameAs says whether fi is host's file.
+func sameAs(t *testing.T, fi os.FileInfo, host string) bool {
+	t.Helper()
+	h, err := os.Stat(host)
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	return os.SameFile(fi, h)
 }

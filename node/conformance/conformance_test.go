@@ -29,6 +29,7 @@ import (
 	"github.com/gpumux/gpumux/cli"
 	"github.com/gpumux/gpumux/exclusive"
 	"github.com/gpumux/gpumux/gpu"
+	"github.com/gpumux/gpumux/gpu/driverfiles"
 	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/internal/nomadconf"
 	"github.com/gpumux/gpumux/internal/testbin"
@@ -357,9 +358,10 @@ func (c *nodeCase) testEdits(t *testing.T) {
 			}
 			c.checkLimiter(t, id, viaPlugin)
 			c.checkDriver(t, id, viaPlugin)
-			// A reservation carries no hook; the other front doors must
-			// carry the driver's linker cache hook for local shares.
-			viaPlugin.hooks = c.driverHooks()
+			// A reservation carries no hook and gives the driver's
+			// libraries at their host paths; the other front doors give
+			// them in the staged tree, with the linker cache hook.
+			viaPlugin = c.staged(t, viaPlugin)
 			if c.m.mech != share.Remote && len(viaPlugin.devices) == 0 {
 				t.Errorf("the reservation of a local share has no device nodes: %+v", r)
 			}
@@ -426,11 +428,43 @@ const (
 
 // driverHooks are the hooks gpumux-runtime and the CDI spec must give a
 // share: the update-ldcache hook for a local share, none for a remote one.
-func (c *nodeCase) driverHooks() []string {
+// staged turns a reservation's edits of a local share into what the front
+// doors that run hooks give: each of the driver's libraries (checked to be
+// in the one staged tree, the same file) replaced by the tree's mount at
+// /usr/local/nvidia, the limiter pointed there, and the linker cache hook.
+func (c *nodeCase) staged(t *testing.T, e edits) edits {
+	t.Helper()
 	if c.m.mech == share.Remote {
-		return nil
+		return e
 	}
-	return []string{hookLine(hookBinary, []string{"gpumux-runtime-hook", "hook", node.HookUpdateLdcache, "/" + sim.LibDir()})}
+	trees, err := filepath.Glob(filepath.Join(c.stateDir, "driver", "[0-9]*"))
+	if err != nil || len(trees) != 1 {
+		t.Fatalf("staged driver trees %v (%v), want one", trees, err)
+	}
+	lib := "/" + sim.LibDir()
+	driverLib := filepath.Join(c.stateDir, "sim", c.sim, "driver", lib) + "/"
+	var mounts []string
+	for _, m := range e.mounts {
+		container, host, ok := strings.Cut(strings.TrimSuffix(m, " ro"), " <- ")
+		if !ok || !strings.HasPrefix(container, lib+"/") || !strings.HasPrefix(host, driverLib) {
+			mounts = append(mounts, m)
+			continue
+		}
+		staged := filepath.Join(trees[0], "lib64", filepath.Base(container))
+		if a, err := os.Stat(staged); err != nil {
+			t.Errorf("the reservation's %s is not in the staged tree: %v", container, err)
+		} else if b, err := os.Stat(host); err != nil || !os.SameFile(a, b) {
+			t.Errorf("the staged tree's %s is not the reservation's %s (%v)", staged, host, err)
+		}
+	}
+	e.mounts = append(mounts, mountLine(driverfiles.ContainerDir, trees[0], true))
+	for _, k := range []string{timeslice.EnvCUDA, timeslice.EnvNVML} {
+		if v, ok := e.env[k]; ok {
+			e.env[k] = strings.Replace(v, lib, driverfiles.ContainerLibDir, 1)
+		}
+	}
+	e.hooks = []string{hookLine(hookBinary, []string{"gpumux-runtime-hook", "hook", node.HookUpdateLdcache, driverfiles.ContainerLibDir})}
+	return e
 }
 
 // checkDriver checks that a local share's reservation carries the
