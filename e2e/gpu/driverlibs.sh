@@ -58,7 +58,8 @@ fi
 echo "root file system without NVIDIA files: $(find "$rootfs" -type f | wc -l) files"
 
 check='set -e
-echo "== files:"; grep -E " /[^ ]*/(lib(cuda|nvidia-ml)\.so[^ ]*|nvidia-smi) " /proc/self/mountinfo | cut -d" " -f5,6
+echo "== mounts:"; grep -E " (/usr/local/nvidia|/usr/bin/nvidia-smi) " /proc/self/mountinfo | cut -d" " -f5,6
+echo "== files:"; for f in /usr/local/nvidia/lib64/* /usr/local/nvidia/bin/*; do echo "$f"; done
 echo "== cache:"; ldconfig -p | grep -E "lib(cuda|nvidia-ml)\.so"
 echo "== limiter:"; env | grep -E "^(LD_LIBRARY_PATH|GPUMUX_LIMITER_(CUDA|NVML))=" || true
 echo "== nvidia-smi:"; nvidia-smi -L; nvidia-smi --query-gpu=memory.total --format=csv,noheader
@@ -87,11 +88,10 @@ for c in whole replica; do
 	[[ $c == replica ]] && mech=timeslice
 	bundle_sh $c "{\"gpumux.io/mechanism\": \"$mech\"}" "$check"
 	GPUMUX_CONFIG="$work/$c.hcl" run $c "$RUNTIME" | tee "$work/$c.txt"
-	# The driver's library directory as the host's cache has it
-	# (/usr/lib/x86_64-linux-gnu, or /usr/local/nvidia/lib64 where the
-	# driver is installed under a prefix).
-	lib=$(dirname "$(readlink -f "$(ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/ {print $NF; exit}')")")
-	for want in "$lib/libcuda.so.1 ro," "$lib/libnvidia-ml.so.1 ro," "/usr/bin/nvidia-smi ro," \
+	# The driver's libraries in the tree gpumux staged, one read-only
+	# mount at /usr/local/nvidia, wherever the host keeps them.
+	lib=/usr/local/nvidia/lib64
+	for want in "/usr/local/nvidia ro," "$lib/libcuda.so.1" "$lib/libnvidia-ml.so.1" "$lib/libnvidia-ptxjitcompiler.so.1" "/usr/bin/nvidia-smi ro," \
 		"libcuda.so.1 (libc6,x86-64) => $lib/libcuda.so.1" "GPU 0: NVIDIA" "vectoradd: cudaSuccess, 0 wrong"; do
 		grep -qF -- "$want" "$work/$c.txt" || fail "$c: the container's output lacks '$want'"
 	done
