@@ -6,18 +6,19 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/hcl"
 	"github.com/hashicorp/hcl/hcl/ast"
 	hcl2 "github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hcldec"
 	hjson "github.com/hashicorp/hcl/v2/json"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
-	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/msgpack"
@@ -259,6 +260,15 @@ func (c *Config) usesMPS() bool {
 // plugin "nomad-device-gpumux" block, so one file can serve the Nomad client
 // and the other front doors.
 func ParseConfig(src []byte) (*Config, error) {
+	packed, err := pack(src)
+	if err != nil {
+		return nil, err
+	}
+	return Decode(packed)
+}
+
+// pack turns ParseConfig's HCL1 text into the msgpack a Nomad agent sends.
+func pack(src []byte) ([]byte, error) {
 	root, err := hcl.ParseBytes(src)
 	if err != nil {
 		return nil, fmt.Errorf("parsing config: %w", err)
@@ -290,15 +300,31 @@ func ParseConfig(src []byte) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding config: %w", err)
 	}
-	return Decode(packed)
+	return packed, nil
 }
+
+// msgpackHandle decodes what Nomad's agent encodes a plugin's config with
+// (the handle of Nomad's plugins/base, MsgPackDecode's): strings as
+// strings, maps as map[string]any, times in the old binary form, struct
+// fields by their codec tags only. It is set here, not taken from
+// plugins/base, because that package's gRPC, protobuf and Nomad structs
+// cost every gpumux-runtime-core start ~5 ms of initialisation
+// (docs/benchmarks.md); TestDecodeAsNomad decodes the same bytes both ways.
+var msgpackHandle = func() *codec.MsgpackHandle {
+	h := &codec.MsgpackHandle{}
+	h.RawToString = true
+	h.BasicHandle.TimeNotBuiltin = true
+	h.MapType = reflect.TypeOf(map[string]any(nil))
+	h.TypeInfos = codec.NewTypeInfos([]string{"codec"})
+	return h
+}()
 
 // Decode decodes the msgpack config a Nomad agent sends, fills defaults and
 // validates it.
 func Decode(packed []byte) (*Config, error) {
 	var cfg Config
 	if len(packed) != 0 {
-		if err := base.MsgPackDecode(packed, &cfg); err != nil {
+		if err := codec.NewDecoderBytes(packed, msgpackHandle).Decode(&cfg); err != nil {
 			return nil, fmt.Errorf("decoding the gpumux config: %w", err)
 		}
 	}
