@@ -203,7 +203,8 @@ gpu {
 		}
 		for _, d := range spec.Devices {
 			hooks := d.ContainerEdits.Hooks
-			if len(hooks) != 1 || hooks[0].HookName != "createContainer" || hooks[0].Path != tc.binary || strings.Join(hooks[0].Args, " ") != filepath.Base(tc.binary)+" hook update-ldcache "+driverfiles.ContainerLibDir {
+			if len(hooks) != 1 || hooks[0].HookName != "createContainer" || hooks[0].Path != tc.binary || !strings.HasPrefix(strings.Join(hooks[0].Args, " "), filepath.Base(tc.binary)+" hook update-ldcache --link /usr/bin/nvidia-smi=/usr/local/nvidia/bin/nvidia-smi ") ||
+				hooks[0].Args[len(hooks[0].Args)-1] != driverfiles.ContainerLibDir {
 				t.Errorf("device %s: hooks %+v", d.Name, hooks)
 			}
 			found := false

@@ -214,13 +214,13 @@ func leases(t testing.TB, ctx context.Context, stateDir string) map[string]strin
 }
 
 // checkDriverFiles checks that a container got the simulated driver's
-// files read-only (runtimeNode's node is simulated): the libraries in the
-// staged tree at /usr/local/nvidia, in its linker cache (the probe's root
-// file system has no NVIDIA file of its own, nor a cache), the programs
-// and the socket at their paths.
+// files read-only (runtimeNode's node is simulated): the libraries and
+// programs in the staged tree at /usr/local/nvidia, the libraries in its
+// linker cache (the probe's root file system has no NVIDIA file of its
+// own, nor a cache), the programs on its PATH, the socket at its path.
 func checkDriverFiles(t *testing.T, p ctrd.Probe) {
 	t.Helper()
-	for _, f := range []string{driverfiles.ContainerDir, "/usr/bin/nvidia-smi", "/run/nvidia-persistenced/socket"} {
+	for _, f := range []string{driverfiles.ContainerDir, "/run/nvidia-persistenced/socket"} {
 		if !p.HasMount(f) || !p.ReadOnly[f] {
 			t.Errorf("%s: mounted %v, read-only %v; want the driver's read-only", f, p.HasMount(f), p.ReadOnly[f])
 		}
@@ -231,6 +231,11 @@ func checkDriverFiles(t *testing.T, p ctrd.Probe) {
 	for _, name := range []string{"libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-nvvm.so.4", "libnvidia-ptxjitcompiler.so.1"} {
 		if got, want := p.LdCache[name], driverfiles.ContainerLibDir+"/"+name; got != want {
 			t.Errorf("the container's linker cache has %s at %q, want %s (cache %v)", name, got, want, p.LdCache)
+		}
+	}
+	for _, name := range []string{"nvidia-smi", "nvidia-debugdump"} {
+		if got, want := p.Programs[name], driverfiles.ContainerBinDir+"/"+name; got != want {
+			t.Errorf("%s on the container's PATH is %q, want the tree's %s (programs %v, mounts %v, other output %q)", name, got, want, p.Programs, p.Mounts, p.Other)
 		}
 	}
 }

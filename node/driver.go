@@ -9,12 +9,17 @@ import (
 	"github.com/gpumux/gpumux/share"
 )
 
-// HookUpdateLdcache is gpumux-runtime's hook that adds the driver's
+// HookUpdateLdcache is gpumux-runtime's hook that links the driver's
+// programs onto PATH (each HookLinkFlag LINK=TARGET) and adds the driver's
 // library directories to a container's linker cache, as the NVIDIA
-// container toolkit's update-ldcache hook does:
+// container toolkit's create-symlinks and update-ldcache hooks do
+// (runtimehook/entry runs it, under the same names):
 //
-//	gpumux-runtime-hook hook update-ldcache DIR...
-const HookUpdateLdcache = "update-ldcache"
+//	gpumux-runtime-hook hook update-ldcache [--link LINK=TARGET]... DIR...
+const (
+	HookUpdateLdcache = "update-ldcache"
+	HookLinkFlag      = "--link"
+)
 
 // DefaultHookBinary is where docs/runtime.md installs gpumux-runtime-hook
 // (beside gpumux-runtime): the program of the hook when it is found nowhere
@@ -86,12 +91,15 @@ func (n *Node) DriverFiles() (*driverfiles.Files, error) {
 	return files, nil
 }
 
-// addDriver adds the driver's files to the edits of local shares, read-only:
-// the libraries in the staged tree at /usr/local/nvidia (or, with
-// WithDriverAtHostPaths, each at its path under the driver root and at its
-// SONAME and bare-name links), the programs and sockets at their paths, and
-// a hook that puts the libraries' directories into the container's linker
-// cache (for images whose loader does not search them by default).
+// addDriver adds the driver's files to the edits of local shares, read-only,
+// and a hook that puts the libraries' directories into the container's
+// linker cache (for images whose loader does not search them by default).
+// By default the libraries and programs are in the staged tree, one mount
+// at /usr/local/nvidia, and the hook also links each program at its path
+// on the host (/usr/bin/nvidia-smi) to the tree's; with
+// WithDriverAtHostPaths each library is mounted at its path under the
+// driver root and at its SONAME and bare-name links, each program at its
+// path. The sockets are mounted at their paths either way.
 func (n *Node) addDriver(e *share.Edits) error {
 	files, err := n.DriverFiles()
 	if err != nil {
@@ -101,7 +109,7 @@ func (n *Node) addDriver(e *share.Edits) error {
 		e.Mounts = append(e.Mounts, share.Mount{HostPath: host, ContainerPath: container, ReadOnly: true})
 	}
 	e.DriverLibraries = map[string]string{}
-	libDirs := []string{driverfiles.ContainerLibDir}
+	args := []string{filepath.Base(n.hookBinary), "hook", HookUpdateLdcache}
 	if n.driverAtHostPaths {
 		for _, l := range files.Libraries {
 			mount(l.HostPath, l.ContainerPath)
@@ -110,7 +118,10 @@ func (n *Node) addDriver(e *share.Edits) error {
 			}
 			e.DriverLibraries[l.SONAME] = filepath.Join(filepath.Dir(l.ContainerPath), l.SONAME)
 		}
-		libDirs = files.LibraryDirs()
+		for _, f := range files.Binaries {
+			mount(f.HostPath, f.ContainerPath)
+		}
+		args = append(args, files.LibraryDirs()...)
 	} else {
 		tree, err := n.stagedDriver(files)
 		if err != nil {
@@ -120,15 +131,15 @@ func (n *Node) addDriver(e *share.Edits) error {
 		for _, l := range files.Libraries {
 			e.DriverLibraries[l.SONAME] = filepath.Join(driverfiles.ContainerLibDir, l.SONAME)
 		}
+		for _, f := range files.Binaries {
+			args = append(args, HookLinkFlag, f.ContainerPath+"="+filepath.Join(driverfiles.ContainerBinDir, filepath.Base(f.ContainerPath)))
+		}
+		args = append(args, driverfiles.ContainerLibDir)
 	}
-	for _, f := range append(append([]driverfiles.File(nil), files.Binaries...), files.Sockets...) {
+	for _, f := range files.Sockets {
 		mount(f.HostPath, f.ContainerPath)
 	}
-	e.Hooks = append(e.Hooks, share.Hook{
-		Stage: share.HookCreateContainer,
-		Path:  n.hookBinary,
-		Args:  append([]string{filepath.Base(n.hookBinary), "hook", HookUpdateLdcache}, libDirs...),
-	})
+	e.Hooks = append(e.Hooks, share.Hook{Stage: share.HookCreateContainer, Path: n.hookBinary, Args: args})
 	return nil
 }
 

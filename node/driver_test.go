@@ -3,7 +3,6 @@ package node_test
 import (
 	"context"
 	"errors"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,13 +35,14 @@ func underDriver(n *node.Node, m share.Mount) bool {
 
 // TestEditsDriverFiles: the container of every local mechanism's share
 // gets the simulated driver's files read-only: by default the libraries
-// in one bind of the staged tree at /usr/local/nvidia (hard links of the
-// driver's files, with their SONAME and, for libcuda, bare-name links,
-// which the simulated driver has), with WithDriverAtHostPaths each at its
-// path under the driver root and at its links; the programs and the
-// socket at their paths; and the hook that puts the library directory
-// into its linker cache. A limited replica's limiter is pointed at the
-// real libraries.
+// and programs in one bind of the staged tree at /usr/local/nvidia (hard
+// links of the driver's files, with their SONAME and, for libcuda,
+// bare-name links, which the simulated driver has) and the hook that
+// links the programs onto PATH and puts the library directory into its
+// linker cache; with WithDriverAtHostPaths each library at its path under
+// the driver root and at its links, each program at its path, and the
+// hook on the host's library directory. The socket is at its path either
+// way. A limited replica's limiter is pointed at the real libraries.
 func TestEditsDriverFiles(t *testing.T) {
 	lib := "/" + sim.LibDir()
 	for _, layout := range []struct {
@@ -87,18 +87,25 @@ func testEditsDriverFiles(t *testing.T, libDir string, opts ...node.Option) {
 		"libnvidia-ml.so.1":          nvml,
 		"libnvidia-nvvm.so.4":        nvvm,
 	}
+	smi := filepath.Join(root, "usr/bin/nvidia-smi")
 	// Container path → host path of the other files.
 	want := map[string]string{
-		"/usr/bin/nvidia-smi":             filepath.Join(root, "usr/bin/nvidia-smi"),
 		"/run/nvidia-persistenced/socket": filepath.Join(root, "run/nvidia-persistenced/socket"),
 	}
 	staged := libDir == driverfiles.ContainerLibDir
-	if !staged {
+	hookArgs := []string{"gpumux-runtime-hook", "hook", node.HookUpdateLdcache}
+	if staged {
+		// The programs are the tree's, linked onto PATH by the hook.
+		for _, p := range []string{"nvidia-smi", "nvidia-debugdump"} {
+			hookArgs = append(hookArgs, node.HookLinkFlag, "/usr/bin/"+p+"="+driverfiles.ContainerBinDir+"/"+p)
+		}
+	} else {
 		for name, host := range libs {
 			want[filepath.Join(lib, name)] = host
 		}
+		want["/usr/bin/nvidia-smi"] = smi
 	}
-	wantHook := share.Hook{Stage: share.HookCreateContainer, Path: "/opt/gpumux/bin/gpumux-runtime-hook", Args: []string{"gpumux-runtime-hook", "hook", node.HookUpdateLdcache, libDir}}
+	wantHook := share.Hook{Stage: share.HookCreateContainer, Path: "/opt/gpumux/bin/gpumux-runtime-hook", Args: append(hookArgs, libDir)}
 	g := inv.GPUs
 	for _, tc := range []struct {
 		name    string
@@ -137,15 +144,15 @@ func testEditsDriverFiles(t *testing.T, libDir string, opts ...node.Option) {
 			}
 			if staged {
 				tree := got[driverfiles.ContainerDir]
-				if !strings.HasPrefix(tree, n.StagedDriverDir()+"/") || slices.ContainsFunc(slices.Collect(maps.Keys(got)), func(c string) bool { return strings.HasPrefix(c, lib+"/") }) {
-					t.Fatalf("driver mounts %v, want the staged tree under %s at %s and no library of its own", got, n.StagedDriverDir(), driverfiles.ContainerDir)
+				if !strings.HasPrefix(tree, n.StagedDriverDir()+"/") || len(got) != len(want)+1 {
+					t.Fatalf("driver mounts %v, want the staged tree under %s at %s and %d others", got, n.StagedDriverDir(), driverfiles.ContainerDir, len(want))
 				}
 				for name, host := range libs {
 					if !sameFile(t, filepath.Join(tree, "lib64", name), host) {
 						t.Errorf("the tree's lib64/%s is not %s", name, host)
 					}
 				}
-				if !sameFile(t, filepath.Join(tree, "bin", "nvidia-smi"), want["/usr/bin/nvidia-smi"]) {
+				if !sameFile(t, filepath.Join(tree, "bin", "nvidia-smi"), smi) {
 					t.Errorf("the tree's bin/nvidia-smi is not the driver's")
 				}
 				// The simulated driver, like many, has no bare libnvidia-ml.so.

@@ -11,10 +11,10 @@ import (
 )
 
 // TestEntryNamesAsTheCore: the hook binary's update-ldcache is the hook
-// the core's specs name.
+// the core's specs name, with the same link flag.
 func TestEntryNamesAsTheCore(t *testing.T) {
-	if entry.HookUpdateLdcache != node.HookUpdateLdcache {
-		t.Errorf("entry.HookUpdateLdcache = %q, node.HookUpdateLdcache = %q", entry.HookUpdateLdcache, node.HookUpdateLdcache)
+	if entry.HookUpdateLdcache != node.HookUpdateLdcache || entry.LinkFlag != node.HookLinkFlag {
+		t.Errorf("entry's hook %q %q, node's %q %q", entry.HookUpdateLdcache, entry.LinkFlag, node.HookUpdateLdcache, node.HookLinkFlag)
 	}
 }
 
@@ -28,7 +28,7 @@ func TestCoreHookErrors(t *testing.T) {
 		want string
 	}{
 		{"arguments to another hook", []string{HookPoststop, "/usr/lib"}, "hook poststop takes no arguments"},
-		{"no hook name", nil, "usage: gpumux-runtime hook create-runtime|poststop|update-ldcache DIR..."},
+		{"no hook name", nil, "usage: gpumux-runtime hook create-runtime|poststop|update-ldcache [--link LINK=TARGET]... DIR..."},
 		{"an unknown hook", []string{"prestart"}, `unknown hook "prestart"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

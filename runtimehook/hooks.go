@@ -23,15 +23,16 @@ const (
 const (
 	HookCreateRuntime = "create-runtime"   // the shares are still usable
 	HookPoststop      = entry.HookPoststop // release the shares
-	// HookUpdateLdcache (`hook update-ldcache DIR...`, a createContainer
-	// hook) adds the driver's library directories to the container's
+	// HookUpdateLdcache (`hook update-ldcache [--link LINK=TARGET]...
+	// DIR...`, a createContainer hook) links the driver's programs onto
+	// PATH and adds the driver's library directories to the container's
 	// linker cache. The node core's edits of local shares carry it, for
 	// gpumux-runtime and CDI specs alike.
 	HookUpdateLdcache = node.HookUpdateLdcache
 )
 
 // HookUsage is the command line of the hooks.
-var HookUsage = fmt.Sprintf("gpumux-runtime hook %s|%s|%s DIR...", HookCreateRuntime, HookPoststop, HookUpdateLdcache)
+var HookUsage = fmt.Sprintf("gpumux-runtime hook %s|%s|%s", HookCreateRuntime, HookPoststop, entry.UpdateLdcacheUsage)
 
 // Hook runs one of gpumux's OCI hooks with its arguments; the container's
 // state is on stdin.

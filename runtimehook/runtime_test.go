@@ -117,8 +117,10 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 		h.Poststop[0].Path != "/usr/bin/gpumux-runtime-hook" || h.CreateRuntime[0].Path != "/usr/bin/gpumux-runtime-core" {
 		t.Errorf("hooks %+v", spec.Hooks)
 	}
-	// The driver's files, read-only, and gpumux-runtime's hook (beside
-	// the core) that puts their directory into the container's linker cache.
+	// The driver's files, read-only, in the staged tree, and
+	// gpumux-runtime's hook (beside the core) that links its programs onto
+	// PATH and puts its library directory into the container's linker
+	// cache.
 	lib := "/" + sim.LibDir()
 	mounted := map[string]string{}
 	for _, m := range spec.Mounts {
@@ -130,7 +132,7 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 	for file, host := range map[string]string{
 		driverfiles.ContainerLibDir + "/libcuda.so.1":      filepath.Join(driver, lib, "libcuda.so.580.159.04"),
 		driverfiles.ContainerLibDir + "/libnvidia-ml.so.1": filepath.Join(driver, lib, "libnvidia-ml.so.580.159.04"),
-		"/usr/bin/nvidia-smi":                              filepath.Join(driver, "usr/bin/nvidia-smi"),
+		driverfiles.ContainerBinDir + "/nvidia-smi":        filepath.Join(driver, "usr/bin/nvidia-smi"),
 	} {
 		source := mounted[file]
 		if rel, err := filepath.Rel(driverfiles.ContainerDir, file); err == nil && !strings.HasPrefix(rel, "..") {
@@ -140,7 +142,10 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 			t.Errorf("%s is not the simulated driver's %s, read-only: mounts %+v", file, host, spec.Mounts)
 		}
 	}
-	wantHook := []string{"gpumux-runtime-hook", "hook", HookUpdateLdcache, driverfiles.ContainerLibDir}
+	wantHook := []string{"gpumux-runtime-hook", "hook", HookUpdateLdcache,
+		"--link", "/usr/bin/nvidia-smi=" + driverfiles.ContainerBinDir + "/nvidia-smi",
+		"--link", "/usr/bin/nvidia-debugdump=" + driverfiles.ContainerBinDir + "/nvidia-debugdump",
+		driverfiles.ContainerLibDir}
 	if h := spec.Hooks; h == nil || len(h.CreateContainer) != 1 || h.CreateContainer[0].Path != "/usr/bin/gpumux-runtime-hook" || !slices.Equal(h.CreateContainer[0].Args, wantHook) {
 		t.Errorf("createContainer hooks %+v, want /usr/bin/gpumux-runtime-hook %v", spec.Hooks, wantHook)
 	}

@@ -18,13 +18,16 @@ type Probe struct {
 	// LdCache maps each library name in the container's linker cache to
 	// the file it names (the first entry of a name, as the loader takes).
 	LdCache map[string]string
+	// Programs maps nvidia-smi and nvidia-debugdump, where PATH has them,
+	// to the file each is (links resolved).
+	Programs map[string]string
 	// Other holds lines that are none of the above.
 	Other []string
 }
 
 // ParseProbe parses the probe's stdout.
 func ParseProbe(stdout string) Probe {
-	p := Probe{Env: map[string]string{}, Devices: map[string]string{}, ReadOnly: map[string]bool{}, LdCache: map[string]string{}}
+	p := Probe{Env: map[string]string{}, Devices: map[string]string{}, ReadOnly: map[string]bool{}, LdCache: map[string]string{}, Programs: map[string]string{}}
 	sc := bufio.NewScanner(strings.NewReader(stdout))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -45,6 +48,11 @@ func ParseProbe(stdout string) Probe {
 			p.Mounts = append(p.Mounts, point)
 			p.ReadOnly[point] = mode == "ro"
 			continue
+		case "PROGRAM":
+			if name, path, ok := strings.Cut(rest, " "); ok {
+				p.Programs[name] = path
+				continue
+			}
 		case "LDCACHE":
 			name, path, ok := strings.Cut(rest, " ")
 			if _, seen := p.LdCache[name]; ok && !seen {

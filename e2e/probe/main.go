@@ -7,6 +7,9 @@
 //	MOUNT <mountpoint> ro|rw    every mount in /proc/self/mountinfo
 //	LDCACHE <name> <path>       every library in the linker cache, /etc/ld.so.cache
 //	                            (none when the container has no cache)
+//	PROGRAM <name> <path>       the file nvidia-smi and nvidia-debugdump are, found on
+//	                            PATH (Docker's default PATH where the container has
+//	                            none) with every link resolved (none where not found)
 //
 // then exits 0. ENV and DEV lines are sorted, MOUNT and LDCACHE lines keep
 // their file's order. Problems reading /dev, mountinfo or the cache go to
@@ -24,6 +27,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -106,6 +110,17 @@ func main() {
 		}
 		for _, e := range entries {
 			fmt.Fprintf(w, "LDCACHE %s %s\n", e.name, e.path)
+		}
+	}
+
+	if os.Getenv("PATH") == "" {
+		os.Setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	for _, name := range []string{"nvidia-smi", "nvidia-debugdump"} {
+		if path, err := exec.LookPath(name); err == nil {
+			if real, err := filepath.EvalSymlinks(path); err == nil {
+				fmt.Fprintf(w, "PROGRAM %s %s\n", name, real)
+			}
 		}
 	}
 

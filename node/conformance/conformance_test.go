@@ -429,9 +429,11 @@ const (
 // driverHooks are the hooks gpumux-runtime and the CDI spec must give a
 // share: the update-ldcache hook for a local share, none for a remote one.
 // staged turns a reservation's edits of a local share into what the front
-// doors that run hooks give: each of the driver's libraries (checked to be
-// in the one staged tree, the same file) replaced by the tree's mount at
-// /usr/local/nvidia, the limiter pointed there, and the linker cache hook.
+// doors that run hooks give: each of the driver's libraries and programs
+// (checked to be in the one staged tree, the same file) replaced by the
+// tree's mount at /usr/local/nvidia, the limiter pointed there, and the
+// hook that links the programs onto PATH and puts the libraries into the
+// linker cache.
 func (c *nodeCase) staged(t *testing.T, e edits) edits {
 	t.Helper()
 	if c.m.mech == share.Remote {
@@ -442,15 +444,22 @@ func (c *nodeCase) staged(t *testing.T, e edits) edits {
 		t.Fatalf("staged driver trees %v (%v), want one", trees, err)
 	}
 	lib := "/" + sim.LibDir()
-	driverLib := filepath.Join(c.stateDir, "sim", c.sim, "driver", lib) + "/"
+	driver := filepath.Join(c.stateDir, "sim", c.sim, "driver")
+	args := []string{"gpumux-runtime-hook", "hook", node.HookUpdateLdcache}
 	var mounts []string
 	for _, m := range e.mounts {
 		container, host, ok := strings.Cut(strings.TrimSuffix(m, " ro"), " <- ")
-		if !ok || !strings.HasPrefix(container, lib+"/") || !strings.HasPrefix(host, driverLib) {
+		var staged string
+		switch {
+		case ok && strings.HasPrefix(container, lib+"/") && strings.HasPrefix(host, filepath.Join(driver, lib)+"/"):
+			staged = filepath.Join(trees[0], "lib64", filepath.Base(container))
+		case ok && strings.HasPrefix(container, "/usr/bin/") && strings.HasPrefix(host, driver+"/"):
+			staged = filepath.Join(trees[0], "bin", filepath.Base(container))
+			args = append(args, node.HookLinkFlag, container+"="+driverfiles.ContainerBinDir+"/"+filepath.Base(container))
+		default:
 			mounts = append(mounts, m)
 			continue
 		}
-		staged := filepath.Join(trees[0], "lib64", filepath.Base(container))
 		if a, err := os.Stat(staged); err != nil {
 			t.Errorf("the reservation's %s is not in the staged tree: %v", container, err)
 		} else if b, err := os.Stat(host); err != nil || !os.SameFile(a, b) {
@@ -463,7 +472,7 @@ func (c *nodeCase) staged(t *testing.T, e edits) edits {
 			e.env[k] = strings.Replace(v, lib, driverfiles.ContainerLibDir, 1)
 		}
 	}
-	e.hooks = []string{hookLine(hookBinary, []string{"gpumux-runtime-hook", "hook", node.HookUpdateLdcache, driverfiles.ContainerLibDir})}
+	e.hooks = []string{hookLine(hookBinary, append(args, driverfiles.ContainerLibDir))}
 	return e
 }
 

@@ -30,7 +30,7 @@ const (
 )
 
 // The hooks gpumux-runtime-hook runs: update-ldcache (`hook update-ldcache
-// DIR...`; node.HookUpdateLdcache is the same name), and poststop when its
+// [--link LINK=TARGET]... DIR...`; node.HookUpdateLdcache is the same name), and poststop when its
 // environment names the state directory (the core's hooks do), which is
 // all it needs to release the container's leases.
 const (
@@ -38,7 +38,8 @@ const (
 	HookPoststop      = "poststop"
 )
 
-// Main is gpumux-runtime-hook's command line: `hook update-ldcache DIR...`,
+// Main is gpumux-runtime-hook's command line: `hook update-ldcache [--link
+// LINK=TARGET]... DIR...`,
 // `hook poststop` (GPUMUX_STATE_DIR names the lease store) and `--version`.
 // gpumux-runtime hands it these hooks; the others are the core's. The
 // result is the exit code.
@@ -57,17 +58,17 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		}
 		return poststop(ctx, dir, stdin, stderr)
 	}
-	fmt.Fprintf(stderr, "%s: usage: %s hook %s DIR... | hook %s | --version (got %q; the other hooks are %s's)\n",
-		HookBinary, HookBinary, HookUpdateLdcache, HookPoststop, args, CoreBinary)
+	fmt.Fprintf(stderr, "%s: usage: %s hook %s | hook %s | --version (got %q; the other hooks are %s's)\n",
+		HookBinary, HookBinary, UpdateLdcacheUsage, HookPoststop, args, CoreBinary)
 	return 2
 }
 
 // updateLdcache runs the update-ldcache hook on the container state on
 // stdin.
-func updateLdcache(ctx context.Context, dirs []string, stdin io.Reader, stderr io.Writer) int {
+func updateLdcache(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer) int {
 	st, err := DecodeState(stdin)
 	if err == nil {
-		err = UpdateLdcache(ctx, st, dirs)
+		err = UpdateLdcache(ctx, st, args)
 		if err != nil {
 			err = fmt.Errorf("container %s: %w", st.ID, err)
 		}

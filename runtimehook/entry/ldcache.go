@@ -19,23 +19,29 @@ import (
 // environment its spec gives, without PATH, so it is looked for here.
 var ldconfigs = []string{"/sbin/ldconfig.real", "/sbin/ldconfig", "/usr/sbin/ldconfig"}
 
-// UpdateLdcache is the update-ldcache hook: it adds dirs, the container's
-// directories of the driver's libraries, to the container's linker cache
-// (/etc/ld.so.cache), so that programs of any image find libcuda.so.1
-// there. It runs the host's ldconfig chrooted into the container's root
-// (-r: links in the image cannot lead it out), without touching links
-// (-X: the SONAME names are mounts, not links). As runc's createContainer
-// hook it runs in the container's mount namespace before the switch to
-// its root: the mounts are made, and the root is still writable even
-// when the spec makes it read-only (runc does that after the hooks).
-func UpdateLdcache(ctx context.Context, st specs.State, dirs []string) error {
-	if len(dirs) == 0 {
-		return errors.New("no directories given")
-	}
-	for _, d := range dirs {
-		if !filepath.IsAbs(d) || filepath.Clean(d) != d {
-			return fmt.Errorf("directory %q: want a clean absolute path in the container", d)
-		}
+// LinkFlag precedes each LINK=TARGET argument of the update-ldcache hook.
+const LinkFlag = "--link"
+
+// UpdateLdcacheUsage is the update-ldcache hook's command line.
+const UpdateLdcacheUsage = HookUpdateLdcache + " [" + LinkFlag + " LINK=TARGET]... DIR..."
+
+// UpdateLdcache is the update-ldcache hook (`update-ldcache [--link
+// LINK=TARGET]... DIR...`): it makes each LINK a symbolic link to TARGET
+// where the image has nothing at LINK (the driver's programs, staged in
+// /usr/local/nvidia/bin, onto every image's PATH in /usr/bin), then adds
+// the DIRs, the container's directories of the driver's libraries, to the
+// container's linker cache (/etc/ld.so.cache), so that programs of any
+// image find libcuda.so.1 there. It runs the host's ldconfig chrooted into
+// the container's root (-r: links in the image cannot lead it out), without
+// touching links (-X: the driver's are made already). Links are made inside
+// the root as well (os.Root). As runc's createContainer hook it runs in the
+// container's mount namespace before the switch to its root: the mounts
+// are made, and the root is still writable even when the spec makes it
+// read-only (runc does that after the hooks).
+func UpdateLdcache(ctx context.Context, st specs.State, args []string) error {
+	links, dirs, err := parseLdcacheArgs(args)
+	if err != nil {
+		return err
 	}
 	root, err := containerRoot(st.Bundle)
 	if err != nil {
@@ -51,6 +57,9 @@ func UpdateLdcache(ctx context.Context, st specs.State, dirs []string) error {
 	if err := ensureDir(root, "etc"); err != nil {
 		return fmt.Errorf("container root %s: %w", root, err)
 	}
+	if err := makeLinks(root, links); err != nil {
+		return fmt.Errorf("container root %s: %w", root, err)
+	}
 	ldconfig, err := findLdconfig()
 	if err != nil {
 		return err
@@ -58,6 +67,73 @@ func UpdateLdcache(ctx context.Context, st specs.State, dirs []string) error {
 	cmd := exec.CommandContext(ctx, ldconfig, append([]string{"-r", root, "-X"}, dirs...)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// link is one --link of the update-ldcache hook: a symbolic link to make
+// in the container's root.
+type link struct{ path, target string }
+
+// parseLdcacheArgs reads the update-ldcache hook's arguments: links
+// first, then at least one directory; every path absolute and clean.
+func parseLdcacheArgs(args []string) (links []link, dirs []string, err error) {
+	clean := func(what, p string) error {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			return fmt.Errorf("%s %q: want a clean absolute path in the container (usage: %s)", what, p, UpdateLdcacheUsage)
+		}
+		return nil
+	}
+	for len(args) > 0 && args[0] == LinkFlag {
+		if len(args) < 2 {
+			return nil, nil, fmt.Errorf("%s without LINK=TARGET (usage: %s)", LinkFlag, UpdateLdcacheUsage)
+		}
+		path, target, ok := strings.Cut(args[1], "=")
+		if !ok {
+			return nil, nil, fmt.Errorf("%s %q: want LINK=TARGET (usage: %s)", LinkFlag, args[1], UpdateLdcacheUsage)
+		}
+		if err := errors.Join(clean("link", path), clean("link target", target)); err != nil {
+			return nil, nil, err
+		}
+		if path == "/" {
+			return nil, nil, fmt.Errorf("link %q: not the root (usage: %s)", path, UpdateLdcacheUsage)
+		}
+		links = append(links, link{path, target})
+		args = args[2:]
+	}
+	if len(args) == 0 {
+		return nil, nil, fmt.Errorf("no directories given (usage: %s)", UpdateLdcacheUsage)
+	}
+	for _, d := range args {
+		if err := clean("directory", d); err != nil {
+			return nil, nil, err
+		}
+	}
+	return links, args, nil
+}
+
+// makeLinks makes each link in root whose path the image leaves free, and
+// its directory where the image lacks it.
+func makeLinks(root string, links []link) error {
+	if len(links) == 0 {
+		return nil
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	for _, l := range links {
+		rel := strings.TrimPrefix(l.path, "/")
+		if _, err := r.Lstat(rel); err == nil {
+			continue // the image's own, kept
+		}
+		if err := r.MkdirAll(filepath.Dir(rel), 0o755); err != nil {
+			return fmt.Errorf("link %s: %w", l.path, err)
+		}
+		if err := r.Symlink(l.target, rel); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("link %s: %w", l.path, err)
+		}
 	}
 	return nil
 }

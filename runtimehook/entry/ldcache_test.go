@@ -104,6 +104,12 @@ func TestUpdateLdcacheErrors(t *testing.T) {
 		{"an option for ldconfig", bundle, []string{HookUpdateLdcache, "/usr/lib", "-C/tmp/x"}, `directory "-C/tmp/x"`},
 		{"no config.json", noSpec, []string{HookUpdateLdcache, "/usr/lib"}, "reading the container spec"},
 		{"no container state", "", []string{HookUpdateLdcache, "/usr/lib"}, "decoding the container state"},
+		{"a link without its argument", bundle, []string{HookUpdateLdcache, LinkFlag}, "--link without LINK=TARGET"},
+		{"a link without a target", bundle, []string{HookUpdateLdcache, LinkFlag, "/usr/bin/nvidia-smi", "/usr/lib"}, `--link "/usr/bin/nvidia-smi": want LINK=TARGET`},
+		{"a relative link", bundle, []string{HookUpdateLdcache, LinkFlag, "usr/bin/x=/y", "/usr/lib"}, `link "usr/bin/x": want a clean absolute path`},
+		{"a relative target", bundle, []string{HookUpdateLdcache, LinkFlag, "/usr/bin/x=y", "/usr/lib"}, `link target "y": want a clean absolute path`},
+		{"the root as a link", bundle, []string{HookUpdateLdcache, LinkFlag, "/=/y", "/usr/lib"}, `link "/": not the root`},
+		{"links and no directory", bundle, []string{HookUpdateLdcache, LinkFlag, "/usr/bin/x=/y"}, "no directories given"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stderr := hook(t, tc.bundle, tc.args...)
@@ -132,5 +138,53 @@ func TestUpdateLdcacheLeavesTheHostAlone(t *testing.T) {
 	after, err := os.Stat("/etc/ld.so.cache")
 	if err != nil || !after.ModTime().Equal(before.ModTime()) || !os.SameFile(before, after) {
 		t.Errorf("the host's /etc/ld.so.cache changed (%v)", err)
+	}
+}
+
+// TestUpdateLdcacheLinks: the hook links the driver's programs where the
+// image has nothing (making the directory where it lacks it), keeps what
+// the image has, and never writes outside the container's root, even
+// through the image's own links.
+func TestUpdateLdcacheLinks(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("ldconfig -r chroots: needs root")
+	}
+	if _, err := findLdconfig(); err != nil {
+		t.Skip(err)
+	}
+	bundle, rootfs := ldcacheBundle(t, "rootfs")
+	if err := os.MkdirAll(filepath.Join(rootfs, "usr/bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "usr/bin/nvidia-debugdump"), []byte("the image's own\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const smi, dump = "/usr/local/nvidia/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-debugdump"
+	dir := "/" + sim.LibDir()
+	if code, stderr := hook(t, bundle, HookUpdateLdcache, LinkFlag, "/usr/bin/nvidia-smi="+smi, LinkFlag, "/usr/bin/nvidia-debugdump="+dump,
+		LinkFlag, "/opt/tools/bin/nvidia-smi="+smi, dir); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for link, want := range map[string]string{"usr/bin/nvidia-smi": smi, "opt/tools/bin/nvidia-smi": smi} {
+		if got, err := os.Readlink(filepath.Join(rootfs, link)); err != nil || got != want {
+			t.Errorf("/%s -> %q (%v), want -> %s", link, got, err, want)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(rootfs, "usr/bin/nvidia-debugdump")); err != nil || string(b) != "the image's own\n" {
+		t.Errorf("the image's /usr/bin/nvidia-debugdump became %q (%v)", b, err)
+	}
+
+	// An image whose /usr/sbin leads out of its root: refused, nothing
+	// written outside.
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(rootfs, "usr/sbin")); err != nil {
+		t.Fatal(err)
+	}
+	code, stderr := hook(t, bundle, HookUpdateLdcache, LinkFlag, "/usr/sbin/nvidia-smi="+smi, dir)
+	if code == 0 || !strings.Contains(stderr, "link /usr/sbin/nvidia-smi") {
+		t.Errorf("a link through the image's link out of its root: exit %d, %q; want it refused", code, stderr)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Errorf("the hook wrote outside the container's root: %v", entries)
 	}
 }
