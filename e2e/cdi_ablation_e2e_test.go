@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumux/gpumux/gpu/driverfiles"
 	"github.com/gpumux/gpumux/gpu/sim"
+	"github.com/gpumux/gpumux/node"
 )
 
 // cdiAblationKind is the CDI kind of cdiAblations' devices.
@@ -68,50 +69,64 @@ var cdiAblations = []cdiAblation{
 	{"file-mounts", fileMounts},
 }
 
-// fileMounts gives the driver's libraries as gpumux did before the staged
+// fileMounts gives the driver's files as gpumux did before the staged
 // tree (and still does for Nomad reservations): the tree's mount at
 // /usr/local/nvidia replaced by a read-only bind of each of its library
 // files and links at the driver's library directory (libDir, in the
-// container), the hook and the limiter pointed there. The tree's files
-// are the driver's own (hard links), so the container gets the same
-// bytes; only the mounts differ.
+// container) and of each of its programs at the path the hook would have
+// linked, the hook (without its links) and the limiter pointed there. The
+// tree's files are the driver's own (hard links), so the container gets
+// the same bytes; only the mounts differ.
 func fileMounts(t testing.TB, e map[string]any) {
 	t.Helper()
 	libDir := "/" + sim.LibDir()
+	bind := func(host, container string) map[string]any {
+		return map[string]any{"hostPath": host, "containerPath": container, "type": "bind", "options": []any{"rbind", "nosuid", "nodev", "ro"}}
+	}
 	mounts, _ := e["mounts"].([]any)
 	var out []any
+	var tree string
 	for _, m := range mounts {
 		m := m.(map[string]any)
 		if m["containerPath"] != driverfiles.ContainerDir {
 			out = append(out, m)
 			continue
 		}
-		lib64 := filepath.Join(m["hostPath"].(string), "lib64")
-		entries, err := os.ReadDir(lib64)
+		tree = m["hostPath"].(string)
+		entries, err := os.ReadDir(filepath.Join(tree, "lib64"))
 		if err != nil || len(entries) == 0 {
 			t.Fatalf("the staged tree's lib64: %v (%d entries)", err, len(entries))
 		}
 		for _, f := range entries {
-			host, err := filepath.EvalSymlinks(filepath.Join(lib64, f.Name()))
+			host, err := filepath.EvalSymlinks(filepath.Join(tree, "lib64", f.Name()))
 			if err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, map[string]any{"hostPath": host, "containerPath": filepath.Join(libDir, f.Name()), "type": "bind",
-				"options": []any{"rbind", "nosuid", "nodev", "ro"}})
+			out = append(out, bind(host, filepath.Join(libDir, f.Name())))
 		}
 	}
-	if len(out) == len(mounts) {
+	if tree == "" {
 		t.Fatalf("the time-slice replica's CDI device has no mount at %s", driverfiles.ContainerDir)
 	}
-	e["mounts"] = out
 	retarget := func(v string) string { return strings.ReplaceAll(v, driverfiles.ContainerLibDir, libDir) }
 	hooks, _ := e["hooks"].([]any)
 	for _, h := range hooks {
-		args, _ := h.(map[string]any)["args"].([]any)
-		for i, a := range args {
-			args[i] = retarget(fmt.Sprint(a))
+		h := h.(map[string]any)
+		args, _ := h["args"].([]any)
+		var kept []any
+		for i := 0; i < len(args); i++ {
+			a := fmt.Sprint(args[i])
+			if a == node.HookLinkFlag && i+1 < len(args) {
+				link, target, _ := strings.Cut(fmt.Sprint(args[i+1]), "=")
+				out = append(out, bind(filepath.Join(tree, strings.TrimPrefix(target, driverfiles.ContainerDir)), link))
+				i++
+				continue
+			}
+			kept = append(kept, retarget(a))
 		}
+		h["args"] = kept
 	}
+	e["mounts"] = out
 	env, _ := e["env"].([]any)
 	for i, v := range env {
 		env[i] = retarget(fmt.Sprint(v))

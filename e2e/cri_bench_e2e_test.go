@@ -16,10 +16,11 @@ import (
 // BenchmarkCRILifecycle measures create+start+wait+remove of the probe
 // container through containerd 2.x's CRI, each way of giving it a share,
 // interleaved in one run: plain runc asking for nothing (the baseline),
-// gpumux-runtime (a runtime class) asking for nothing and for a time-slice
-// replica, a time-slice replica's CDI device applied by containerd itself,
-// and a time-slice replica leased by gpumux agent's NRI plugin, all with
-// the limiter. The NRI plugin is connected for the whole run, so every
+// gpumux-runtime (a runtime class) asking for nothing, for a time-slice
+// replica and for a whole GPU, the CDI devices of a time-slice replica and
+// of a whole GPU applied by containerd itself, and a time-slice replica and
+// a whole GPU leased by gpumux agent's NRI plugin; the replicas with the
+// limiter. The NRI plugin is connected for the whole run, so every
 // container, the baseline's too, passes through it. Interleaved with them,
 // the time-slice replica's CDI device taken apart (cdiAblations: without
 // its hook, mounts, device nodes, env only, and other ways tried out:
@@ -38,9 +39,10 @@ func BenchmarkCRILifecycle(b *testing.B) {
 	waitFor(b, ctx, 30*time.Second, "gpumux agent's NRI plugin", func() (bool, string) {
 		return strings.Contains(a.log.String(), "serving NRI"), a.log.String()
 	})
-	dev, ok := cdiDevices(b, ctx, d, config)["timeslice"]
-	if !ok {
-		b.Fatal("the CDI spec has no time-slice replica")
+	devs := cdiDevices(b, ctx, d, config)
+	dev, whole := devs["timeslice"], devs["exclusive"]
+	if dev == "" || whole == "" {
+		b.Fatalf("the CDI spec lacks a time-slice replica or a whole GPU: %v", devs)
 	}
 	runcPod, err := d.RunPod(ctx, "runc", "")
 	if err != nil {
@@ -51,6 +53,7 @@ func BenchmarkCRILifecycle(b *testing.B) {
 		b.Fatal(err)
 	}
 	timeslice := map[string]string{"gpumux.io/mechanism": "timeslice"}
+	exclusive := map[string]string{"gpumux.io/mechanism": "exclusive"}
 	variants := []struct {
 		name string
 		pod  *ctrd.Pod
@@ -61,6 +64,9 @@ func BenchmarkCRILifecycle(b *testing.B) {
 		{"runtime-timeslice", gpumuxPod, ctrd.CRIOpts{Annotations: timeslice}},
 		{"cdi-timeslice", runcPod, ctrd.CRIOpts{CDIDevices: []string{dev}}},
 		{"nri-timeslice", runcPod, ctrd.CRIOpts{Annotations: timeslice}},
+		{"runtime-exclusive", gpumuxPod, ctrd.CRIOpts{Annotations: exclusive}},
+		{"cdi-exclusive", runcPod, ctrd.CRIOpts{CDIDevices: []string{whole}}},
+		{"nri-exclusive", runcPod, ctrd.CRIOpts{Annotations: exclusive}},
 	}
 	selected := selectedCDIAblations(b)
 	ablations := writeCDIAblations(b, selected, filepath.Join(d.CDISpecDir, "gpumux.json"), dev, d.CDISpecDir)

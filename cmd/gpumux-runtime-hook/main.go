@@ -1,6 +1,6 @@
 // Command gpumux-runtime-hook runs gpumux-runtime's hooks that need no node
-// core: update-ldcache (the driver's libraries in the container's linker
-// cache) and poststop (the container's leases given back). runc runs it
+// core: update-ldcache (the driver's programs linked onto PATH, its
+// libraries in the container's linker cache) and poststop (the container's leases given back). runc runs it
 // from the hooks gpumux writes into a container's spec; it is installed
 // beside gpumux-runtime (package runtimehook/entry).
 package main

@@ -14,7 +14,7 @@
  *                                 injects the shares, then runs runc; given a
  *                                 container that asks for nothing after all,
  *                                 it runs runc on it untouched)
- *   hook update-ldcache DIR...    gpumux-runtime-hook, beside this program
+ *   hook update-ldcache ...       gpumux-runtime-hook, beside this program
  *   hook poststop (with           gpumux-runtime-hook
  *     $GPUMUX_STATE_DIR set)
  *   hook anything else            gpumux-runtime-core
