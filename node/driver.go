@@ -101,7 +101,7 @@ func (n *Node) DriverFiles() (*driverfiles.Files, error) {
 // driver root and at its SONAME and bare-name links, each program at its
 // path. The sockets are mounted at their paths either way.
 func (n *Node) addDriver(e *share.Edits) error {
-	files, err := n.DriverFiles()
+	files, tree, err := n.driverReady()
 	if err != nil {
 		return err
 	}
@@ -123,10 +123,6 @@ func (n *Node) addDriver(e *share.Edits) error {
 		}
 		args = append(args, files.LibraryDirs()...)
 	} else {
-		tree, err := n.stagedDriver(files)
-		if err != nil {
-			return err
-		}
 		mount(tree, driverfiles.ContainerDir)
 		for _, l := range files.Libraries {
 			e.DriverLibraries[l.SONAME] = filepath.Join(driverfiles.ContainerLibDir, l.SONAME)
@@ -141,6 +137,16 @@ func (n *Node) addDriver(e *share.Edits) error {
 	}
 	e.Hooks = append(e.Hooks, share.Hook{Stage: share.HookCreateContainer, Path: n.hookBinary, Args: args})
 	return nil
+}
+
+// driverReady finds the driver's files and, unless they are given at their
+// host paths, their staged tree: what a local share's container needs.
+func (n *Node) driverReady() (files *driverfiles.Files, tree string, err error) {
+	if files, err = n.DriverFiles(); err != nil || n.driverAtHostPaths {
+		return files, "", err
+	}
+	tree, err = n.stagedDriver(files)
+	return files, tree, err
 }
 
 // StagedDriverDir is where a node stages trees of the driver's files:
@@ -165,13 +171,15 @@ func (n *Node) stagedDriver(files *driverfiles.Files) (string, error) {
 	return st.Path, nil
 }
 
-// logDriver says what containers of the node's shares get of the driver.
+// logDriver says what containers of the node's shares get of the driver,
+// staging its tree at a node agent's start rather than at its first
+// container's.
 func (n *Node) logDriver() {
-	files, err := n.DriverFiles()
+	files, tree, err := n.driverReady()
 	if err != nil {
 		n.logger.Error("containers of this node's shares cannot get the driver's files; its shares are unhealthy", "error", err)
 		return
 	}
-	n.logger.Info("driver files for containers", "version", files.Version, "root", files.Root,
+	n.logger.Info("driver files for containers", "version", files.Version, "root", files.Root, "staged", tree,
 		"libraries", len(files.Libraries), "programs", len(files.Binaries), "sockets", len(files.Sockets), "not_in_this_driver", files.Missing)
 }

@@ -282,3 +282,35 @@ func TestStartLogsDriverFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestStagedTreeDamaged: a staged tree damaged since it was built (a name
+// removed) makes the node's local shares unhealthy and their edits fail,
+// naming the tree and what it lacks, for a process that opens the node
+// afterwards; nothing is rebuilt behind the operator's back.
+func TestStagedTreeDamaged(t *testing.T) {
+	cfg := &nodeconfig.Config{Simulate: "dgxh200", StateDir: t.TempDir()}
+	n := openDGXConfig(t, cfg)
+	c, inv := dgxCatalog(t, n)
+	shares, err := c.Lookup(inv.GPUs[0].UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := n.Edits(shares)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := driverMounts(n, e.Mounts)[0].HostPath
+	if err := os.Remove(filepath.Join(tree, "lib64", "libcuda.so.1")); err != nil {
+		t.Fatal(err)
+	}
+	later := openDGXConfig(t, cfg) // another process: gpumux-runtime-core's next create
+	if ok, why := later.Health(shares[0]); ok || !strings.Contains(why, tree) || !strings.Contains(why, "lib64/libcuda.so.1 missing") {
+		t.Errorf("health with a damaged tree: %v, %q; want unhealthy, naming the tree and lib64/libcuda.so.1", ok, why)
+	}
+	if _, err := later.Edits(shares); err == nil || !strings.Contains(err.Error(), "remove the directory") {
+		t.Errorf("edits with a damaged tree: %v, want the error saying what to do", err)
+	}
+	if _, err := os.Lstat(filepath.Join(tree, "lib64", "libcuda.so.1")); err == nil {
+		t.Error("the damaged tree was repaired silently")
+	}
+}

@@ -13,7 +13,7 @@ import (
 // Health reports whether a share may be used now, and why not: no critical
 // XID on its GPU or MIG instance (seen by a node agent's watch), for a
 // share on the node's own GPUs the driver's files that its container
-// needs (DriverFiles), and its mechanism's own check (an MPS daemon that
+// needs (DriverFiles, and their staged tree), and its mechanism's own check (an MPS daemon that
 // answers, a MIG instance that still exists, a remote server that was
 // reached).
 func (n *Node) Health(s share.Share) (bool, string) {
@@ -21,7 +21,7 @@ func (n *Node) Health(s share.Share) (bool, string) {
 		return false, why
 	}
 	if s.Remote == nil {
-		if _, err := n.DriverFiles(); err != nil {
+		if _, _, err := n.driverReady(); err != nil {
 			return false, err.Error()
 		}
 	}
