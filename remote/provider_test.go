@@ -424,7 +424,7 @@ func TestProviderTLS(t *testing.T) {
 	for _, tc := range []struct{ name, block, why string }{
 		{"plain", "", "speaks TLS"},
 		{"no client certificate", fmt.Sprintf("tls_ca_file = %q\ntls_server_name = \"gpu.example.com\"\n", ca.CertFile), "certificate"},
-		{"another name", fmt.Sprintf("tls_ca_file = %q\n", ca.CertFile), "TLS: tls: failed to verify certificate"},
+		{"another name", fmt.Sprintf("tls_ca_file = %q\n", ca.CertFile), "TLS with " + srv.Addr + ": tls: failed to verify certificate"},
 	} {
 		cfg, err := remote.PoolConfig(parse(tc.block))
 		if err != nil {

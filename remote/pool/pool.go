@@ -326,14 +326,6 @@ func CheckServerAddr(s string) error {
 	return nil
 }
 
-// network splits an address into what net.Dial takes.
-func network(addr string) (string, string) {
-	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
-		return "unix", p
-	}
-	return "tcp", addr
-}
-
 // Probe reads the GPUs of the server at addr. The server shows a client
 // only the GPU its token names, so each GPU takes a connection of its own,
 // with a token for GPU 0, 1, … until the server refuses one. A server that
@@ -374,28 +366,16 @@ func probeOne(ctx context.Context, addr string, secret []byte, timeout time.Dura
 	if err != nil {
 		return GPU{}, err
 	}
-	// proto.Dial bounds each wait by timeout only; closing the connection
-	// when ctx ends bounds the handshake and the calls by ctx as well.
-	netw, a := network(addr)
-	var dialer net.Dialer
-	conn, err := dialer.DialContext(ctx, netw, a)
+	// proto.NewClient bounds each wait by timeout only; closing the
+	// connection when ctx ends bounds the handshake and the calls by ctx
+	// as well.
+	conn, err := proto.DialAddr(ctx, addr, tlsConfig)
 	if err != nil {
 		return GPU{}, err
 	}
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	if tlsConfig != nil && netw == "tcp" {
-		c := tlsConfig.Clone()
-		if c.ServerName == "" {
-			c.ServerName, _, _ = net.SplitHostPort(a)
-		}
-		tc := tls.Client(conn, c)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			return GPU{}, fmt.Errorf("TLS: %w", err)
-		}
-		conn = tc
-	}
 	cl, err := proto.NewClient(conn, proto.Hello{Token: tok, Identity: identity}, timeout)
 	if err != nil {
 		if ctx.Err() != nil {

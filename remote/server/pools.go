@@ -403,7 +403,7 @@ func (s *session) MemPoolSetAccess(c *proto.Call, h proto.Handle, blob []byte) p
 	if r != ok {
 		return r
 	}
-	ds, r := s.accessDescs(blob)
+	ds, _, r := s.accessDescs(blob)
 	if r != ok {
 		return r
 	}

@@ -225,7 +225,7 @@ func (s *session) restoreVirtual(sn snapshot, handle func(proto.Handle) error) e
 		if len(sm.access) == 0 {
 			continue
 		}
-		ds, r := s.accessDescs(proto.EncodeMemAccessDescs(sm.access))
+		ds, _, r := s.accessDescs(proto.EncodeMemAccessDescs(sm.access))
 		if r != ok {
 			return fmt.Errorf("%w: access to the mapping at %#x: %v", proto.ErrMalformed, sm.base, r)
 		}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"slices"
+
 	"github.com/gpumux/gpumux/remote/proto"
 )
 
@@ -148,26 +150,29 @@ func (s *session) memProp(call string, p proto.MemProp) (proto.MemProp, proto.Re
 	return p, ok
 }
 
-// accessDescs checks access descriptors and returns the backend's: each
-// names one of the client's devices, with no access, read or read-write.
-func (s *session) accessDescs(blob []byte) ([]proto.MemAccessDesc, proto.Result) {
-	ds, good := proto.DecodeMemAccessDescs(blob)
+// accessDescs checks access descriptors and returns the backend's (be):
+// each names one of the client's devices, with no access, read or
+// read-write; asked are the same as the client gave them, its devices'
+// numbers (what a migration sets again on the target).
+func (s *session) accessDescs(blob []byte) (be, asked []proto.MemAccessDesc, _ proto.Result) {
+	asked, good := proto.DecodeMemAccessDescs(blob)
 	if !good {
-		return nil, proto.ErrInvalidValue
+		return nil, nil, proto.ErrInvalidValue
 	}
-	for i, d := range ds {
+	be = slices.Clone(asked)
+	for i, d := range asked {
 		dev, r := s.location(d.LocType, d.LocID)
 		if r != ok {
-			return nil, r
+			return nil, nil, r
 		}
 		switch d.Flags {
 		case proto.MemAccessNone, proto.MemAccessRead, proto.MemAccessReadWrite:
 		default:
-			return nil, proto.ErrInvalidValue
+			return nil, nil, proto.ErrInvalidValue
 		}
-		ds[i].LocID = dev
+		be[i].LocID = dev
 	}
-	return ds, ok
+	return be, asked, ok
 }
 
 func (s *session) MemGetAllocationGranularity(c *proto.Call, prop proto.MemProp, option uint32) (uint64, proto.Result) {
@@ -402,7 +407,7 @@ func (s *session) MemSetAccess(c *proto.Call, p proto.DevPtr, size uint64, blob 
 	if r := s.maybeCurrent(c); r != ok {
 		return r
 	}
-	ds, r := s.accessDescs(blob)
+	ds, asked, r := s.accessDescs(blob)
 	if r != ok {
 		return r
 	}
@@ -413,8 +418,6 @@ func (s *session) MemSetAccess(c *proto.Call, p proto.DevPtr, size uint64, blob 
 	if r := s.be.MemSetAccess(p, size, ds); r != ok {
 		return r
 	}
-	// What a migration sets again on the target, as the client said it.
-	asked, _ := proto.DecodeMemAccessDescs(blob)
 	for _, m := range ms {
 		m.access = asked
 		m.accessPartial = m.accessPartial || m.base < p || uint64(m.base)+m.size > uint64(p)+size
