@@ -60,6 +60,7 @@ echo "root file system without NVIDIA files: $(find "$rootfs" -type f | wc -l) f
 check='set -e
 echo "== mounts:"; grep -E " (/usr/local/nvidia|/usr/bin/nvidia-smi) " /proc/self/mountinfo | cut -d" " -f5,6
 echo "== files:"; for f in /usr/local/nvidia/lib64/* /usr/local/nvidia/bin/*; do echo "$f"; done
+echo "== programs:"; for p in /usr/bin/nvidia-smi /usr/bin/nvidia-debugdump; do if [ -L "$p" ]; then echo "$p: a link"; fi; done
 echo "== cache:"; ldconfig -p | grep -E "lib(cuda|nvidia-ml)\.so"
 echo "== limiter:"; env | grep -E "^(LD_LIBRARY_PATH|GPUMUX_LIMITER_(CUDA|NVML))=" || true
 echo "== nvidia-smi:"; nvidia-smi -L; nvidia-smi --query-gpu=memory.total --format=csv,noheader
@@ -91,7 +92,7 @@ for c in whole replica; do
 	# The driver's libraries in the tree gpumux staged, one read-only
 	# mount at /usr/local/nvidia, wherever the host keeps them.
 	lib=/usr/local/nvidia/lib64
-	for want in "/usr/local/nvidia ro," "$lib/libcuda.so.1" "$lib/libnvidia-ml.so.1" "$lib/libnvidia-ptxjitcompiler.so.1" "/usr/bin/nvidia-smi ro," \
+	for want in "/usr/local/nvidia ro," "$lib/libcuda.so.1" "$lib/libnvidia-ml.so.1" "$lib/libnvidia-ptxjitcompiler.so.1" "/usr/bin/nvidia-smi: a link" \
 		"libcuda.so.1 (libc6,x86-64) => $lib/libcuda.so.1" "GPU 0: NVIDIA" "vectoradd: cudaSuccess, 0 wrong"; do
 		grep -qF -- "$want" "$work/$c.txt" || fail "$c: the container's output lacks '$want'"
 	done
