@@ -166,19 +166,37 @@ func (n *Node) stagedDriver(files *driverfiles.Files) (string, error) {
 	}
 	if st.Built {
 		n.logger.Info("staged the driver's files for containers", "tree", st.Path, "copied", st.Copied)
+		n.pruneDriverTrees(st.Path) // those of the driver before, once unused
 	}
 	n.driver.staged = st.Path
 	return st.Path, nil
 }
 
+// pruneDriverTrees removes the staged trees other than current that no
+// container mounts, and says what it removed and kept. A failure is logged:
+// it costs disk space, not containers.
+func (n *Node) pruneDriverTrees(current string) {
+	removed, mounted, err := driverfiles.Prune(n.StagedDriverDir(), current)
+	if err != nil {
+		n.logger.Warn("pruning staged driver trees", "error", err)
+	}
+	if len(removed) > 0 || len(mounted) > 0 {
+		n.logger.Info("staged driver trees of other drivers", "removed", removed, "kept_while_mounted", mounted)
+	}
+}
+
 // logDriver says what containers of the node's shares get of the driver,
 // staging its tree at a node agent's start rather than at its first
-// container's.
+// container's, and pruning the trees of drivers before that no container
+// uses any more.
 func (n *Node) logDriver() {
 	files, tree, err := n.driverReady()
 	if err != nil {
 		n.logger.Error("containers of this node's shares cannot get the driver's files; its shares are unhealthy", "error", err)
 		return
+	}
+	if tree != "" {
+		n.pruneDriverTrees(tree)
 	}
 	n.logger.Info("driver files for containers", "version", files.Version, "root", files.Root, "staged", tree,
 		"libraries", len(files.Libraries), "programs", len(files.Binaries), "sockets", len(files.Sockets), "not_in_this_driver", files.Missing)

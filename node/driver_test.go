@@ -314,3 +314,33 @@ func TestStagedTreeDamaged(t *testing.T) {
 		t.Error("the damaged tree was repaired silently")
 	}
 }
+
+// TestStartPrunesDriverTrees: a node agent's start stages the driver's
+// tree and removes the trees of drivers before that no container mounts,
+// saying so.
+func TestStartPrunesDriverTrees(t *testing.T) {
+	var log strings.Builder
+	cfg := &nodeconfig.Config{Simulate: "dgxh200", StateDir: t.TempDir()}
+	n, err := node.Open(cfg, node.WithOpen(openDGXHost), node.WithLogger(hclog.New(&hclog.LoggerOptions{Output: &log, Level: hclog.Info})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	old := filepath.Join(n.StagedDriverDir(), "570.86.15-0123456789abcdef")
+	if err := os.MkdirAll(filepath.Join(old, "lib64"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background(), "a test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); err == nil {
+		t.Errorf("%s, a tree nothing mounts, is still there", old)
+	}
+	entries, _ := os.ReadDir(n.StagedDriverDir())
+	if len(entries) != 1 || !strings.HasPrefix(entries[0].Name(), "580.159.04-") {
+		t.Errorf("%s holds %v, want the current driver's tree only", n.StagedDriverDir(), entries)
+	}
+	if !strings.Contains(log.String(), `removed=["`+old+`"]`) {
+		t.Errorf("the log does not say %s was removed:\n%s", old, log.String())
+	}
+}

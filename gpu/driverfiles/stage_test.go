@@ -1,8 +1,11 @@
 package driverfiles_test
 
 import (
+	"bufio"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -219,4 +222,68 @@ func TestStageCopiesAcrossFileSystems(t *testing.T) {
 		t.Errorf("%d files copied, want %d", st.Copied, want)
 	}
 	checkTree(t, st.Path, n.DriverRoot(), true)
+}
+
+// TestPruneKeepsMountedTrees: on this host, a staged tree that a process
+// in a mount namespace of its own has bind-mounted (as a container has
+// its driver) is kept; once that namespace is gone, it is removed; the
+// current tree stays.
+func TestPruneKeepsMountedTrees(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip(err)
+	}
+	root := simulatedDriver(t)
+	f, err := driverfiles.Find(root, version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "driver")
+	old, err := f.Stage(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The driver changes: a new tree is the current one.
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(root, sim.LibDir(), "libcuda.so."+version), later, later); err != nil {
+		t.Fatal(err)
+	}
+	if f, err = driverfiles.Find(root, version); err != nil {
+		t.Fatal(err)
+	}
+	current, err := f.Stage(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	mnt := t.TempDir()
+	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", `mount --bind "$1" "$2" && echo ready && exec sleep 60`, "sh", old.Path, mnt)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("the mount namespace: %q, %v", line, err)
+	}
+
+	removed, mounted, err := driverfiles.Prune(dir, current.Path)
+	if err != nil || len(removed) != 0 || !slices.Equal(mounted, []string{old.Path}) {
+		t.Errorf("pruning with the old tree mounted: removed %v, kept %v, %v; want %s kept", removed, mounted, err, old.Path)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	removed, mounted, err = driverfiles.Prune(dir, current.Path)
+	if err != nil || !slices.Equal(removed, []string{old.Path}) || len(mounted) != 0 {
+		t.Errorf("pruning once nothing mounts it: removed %v, kept %v, %v; want %s removed", removed, mounted, err, old.Path)
+	}
+	if _, err := os.Stat(filepath.Join(current.Path, "lib64", "libcuda.so.1")); err != nil {
+		t.Errorf("the current tree: %v", err)
+	}
 }
