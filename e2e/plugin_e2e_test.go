@@ -17,9 +17,9 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/gpumux/gpumux/e2e/internal/hostcheck"
 	"github.com/gpumux/gpumux/e2e/nomadagent"
 	"github.com/gpumux/gpumux/gpu/sim"
+	"github.com/gpumux/gpumux/internal/mountinfo"
 	"github.com/gpumux/gpumux/internal/scrape"
 )
 
@@ -108,7 +108,7 @@ func parseProbe(out string) probe {
 	p := probe{env: map[string]string{}, devices: map[string]string{}, mounts: map[string]bool{}}
 	for _, line := range strings.Split(out, "\n") {
 		if mi, ok := strings.CutPrefix(line, mountinfoPrefix); ok {
-			for _, m := range hostcheck.ParseMountinfo([]byte(mi)) {
+			for _, m := range mountinfo.Parse([]byte(mi)) {
 				p.mounts[m.Point] = m.ReadOnly
 			}
 		} else if m := statLine.FindStringSubmatch(line); m != nil {

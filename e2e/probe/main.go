@@ -34,7 +34,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpumux/gpumux/e2e/internal/hostcheck"
+	"github.com/gpumux/gpumux/internal/mountinfo"
 )
 
 func main() {
@@ -91,7 +91,7 @@ func main() {
 	if err != nil {
 		fail("%v", err)
 	}
-	for _, m := range hostcheck.ParseMountinfo(mi) {
+	for _, m := range mountinfo.Parse(mi) {
 		mode := "rw"
 		if m.ReadOnly {
 			mode = "ro"

@@ -1,8 +1,6 @@
 package driverfiles
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/gpumux/gpumux/internal/mountinfo"
 )
 
 // Prune removes the staged trees in dir other than keep that no mount on
@@ -74,7 +74,7 @@ type fsPath struct {
 // whose root, in the same file system, is the directory or inside it.
 // Each mount namespace is read once.
 func mountedAnywhere(proc string, paths []string) (map[string]bool, error) {
-	self, err := readMountinfo(filepath.Join(proc, "self", "mountinfo"))
+	self, err := mountinfo.Read(filepath.Join(proc, "self", "mountinfo"))
 	if err != nil {
 		return nil, err
 	}
@@ -101,13 +101,13 @@ func mountedAnywhere(proc string, paths []string) (map[string]bool, error) {
 			}
 			seen[st.Ino] = true
 		}
-		mounts, err := readMountinfo(filepath.Join(proc, e.Name(), "mountinfo"))
+		mounts, err := mountinfo.Read(filepath.Join(proc, e.Name(), "mountinfo"))
 		if err != nil {
 			continue // gone since, or not ours to read
 		}
 		for p, fp := range want {
 			for _, m := range mounts {
-				if m.dev == fp.dev && (m.root == fp.path || strings.HasPrefix(m.root, fp.path+"/")) {
+				if m.Dev == fp.dev && (m.Root == fp.path || strings.HasPrefix(m.Root, fp.path+"/")) {
 					inUse[p] = true
 					break
 				}
@@ -117,65 +117,19 @@ func mountedAnywhere(proc string, paths []string) (map[string]bool, error) {
 	return inUse, nil
 }
 
-// mountEntry is one line of a mountinfo file: the mount's file system
-// (major:minor), the directory of that file system it shows, and where.
-type mountEntry struct {
-	dev, root, point string
-}
-
 // whereIn finds path's file system and its path there from the mounts of
 // the path's own namespace: the mount with the longest mount point above
 // it.
-func whereIn(mounts []mountEntry, path string) (fsPath, bool) {
-	var best *mountEntry
+func whereIn(mounts []mountinfo.Mount, path string) (fsPath, bool) {
+	var best *mountinfo.Mount
 	for i, m := range mounts {
-		if (path == m.point || m.point == "/" || strings.HasPrefix(path, m.point+"/")) && (best == nil || len(m.point) > len(best.point)) {
+		if (path == m.Point || m.Point == "/" || strings.HasPrefix(path, m.Point+"/")) && (best == nil || len(m.Point) > len(best.Point)) {
 			best = &mounts[i]
 		}
 	}
 	if best == nil {
 		return fsPath{}, false
 	}
-	rel := strings.TrimPrefix(strings.TrimPrefix(path, best.point), "/")
-	return fsPath{dev: best.dev, path: filepath.Join(best.root, rel)}, true
-}
-
-// readMountinfo reads a mountinfo file (proc(5)): fields 3 to 5 of each
-// line, with the kernel's octal escapes undone.
-func readMountinfo(path string) ([]mountEntry, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var out []mountEntry
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 5 {
-			continue
-		}
-		out = append(out, mountEntry{dev: f[2], root: unescapeMountinfo(f[3]), point: unescapeMountinfo(f[4])})
-	}
-	return out, sc.Err()
-}
-
-// unescapeMountinfo undoes mountinfo's \ooo escapes (of space, tab,
-// newline and backslash).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	rel := strings.TrimPrefix(strings.TrimPrefix(path, best.Point), "/")
+	return fsPath{dev: best.Dev, path: filepath.Join(best.Root, rel)}, true
 }

@@ -93,19 +93,3 @@ func TestPruneReadsEveryMountNamespace(t *testing.T) {
 		}
 	}
 }
-
-func TestUnescapeMountinfo(t *testing.T) {
-	for in, want := range map[string]string{
-		`/plain`:         "/plain",
-		`/a\040b`:        "/a b",
-		`/tab\011x\012y`: "/tab\tx\ny",
-		`/back\134slash`: `/back\slash`,
-		`/short\04`:      `/short\04`,
-		`/not\999octal`:  `/not\999octal`,
-		`/end\`:          `/end\`,
-	} {
-		if got := unescapeMountinfo(in); got != want {
-			t.Errorf("%q: %q, want %q", in, got, want)
-		}
-	}
-}
