@@ -56,7 +56,7 @@ E2E_TIMEOUT ?= 40m
 # the /nomad cgroups (v1) and the machine has 2 cores.
 E2E_FLAGS ?= -v
 
-.PHONY: all build interposer remote-nvml nomad containerd2 deps test test-unit test-e2e bench demo gpu-bin clean fmt vet install dist dist-all deb version
+.PHONY: all build interposer remote-nvml nomad containerd2 docker-cdi deps test test-unit test-e2e bench demo gpu-bin clean fmt vet install dist dist-all deb version
 
 all: build
 
@@ -300,12 +300,16 @@ nomad:
 containerd2:
 	scripts/build-containerd.sh
 
+## docker-cdi: fetch Docker 26 (Debian 13's packages, for the e2e tests of Docker's CDI path) into $(GPUMUX_CACHE) if needed
+docker-cdi:
+	scripts/fetch-docker.sh
+
 ## deps: install missing Debian packages (gcc, libc6-dev, make, ...)
 deps:
 	scripts/install-deps.sh
 
 ## test: unit tests (race) then e2e tests against a real Nomad dev agent
-test: deps nomad containerd2 build
+test: deps nomad containerd2 docker-cdi build
 	$(MAKE) --no-print-directory test-unit
 	$(MAKE) --no-print-directory test-e2e
 

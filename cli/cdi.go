@@ -114,6 +114,14 @@ func cdiSpec(ctx context.Context, nf *nodeFlags, warn io.Writer, opts ...node.Op
 			}
 		}
 	}
+	// The oldest CDI version with what the spec uses, not the library's
+	// newest: engines read only the versions they know (Docker 26 vendors
+	// CDI 0.6 and refuses a 1.0.0 spec's devices as unresolvable).
+	v, err := cdispec.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, fmt.Errorf("the CDI spec's version: %w", err)
+	}
+	spec.Version = v
 	return spec, nil
 }
 

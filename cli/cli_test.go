@@ -201,6 +201,11 @@ gpu {
 		if err := json.Unmarshal([]byte(stdout), &spec); err != nil {
 			t.Fatal(err)
 		}
+		// The oldest version with device annotations, which engines that
+		// vendor an older CDI library (Docker 26: 0.6) read.
+		if spec.Version != "0.6.0" {
+			t.Errorf("cdiVersion %q, want 0.6.0 (the oldest with what the spec uses)", spec.Version)
+		}
 		for _, d := range spec.Devices {
 			hooks := d.ContainerEdits.Hooks
 			if len(hooks) != 1 || hooks[0].HookName != "createContainer" || hooks[0].Path != tc.binary || !strings.HasPrefix(strings.Join(hooks[0].Args, " "), filepath.Base(tc.binary)+" hook update-ldcache --link /usr/bin/nvidia-smi=/usr/local/nvidia/bin/nvidia-smi ") ||

@@ -4,9 +4,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -34,35 +32,7 @@ func startContainerd2(t testing.TB, ctx context.Context, config string, opts ...
 // mechanism → gpumux.io/share=<name>.
 func cdiDevices(t testing.TB, ctx context.Context, d *ctrd.Daemon, config string) map[string]string {
 	t.Helper()
-	bin := filepath.Join(repoRoot(t), "bin")
-	file := filepath.Join(d.CDISpecDir, "gpumux.json")
-	out, err := exec.CommandContext(ctx, filepath.Join(bin, "gpumux"), "cdi", "generate", "--config", config, "-f", file,
-		"--hook-binary", filepath.Join(bin, "gpumux-runtime-hook")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("gpumux cdi generate: %v\n%s", err, out)
-	}
-	var spec struct {
-		Kind    string
-		Devices []struct {
-			Name        string
-			Annotations map[string]string
-		}
-	}
-	b, err := os.ReadFile(file)
-	if err == nil {
-		err = json.Unmarshal(b, &spec)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs := map[string]string{}
-	for _, dev := range spec.Devices {
-		m := dev.Annotations["gpumux.io/mechanism"]
-		if _, ok := devs[m]; !ok {
-			devs[m] = spec.Kind + "=" + dev.Name
-		}
-	}
-	return devs
+	return writeCDISpec(t, ctx, config, d.CDISpecDir)
 }
 
 // TestCDINativeOnContainerd2: containerd 2.x applies `gpumux cdi generate`'s

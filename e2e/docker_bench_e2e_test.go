@@ -4,7 +4,11 @@ package e2e
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
+
+	"github.com/gpumux/gpumux/e2e/dockerd"
 )
 
 // BenchmarkDockerRun measures `docker run --rm` of the probe image on a
@@ -19,7 +23,34 @@ import (
 func BenchmarkDockerRun(b *testing.B) {
 	ctx := context.Background()
 	_, config := runtimeNode(b)
-	d := startDocker(b, ctx, config)
+	benchDocker(b, ctx, startDocker(b, ctx, config), nil)
+}
+
+// BenchmarkDockerCDIRun is BenchmarkDockerRun on Docker 26 (startDockerCDI),
+// with two more ways beside gpumux-runtime's, without any wrapper: the CDI
+// devices of a whole GPU and of a time-slice replica (`docker run --device
+// gpumux.io/share=…`), which the engine applies itself with plain runc:
+//
+//	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench DockerCDIRun -benchtime 10x -count 5 ./e2e/
+func BenchmarkDockerCDIRun(b *testing.B) {
+	ctx := context.Background()
+	_, config := runtimeNode(b)
+	d, specDir := startDockerCDI(b, ctx, config)
+	devs := writeCDISpec(b, ctx, config, specDir)
+	cdi := map[string][]string{}
+	for _, m := range []string{"exclusive", "timeslice"} {
+		if devs[m] == "" {
+			b.Fatalf("the CDI spec has no %s device: %v", m, devs)
+		}
+		cdi["cdi-"+m] = []string{"--device", devs[m]}
+	}
+	benchDocker(b, ctx, d, cdi)
+}
+
+// benchDocker runs the probe image on d, interleaved: plain runc (the
+// baseline), gpumux-runtime asking for nothing and for each mechanism, and
+// the extra ways (name → docker run's arguments).
+func benchDocker(b *testing.B, ctx context.Context, d *dockerd.Daemon, extra map[string][]string) {
 	image, err := d.ProbeImage(ctx)
 	if err != nil {
 		b.Fatal(err)
@@ -33,6 +64,10 @@ func BenchmarkDockerRun(b *testing.B) {
 			a = append(a, "-e", "GPUMUX_MECHANISM="+v.mechanism)
 		}
 		args = append(args, a)
+	}
+	for _, name := range slices.Sorted(maps.Keys(extra)) {
+		names = append(names, name)
+		args = append(args, extra[name])
 	}
 	benchInterleaved(b, names, func(_, j int) error {
 		_, _, err := d.Docker(ctx, append(append([]string{"run", "--rm"}, args[j]...), image)...)

@@ -54,6 +54,26 @@ func DefaultDockerdBin() string {
 	return "dockerd"
 }
 
+// CDIVersion is the Docker release whose engine applies CDI specs that the
+// tests run (scripts/fetch-docker.sh fetches Debian 13's packages of it):
+// Debian 12's is 20.10, from before CDI.
+const CDIVersion = "26.1.5"
+
+// CDIBinDir is the directory of CDIVersion's dockerd and docker:
+// $DOCKER_CDI_DIR, else where scripts/fetch-docker.sh caches them,
+// $GPUMUX_CACHE/docker-v<CDIVersion>/bin.
+func CDIBinDir() string {
+	if d := os.Getenv("DOCKER_CDI_DIR"); d != "" {
+		return d
+	}
+	cache := os.Getenv("GPUMUX_CACHE")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "gpumux")
+	}
+	return filepath.Join(cache, "docker-v"+CDIVersion, "bin")
+}
+
 // DefaultDockerBin returns $DOCKER_BIN, else "docker" (the CLI, on PATH).
 func DefaultDockerBin() string {
 	if b := os.Getenv("DOCKER_BIN"); b != "" {
@@ -84,6 +104,13 @@ func WithConfigure(f func(daemonJSON string) error) Option {
 // (gpumux-runtime) of every container get, not dockerd's.
 func WithContainerdOptions(opts ...ctrd.Option) Option {
 	return func(c *config) { c.ctrdOpts = append(c.ctrdOpts, opts...) }
+}
+
+// WithBinaries runs the engine dockerd and the CLI docker (paths, or names
+// on PATH) instead of DefaultDockerdBin and DefaultDockerBin: CDIBinDir's
+// Docker 26, for CDI.
+func WithBinaries(dockerd, docker string) Option {
+	return func(c *config) { c.dockerd, c.docker = dockerd, docker }
 }
 
 // WithStopTimeout bounds how long Stop waits after SIGTERM before it
