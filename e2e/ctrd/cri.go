@@ -47,12 +47,7 @@ func Containerd2Bin() string {
 	if b := os.Getenv("CONTAINERD2_BIN"); b != "" {
 		return b
 	}
-	cache := os.Getenv("GPUMUX_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "gpumux")
-	}
-	return filepath.Join(cache, "containerd-v"+Containerd2Version, "bin", "containerd")
+	return filepath.Join(hostcheck.CacheDir(), "containerd-v"+Containerd2Version, "bin", "containerd")
 }
 
 // renderV3 writes containerd 2.x's tables: NRI's socket inside Dir

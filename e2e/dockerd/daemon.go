@@ -66,12 +66,7 @@ func CDIBinDir() string {
 	if d := os.Getenv("DOCKER_CDI_DIR"); d != "" {
 		return d
 	}
-	cache := os.Getenv("GPUMUX_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "gpumux")
-	}
-	return filepath.Join(cache, "docker-v"+CDIVersion, "bin")
+	return filepath.Join(hostcheck.CacheDir(), "docker-v"+CDIVersion, "bin")
 }
 
 // DefaultDockerBin returns $DOCKER_BIN, else "docker" (the CLI, on PATH).

@@ -46,15 +46,7 @@ func DefaultNomadBin() string {
 	if b := os.Getenv("NOMAD_BIN"); b != "" {
 		return b
 	}
-	cache := os.Getenv("GPUMUX_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			home = "/root"
-		}
-		cache = filepath.Join(home, ".cache", "gpumux")
-	}
-	return filepath.Join(cache, "nomad-v"+NomadVersion, "nomad")
+	return filepath.Join(hostcheck.CacheDir(), "nomad-v"+NomadVersion, "nomad")
 }
 
 // DefaultPluginDir returns the plugin dir holding the built gpumux plugin:

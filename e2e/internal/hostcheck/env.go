@@ -1,6 +1,10 @@
 package hostcheck
 
-import "strings"
+import (
+	"os"
+	"path/filepath"
+	"strings"
+)
 
 // FilterEnv returns env (KEY=VALUE entries) without the variables named in
 // drop, for the processes a harness starts: a daemon under test (which then
@@ -17,4 +21,18 @@ next:
 		out = append(out, kv)
 	}
 	return out
+}
+
+// CacheDir is where the build and fetch scripts (scripts/build-nomad.sh,
+// build-containerd.sh, fetch-docker.sh) keep the tools the harnesses run:
+// $GPUMUX_CACHE, else ~/.cache/gpumux (root's home when there is none).
+func CacheDir() string {
+	if c := os.Getenv("GPUMUX_CACHE"); c != "" {
+		return c
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = "/root"
+	}
+	return filepath.Join(home, ".cache", "gpumux")
 }
