@@ -119,11 +119,11 @@ func mountedAnywhere(proc string, paths []string) (map[string]bool, error) {
 
 // whereIn finds path's file system and its path there from the mounts of
 // the path's own namespace: the mount with the longest mount point above
-// it.
+// it, the last of those on one point (the one on top).
 func whereIn(mounts []mountinfo.Mount, path string) (fsPath, bool) {
 	var best *mountinfo.Mount
 	for i, m := range mounts {
-		if (path == m.Point || m.Point == "/" || strings.HasPrefix(path, m.Point+"/")) && (best == nil || len(m.Point) > len(best.Point)) {
+		if (path == m.Point || m.Point == "/" || strings.HasPrefix(path, m.Point+"/")) && (best == nil || len(m.Point) >= len(best.Point)) {
 			best = &mounts[i]
 		}
 	}

@@ -34,8 +34,10 @@ func TestPruneReadsEveryMountNamespace(t *testing.T) {
 	// system (8:2) is mounted on base/"state dir", so the trees are at
 	// /driver/... in it. Mountinfo escapes the space.
 	stateMount := filepath.Join(base, "state\\040dir")
+	// A file system mounted there before (8:7) is hidden by the later one.
 	self := "20 1 8:1 / / rw - ext4 /dev/sda1 rw\n" +
-		"21 20 8:2 / " + stateMount + " rw - ext4 /dev/sda2 rw\n"
+		"21 20 8:7 / " + stateMount + " rw - ext4 /dev/sdc1 rw\n" +
+		"22 21 8:2 / " + stateMount + " rw - ext4 /dev/sda2 rw\n"
 	proc := filepath.Join(base, "proc")
 	write := func(pid, mountinfo string, ns string) {
 		d := filepath.Join(proc, pid)

@@ -119,17 +119,28 @@ func (f *Files) Stage(dir string) (Staged, error) {
 	if err != nil {
 		return Staged{}, fmt.Errorf("staging the driver's files in %s: %w", dir, err)
 	}
+	// The tree's names on disk before its name: a crash after the rename
+	// leaves a whole tree, not one that check refuses.
+	for _, sub := range []string{"lib64", "bin", ""} {
+		syncDir(filepath.Join(tmp, sub))
+	}
 	if err := os.Rename(tmp, path); err != nil {
 		if _, lerr := os.Lstat(path); lerr == nil { // another process built it first
 			return Staged{Path: path}, f.check(path)
 		}
 		return Staged{}, fmt.Errorf("staging the driver's files: %w", err)
 	}
+	syncDir(dir)
+	return Staged{Path: path, Copied: copied, Built: true}, nil
+}
+
+// syncDir flushes a directory's entries to disk, as far as it can: a
+// failure leaves what a crash would, which check refuses.
+func syncDir(dir string) {
 	if d, err := os.Open(dir); err == nil {
 		d.Sync()
 		d.Close()
 	}
-	return Staged{Path: path, Copied: copied, Built: true}, nil
 }
 
 // build lays the tree out in dir. Modes are set, not left to the umask:
