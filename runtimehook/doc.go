@@ -7,8 +7,8 @@
 // in the node-local lease store (package node/lease), and the node core's
 // container edits are applied to config.json with the CDI library. A share that cannot be used
 // now (no MPS daemon: run gpumux agent or the Nomad plugin) fails the create
-// before runc starts, with the reason. A createRuntime hook checks
-// the shares are still usable; a poststop hook releases them; leases of
+// before runc starts, with the reason (once: no hook checks it again within
+// the same runc create); a poststop hook releases them; leases of
 // containers runc no longer knows are reclaimed. Every other subcommand is
 // runc's, untouched, and a container that asks for nothing is not touched.
 //

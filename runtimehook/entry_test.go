@@ -28,8 +28,10 @@ func TestCoreHookErrors(t *testing.T) {
 		want string
 	}{
 		{"arguments to another hook", []string{HookPoststop, "/usr/lib"}, "hook poststop takes no arguments"},
-		{"no hook name", nil, "usage: gpumux-runtime hook create-runtime|poststop|update-ldcache [--link LINK=TARGET]... DIR..."},
+		{"no hook name", nil, "usage: gpumux-runtime hook poststop|update-ldcache [--link LINK=TARGET]... DIR..."},
 		{"an unknown hook", []string{"prestart"}, `unknown hook "prestart"`},
+		// Specs no longer name it: a share is checked once, at create.
+		{"create-runtime", []string{"create-runtime"}, `unknown hook "create-runtime"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer

@@ -1,9 +1,7 @@
 package runtimehook
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -102,11 +100,6 @@ func TestCreateRemoteShare(t *testing.T) {
 			held, _ := f.rt.store().Held(context.Background(), "c1")
 			if len(held) != 1 || held[0] != env["GPUMUX_SHARES"] {
 				t.Errorf("leases of c1: %v, env %s", held, env["GPUMUX_SHARES"])
-			}
-			// The createRuntime hook accepts a remote lease.
-			state, _ := json.Marshal(specs.State{ID: "c1", Bundle: f.bundle})
-			if err := f.rt.Hook(context.Background(), HookCreateRuntime, nil, bytes.NewReader(state)); err != nil {
-				t.Errorf("create-runtime hook: %v", err)
 			}
 			// The server admits the token.
 			cl, err := proto.Dial(context.Background(), "tcp", srv.Addr, proto.Hello{Token: env["GPUMUX_REMOTE_TOKEN"]}, 5*time.Second)

@@ -31,7 +31,7 @@ type Runtime struct {
 	load   func() (*nodeconfig.Config, error) // the node config, read when needed
 	cfg    *nodeconfig.Config
 	runc   string // runc binary
-	self   string // gpumux-runtime-core, for the create-runtime hook
+	self   string // gpumux-runtime-core, beside which gpumux-runtime-hook is
 	limits node.Limits
 	open   node.OpenFunc // nil: the node core's default
 	stderr io.Writer
@@ -43,10 +43,10 @@ type Option func(*Runtime)
 // WithRunc sets the runc binary (default "runc" on PATH).
 func WithRunc(path string) Option { return func(r *Runtime) { r.runc = path } }
 
-// WithSelf sets the gpumux-runtime-core binary that the create-runtime hook
-// calls back (default: this executable). The poststop hook and the
-// update-ldcache hook of the node core's edits call gpumux-runtime in the
-// same directory, which runs them without the node core.
+// WithSelf sets where gpumux-runtime-core is (default: this executable):
+// the poststop hook and the update-ldcache hook of the node core's edits
+// call gpumux-runtime-hook in the same directory, which runs them without
+// the node core.
 func WithSelf(path string) Option { return func(r *Runtime) { r.self = path } }
 
 // WithLimits bounds what one container may ask for.
@@ -133,7 +133,7 @@ func (r *Runtime) prepare(ctx context.Context, inv entry.Invocation) (leased boo
 	if err := (&cdi.ContainerEdits{ContainerEdits: node.CDIEdits(edits)}).Apply(&spec); err != nil {
 		return true, fmt.Errorf("applying the container edits of %v: %w", share.IDs(g.Shares), err)
 	}
-	r.addHooks(&spec, g.Shares)
+	r.addHooks(&spec)
 	return true, writeSpec(path, &spec)
 }
 
@@ -175,10 +175,13 @@ func (r *Runtime) logger() hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: "gpumux-runtime", Output: r.stderr, Level: hclog.Warn})
 }
 
-// addHooks makes runc call gpumux back: poststop (gpumux-runtime-hook) releases
-// the shares, and, for MIG and MPS shares, createRuntime (the core) checks
-// they are still usable as runc starts the container.
-func (r *Runtime) addHooks(spec *specs.Spec, shares []share.Share) {
+// addHooks makes runc call gpumux back: poststop (gpumux-runtime-hook,
+// which opens only the lease store) releases the shares. Nothing is checked
+// again as runc creates the container: prepare checked every share a
+// moment before (an MPS daemon that answers, a MIG instance that exists),
+// and a createRuntime hook, run within the same runc create, would start
+// the whole node core again to see the same (~10 ms; docs/runtime.md).
+func (r *Runtime) addHooks(spec *specs.Spec) {
 	if spec.Hooks == nil {
 		spec.Hooks = &specs.Hooks{}
 	}
@@ -190,25 +193,7 @@ func (r *Runtime) addHooks(spec *specs.Spec, shares []share.Share) {
 	hook := func(path, name string) specs.Hook {
 		return specs.Hook{Path: path, Args: []string{filepath.Base(path), "hook", name}, Env: env, Timeout: &timeout}
 	}
-	// create-runtime needs the node: the core. poststop needs only the
-	// lease store, which gpumux-runtime-hook opens without the node core.
-	if slices.ContainsFunc(shares, rechecked) {
-		spec.Hooks.CreateRuntime = append(spec.Hooks.CreateRuntime, hook(r.self, HookCreateRuntime))
-	}
 	spec.Hooks.Poststop = append(spec.Hooks.Poststop, hook(r.hookPath(), HookPoststop))
-}
-
-// rechecked says whether a share is checked again by the create-runtime
-// hook: those that the node changes while containers run, between prepare's
-// check and runc's start. An MPS daemon can stop (a client without it runs
-// on the whole GPU, unlimited) and a MIG instance can be destroyed. A whole
-// GPU or a time-slice replica is usable as long as its GPU and the driver's
-// and the limiter's files are there, which prepare has just checked, and
-// whose loss fails the start or the program's first CUDA call rather than
-// leave it without isolation; remote shares are the server's to refuse. The hook is a process of the whole node core
-// (~10 ms, more with NVML), so only the first two pay for it.
-func rechecked(s share.Share) bool {
-	return s.Mechanism == share.MIG || s.Mechanism == share.MPS
 }
 
 // fileMode is the mode a spec file is rewritten with when it had none.

@@ -20,7 +20,6 @@ import (
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/nodeconfig"
-	"github.com/gpumux/gpumux/share"
 )
 
 // fixture is a bundle, a node config on a simulated H200 and a fake runc
@@ -113,9 +112,9 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 	if len(spec.Linux.Resources.Devices) == 0 {
 		t.Error("no device cgroup rules were added")
 	}
-	if h := spec.Hooks; h == nil || len(h.CreateRuntime) != 1 || len(h.Poststop) != 1 || h.Poststop[0].Args[2] != HookPoststop ||
-		h.Poststop[0].Path != "/usr/bin/gpumux-runtime-hook" || h.CreateRuntime[0].Path != "/usr/bin/gpumux-runtime-core" {
-		t.Errorf("hooks %+v", spec.Hooks)
+	if h := spec.Hooks; h == nil || len(h.CreateRuntime) != 0 || len(h.Poststop) != 1 || h.Poststop[0].Args[2] != HookPoststop ||
+		h.Poststop[0].Path != "/usr/bin/gpumux-runtime-hook" {
+		t.Errorf("hooks %+v, want poststop only", spec.Hooks)
 	}
 	// The driver's files, read-only, in the staged tree, and
 	// gpumux-runtime's hook (beside the core) that links its programs onto
@@ -159,15 +158,11 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 	}
 }
 
-// TestCreateRuntimeHookOnlyForMIGAndMPS: a whole GPU or a time-slice
-// replica gets the poststop hook but no create-runtime check (a MIG
-// instance's spec gets both: TestCreateInjectsTheLeasedShare).
-func TestCreateRuntimeHookOnlyForMIGAndMPS(t *testing.T) {
-	for m, want := range map[share.Mechanism]bool{share.Exclusive: false, share.TimeSlice: false, share.Remote: false, share.MIG: true, share.MPS: true} {
-		if got := rechecked(share.Share{Mechanism: m}); got != want {
-			t.Errorf("rechecked(%s) = %v, want %v", m, got, want)
-		}
-	}
+// TestCreateAddsPoststopOnly: whatever the share, its spec gets the
+// poststop hook and no createRuntime hook: prepare checked the share a
+// moment before runc creates the container (a MIG instance's spec too:
+// TestCreateInjectsTheLeasedShare).
+func TestCreateAddsPoststopOnly(t *testing.T) {
 	f := newFixture(t, `gpu {
   match     = "0"
   mechanism = "timeslice"
@@ -305,25 +300,13 @@ func TestReservedSharesNeedTheirToken(t *testing.T) {
 	}
 }
 
-func TestCreateRuntimeHookRefusesUnusableShares(t *testing.T) {
+func TestCreateRefusesUnusableShares(t *testing.T) {
 	f := newFixture(t, `gpu {
   match     = "4"
   mechanism = "mps"
   shares    = 2
 }`, 0)
 	ctx := context.Background()
-	h, err := gpu.OpenSimulated("dgxh200", f.stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if _, err := mig.Apply(ctx, h, 6, map[string]int{"7g.141gb": 1}, nil); err != nil {
-		t.Fatal(err)
-	}
-	hook := func(id string) error {
-		state, _ := json.Marshal(specs.State{ID: id, Bundle: f.bundle})
-		return f.rt.Hook(ctx, HookCreateRuntime, nil, bytes.NewReader(state))
-	}
 
 	// An MPS share whose daemon is not running (no agent or plugin on this
 	// node) is refused before runc starts, with the reason and the remedy,
@@ -334,21 +317,6 @@ func TestCreateRuntimeHookRefusesUnusableShares(t *testing.T) {
 	}
 	if held, _ := f.rt.store().Held(ctx, "mps"); len(held) != 0 {
 		t.Errorf("a refused create holds %v", held)
-	}
-
-	// A MIG instance destroyed after it was leased.
-	f.writeSpec(t, map[string]string{"gpumux.io/mechanism": "mig"})
-	if code := f.create("mig"); code != 0 {
-		t.Fatal(f.stderr.String())
-	}
-	if err := hook("mig"); err != nil {
-		t.Fatalf("a present MIG instance: %v", err)
-	}
-	if _, err := mig.Apply(ctx, h, 6, map[string]int{"1g.18gb": 7}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := hook("mig"); err == nil || !strings.Contains(err.Error(), "unknown share") {
-		t.Errorf("a destroyed MIG instance: %v", err)
 	}
 }
 

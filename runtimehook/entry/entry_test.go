@@ -55,7 +55,7 @@ func TestHookUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"--version"}, 0, HookBinary + " "},
-		{[]string{"hook", "create-runtime"}, 2, "the other hooks are gpumux-runtime-core's"},
+		{[]string{"hook", "prestart"}, 2, "the other hooks are gpumux-runtime-core's"},
 		{[]string{"create", "c1"}, 2, "usage: gpumux-runtime-hook hook update-ldcache [--link LINK=TARGET]... DIR..."},
 		{nil, 2, "usage:"},
 		{[]string{"hook", HookPoststop}, 2, "GPUMUX_STATE_DIR is not set"},

@@ -132,7 +132,7 @@ func TestCEntryRoutes(t *testing.T) {
 		{"hook update-ldcache, with --config", []string{"--config", "/etc/n.hcl", "hook", HookUpdateLdcache, "/usr/lib"}, nil, HookBinary, []string{"hook", HookUpdateLdcache, "/usr/lib"}},
 		{"hook poststop with its state directory", []string{"hook", HookPoststop}, []string{EnvStateDir + "=/var/lib/gpumux"}, HookBinary, nil},
 		{"hook poststop without", []string{"hook", HookPoststop}, nil, CoreBinary, nil},
-		{"hook create-runtime", []string{"--config", "/etc/n.hcl", "hook", "create-runtime"}, []string{EnvStateDir + "=/var/lib/gpumux"}, CoreBinary, nil},
+		{"another hook", []string{"--config", "/etc/n.hcl", "hook", "prestart"}, []string{EnvStateDir + "=/var/lib/gpumux"}, CoreBinary, nil},
 		{"hook, no name", []string{"hook"}, nil, CoreBinary, nil},
 	}
 	for _, tc := range tests {
