@@ -261,7 +261,7 @@ func TestDockerDriverJobs(t *testing.T) {
 				t.Fatalf("allocated %v, want one share", ids)
 			}
 			p := ctrd.ParseProbe(taskOutput(t, ctx, a, alloc))
-			checkShareProbe(t, p, regexp.MustCompile("^"+regexp.QuoteMeta(ids[0])+"$"), tc.caps, tc.mps, reservedMounts(true))
+			checkShareProbe(t, p, regexp.MustCompile("^"+regexp.QuoteMeta(ids[0])+"$"), tc.caps, tc.mps)
 			// gpumux-runtime, not runc, started the task's container: it
 			// claimed the plugin's reservation and leased the share to it.
 			out, _, err := d.Docker(ctx, "ps", "-q", "--no-trunc", "--filter", "label=com.hashicorp.nomad.alloc_id="+alloc)

@@ -144,9 +144,9 @@ func TestRuntimeInjectsShares(t *testing.T) {
 // and its GPU in NVIDIA_VISIBLE_DEVICES, the control device nodes and its
 // one GPU node, two MIG capability nodes (caps), the MPS settings and pipe
 // directory (mps), the limiter's mounts for a time-slice replica (and the
-// real libraries it loads), and the driver's files (checkDriverFiles, with
-// reserved: see there). It returns the share ID.
-func checkShareProbe(t *testing.T, p ctrd.Probe, idPattern *regexp.Regexp, caps, mps bool, reserved ...reservedMounts) string {
+// real libraries it loads), and the driver's files (checkDriverFiles). It
+// returns the share ID.
+func checkShareProbe(t *testing.T, p ctrd.Probe, idPattern *regexp.Regexp, caps, mps bool) string {
 	t.Helper()
 	id := p.Env["GPUMUX_SHARES"]
 	if !idPattern.MatchString(id) {
@@ -189,7 +189,7 @@ func checkShareProbe(t *testing.T, p ctrd.Probe, idPattern *regexp.Regexp, caps,
 	if _, ok := p.Env["CUDA_MPS_PIPE_DIRECTORY"]; ok != mps || (mps && !p.HasMount("/run/gpumux/mps")) {
 		t.Errorf("MPS settings %v (pipe dir mounted: %v), want them: %v", ok, p.HasMount("/run/gpumux/mps"), mps)
 	}
-	checkDriverFiles(t, p, reserved...)
+	checkDriverFiles(t, p)
 	// The limiter loads the real libraries from the driver's tree.
 	lib := driverfiles.ContainerLibDir
 	if got := p.Env["GPUMUX_LIMITER_CUDA"]; (got == lib+"/libcuda.so.1") != limited || (limited && p.Env["GPUMUX_LIMITER_NVML"] != lib+"/libnvidia-ml.so.1") {
@@ -213,34 +213,22 @@ func leases(t testing.TB, ctx context.Context, stateDir string) map[string]strin
 	return l
 }
 
-// reservedMounts says that a container also got a Nomad reservation's
-// mounts of the driver's files (a Nomad docker task through
-// gpumux-runtime: nvidia_runtime = "gpumux").
-type reservedMounts bool
-
 // checkDriverFiles checks that a container got the simulated driver's
 // files read-only (runtimeNode's node is simulated): the libraries and
-// programs in the staged tree at /usr/local/nvidia, the libraries in its
-// linker cache (the probe's root file system has no NVIDIA file of its
-// own, nor a cache), the programs on its PATH, the socket at its path; and
-// no library mounted by itself, unless reserved, when the reservation's
-// mounts of each library and program at its host path are there too (and
-// PATH finds the programs' mounts, which the hook's links leave alone).
-func checkDriverFiles(t *testing.T, p ctrd.Probe, reserved ...reservedMounts) {
+// programs in the staged tree at /usr/local/nvidia and no library mounted
+// by itself (a Nomad docker task's reservation mounts included), the
+// libraries in its linker cache (the probe's root file system has no
+// NVIDIA file of its own, nor a cache), the programs on its PATH, the
+// socket at its path.
+func checkDriverFiles(t *testing.T, p ctrd.Probe) {
 	t.Helper()
-	withReservation := len(reserved) > 0 && bool(reserved[0])
 	for _, f := range []string{driverfiles.ContainerDir, "/run/nvidia-persistenced/socket"} {
 		if !p.HasMount(f) || !p.ReadOnly[f] {
 			t.Errorf("%s: mounted %v, read-only %v; want the driver's read-only", f, p.HasMount(f), p.ReadOnly[f])
 		}
 	}
-	lib := "/" + sim.LibDir()
-	if own := slices.ContainsFunc(p.Mounts, func(m string) bool { return strings.HasPrefix(m, lib+"/") }); own != withReservation {
-		t.Errorf("mounts %v: a library of the driver has a mount of its own: %v, want %v (a Nomad reservation's)", p.Mounts, own, withReservation)
-	}
-	programDir := driverfiles.ContainerBinDir
-	if withReservation {
-		programDir = "/usr/bin"
+	if lib := "/" + sim.LibDir(); slices.ContainsFunc(p.Mounts, func(m string) bool { return strings.HasPrefix(m, lib+"/") }) {
+		t.Errorf("mounts %v: a library of the driver has a mount of its own, not in the tree", p.Mounts)
 	}
 	for _, name := range []string{"libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-nvvm.so.4", "libnvidia-ptxjitcompiler.so.1"} {
 		if got, want := p.LdCache[name], driverfiles.ContainerLibDir+"/"+name; got != want {
@@ -248,7 +236,7 @@ func checkDriverFiles(t *testing.T, p ctrd.Probe, reserved ...reservedMounts) {
 		}
 	}
 	for _, name := range []string{"nvidia-smi", "nvidia-debugdump"} {
-		if got, want := p.Programs[name], programDir+"/"+name; got != want {
+		if got, want := p.Programs[name], driverfiles.ContainerBinDir+"/"+name; got != want {
 			t.Errorf("%s on the container's PATH is %q, want %s (programs %v, mounts %v, other output %q)", name, got, want, p.Programs, p.Mounts, p.Other)
 		}
 	}

@@ -111,15 +111,9 @@ func (n *Node) addDriver(e *share.Edits) error {
 	e.DriverLibraries = map[string]string{}
 	args := []string{filepath.Base(n.hookBinary), "hook", HookUpdateLdcache}
 	if n.driverAtHostPaths {
+		e.Mounts = append(e.Mounts, hostPathMounts(files)...)
 		for _, l := range files.Libraries {
-			mount(l.HostPath, l.ContainerPath)
-			for _, link := range l.Links {
-				mount(l.HostPath, link)
-			}
 			e.DriverLibraries[l.SONAME] = filepath.Join(filepath.Dir(l.ContainerPath), l.SONAME)
-		}
-		for _, f := range files.Binaries {
-			mount(f.HostPath, f.ContainerPath)
 		}
 		args = append(args, files.LibraryDirs()...)
 	} else {
@@ -137,6 +131,38 @@ func (n *Node) addDriver(e *share.Edits) error {
 	}
 	e.Hooks = append(e.Hooks, share.Hook{Stage: share.HookCreateContainer, Path: n.hookBinary, Args: args})
 	return nil
+}
+
+// hostPathMounts are the driver's libraries and programs each at its path
+// under the driver root, the libraries again at their links: what
+// WithDriverAtHostPaths gives.
+func hostPathMounts(files *driverfiles.Files) []share.Mount {
+	var out []share.Mount
+	mount := func(host, container string) {
+		out = append(out, share.Mount{HostPath: host, ContainerPath: container, ReadOnly: true})
+	}
+	for _, l := range files.Libraries {
+		mount(l.HostPath, l.ContainerPath)
+		for _, link := range l.Links {
+			mount(l.HostPath, link)
+		}
+	}
+	for _, f := range files.Binaries {
+		mount(f.HostPath, f.ContainerPath)
+	}
+	return out
+}
+
+// ReservationDriverMounts are the mounts of the driver's libraries and
+// programs that a Nomad reservation gives a task (WithDriverAtHostPaths).
+// gpumux-runtime, which gives the staged tree, drops them from the spec of
+// a Nomad docker task that carries both: the same files, a bind mount each.
+func (n *Node) ReservationDriverMounts() ([]share.Mount, error) {
+	files, err := n.DriverFiles()
+	if err != nil {
+		return nil, err
+	}
+	return hostPathMounts(files), nil
 }
 
 // driverReady finds the driver's files and, unless they are given at their

@@ -129,6 +129,11 @@ func (r *Runtime) prepare(ctx context.Context, inv entry.Invocation) (leased boo
 		}
 	}()
 	edits := g.Edits
+	if len(reserved) > 0 && slices.ContainsFunc(g.Shares, func(s share.Share) bool { return s.Remote == nil }) {
+		if err := dropReservationMounts(&spec, n); err != nil {
+			return true, err
+		}
+	}
 	dropEnv(&spec, edits.Env)
 	if err := (&cdi.ContainerEdits{ContainerEdits: node.CDIEdits(edits)}).Apply(&spec); err != nil {
 		return true, fmt.Errorf("applying the container edits of %v: %w", share.IDs(g.Shares), err)
@@ -256,6 +261,22 @@ func (r *Runtime) runRunc(args []string) int {
 		fmt.Fprintf(r.stderr, "gpumux-runtime: running %s: %v\n", r.runc, err)
 		return 127
 	}
+}
+
+// dropReservationMounts removes from a Nomad docker task's spec the
+// mounts of the driver's files that its reservation gave, each file at its
+// host path (node.ReservationDriverMounts): the staged tree the edits give
+// holds the same files in one mount. Only mounts that are exactly those
+// (source and destination) go.
+func dropReservationMounts(spec *specs.Spec, n *node.Node) error {
+	dup, err := n.ReservationDriverMounts()
+	if err != nil {
+		return err
+	}
+	spec.Mounts = slices.DeleteFunc(spec.Mounts, func(m specs.Mount) bool {
+		return slices.ContainsFunc(dup, func(d share.Mount) bool { return d.ContainerPath == m.Destination && d.HostPath == m.Source })
+	})
+	return nil
 }
 
 // dropEnv removes the variables in set from the spec's process env.

@@ -378,3 +378,67 @@ func sameAs(t *testing.T, fi os.FileInfo, host string) bool {
 	}
 	return os.SameFile(fi, h)
 }
+
+// TestReservationDriverMountsGiveWayToTheTree: a Nomad docker task through
+// gpumux-runtime comes with its reservation's mounts of the driver's files
+// (one per file, at the host paths); the create replaces exactly those by
+// the staged tree, and keeps the task's other mounts.
+func TestReservationDriverMountsGiveWayToTheTree(t *testing.T) {
+	f := newFixture(t, "", 0)
+	ctx := context.Background()
+	h, _ := gpu.OpenSimulated("dgxh200", f.stateDir)
+	inv, _ := h.Inventory(ctx)
+	h.Close()
+	reserved := inv.GPUs[3].UUID
+	st, err := lease.Open(lease.PathIn(f.stateDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := "0123456789abcdef0123456789abcdef"
+	if err := st.Reserve(ctx, token, []string{reserved}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	// What the Nomad plugin's node gives the task: its reservation edits.
+	cfg := &nodeconfig.Config{Simulate: "dgxh200", StateDir: f.stateDir}
+	n, err := node.Open(cfg, node.WithDriverAtHostPaths())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup, err := n.ReservationDriverMounts()
+	n.Close()
+	if err != nil || len(dup) < 10 {
+		t.Fatalf("the reservation's driver mounts: %d, %v", len(dup), err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(f.writeSpec(t, nil, "GPUMUX_SHARES="+reserved, "GPUMUX_RESERVATION="+token), &spec); err != nil {
+		t.Fatal(err)
+	}
+	task := specs.Mount{Destination: "/alloc", Source: filepath.Join(f.stateDir, "alloc"), Type: "bind", Options: []string{"rbind"}}
+	// A mount of a driver file elsewhere is the task's own: kept.
+	own := specs.Mount{Destination: "/opt/libcuda.so.1", Source: dup[0].HostPath, Type: "bind", Options: []string{"rbind", "ro"}}
+	spec.Mounts = append(spec.Mounts, task, own)
+	for _, m := range dup {
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.ContainerPath, Source: m.HostPath, Type: "bind", Options: []string{"rbind", "ro"}})
+	}
+	b, _ := json.Marshal(spec)
+	if err := os.WriteFile(filepath.Join(f.bundle, "config.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := f.create("task"); code != 0 {
+		t.Fatalf("exit %d: %s", code, f.stderr.String())
+	}
+	got := map[string]string{}
+	for _, m := range f.readSpec(t).Mounts {
+		got[m.Destination] = m.Source
+	}
+	for _, m := range dup {
+		if src, ok := got[m.ContainerPath]; ok {
+			t.Errorf("the reservation's %s <- %s is still mounted", m.ContainerPath, src)
+		}
+	}
+	if !strings.HasPrefix(got[driverfiles.ContainerDir], filepath.Join(f.stateDir, "driver")+"/") || got["/alloc"] != task.Source || got[own.Destination] != own.Source {
+		t.Errorf("mounts %v: want the staged tree at %s, and the task's /alloc and %s kept", got, driverfiles.ContainerDir, own.Destination)
+	}
+}
