@@ -54,7 +54,7 @@ grep -q "servers        = \[\"127.0.0.1:$remote_port\"\]" "$work/gpumux-plugin.h
 # through the interposer; the exec driver's chroot gets it at /opt/gpumux-demo.
 mkdir -p "$work/probe"
 cc -std=gnu11 -O2 -o "$work/probe/remote-probe" e2e/remoteprobe/remote-probe.c -ldl || die "building e2e/remoteprobe (make deps installs a C compiler)"
-sed -e 's#ls -l /run/gpumux/remote"\]#ls -l /run/gpumux/remote; /opt/gpumux-demo/remote-probe"]#' \
+sed -e 's#ls -l /run/gpumux/remote;#ls -l /run/gpumux/remote; /opt/gpumux-demo/remote-probe;#' \
 	examples/jobs/remote.nomad.hcl >"$work/remote.nomad.hcl"
 grep -q remote-probe "$work/remote.nomad.hcl" || die "could not add the probe to the remote job"
 cat >"$work/agent.hcl" <<HCL
