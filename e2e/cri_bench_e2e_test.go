@@ -39,7 +39,7 @@ func BenchmarkCRILifecycle(b *testing.B) {
 	waitFor(b, ctx, 30*time.Second, "gpumux agent's NRI plugin", func() (bool, string) {
 		return strings.Contains(a.log.String(), "serving NRI"), a.log.String()
 	})
-	devs := cdiDevices(b, ctx, d, config)
+	devs := writeCDISpec(b, ctx, config, d.CDISpecDir)
 	dev, whole := devs["timeslice"], devs["exclusive"]
 	if dev == "" || whole == "" {
 		b.Fatalf("the CDI spec lacks a time-slice replica or a whole GPU: %v", devs)

@@ -27,14 +27,6 @@ func startContainerd2(t testing.TB, ctx context.Context, config string, opts ...
 	return ctrd.Start(ctx, t, append([]ctrd.Option{ctrd.WithContainerd2(), ctrd.WithCRI(), ctrd.WithEnv("GPUMUX_CONFIG=" + config)}, opts...)...)
 }
 
-// cdiDevices writes the node's CDI spec (gpumux cdi generate) where the
-// daemon's CRI reads specs, and returns one device name of each mechanism:
-// mechanism → gpumux.io/share=<name>.
-func cdiDevices(t testing.TB, ctx context.Context, d *ctrd.Daemon, config string) map[string]string {
-	t.Helper()
-	return writeCDISpec(t, ctx, config, d.CDISpecDir)
-}
-
 // TestCDINativeOnContainerd2: containerd 2.x applies `gpumux cdi generate`'s
 // spec itself, through CRI's CDI devices, with plain runc: a container
 // given a whole GPU's, a time-slice replica's or an MPS share's device gets
@@ -45,7 +37,7 @@ func TestCDINativeOnContainerd2(t *testing.T) {
 	defer cancel()
 	_, config := runtimeNode(t)
 	d := startContainerd2(t, ctx, config)
-	devs := cdiDevices(t, ctx, d, config)
+	devs := writeCDISpec(t, ctx, config, d.CDISpecDir)
 	pod, err := d.RunPod(ctx, "cdi", "")
 	if err != nil {
 		t.Fatal(err)

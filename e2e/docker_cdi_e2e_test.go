@@ -70,8 +70,9 @@ func editJSON(path string, f func(map[string]any)) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// writeCDISpec runs `gpumux cdi generate` into dir and returns one device
-// of each mechanism: mechanism → gpumux.io/share=<name>.
+// writeCDISpec runs `gpumux cdi generate` into dir (a containerd's
+// CDISpecDir, a Docker engine's cdi-spec-dirs) and returns one device of
+// each mechanism: mechanism → gpumux.io/share=<name>.
 func writeCDISpec(t testing.TB, ctx context.Context, config, dir string) map[string]string {
 	t.Helper()
 	bin := filepath.Join(repoRoot(t), "bin")

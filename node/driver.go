@@ -58,6 +58,7 @@ type driverCache struct {
 	mu     sync.Mutex
 	files  *driverfiles.Files
 	staged string
+	pruned bool // the other trees were pruned (once a process)
 }
 
 // DriverRoot is where the node's driver files are looked for: the config's
@@ -105,9 +106,6 @@ func (n *Node) addDriver(e *share.Edits) error {
 	if err != nil {
 		return err
 	}
-	mount := func(host, container string) {
-		e.Mounts = append(e.Mounts, share.Mount{HostPath: host, ContainerPath: container, ReadOnly: true})
-	}
 	e.DriverLibraries = map[string]string{}
 	args := []string{filepath.Base(n.hookBinary), "hook", HookUpdateLdcache}
 	if n.driverAtHostPaths {
@@ -117,7 +115,7 @@ func (n *Node) addDriver(e *share.Edits) error {
 		}
 		args = append(args, files.LibraryDirs()...)
 	} else {
-		mount(tree, driverfiles.ContainerDir)
+		e.Mounts = append(e.Mounts, readOnly(tree, driverfiles.ContainerDir))
 		for _, l := range files.Libraries {
 			e.DriverLibraries[l.SONAME] = filepath.Join(driverfiles.ContainerLibDir, l.SONAME)
 		}
@@ -127,7 +125,7 @@ func (n *Node) addDriver(e *share.Edits) error {
 		args = append(args, driverfiles.ContainerLibDir)
 	}
 	for _, f := range files.Sockets {
-		mount(f.HostPath, f.ContainerPath)
+		e.Mounts = append(e.Mounts, readOnly(f.HostPath, f.ContainerPath))
 	}
 	e.Hooks = append(e.Hooks, share.Hook{Stage: share.HookCreateContainer, Path: n.hookBinary, Args: args})
 	return nil
@@ -138,19 +136,21 @@ func (n *Node) addDriver(e *share.Edits) error {
 // WithDriverAtHostPaths gives.
 func hostPathMounts(files *driverfiles.Files) []share.Mount {
 	var out []share.Mount
-	mount := func(host, container string) {
-		out = append(out, share.Mount{HostPath: host, ContainerPath: container, ReadOnly: true})
-	}
 	for _, l := range files.Libraries {
-		mount(l.HostPath, l.ContainerPath)
+		out = append(out, readOnly(l.HostPath, l.ContainerPath))
 		for _, link := range l.Links {
-			mount(l.HostPath, link)
+			out = append(out, readOnly(l.HostPath, link))
 		}
 	}
 	for _, f := range files.Binaries {
-		mount(f.HostPath, f.ContainerPath)
+		out = append(out, readOnly(f.HostPath, f.ContainerPath))
 	}
 	return out
+}
+
+// readOnly is a read-only bind of host at container.
+func readOnly(host, container string) share.Mount {
+	return share.Mount{HostPath: host, ContainerPath: container, ReadOnly: true}
 }
 
 // ReservationDriverMounts are the mounts of the driver's libraries and
@@ -190,19 +190,24 @@ func (n *Node) stagedDriver(files *driverfiles.Files) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("driver files: %w", err)
 	}
+	n.driver.staged = st.Path
 	if st.Built {
 		n.logger.Info("staged the driver's files for containers", "tree", st.Path, "copied", st.Copied)
-		n.pruneDriverTrees(st.Path) // those of the driver before, once unused
+		n.pruneDriverTrees() // those of the driver before, once unused
 	}
-	n.driver.staged = st.Path
 	return st.Path, nil
 }
 
-// pruneDriverTrees removes the staged trees other than current that no
-// container mounts, and says what it removed and kept. A failure is logged:
-// it costs disk space, not containers.
-func (n *Node) pruneDriverTrees(current string) {
-	removed, mounted, err := driverfiles.Prune(n.StagedDriverDir(), current)
+// pruneDriverTrees removes the staged trees other than the current one that
+// no container mounts, once a process, and says what it removed and kept.
+// A failure is logged: it costs disk space, not containers. The caller
+// holds n.driver.mu.
+func (n *Node) pruneDriverTrees() {
+	if n.driver.pruned {
+		return
+	}
+	n.driver.pruned = true
+	removed, mounted, err := driverfiles.Prune(n.StagedDriverDir(), n.driver.staged)
 	if err != nil {
 		n.logger.Warn("pruning staged driver trees", "error", err)
 	}
@@ -222,7 +227,9 @@ func (n *Node) logDriver() {
 		return
 	}
 	if tree != "" {
-		n.pruneDriverTrees(tree)
+		n.driver.mu.Lock()
+		n.pruneDriverTrees()
+		n.driver.mu.Unlock()
 	}
 	n.logger.Info("driver files for containers", "version", files.Version, "root", files.Root, "staged", tree,
 		"libraries", len(files.Libraries), "programs", len(files.Binaries), "sockets", len(files.Sockets), "not_in_this_driver", files.Missing)

@@ -1,5 +1,6 @@
-# Sourced by scripts/build-nomad.sh and scripts/build-containerd.sh: what
-# their builds of a tool into $GPUMUX_CACHE share. The sourcing script sets
+# Sourced by scripts/build-nomad.sh, build-containerd.sh and
+# fetch-docker.sh: what their builds (or fetch) of a tool into
+# $GPUMUX_CACHE share. The sourcing script sets
 # NAME (for its messages), DIR (the tool's cache directory) and OUT (what
 # it prints when done), and defines built, which says whether a good build
 # is in place.
@@ -18,20 +19,25 @@ done_if_built() {
 	fi
 }
 
+# lock_cache: DIR's lock, held until the script exits, so that concurrent
+# runs build (or fetch) once; a run that waited for the lock stops there if
+# the other built it.
+lock_cache() {
+	command -v flock >/dev/null 2>&1 || die "flock (util-linux) not found"
+	mkdir -p "$DIR"
+	exec 9>"$DIR/.lock"
+	log "waiting for lock $DIR/.lock"
+	flock 9
+	done_if_built "built concurrently"
+}
+
 # start_build: a Go toolchain on PATH (/usr/local/go/bin when go is not on
-# it) and DIR's build lock, held until the script exits, so that concurrent
-# runs build once; a run that waited for the lock stops there if the other
-# built it.
+# it) and DIR's lock (lock_cache).
 start_build() {
 	if ! command -v go >/dev/null 2>&1; then
 		[[ -x /usr/local/go/bin/go ]] || die "go toolchain not found in PATH or /usr/local/go/bin"
 		export PATH="/usr/local/go/bin:$PATH"
 	fi
-	command -v flock >/dev/null 2>&1 || die "flock (util-linux) not found"
-	mkdir -p "$DIR"
-	exec 9>"$DIR/.lock"
-	log "waiting for build lock $DIR/.lock"
-	flock 9
-	done_if_built "built concurrently"
+	lock_cache
 	log "using $(go version) (GOPROXY=$(go env GOPROXY))"
 }

@@ -40,11 +40,8 @@ built() {
 
 done_if_built "up to date"
 [[ "$(dpkg --print-architecture 2>/dev/null)" == amd64 ]] || die "the pinned packages are amd64's; this machine is $(dpkg --print-architecture 2>/dev/null || uname -m)"
-for c in curl dpkg-deb sha256sum flock; do command -v "$c" >/dev/null 2>&1 || die "$c not found"; done
-mkdir -p "$DIR"
-exec 9>"$DIR/.lock"
-flock 9
-done_if_built "fetched concurrently"
+for c in curl dpkg-deb sha256sum; do command -v "$c" >/dev/null 2>&1 || die "$c not found"; done
+lock_cache
 
 tmp="$DIR/fetch.tmp.$$"
 trap 'rm -rf "$tmp"' EXIT
