@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpumux/gpumux/internal/ldcache"
 )
 
 // ldconfigs are where distributions keep the host's ldconfig: Ubuntu's
@@ -31,10 +33,14 @@ const UpdateLdcacheUsage = HookUpdateLdcache + " [" + LinkFlag + " LINK=TARGET].
 // /usr/local/nvidia/bin, onto every image's PATH in /usr/bin), then adds
 // the DIRs, the container's directories of the driver's libraries, to the
 // container's linker cache (/etc/ld.so.cache), so that programs of any
-// image find libcuda.so.1 there. It runs the host's ldconfig chrooted into
-// the container's root (-r: links in the image cannot lead it out), without
-// touching links (-X: the driver's are made already). Links are made inside
-// the root as well (os.Root). As runc's createContainer hook it runs in the
+// image find libcuda.so.1 there. It adds them to the image's cache itself
+// (addToCache), as ldconfig would, without reading every library of the
+// image; a cache it does not rewrite (package ldcache's ErrUnsupported),
+// or an image that configures glibc's linker and has no cache, is left to
+// the host's ldconfig, chrooted into the container's root (-r: links in
+// the image cannot lead it out), without touching links (-X: the driver's
+// are made already). Files are read and written inside the root
+// (os.Root). As runc's createContainer hook it runs in the
 // container's mount namespace before the switch to its root: the mounts
 // are made, and the root is still writable even when the spec makes it
 // read-only (runc does that after the hooks).
@@ -60,9 +66,16 @@ func UpdateLdcache(ctx context.Context, st specs.State, args []string) error {
 	if err := makeLinks(root, links); err != nil {
 		return fmt.Errorf("container root %s: %w", root, err)
 	}
-	ldconfig, err := findLdconfig()
-	if err != nil {
-		return err
+	err = addToCache(root, dirs)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ldcache.ErrUnsupported) {
+		return fmt.Errorf("container root %s: %w", root, err)
+	}
+	ldconfig, lerr := findLdconfig()
+	if lerr != nil {
+		return fmt.Errorf("%w (ldconfig was to rebuild the cache: %v)", lerr, err)
 	}
 	cmd := exec.CommandContext(ctx, ldconfig, append([]string{"-r", root, "-X"}, dirs...)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -198,4 +211,85 @@ func findLdconfig() (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no ldconfig on the host (looked for %s)", strings.Join(ldconfigs, ", "))
+}
+
+// maxCache bounds the image's cache this hook reads: a larger one is
+// ldconfig's to rebuild (a distribution's is tens of KiB).
+const maxCache = 16 << 20
+
+// The cache, and glibc's configuration, in the container's root.
+const (
+	cacheFile  = "etc/ld.so.cache"
+	cacheTemp  = "etc/ld.so.cache~" // ldconfig's own temporary name
+	configFile = "etc/ld.so.conf"
+)
+
+// addToCache puts the libraries of dirs into the container's linker cache
+// as `ldconfig -X DIR...` would, reading the image's cache and the dirs
+// only. An image with no cache and no glibc configuration (a static or
+// musl image) gets a cache of the dirs' libraries alone. What package
+// ldcache does not take on is ErrUnsupported, and so is an image that has
+// a configuration but no cache: the caller runs ldconfig for those.
+func addToCache(root string, dirs []string) error {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	c := &ldcache.Cache{}
+	switch fi, err := r.Stat(cacheFile); {
+	case errors.Is(err, fs.ErrNotExist):
+		if _, err := r.Lstat(configFile); !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: the image has /%s and no cache", ldcache.ErrUnsupported, configFile)
+		}
+	case err != nil:
+		return err
+	case fi.Size() > maxCache:
+		return fmt.Errorf("%w: the image's cache is %d bytes", ldcache.ErrUnsupported, fi.Size())
+	default:
+		b, err := r.ReadFile(cacheFile)
+		if err != nil {
+			return err
+		}
+		if c, err = ldcache.Parse(b); err != nil {
+			return fmt.Errorf("the image's /%s: %w", cacheFile, err)
+		}
+	}
+	var libs []ldcache.Entry
+	for _, d := range dirs {
+		found, err := ldcache.Scan(r, d)
+		if err != nil {
+			return err
+		}
+		libs = append(libs, found...)
+	}
+	c.Add(dirs, libs)
+	return writeCache(r, c.Marshal())
+}
+
+// writeCache replaces the container's cache with b: written beside it and
+// renamed over it, so that the cache is whole, old or new.
+func writeCache(r *os.Root, b []byte) error {
+	if err := r.Remove(cacheTemp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	f, err := r.OpenFile(cacheTemp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Chmod(0o644) // whatever the umask, as ldconfig's
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = r.Rename(cacheTemp, cacheFile)
+	}
+	if err != nil {
+		_ = r.Remove(cacheTemp)
+		return fmt.Errorf("writing the container's /%s: %w", cacheFile, err)
+	}
+	return nil
 }

@@ -1,0 +1,146 @@
+package ldcache
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+)
+
+// Scan reads dir, a clean absolute path inside root, as ldconfig's
+// search_dir does, and returns the entries ldconfig would cache for it: a
+// shared object's SONAME (its file name when it has none) or, for a link
+// named by its SONAME or a prefix of it ending in .so (libfoo.so ->
+// libfoo.so.1), the link's own name, each once, with the path dir/NAME.
+// A directory that does not exist has none, as for ldconfig. A
+// subdirectory ldconfig could descend into, or a library of an
+// architecture without flags here, is ErrUnsupported.
+func Scan(root *os.Root, dir string) ([]Entry, error) {
+	rel := strings.TrimPrefix(dir, "/")
+	if rel == "" {
+		rel = "."
+	}
+	ents, err := fs.ReadDir(root.FS(), rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	type lib struct {
+		name   string
+		flags  int32
+		isLink bool
+	}
+	var libs []lib
+	byName := map[string]int{}
+	for _, de := range ents {
+		name := de.Name()
+		t := de.Type()
+		if t&^(fs.ModeSymlink|fs.ModeDir) != 0 || isPrelinkTemp(name) {
+			continue // sockets, devices, fifos; prelink's leftovers
+		}
+		file := path.Join(rel, name)
+		isLink := t&fs.ModeSymlink != 0
+		fi, err := root.Stat(file)
+		if err != nil {
+			continue // a dangling link, or one leading out of the root
+		}
+		if fi.IsDir() {
+			if !isDSO(name) {
+				return nil, fmt.Errorf("%w: %s/%s is a directory ldconfig may read", ErrUnsupported, dir, name)
+			}
+			continue
+		}
+		if !isDSO(name) || !fi.Mode().IsRegular() {
+			continue
+		}
+		soname, flags, err := readELF(root, file)
+		if errors.Is(err, errNotLibrary) {
+			continue // a linker script (libc.so), anything not a shared object
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", dir, name, err)
+		}
+		if soname == "" {
+			soname = name
+		}
+		if isLink && name != soname && (!strings.HasSuffix(name, ".so") || !strings.HasPrefix(soname, name)) {
+			isLink = false // a link by another name is taken as a file
+		}
+		if isLink {
+			soname = name
+		}
+		if i, ok := byName[soname]; ok {
+			// One entry a name; the file is preferred to a link.
+			if !isLink && libs[i].isLink {
+				libs[i].isLink = false
+			}
+			if libs[i].flags != flags {
+				return nil, fmt.Errorf("%w: %s/%s and another library named %s differ in type", ErrUnsupported, dir, name, soname)
+			}
+			continue
+		}
+		byName[soname] = len(libs)
+		libs = append(libs, lib{soname, flags, isLink})
+	}
+	out := make([]Entry, len(libs))
+	for i, l := range libs {
+		out[i] = Entry{Key: l.name, Value: path.Join(dir, l.name), Flags: l.flags}
+	}
+	return out, nil
+}
+
+var errNotLibrary = errors.New("not a shared object")
+
+// readELF reads a shared object's SONAME and the flags ldconfig gives it.
+func readELF(root *os.Root, file string) (soname string, flags int32, err error) {
+	f, err := root.Open(file)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return "", 0, errNotLibrary
+	}
+	if ef.Type != elf.ET_DYN {
+		return "", 0, errNotLibrary
+	}
+	switch {
+	case ef.Class == elf.ELFCLASS64 && ef.Machine == elf.EM_X86_64:
+		flags = FlagELFLibc6 | FlagX8664Lib64
+	case ef.Class == elf.ELFCLASS64 && ef.Machine == elf.EM_AARCH64:
+		flags = FlagELFLibc6 | FlagAArch64Lib64
+	case ef.Class == elf.ELFCLASS64 && ef.Machine == elf.EM_PPC64:
+		flags = FlagELFLibc6 | FlagPowerPCLib64
+	default:
+		return "", 0, fmt.Errorf("%w: an ELF %v %v library", ErrUnsupported, ef.Class, ef.Machine)
+	}
+	names, err := ef.DynString(elf.DT_SONAME)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: its dynamic section: %v", ErrUnsupported, err)
+	}
+	if len(names) > 0 {
+		soname = names[0]
+	}
+	return soname, flags, nil
+}
+
+// isDSO is glibc's _dl_is_dso: lib*.so*, ld-*.so*, ld.so.*, ld64.so.*.
+func isDSO(name string) bool {
+	return ((strings.HasPrefix(name, "lib") || strings.HasPrefix(name, "ld-")) && strings.Contains(name, ".so")) ||
+		strings.HasPrefix(name, "ld.so.") || strings.HasPrefix(name, "ld64.so.")
+}
+
+// isPrelinkTemp: files prelink leaves, which ldconfig skips.
+func isPrelinkTemp(name string) bool {
+	if strings.HasSuffix(name, ".#prelink#") {
+		return true
+	}
+	i := strings.LastIndex(name, ".#prelink#.")
+	return i >= 0 && len(name)-i == len(".#prelink#.XXXXXX")
+}
