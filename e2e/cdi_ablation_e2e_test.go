@@ -31,7 +31,10 @@ type cdiAblation struct {
 // hooks (update-ldcache: gpumux-runtime-hook, then ldconfig), without the
 // mounts (the driver's and the limiter's files), without the device nodes,
 // and env only; and ways tried out here only (the generator is unchanged):
-// the hook replaced by /bin/true (what any hook process costs runc); one
+// the hook replaced by /bin/true (what any hook process costs runc); the
+// hook running the host's ldconfig, as it did before it wrote the cache
+// itself (ldconfig: one more directory for it, /usr/local/nvidia, whose
+// subdirectories package ldcache leaves to ldconfig); one
 // bind mount per host directory, at a private path, instead of one per
 // file (dir-mounts: 6 mounts instead of 23); one bind mount only, of the
 // driver's library directory (one-mount: the floor of a design that puts
@@ -58,6 +61,16 @@ var cdiAblations = []cdiAblation{
 		for _, h := range hooks {
 			h := h.(map[string]any)
 			h["path"], h["args"] = "/bin/true", []any{"true"}
+		}
+	}},
+	{"ldconfig", func(t testing.TB, e map[string]any) {
+		hooks, _ := e["hooks"].([]any)
+		if len(hooks) == 0 {
+			t.Fatal("the time-slice replica's CDI device has no hooks")
+		}
+		for _, h := range hooks {
+			h := h.(map[string]any)
+			h["args"] = append(h["args"].([]any), "/usr/local/nvidia")
 		}
 	}},
 	{"dir-mounts", dirMounts},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +20,7 @@ import (
 // ldcacheBundle is a bundle whose root (no /etc, as the e2e tests' probe
 // rootfs) has the simulated driver's libcuda at its SONAME, as the driver
 // mounts give it.
-func ldcacheBundle(t *testing.T, rootPath string) (bundle, rootfs string) {
+func ldcacheBundle(t testing.TB, rootPath string) (bundle, rootfs string) {
 	t.Helper()
 	n, err := sim.Open("dgxh200", t.TempDir())
 	if err != nil {
@@ -267,5 +268,75 @@ func TestUpdateLdcacheLinks(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
 		t.Errorf("the hook wrote outside the container's root: %v", entries)
+	}
+}
+
+// BenchmarkUpdateLdcache measures the update-ldcache hook, as runc runs it
+// (gpumux-runtime-hook's own process, its start included), on the root of
+// an image the size of a CUDA one: its cache lists libs libraries of a
+// configured directory, and the driver's directory holds the simulated
+// driver's libraries. "merge" is the hook as it is (the image's cache read,
+// the driver's libraries added); "ldconfig" the same hook given one more
+// directory, the driver's parent, whose subdirectory makes it run the
+// host's ldconfig as it did before it wrote the cache itself (ldconfig
+// reads every library of the image's configuration). One process per
+// iteration; needs root (ldconfig -r):
+//
+//	go test -run '^$' -bench UpdateLdcache ./runtimehook/entry/
+func BenchmarkUpdateLdcache(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("ldconfig -r chroots: needs root")
+	}
+	ldconfig, err := findLdconfig()
+	if err != nil {
+		b.Fatal(err)
+	}
+	hookBin := filepath.Join(b.TempDir(), HookBinary)
+	if out, err := exec.Command("go", "build", "-o", hookBin, "github.com/gpumux/gpumux/cmd/gpumux-runtime-hook").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, libs := range []int{30, 300} {
+		bundle, rootfs := ldcacheBundle(b, "rootfs")
+		lib, err := os.ReadFile(filepath.Join(rootfs, sim.LibDir(), "libcuda.so.1"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		image := filepath.Join(rootfs, "opt/image")
+		if err := os.MkdirAll(image, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for i := range libs {
+			if err := os.WriteFile(filepath.Join(image, fmt.Sprintf("libimage%d.so.1", i)), lib, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(rootfs, "etc/ld.so.conf"), []byte("/opt/image\n"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		if out, err := exec.Command(ldconfig, "-r", rootfs).CombinedOutput(); err != nil {
+			b.Fatalf("ldconfig: %v\n%s", err, out)
+		}
+		dir := "/" + sim.LibDir()
+		state, _ := json.Marshal(specs.State{ID: "c1", Bundle: bundle})
+		for _, way := range []struct {
+			name string
+			dirs []string
+		}{
+			{"merge", []string{dir}},
+			{"ldconfig", []string{dir, filepath.Dir(filepath.Dir(dir))}},
+		} {
+			b.Run(fmt.Sprintf("libs=%d/%s", libs, way.name), func(b *testing.B) {
+				for b.Loop() {
+					cmd := exec.Command(hookBin, append([]string{"hook", HookUpdateLdcache}, way.dirs...)...)
+					cmd.Stdin = bytes.NewReader(state)
+					if out, err := cmd.CombinedOutput(); err != nil {
+						b.Fatalf("%v: %s", err, out)
+					}
+				}
+			})
+		}
 	}
 }
