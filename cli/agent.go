@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/nri"
+	"github.com/gpumux/gpumux/ocicreate"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -33,9 +35,12 @@ plugin is on a Nomad node. It
     config sets metrics_addr;
   - serves an NRI plugin to containerd 1.7+/2.x when the config has an nri
     block: containers that ask by gpumux.io/* annotation or GPUMUX_* env
-    get their shares with plain runc, no gpumux-runtime.
+    get their shares with plain runc, no gpumux-runtime;
+  - serves gpumux-runtime on a root-only socket (--runtime-socket): a
+    create that asks for shares is decided here, in the process that has
+    the node open, instead of in a gpumux-runtime-core started for it.
 gpumux-runtime, on the same node and with the same config, hands out the
-shares. The agent and the Nomad plugin refuse to run one state_dir at once.
+shares (by itself where no agent answers). The agent and the Nomad plugin refuse to run one state_dir at once.
 It runs until SIGINT or SIGTERM.
 
 Exit codes: 0 stopped by a signal, 1 error (bad config, another agent runs
@@ -43,8 +48,8 @@ the node, the GPUs cannot be read), 2 bad flags.`
 
 // agentOptions are gpumux agent's flags.
 type agentOptions struct {
-	config, runc, runcRoot, logLevel string
-	health                           time.Duration
+	config, runc, runcRoot, logLevel, runtimeSocket string
+	health                                          time.Duration
 }
 
 func newAgentCmd(stderr io.Writer) *cobra.Command {
@@ -56,6 +61,7 @@ func newAgentCmd(stderr io.Writer) *cobra.Command {
 	fs.StringVar(&o.runc, "runc", envOr("GPUMUX_RUNC", "runc"), "runc `BINARY` asked whether a leased container still exists (env GPUMUX_RUNC)")
 	fs.StringVar(&o.runcRoot, "runc-root", "", "runc state `DIR` (runc --root) for leases that did not record theirs; default: runc's own")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: trace, debug, info, warn or error")
+	fs.StringVar(&o.runtimeSocket, "runtime-socket", envOr(ocicreate.EnvSocket, ocicreate.DefaultSocket), "unix socket `PATH` on which gpumux-runtime asks this agent to prepare its creates (env "+ocicreate.EnvSocket+", which gpumux-runtime reads too; \"\" serves none)")
 	fs.DurationVar(&o.health, "health-interval", 10*time.Second, "how often (a `DURATION`) each MPS daemon is probed")
 	cmd.MarkFlagFilename("config", "hcl")
 	cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]string{"trace", "debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
@@ -73,7 +79,7 @@ func runAgent(ctx context.Context, o *agentOptions, stderr io.Writer) int {
 		return ExitUsage
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "gpumux-agent", Level: level, Output: stderr})
-	if err := agent(ctx, o.config, o.runc, o.runcRoot, o.health, logger); err != nil {
+	if err := agent(ctx, o, logger); err != nil {
 		fmt.Fprintf(stderr, "gpumux agent: %v\n", err)
 		return ExitError
 	}
@@ -81,7 +87,11 @@ func runAgent(ctx context.Context, o *agentOptions, stderr io.Writer) int {
 }
 
 // agent runs the node until ctx ends.
-func agent(ctx context.Context, configFile, runc, runcRoot string, health time.Duration, logger hclog.Logger) error {
+func agent(ctx context.Context, o *agentOptions, logger hclog.Logger) error {
+	configFile, err := filepath.Abs(o.config)
+	if err != nil {
+		return fmt.Errorf("node config: %w", err)
+	}
 	src, err := os.ReadFile(configFile)
 	if err != nil {
 		return fmt.Errorf("node config: %w (set --config or GPUMUX_CONFIG)", err)
@@ -90,7 +100,7 @@ func agent(ctx context.Context, configFile, runc, runcRoot string, health time.D
 	if err != nil {
 		return fmt.Errorf("%s: %w", configFile, err)
 	}
-	n, err := node.Open(cfg, node.WithLogger(logger), node.WithIssuer("agent"), node.WithHealthInterval(health))
+	n, err := node.Open(cfg, node.WithLogger(logger), node.WithIssuer("agent"), node.WithHealthInterval(o.health))
 	if err != nil {
 		return err
 	}
@@ -106,7 +116,24 @@ func agent(ctx context.Context, configFile, runc, runcRoot string, health time.D
 		logger.Info("serving metrics", "url", fmt.Sprintf("http://%s/metrics", addr))
 	}
 	logger.Info("running the node", "config", configFile, "state_dir", cfg.StateDir, "period", cfg.Period())
-	alive := node.RuncAlive(ctx, runc, runcRoot)
+	alive := node.RuncAlive(ctx, o.runc, o.runcRoot)
+	if o.runtimeSocket != "" {
+		ln, err := ocicreate.Listen(o.runtimeSocket)
+		if err != nil {
+			logger.Warn("not serving gpumux-runtime: its creates start gpumux-runtime-core", "error", err)
+		} else {
+			srv := ocicreate.NewServer(n, configFile, cfg.StateDir, alive, ocicreate.WithLogger(logger.Named("runtime")))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if err := srv.Serve(ctx, ln); err != nil {
+					logger.Error("serving gpumux-runtime stopped", "error", err)
+				}
+			}()
+			defer func() { <-done }()
+			logger.Info("serving gpumux-runtime", "socket", o.runtimeSocket)
+		}
+	}
 	if cfg.NRI != nil && cfg.NRI.Enabled {
 		// The NRI plugin's leases carry their own runc root (the CRI
 		// containers'), which alive uses.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,6 +35,11 @@ func startAgent(t testing.TB, config string, args ...string) *agentProc {
 	t.Helper()
 	bin := filepath.Join(repoRoot(t), "bin", "gpumux")
 	a := &agentProc{log: &syncbuf.Buffer{}, exited: make(chan struct{})}
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--runtime-socket") }) {
+		// Not the machine's /run/gpumux/runtime.sock: tests that serve
+		// gpumux-runtime name a socket of their own (agentRuntimeSocket).
+		args = append(args, "--runtime-socket=")
+	}
 	a.cmd = exec.Command(bin, append([]string{"agent", "--config", config}, args...)...)
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	if err := a.cmd.Start(); err != nil {

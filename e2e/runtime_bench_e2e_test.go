@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gpumux/gpumux/e2e/ctrd"
+	"github.com/gpumux/gpumux/ocicreate"
 )
 
 // EnvBenchRuntimeBefore names another gpumux-runtime (an earlier build) that
@@ -22,24 +23,36 @@ const EnvBenchRuntimeBefore = "GPUMUX_BENCH_RUNTIME_BEFORE"
 // probe container through containerd: with plain runc (the baseline), and
 // through gpumux-runtime for a container that asks for nothing and for one
 // share of each mechanism (mechanismVariants) of a simulated H200 node,
-// interleaved in one run. It reports runc's milliseconds per container and
-// each gpumux-runtime variant as a ratio to it:
+// its create decided by gpumux-runtime-core, and for each share again with
+// gpumux agent serving gpumux-runtime ("agent-exclusive", ...: the agent
+// decides), interleaved in one run; the agent's socket is renamed away for
+// the variants through the core, as on a node without an agent. It reports
+// runc's milliseconds per container and each gpumux-runtime variant as a
+// ratio to it:
 //
 //	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench ContainerLifecycle -benchtime 10x -count 5 ./e2e/
 func BenchmarkContainerLifecycle(b *testing.B) {
 	ctx := context.Background()
 	_, config := runtimeNode(b)
-	d := ctrd.Start(ctx, b, ctrd.WithEnv("GPUMUX_CONFIG="+config))
+	_, socket := agentRuntimeSocket(b, ctx, config)
+	d := ctrd.Start(ctx, b, ctrd.WithEnv("GPUMUX_CONFIG="+config), ctrd.WithEnv(ocicreate.EnvSocket+"="+socket))
 	runtime := filepath.Join(repoRoot(b), "bin", "gpumux-runtime")
-	type variant struct{ name, mechanism, runtime string }
+	type variant struct {
+		name, mechanism, runtime string
+		agent                    bool
+	}
 	var variants []variant
 	for _, v := range mechanismVariants {
-		variants = append(variants, variant{v.name, v.mechanism, runtime})
+		variants = append(variants, variant{v.name, v.mechanism, runtime, false})
+	}
+	for _, v := range mechanismVariants[1:] {
+		variants = append(variants, variant{"agent-" + v.name, v.mechanism, runtime, true})
 	}
 	if before := os.Getenv(EnvBenchRuntimeBefore); before != "" {
-		variants = append(variants, variant{"before-no-GPU", "", before}, variant{"before-exclusive", "exclusive", before})
+		variants = append(variants, variant{"before-no-GPU", "", before, false}, variant{"before-exclusive", "exclusive", before, false})
 	}
 	opts := []ctrd.RunOpts{{}}
+	agent := []bool{false}
 	var names []string
 	for _, v := range variants {
 		o := ctrd.RunOpts{BinaryName: v.runtime}
@@ -47,9 +60,18 @@ func BenchmarkContainerLifecycle(b *testing.B) {
 			o.Annotations = map[string]string{"gpumux.io/mechanism": v.mechanism}
 		}
 		opts = append(opts, o)
+		agent = append(agent, v.agent)
 		names = append(names, v.name)
 	}
+	away := socket + ".away"
 	benchInterleaved(b, names, func(i, j int) error {
+		from, to := socket, away
+		if agent[j] {
+			from, to = away, socket
+		}
+		if err := os.Rename(from, to); err != nil && !os.IsNotExist(err) {
+			return err
+		}
 		res, err := d.Run(ctx, fmt.Sprintf("bench-%d-%d", j, i), opts[j])
 		if err == nil && res.ExitCode != 0 {
 			err = fmt.Errorf("exit %d: %+v", res.ExitCode, res)

@@ -9,11 +9,18 @@
  * routes, and execs what does the work:
  *
  *   runc CALL ...                 runc ($GPUMUX_RUNC, default "runc" on PATH)
- *   create of a container that    gpumux-runtime-core, beside this program,
- *     may ask for GPUs            with the arguments as given (it leases and
- *                                 injects the shares, then runs runc; given a
- *                                 container that asks for nothing after all,
- *                                 it runs runc on it untouched)
+ *   create of a container that    the node agent, asked over its socket
+ *     may ask for GPUs            ($GPUMUX_RUNTIME_SOCKET, default
+ *                                 /run/gpumux/runtime.sock): it leases and
+ *                                 injects the shares into the bundle, then
+ *                                 this program execs runc; where no agent
+ *                                 answers, or the agent runs another node
+ *                                 config: gpumux-runtime-core, beside this
+ *                                 program, with the arguments as given (it
+ *                                 does the same in a process of its own and
+ *                                 runs runc; given a container that asks for
+ *                                 nothing after all, it runs runc on it
+ *                                 untouched)
  *   hook update-ldcache ...       gpumux-runtime-hook, beside this program
  *   hook poststop (with           gpumux-runtime-hook
  *     $GPUMUX_STATE_DIR set)
@@ -31,6 +38,11 @@
  * container that mentions gpumux elsewhere takes the core's
  * longer path and is passed through there. The spec is not otherwise
  * parsed: one that is not JSON goes to runc, which refuses it.
+ *
+ * The agent's protocol is package ocicreate's (doc.go): NUL-terminated
+ * strings (the protocol, the node config file the core would read,
+ * $GPUMUX_STATE_DIR, this program's path, runc's arguments), the write side
+ * shut, and one line back: "runc", "core" or "error MESSAGE".
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -39,7 +51,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #ifndef GPUMUX_VERSION
@@ -49,6 +64,12 @@
 #define ENTRY "gpumux-runtime"
 #define CORE "gpumux-runtime-core"
 #define HOOK "gpumux-runtime-hook"
+
+#define SOCKET_DEFAULT "/run/gpumux/runtime.sock"
+#define CONFIG_DEFAULT "/etc/gpumux/node.hcl"
+#define PROTOCOL "gpumux-create/1"
+/* How long the agent may take to prepare a create. */
+#define AGENT_TIMEOUT_S 60
 
 /* A config.json larger than this is the core's to read. */
 #define MAX_SPEC (64L << 20)
@@ -220,16 +241,113 @@ static int may_ask(const char *bundle)
 	return asks;
 }
 
+/* write_all writes n bytes of b to fd. */
+static int write_all(int fd, const char *b, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, b, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		b += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+enum { AGENT_NONE, AGENT_RUNC, AGENT_CORE, AGENT_FAILED };
+
+/*
+ * ask_agent sends a create to the node agent and says what to do: exec
+ * runc (the agent prepared the bundle, or nothing is asked), run the core
+ * (no agent answers on the socket, or it runs another node config), or
+ * fail (the agent refused the create, or broke off: the message is
+ * printed).
+ */
+static int ask_agent(const char *config, char **rargs, int rn)
+{
+	const char *path = getenv("GPUMUX_RUNTIME_SOCKET");
+	if (!path || !*path)
+		path = SOCKET_DEFAULT;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof sa.sun_path)
+		return AGENT_NONE;
+	strcpy(sa.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return AGENT_NONE;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+		close(fd);
+		return AGENT_NONE;
+	}
+	struct timeval tv = {.tv_sec = AGENT_TIMEOUT_S};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+
+	char self[PATH_MAX];
+	ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+	self[len < 0 ? 0 : len] = 0;
+	const char *state = getenv("GPUMUX_STATE_DIR");
+	const char *head[] = {PROTOCOL, config, state ? state : "", self};
+	int ok = 1;
+	for (size_t i = 0; ok && i < sizeof head / sizeof *head; i++)
+		ok = write_all(fd, head[i], strlen(head[i]) + 1) == 0;
+	for (int i = 0; ok && i < rn; i++)
+		ok = write_all(fd, rargs[i], strlen(rargs[i]) + 1) == 0;
+	char answer[4096];
+	size_t got = 0;
+	if (ok && shutdown(fd, SHUT_WR) == 0) {
+		for (;;) {
+			ssize_t r = read(fd, answer + got, sizeof answer - 1 - got);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r < 0)
+				ok = 0;
+			if (r <= 0 || got + (size_t)r >= sizeof answer - 1) {
+				got += r > 0 ? (size_t)r : 0;
+				break;
+			}
+			got += (size_t)r;
+		}
+	} else {
+		ok = 0;
+	}
+	int err = errno;
+	close(fd);
+	answer[got] = 0;
+	char *nl = strchr(answer, '\n');
+	if (!ok || !nl) {
+		fprintf(stderr, "%s: the node agent at %s did not answer the create: %s\n", ENTRY, path,
+			ok ? "no answer" : (err == EAGAIN || err == EWOULDBLOCK) ? "timed out" : strerror(err));
+		return AGENT_FAILED;
+	}
+	*nl = 0;
+	if (strcmp(answer, "runc") == 0)
+		return AGENT_RUNC;
+	if (strcmp(answer, "core") == 0)
+		return AGENT_CORE;
+	if (strncmp(answer, "error ", 6) == 0)
+		fprintf(stderr, "%s\n", answer + 6);
+	else
+		fprintf(stderr, "%s: the node agent at %s answered %s\n", ENTRY, path, answer);
+	return AGENT_FAILED;
+}
+
 int main(int argc, char **argv)
 {
 	char **args = argv + 1;
 	int n = argc - 1;
 	char **rargs = args; /* runc's arguments: without a leading --config FILE */
 	int rn = n;
+	const char *config = getenv("GPUMUX_CONFIG"); /* the node config the core reads */
 	if (n >= 2 && strcmp(args[0], "--config") == 0) {
+		config = args[1];
 		rargs += 2;
 		rn -= 2;
 	}
+	if (!config || !*config)
+		config = CONFIG_DEFAULT;
 
 	if (rn >= 1 && strcmp(rargs[0], "hook") == 0) {
 		const char *dir = getenv("GPUMUX_STATE_DIR");
@@ -257,8 +375,15 @@ int main(int argc, char **argv)
 			else if (strncmp(rargs[j], "--bundle=", 9) == 0)
 				bundle = rargs[j] + 9;
 		}
-		if (may_ask(bundle))
+		if (may_ask(bundle)) {
+			switch (ask_agent(config, rargs, rn)) {
+			case AGENT_RUNC:
+				return runc(rargs, rn);
+			case AGENT_FAILED:
+				return 1;
+			}
 			return sibling(CORE, args, n);
+		}
 	}
 	return runc(rargs, rn);
 }

@@ -327,6 +327,14 @@ func WithBundle(path string) AcquireOption { return func(r *Record) { r.Bundle =
 // default).
 func WithRuncRoot(path string) AcquireOption { return func(r *Record) { r.Root = path } }
 
+// WithOwner records process pid, not the store's, as the lease's owner:
+// a node agent that leases for another process (gpumux-runtime asking it
+// over its socket, which then becomes runc) names that process, so that
+// the lease is protected while it runs and reclaimable once it is gone
+// without a container. A process /proc cannot describe leaves no owner
+// (the reclaim grace protects the lease then).
+func WithOwner(pid int) AcquireOption { return func(r *Record) { r.Owner = ownerOf(pid) } }
+
 // Acquire leases shares to container in one write transaction: it calls
 // choose with the current leases (share ID → container ID, a copy) and
 // records the share IDs it returns. If choose fails, its error is returned
@@ -601,8 +609,11 @@ func checkContainer(c string) error {
 }
 
 // selfOwner describes this process, or is nil where /proc cannot tell.
-func selfOwner() *Owner {
-	pid := os.Getpid()
+func selfOwner() *Owner { return ownerOf(os.Getpid()) }
+
+// ownerOf describes process pid (of this process's PID namespace), or is
+// nil where /proc cannot tell.
+func ownerOf(pid int) *Owner {
 	start, err := processStart(pid)
 	if err != nil {
 		return nil

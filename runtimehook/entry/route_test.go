@@ -3,7 +3,9 @@ package entry
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,7 +63,10 @@ func route(t *testing.T, args []string, env ...string) (to string, argv []string
 	}
 	record := filepath.Join(t.TempDir(), "route")
 	cmd := exec.Command(filepath.Join(dir, EntryBinary), args...)
-	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "ROUTE_OUT=" + record, EnvRunc + "=" + filepath.Join(dir, "runc")}, env...)
+	// No node agent unless env names one (the default socket is the
+	// machine's).
+	noAgent := "GPUMUX_RUNTIME_SOCKET=" + filepath.Join(t.TempDir(), "no-agent.sock")
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "ROUTE_OUT=" + record, EnvRunc + "=" + filepath.Join(dir, "runc"), noAgent}, env...)
 	b, err := cmd.CombinedOutput()
 	if exit, ok := err.(*exec.ExitError); ok {
 		code = exit.ExitCode()
@@ -243,4 +248,98 @@ func escapeAtRandom(rng *rand.Rand, spec *specs.Spec) string {
 		}
 	}
 	return out.String()
+}
+
+// agentStandIn listens on a unix socket and answers each connection with
+// answer (nothing, closing, for ""), sending what it read on got.
+func agentStandIn(t *testing.T, answer string) (socket string, got chan []string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gmx") // short: a unix socket's path is bounded
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket = filepath.Join(dir, "runtime.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	got = make(chan []string, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, _ := io.ReadAll(c)
+			got <- strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+			if answer != "" {
+				io.WriteString(c, answer+"\n")
+			}
+			c.Close()
+		}
+	}()
+	return socket, got
+}
+
+// TestCEntryAsksTheAgent: a create that may ask goes to the node agent
+// first, with the node config the core would read, the state directory,
+// the entry's path and runc's arguments; the entry then execs runc, runs
+// the core, or fails with the agent's message, as the agent answers, and
+// fails clearly when the agent breaks off.
+func TestCEntryAsksTheAgent(t *testing.T) {
+	dir, err := entryDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	asks := bundleWith(t, specWith(map[string]string{"gpumux.io/mechanism": "timeslice"}), "")
+	plain := bundleWith(t, specWith(nil, "PATH=/bin"), "")
+	create := []string{"--root", "/r", "create", "--bundle", asks, "c1"}
+	for _, tc := range []struct {
+		name     string
+		answer   string
+		args     []string
+		env      []string
+		to       string   // "" for none
+		wantArgs []string // nil: args as given
+		code     int
+		out      string
+		request  []string // what the agent gets; nil: not asked
+	}{
+		{"prepared", "runc", append([]string{"--config", "/etc/n.hcl"}, create...), []string{EnvStateDir + "=/var/lib/g"}, "runc", create, 0, "",
+			append([]string{"gpumux-create/1", "/etc/n.hcl", "/var/lib/g", filepath.Join(dir, EntryBinary)}, create...)},
+		{"the config from the environment", "runc", create, []string{"GPUMUX_CONFIG=/etc/e.hcl"}, "runc", create, 0, "",
+			append([]string{"gpumux-create/1", "/etc/e.hcl", "", filepath.Join(dir, EntryBinary)}, create...)},
+		{"the default config", "core", create, nil, CoreBinary, nil, 0, "",
+			append([]string{"gpumux-create/1", "/etc/gpumux/node.hcl", "", filepath.Join(dir, EntryBinary)}, create...)},
+		{"refused", "error gpumux-runtime: no share fits", create, nil, "", nil, 1, "gpumux-runtime: no share fits\n", []string{}},
+		{"an answer it does not know", "maybe", create, nil, "", nil, 1, "answered maybe", []string{}},
+		{"no answer", "", create, nil, "", nil, 1, "did not answer the create: no answer", []string{}},
+		{"nothing asked: the agent is not asked", "error not to be asked", []string{"create", "--bundle", plain, "c2"}, nil, "runc", nil, 0, "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			socket, got := agentStandIn(t, tc.answer)
+			to, argv, code, out := route(t, tc.args, append(tc.env, "GPUMUX_RUNTIME_SOCKET="+socket)...)
+			want := tc.wantArgs
+			if want == nil {
+				want = tc.args
+			}
+			if to != tc.to || (to != "" && !slices.Equal(argv, want)) || code != tc.code || !strings.Contains(out, tc.out) {
+				t.Errorf("handed over to %q %q, exit %d, %q; want %q %q, exit %d, %q", to, argv, code, out, tc.to, want, tc.code, tc.out)
+			}
+			select {
+			case req := <-got:
+				if tc.request == nil {
+					t.Errorf("the agent was asked: %q", req)
+				} else if len(tc.request) > 0 && !slices.Equal(req, tc.request) {
+					t.Errorf("the agent got %q, want %q", req, tc.request)
+				}
+			default:
+				if tc.request != nil {
+					t.Error("the agent was not asked")
+				}
+			}
+		})
+	}
 }

@@ -1,0 +1,71 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumux/gpumux/e2e/ctrd"
+	"github.com/gpumux/gpumux/ocicreate"
+)
+
+// agentRuntimeSocket starts gpumux agent on config serving gpumux-runtime
+// on a socket of its own, and returns the agent and the socket, once the
+// agent serves it.
+func agentRuntimeSocket(t testing.TB, ctx context.Context, config string) (*agentProc, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gmx") // short: a unix socket's path is bounded
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "runtime.sock")
+	a := startAgent(t, config, "--runtime-socket", socket, "--log-level", "debug")
+	waitFor(t, ctx, 30*time.Second, "gpumux agent serving gpumux-runtime", func() (bool, string) {
+		return strings.Contains(a.log.String(), "serving gpumux-runtime"), a.log.String()
+	})
+	return a, socket
+}
+
+// TestRuntimeAsksTheAgent: where gpumux agent serves gpumux-runtime (the
+// socket in containerd's environment, as a node's unit file would set it,
+// or at its default path), a create that asks is prepared by the agent:
+// the container gets its share as through the core, the agent's log names
+// the container, the share is given back when the container is deleted,
+// and a request the agent refuses fails the create with its reason.
+func TestRuntimeAsksTheAgent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	stateDir, config := runtimeNode(t)
+	a, socket := agentRuntimeSocket(t, ctx, config)
+	d, runtime := startContainerd(t, ctx, config, ctrd.WithEnv(ocicreate.EnvSocket+"="+socket))
+	for i, mech := range []string{"exclusive", "mps", "timeslice"} {
+		id := "agent-" + mech
+		res, err := d.Run(ctx, id, ctrd.RunOpts{BinaryName: runtime, Annotations: map[string]string{"gpumux.io/mechanism": mech}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode != 0 {
+			t.Fatalf("%s: probe exit %d: %s %s", mech, res.ExitCode, res.Stdout, res.Stderr)
+		}
+		checkShareProbe(t, ctrd.ParseProbe(res.Stdout), regexp.MustCompile(`^GPU-[0-9a-f-]+(/(mps|timeslice)/[0-3])?$`), false, mech == "mps")
+		if log := a.log.String(); strings.Count(log, "prepared a container's create") != i+1 || !strings.Contains(log, "container="+id) {
+			t.Fatalf("the agent's log does not show it prepared %s:\n%s", id, log)
+		}
+	}
+	// Each container was deleted by d.Run: its poststop hook gave its
+	// share back.
+	if l := leases(t, ctx, stateDir); len(l) != 0 {
+		t.Errorf("leases left after the containers' deletion: %v", l)
+	}
+	_, err := d.Run(ctx, "agent-refused", ctrd.RunOpts{BinaryName: runtime, Annotations: map[string]string{"gpumux.io/mechanism": "warp"}})
+	if err == nil || !strings.Contains(err.Error(), "warp") {
+		t.Errorf("a refused create: %v; want the agent's reason", err)
+	}
+}

@@ -1,0 +1,24 @@
+// Package ocicreate prepares the create of a container that asks for GPU
+// shares: its bundle's config.json read, the request found in it
+// (node.ParseRequest), the shares leased, their edits and gpumux's
+// poststop hook written into the spec. gpumux-runtime-core (package
+// runtimehook: a process per create) and gpumux agent (package cli: a
+// node agent that has the node open already) both use it.
+//
+// The agent serves it to gpumux-runtime's C entry over a unix socket
+// (Server; only root may connect): the entry sends the runc command line
+// of a create that may ask, with the node config and state directory it
+// would use, and execs runc once the agent has prepared the bundle, or
+// starts the core when no agent answers or the agent runs another node
+// config. A request is NUL-terminated strings, ended by the end of what
+// the entry writes:
+//
+//	gpumux-create/1  CONFIG  STATE_DIR  ENTRY  RUNC_ARG...
+//
+// (CONFIG: the node config file the core would read; STATE_DIR:
+// $GPUMUX_STATE_DIR or empty; ENTRY: the entry's own path, beside which
+// gpumux-runtime-hook is). The answer is one line: "runc" (prepared, or
+// nothing asked: run runc), "core" (not this agent's to decide: run the
+// core) or "error MESSAGE" (refused; the agent has written it to runc's
+// log as the core would).
+package ocicreate

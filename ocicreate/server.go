@@ -1,0 +1,232 @@
+package ocicreate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/gpumux/gpumux/node"
+	"github.com/gpumux/gpumux/node/lease"
+	"github.com/gpumux/gpumux/runtimehook/entry"
+)
+
+// Where gpumux agent serves gpumux-runtime, and the variable that tells
+// gpumux-runtime another place.
+const (
+	DefaultSocket = "/run/gpumux/runtime.sock"
+	EnvSocket     = "GPUMUX_RUNTIME_SOCKET"
+)
+
+// The protocol (doc.go).
+const (
+	protocol    = "gpumux-create/1"
+	answerRunc  = "runc"
+	answerCore  = "core"
+	answerError = "error "
+	// maxRequest bounds a request: runc's arguments and three paths.
+	maxRequest = 1 << 20
+	// readTimeout bounds how long a connection may take to send it.
+	readTimeout = 10 * time.Second
+)
+
+// Server answers gpumux-runtime's creates with the node an agent runs.
+type Server struct {
+	node       Node
+	configFile string
+	stateDir   string
+	alive      func(lease.Record) (bool, error)
+	limits     node.Limits
+	logger     hclog.Logger
+}
+
+// ServerOption configures a Server.
+type ServerOption func(*Server)
+
+// WithLimits bounds what one container may ask for (default
+// node.DefaultLimits).
+func WithLimits(l node.Limits) ServerOption { return func(s *Server) { s.limits = l } }
+
+// WithLogger sets the logger (default: none).
+func WithLogger(l hclog.Logger) ServerOption { return func(s *Server) { s.logger = l } }
+
+// NewServer returns the server of node n, opened from configFile with
+// stateDir as its state directory. It answers only creates for that config
+// and state directory; alive tells whether a lease's container still
+// exists (node.RuncAlive).
+func NewServer(n Node, configFile, stateDir string, alive func(lease.Record) (bool, error), opts ...ServerOption) *Server {
+	s := &Server{node: n, configFile: configFile, stateDir: stateDir, alive: alive, limits: node.DefaultLimits, logger: hclog.NewNullLogger()}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Listen opens a unix socket at path that only root can reach: its
+// directory is made (0700) where missing, and the socket is 0600. A socket
+// file there that no one answers on is replaced; one that answers is
+// another agent's, refused.
+func Listen(path string) (*net.UnixListener, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("runtime socket %q: want an absolute path", path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("runtime socket: %w", err)
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("runtime socket %s: another agent answers on it", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("runtime socket: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("runtime socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("runtime socket: %w", err)
+	}
+	return ln, nil
+}
+
+// Serve answers each connection on ln until ctx ends, then closes ln and
+// waits for the connections it is answering.
+func (s *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("runtime socket: %w", err)
+		}
+		wg.Go(func() {
+			defer c.Close()
+			answer := s.answer(ctx, c)
+			c.SetWriteDeadline(time.Now().Add(readTimeout))
+			io.WriteString(c, answer+"\n")
+		})
+	}
+}
+
+// answer reads one request from c and does it.
+func (s *Server) answer(ctx context.Context, c *net.UnixConn) string {
+	cred, err := peer(c)
+	if err != nil {
+		return answerError + "gpumux agent: " + err.Error()
+	}
+	if cred.Uid != 0 && int(cred.Uid) != os.Geteuid() {
+		return answerError + fmt.Sprintf("gpumux agent: uid %d may not ask for containers' shares", cred.Uid)
+	}
+	c.SetReadDeadline(time.Now().Add(readTimeout))
+	raw, err := io.ReadAll(io.LimitReader(c, maxRequest+1))
+	if err != nil || len(raw) > maxRequest {
+		return answerError + fmt.Sprintf("gpumux agent: reading the request: %v (at most %d bytes)", err, maxRequest)
+	}
+	req, ok := parseRequest(raw)
+	if !ok {
+		return answerCore // another version of gpumux-runtime: its core decides
+	}
+	if !s.ours(req) {
+		return answerCore
+	}
+	inv := entry.ParseInvocation(req.args)
+	if inv.Subcommand != "create" || inv.ID == "" {
+		return answerError + fmt.Sprintf("gpumux agent: not the create of a container: %q", req.args)
+	}
+	if !filepath.IsAbs(inv.Bundle) || (inv.Root != "" && !filepath.IsAbs(inv.Root)) {
+		return answerCore // relative to gpumux-runtime's working directory
+	}
+	err = s.prepare(ctx, inv, req, int(cred.Pid))
+	if err != nil {
+		msg := "gpumux-runtime: " + err.Error()
+		LogError(inv.Flag("--log"), msg)
+		s.logger.Info("refused a container's create", "container", inv.ID, "error", err)
+		return answerError + strings.ReplaceAll(msg, "\n", " ")
+	}
+	return answerRunc
+}
+
+// prepare reads the bundle and, when it asks for shares, prepares it.
+func (s *Server) prepare(ctx context.Context, inv entry.Invocation, req request, pid int) error {
+	b, err := ReadBundle(inv.Bundle, s.limits)
+	if err != nil || !b.Asks() {
+		return err
+	}
+	err = b.Prepare(ctx, s.node, Create{
+		ID: inv.ID, RuncRoot: inv.Root, StateDir: s.stateDir,
+		HookBinary: filepath.Join(filepath.Dir(req.entry), entry.HookBinary),
+		HookEnv:    []string{"GPUMUX_CONFIG=" + s.configFile},
+		Alive:      s.alive,
+		Warn:       s.logger.StandardWriter(&hclog.StandardLoggerOptions{ForceLevel: hclog.Warn}),
+		Record:     []lease.AcquireOption{lease.WithOwner(pid)},
+	})
+	if err == nil {
+		s.logger.Debug("prepared a container's create", "container", inv.ID)
+	}
+	return err
+}
+
+// ours says whether gpumux-runtime would have read this agent's config and
+// state directory.
+func (s *Server) ours(req request) bool {
+	if req.stateDir != "" && filepath.Clean(req.stateDir) != filepath.Clean(s.stateDir) {
+		return false
+	}
+	a, err := os.Stat(req.config)
+	if err != nil {
+		return false
+	}
+	b, err := os.Stat(s.configFile)
+	return err == nil && os.SameFile(a, b) && filepath.IsAbs(req.entry)
+}
+
+// request is what gpumux-runtime sends (doc.go).
+type request struct {
+	config, stateDir, entry string
+	args                    []string
+}
+
+// parseRequest splits a request into its fields; ok is false for another
+// protocol or a request that is not whole.
+func parseRequest(raw []byte) (r request, ok bool) {
+	if len(raw) == 0 || raw[len(raw)-1] != 0 {
+		return r, false
+	}
+	f := strings.Split(string(raw[:len(raw)-1]), "\x00")
+	if len(f) < 5 || f[0] != protocol {
+		return r, false
+	}
+	return request{config: f[1], stateDir: f[2], entry: f[3], args: f[4:]}, true
+}
+
+// peer is the credentials of the process at c's other end.
+func peer(c *net.UnixConn) (*syscall.Ucred, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *syscall.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	return cred, credErr
+}

@@ -1,0 +1,305 @@
+package ocicreate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpumux/gpumux/node"
+	"github.com/gpumux/gpumux/node/lease"
+	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/runtimehook/entry"
+)
+
+// server is a Server of a simulated H200 node (GPU 0 in 2 time-slice
+// replicas) listening on a socket of its own.
+type server struct {
+	socket, config, state string
+}
+
+func newServer(t *testing.T) *server {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gmx") // short: a unix socket's path is bounded
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	s := &server{socket: filepath.Join(dir, "run", "runtime.sock"), config: filepath.Join(dir, "node.hcl"), state: filepath.Join(dir, "state")}
+	src := `simulate = "dgxh200"
+state_dir = "` + s.state + `"
+gpu {
+  match     = "0"
+  mechanism = "timeslice"
+  replicas  = 2
+  limit     = "off"
+}
+`
+	if err := os.WriteFile(s.config, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := nodeconfig.ParseConfig([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	ln, err := Listen(s.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(s.socket); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the socket: %v, %v; want mode 0600", fi, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- NewServer(n, s.config, s.state, func(lease.Record) (bool, error) { return true, nil }).Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return s
+}
+
+// records are the node's leases.
+func (s *server) records(t *testing.T) []lease.Record {
+	t.Helper()
+	st, err := lease.Open(lease.PathIn(s.state))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	recs, err := st.Records(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// ask sends a request as gpumux-runtime's C entry does and returns the
+// answer's line.
+func (s *server) ask(t *testing.T, req []byte) string {
+	t.Helper()
+	answer, err := askSocket(s.socket, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer
+}
+
+func askSocket(socket string, req []byte) (string, error) {
+	c, err := net.Dial("unix", socket)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if _, err := c.Write(req); err != nil {
+		return "", err
+	}
+	c.(*net.UnixConn).CloseWrite()
+	b, err := io.ReadAll(c)
+	return strings.TrimSuffix(string(b), "\n"), err
+}
+
+// askFromAnotherProcess asks as ask does, from a process of its own (this
+// test binary, running TestAskingProcess), and returns the answer and that
+// process's PID.
+func (s *server) askFromAnotherProcess(t *testing.T, req []byte) (string, int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAskingProcess$")
+	cmd.Env = append(os.Environ(), "GPUMUX_TEST_ASK_SOCKET="+s.socket)
+	cmd.Stdin = bytes.NewReader(req)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the asking process: %v\n%s", err, out)
+	}
+	answer, _, _ := strings.Cut(string(out), "\n")
+	return answer, cmd.Process.Pid
+}
+
+// TestAskingProcess is askFromAnotherProcess's process: the request on
+// stdin, the answer on stdout.
+func TestAskingProcess(t *testing.T) {
+	socket := os.Getenv("GPUMUX_TEST_ASK_SOCKET")
+	if socket == "" {
+		t.Skip("run by askFromAnotherProcess")
+	}
+	req, err := io.ReadAll(os.Stdin)
+	if err == nil {
+		var answer string
+		answer, err = askSocket(socket, req)
+		fmt.Println(answer)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// encodeRequest is the request gpumux-runtime's C entry sends (doc.go).
+func encodeRequest(fields ...string) []byte {
+	var b bytes.Buffer
+	for _, f := range append([]string{protocol}, fields...) {
+		b.WriteString(f)
+		b.WriteByte(0)
+	}
+	return b.Bytes()
+}
+
+// bundle writes a bundle whose spec has annotations and env.
+func bundle(t *testing.T, annotations map[string]string, env ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	spec := specs.Spec{Version: specs.Version, Process: &specs.Process{Args: []string{"/probe"}, Env: append([]string{"PATH=/bin"}, env...)},
+		Root: &specs.Root{Path: "rootfs"}, Annotations: annotations, Linux: &specs.Linux{}}
+	b, _ := json.Marshal(spec)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func readSpec(t *testing.T, dir string) specs.Spec {
+	t.Helper()
+	var spec specs.Spec
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &spec)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+// TestServerPreparesACreate: a create that asks gets its share leased (the
+// asking process its owner, runc's root and the bundle recorded) and its
+// edits and poststop hook in the bundle, and the answer to run runc.
+func TestServerPreparesACreate(t *testing.T) {
+	s := newServer(t)
+	b := bundle(t, map[string]string{node.AnnotationMechanism: "timeslice"})
+	const entryPath = "/opt/gpumux/bin/gpumux-runtime"
+	got, pid := s.askFromAnotherProcess(t, encodeRequest(s.config, "", entryPath, "--root", "/run/runc-test", "create", "--bundle", b, "c1"))
+	if got != answerRunc {
+		t.Fatalf("answer %q, want %q", got, answerRunc)
+	}
+	recs := s.records(t)
+	if len(recs) != 1 {
+		t.Fatalf("leases %+v; want one", recs)
+	}
+	r := recs[0]
+	if r.Container != "c1" || r.Root != "/run/runc-test" || r.Bundle != b || r.Owner == nil || r.Owner.PID != pid {
+		t.Errorf("lease %+v (owner %+v); want c1's, runc root and bundle recorded, the asking process (%d) its owner", r, r.Owner, pid)
+	}
+	spec := readSpec(t, b)
+	if !slices.ContainsFunc(spec.Process.Env, func(kv string) bool { return strings.HasPrefix(kv, "GPUMUX_SHARES=") }) {
+		t.Errorf("the spec's env lacks GPUMUX_SHARES: %q", spec.Process.Env)
+	}
+	if spec.Hooks == nil || len(spec.Hooks.Poststop) != 1 || spec.Hooks.Poststop[0].Path != "/opt/gpumux/bin/"+entry.HookBinary ||
+		!slices.Contains(spec.Hooks.Poststop[0].Env, entry.EnvStateDir+"="+s.state) {
+		t.Errorf("poststop hooks %+v; want gpumux-runtime-hook beside the entry, with the state directory", spec.Hooks)
+	}
+}
+
+// TestServerAnswers: what is not this agent's to decide goes to the core,
+// a container that asks for nothing to runc untouched, a refused request
+// is an error the agent also writes into runc's log, and nothing is leased
+// for any of them.
+func TestServerAnswers(t *testing.T) {
+	s := newServer(t)
+	plain := bundle(t, map[string]string{"io.kubernetes.cri.container-type": "container"})
+	bad := bundle(t, map[string]string{node.AnnotationMechanism: "warp"})
+	other := filepath.Join(t.TempDir(), "other.hcl")
+	if err := os.WriteFile(other, []byte("state_dir = \"/x\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(t.TempDir(), "runc.log")
+	create := func(b string) []string { return []string{"--log", log, "create", "--bundle", b, "c2"} }
+	self := "/usr/local/bin/gpumux-runtime"
+	for _, tc := range []struct {
+		name string
+		req  []byte
+		want string
+	}{
+		{"nothing asked", encodeRequest(append([]string{s.config, "", self}, create(plain)...)...), answerRunc},
+		{"another node config", encodeRequest(append([]string{other, "", self}, create(plain)...)...), answerCore},
+		{"another state directory", encodeRequest(append([]string{s.config, "/var/lib/other", self}, create(plain)...)...), answerCore},
+		{"a relative bundle", encodeRequest(s.config, "", self, "create", "--bundle", "bundle", "c2"), answerCore},
+		{"another protocol", append([]byte("gpumux-create/9\x00"), encodeRequest(s.config, "", self, "create", "c2")[len(protocol)+1:]...), answerCore},
+		{"a request cut short", encodeRequest(s.config, "", self)[:20], answerCore},
+		{"not a create", encodeRequest(s.config, "", self, "start", "c2"), answerError + "gpumux agent: not the create"},
+		{"a refused request", encodeRequest(append([]string{s.config, "", self}, create(bad)...)...), answerError + "gpumux-runtime: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := s.ask(t, tc.req); !strings.HasPrefix(got, tc.want) {
+				t.Errorf("answer %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if b, err := os.ReadFile(log); err != nil || !strings.Contains(string(b), `"level":"error"`) || !strings.Contains(string(b), "warp") {
+		t.Errorf("runc's log %q (%v); want the refusal as an error line", b, err)
+	}
+	if recs := s.records(t); len(recs) != 0 {
+		t.Errorf("leases %+v; want none", recs)
+	}
+	if spec := readSpec(t, plain); spec.Hooks != nil {
+		t.Errorf("a container that asks for nothing got hooks: %+v", spec.Hooks)
+	}
+}
+
+// TestListenRefusesAnotherAgent: a socket another agent answers on is not
+// taken over; a stale one is.
+func TestListenRefusesAnotherAgent(t *testing.T) {
+	s := newServer(t)
+	if _, err := Listen(s.socket); err == nil || !strings.Contains(err.Error(), "another agent answers") {
+		t.Errorf("Listen on a served socket: %v", err)
+	}
+	stale := filepath.Join(filepath.Dir(s.socket), "stale.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	ln, err = Listen(stale)
+	if err != nil {
+		t.Fatalf("Listen on a stale socket: %v", err)
+	}
+	ln.Close()
+}
+
+func TestParseRequest(t *testing.T) {
+	r, ok := parseRequest(encodeRequest("/etc/gpumux/node.hcl", "", "/bin/gpumux-runtime", "create", "c1"))
+	if !ok || r.config != "/etc/gpumux/node.hcl" || r.stateDir != "" || r.entry != "/bin/gpumux-runtime" || !slices.Equal(r.args, []string{"create", "c1"}) {
+		t.Errorf("parsed %+v, %v", r, ok)
+	}
+	for _, raw := range [][]byte{nil, []byte("gpumux-create/1"), encodeRequest("a", "b", "c")} {
+		if _, ok := parseRequest(raw); ok {
+			t.Errorf("parseRequest(%q) took it", raw)
+		}
+	}
+}
+
+// FuzzParseRequest: no request makes the parser panic.
+func FuzzParseRequest(f *testing.F) {
+	f.Add(encodeRequest("/etc/gpumux/node.hcl", "", "/bin/gpumux-runtime", "create", "c1"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if r, ok := parseRequest(raw); ok && len(r.args) == 0 {
+			t.Fatalf("a request without runc's arguments taken: %+v", r)
+		}
+	})
+}
