@@ -25,11 +25,12 @@ func deps(t *testing.T, pkg string) []string {
 }
 
 // TestLayering checks the one-way flow of imports (ARCHITECTURE.md):
-// cmd → {plugin, runtimehook, cli → nri} → node → mechanisms → share → gpu. The
+// cmd → {plugin, runtimehook → ocicreate, cli → {nri, ocicreate}} → node →
+// mechanisms → share → gpu. The
 // front doors never import each other; the core and the mechanisms never
 // import a front door; share knows nothing of the core or the mechanisms.
 func TestLayering(t *testing.T) {
-	frontDoors := []string{"plugin", "runtimehook", "cli", "nri"}
+	frontDoors := []string{"plugin", "runtimehook", "cli", "nri", "ocicreate"}
 	mechanisms := []string{"exclusive", "mig", "mps", "timeslice", "remote"}
 	tests := []struct {
 		pkg    string
@@ -40,6 +41,9 @@ func TestLayering(t *testing.T) {
 		{"cli", []string{"plugin", "runtimehook"}},
 		// gpumux agent (cli) serves the NRI plugin.
 		{"nri", []string{"plugin", "runtimehook", "cli"}},
+		// gpumux-runtime-core (runtimehook) and gpumux agent (cli) both
+		// prepare creates with it.
+		{"ocicreate", []string{"plugin", "runtimehook", "cli", "nri"}},
 		{"node", frontDoors},
 		{"share", append(append([]string{"node", "nodeconfig"}, frontDoors...), mechanisms...)},
 		{"gpu", append(append([]string{"node", "share"}, frontDoors...), mechanisms...)},

@@ -13,9 +13,9 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
-	"github.com/gpumux/gpumux/runtimehook/entry"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -126,10 +126,10 @@ func addPoststop(spec *specs.Spec, c Create) {
 	if spec.Hooks == nil {
 		spec.Hooks = &specs.Hooks{}
 	}
-	env := append([]string{entry.EnvStateDir + "=" + c.StateDir}, c.HookEnv...)
+	env := append([]string{ociruntime.EnvStateDir + "=" + c.StateDir}, c.HookEnv...)
 	timeout := 30
 	spec.Hooks.Poststop = append(spec.Hooks.Poststop, specs.Hook{
-		Path: c.HookBinary, Args: []string{filepath.Base(c.HookBinary), "hook", entry.HookPoststop}, Env: env, Timeout: &timeout,
+		Path: c.HookBinary, Args: []string{filepath.Base(c.HookBinary), "hook", ociruntime.HookPoststop}, Env: env, Timeout: &timeout,
 	})
 }
 

@@ -15,9 +15,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
-	"github.com/gpumux/gpumux/runtimehook/entry"
 )
 
 // Where gpumux agent serves gpumux-runtime, and the variable that tells
@@ -145,7 +145,7 @@ func (s *Server) answer(ctx context.Context, c *net.UnixConn) string {
 	if !s.ours(req) {
 		return answerCore
 	}
-	inv := entry.ParseInvocation(req.args)
+	inv := ociruntime.ParseInvocation(req.args)
 	if inv.Subcommand != "create" || inv.ID == "" {
 		return answerError + fmt.Sprintf("gpumux agent: not the create of a container: %q", req.args)
 	}
@@ -163,14 +163,14 @@ func (s *Server) answer(ctx context.Context, c *net.UnixConn) string {
 }
 
 // prepare reads the bundle and, when it asks for shares, prepares it.
-func (s *Server) prepare(ctx context.Context, inv entry.Invocation, req request, pid int) error {
+func (s *Server) prepare(ctx context.Context, inv ociruntime.Invocation, req request, pid int) error {
 	b, err := ReadBundle(inv.Bundle, s.limits)
 	if err != nil || !b.Asks() {
 		return err
 	}
 	err = b.Prepare(ctx, s.node, Create{
 		ID: inv.ID, RuncRoot: inv.Root, StateDir: s.stateDir,
-		HookBinary: filepath.Join(filepath.Dir(req.entry), entry.HookBinary),
+		HookBinary: filepath.Join(filepath.Dir(req.entry), ociruntime.HookBinary),
 		HookEnv:    []string{"GPUMUX_CONFIG=" + s.configFile},
 		Alive:      s.alive,
 		Warn:       s.logger.StandardWriter(&hclog.StandardLoggerOptions{ForceLevel: hclog.Warn}),

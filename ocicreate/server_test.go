@@ -16,10 +16,10 @@ import (
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/nodeconfig"
-	"github.com/gpumux/gpumux/runtimehook/entry"
 )
 
 // server is a Server of a simulated H200 node (GPU 0 in 2 time-slice
@@ -66,7 +66,9 @@ gpu {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- NewServer(n, s.config, s.state, func(lease.Record) (bool, error) { return true, nil }).Serve(ctx, ln) }()
+	go func() {
+		done <- NewServer(n, s.config, s.state, func(lease.Record) (bool, error) { return true, nil }).Serve(ctx, ln)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -209,8 +211,8 @@ func TestServerPreparesACreate(t *testing.T) {
 	if !slices.ContainsFunc(spec.Process.Env, func(kv string) bool { return strings.HasPrefix(kv, "GPUMUX_SHARES=") }) {
 		t.Errorf("the spec's env lacks GPUMUX_SHARES: %q", spec.Process.Env)
 	}
-	if spec.Hooks == nil || len(spec.Hooks.Poststop) != 1 || spec.Hooks.Poststop[0].Path != "/opt/gpumux/bin/"+entry.HookBinary ||
-		!slices.Contains(spec.Hooks.Poststop[0].Env, entry.EnvStateDir+"="+s.state) {
+	if spec.Hooks == nil || len(spec.Hooks.Poststop) != 1 || spec.Hooks.Poststop[0].Path != "/opt/gpumux/bin/"+ociruntime.HookBinary ||
+		!slices.Contains(spec.Hooks.Poststop[0].Env, ociruntime.EnvStateDir+"="+s.state) {
 		t.Errorf("poststop hooks %+v; want gpumux-runtime-hook beside the entry, with the state directory", spec.Hooks)
 	}
 }

@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/nodeconfig"
-	"github.com/gpumux/gpumux/runtimehook/entry"
 )
 
 // BenchmarkCreateDecision measures what gpumux-runtime-core does for the
@@ -64,6 +64,6 @@ func BenchmarkCreateDecision(b *testing.B) {
 }
 
 // entryCreate is the invocation of `runc create --bundle bundle id`.
-func entryCreate(bundle, id string) entry.Invocation {
-	return entry.ParseInvocation([]string{"--root", "/nonexistent-runc-root", "create", "--bundle", bundle, id})
+func entryCreate(bundle, id string) ociruntime.Invocation {
+	return ociruntime.ParseInvocation([]string{"--root", "/nonexistent-runc-root", "create", "--bundle", bundle, id})
 }

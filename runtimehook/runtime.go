@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/ocicreate"
@@ -66,7 +67,7 @@ func New(load func() (*nodeconfig.Config, error), opts ...Option) *Runtime {
 // untouched. gpumux-runtime (package entry) sends only the create of a
 // container that asks for GPUs here.
 func (r *Runtime) Run(ctx context.Context, args []string) int {
-	inv := entry.ParseInvocation(args)
+	inv := ociruntime.ParseInvocation(args)
 	if inv.Subcommand != "create" {
 		return r.execRunc(args)
 	}
@@ -88,7 +89,7 @@ func (r *Runtime) Run(ctx context.Context, args []string) int {
 // prepare leases the container's shares and writes their edits into its
 // config.json (package ocicreate). It reports whether it leased anything; a
 // container that asks for nothing is not touched at all.
-func (r *Runtime) prepare(ctx context.Context, inv entry.Invocation) (leased bool, err error) {
+func (r *Runtime) prepare(ctx context.Context, inv ociruntime.Invocation) (leased bool, err error) {
 	b, err := ocicreate.ReadBundle(inv.Bundle, r.limits)
 	if err != nil || !b.Asks() {
 		return false, err
@@ -150,7 +151,7 @@ func (r *Runtime) logger() hclog.Logger {
 
 // fail reports err where the caller sees it: stderr, and runc's JSON log
 // (containerd's shim reads the last error from it).
-func (r *Runtime) fail(inv entry.Invocation, err error) {
+func (r *Runtime) fail(inv ociruntime.Invocation, err error) {
 	msg := "gpumux-runtime: " + err.Error()
 	fmt.Fprintln(r.stderr, msg)
 	ocicreate.LogError(inv.Flag("--log"), msg)

@@ -12,5 +12,5 @@
 // update-ldcache hook needs only the container's root; the poststop hook
 // only the lease store, named by GPUMUX_STATE_DIR in its environment.
 //
-// ParseInvocation reads runc's arguments for the core.
+// ParseInvocation (package ociruntime) reads runc's arguments.
 package entry

@@ -9,33 +9,20 @@ import (
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/internal/version"
 	"github.com/gpumux/gpumux/node/lease"
 )
 
-// Binary names: gpumux-runtime is the C entry (cmd/gpumux-runtime), which
-// routes every call; gpumux-runtime-hook runs the hooks that need no node
-// (this package's Main); gpumux-runtime-core links the node core. All three
-// are installed in one directory.
+// The programs', environment's and hooks' names (package ociruntime).
 const (
-	EntryBinary = "gpumux-runtime"
-	HookBinary  = "gpumux-runtime-hook"
-	CoreBinary  = "gpumux-runtime-core"
-)
-
-// Environment of gpumux-runtime and its hooks.
-const (
-	EnvRunc     = "GPUMUX_RUNC"      // runc binary (default "runc" on PATH)
-	EnvStateDir = "GPUMUX_STATE_DIR" // overrides the node config's state_dir
-)
-
-// The hooks gpumux-runtime-hook runs: update-ldcache (`hook update-ldcache
-// [--link LINK=TARGET]... DIR...`; node.HookUpdateLdcache is the same name), and poststop when its
-// environment names the state directory (the core's hooks do), which is
-// all it needs to release the container's leases.
-const (
-	HookUpdateLdcache = "update-ldcache"
-	HookPoststop      = "poststop"
+	EntryBinary       = ociruntime.EntryBinary
+	HookBinary        = ociruntime.HookBinary
+	CoreBinary        = ociruntime.CoreBinary
+	EnvRunc           = ociruntime.EnvRunc
+	EnvStateDir       = ociruntime.EnvStateDir
+	HookUpdateLdcache = ociruntime.HookUpdateLdcache
+	HookPoststop      = ociruntime.HookPoststop
 )
 
 // Main is gpumux-runtime-hook's command line: `hook update-ldcache [--link

@@ -1,6 +1,31 @@
-package entry
+package ociruntime
 
 import "strings"
+
+// Binary names: gpumux-runtime is the C entry (cmd/gpumux-runtime), which
+// routes every call; gpumux-runtime-hook runs the hooks that need no node
+// (this package's Main); gpumux-runtime-core links the node core. All three
+// are installed in one directory.
+const (
+	EntryBinary = "gpumux-runtime"
+	HookBinary  = "gpumux-runtime-hook"
+	CoreBinary  = "gpumux-runtime-core"
+)
+
+// Environment of gpumux-runtime and its hooks.
+const (
+	EnvRunc     = "GPUMUX_RUNC"      // runc binary (default "runc" on PATH)
+	EnvStateDir = "GPUMUX_STATE_DIR" // overrides the node config's state_dir
+)
+
+// The hooks gpumux-runtime-hook runs: update-ldcache (`hook update-ldcache
+// [--link LINK=TARGET]... DIR...`; node.HookUpdateLdcache is the same name), and poststop when its
+// environment names the state directory (the core's hooks do), which is
+// all it needs to release the container's leases.
+const (
+	HookUpdateLdcache = "update-ldcache"
+	HookPoststop      = "poststop"
+)
 
 // runcGlobalValueFlags are runc's global flags that take a value; the
 // subcommand is the first argument that is neither one of these nor a flag.
