@@ -7,17 +7,22 @@
 # gpumux mounted them. The root file system holds a shell, ldconfig, a CUDA
 # program (nvcc's default static cudart) and the C libraries they need,
 # copied from the host; the script checks that no file of it is named
-# *nvidia* or *cuda*. The same container through plain runc must fail.
-# Changes no card setting. Usage, from the repository root, as root, after
-# make build:
+# *nvidia* or *cuda*; its linker cache is ldconfig's of its own libraries,
+# which the container must keep beside the driver's. The same container
+# through plain runc must fail. The replica runs again with gpumux agent
+# serving gpumux-runtime (GPUMUX: the gpumux CLI, default beside RUNTIME):
+# the agent decides its create. Changes no card setting. Usage, from the
+# repository root, as root, after make build:
 #
 #   RUNTIME=bin/gpumux-runtime RUNC=runc LIMITER=bin/limiter bash e2e/gpu/driverlibs.sh
 set -euo pipefail
 RUNTIME=$(realpath "${RUNTIME:?}") RUNC=$(command -v "${RUNC:-runc}") LIMITER=$(realpath "${LIMITER:?}")
+GPUMUX=$(realpath "${GPUMUX:-$(dirname "$RUNTIME")/gpumux}")
 here=$(dirname "$(realpath "$0")")
 work=$(mktemp -d /tmp/gmxdl.XXXX)
 cleanup() {
-	for c in plain whole replica; do "$RUNC" --root "$work/runc" delete -f $c >/dev/null 2>&1 || true; done
+	[[ -n ${agent:-} ]] && kill "$agent" 2>/dev/null && wait "$agent" 2>/dev/null
+	for c in plain whole replica agent; do "$RUNC" --root "$work/runc" delete -f $c >/dev/null 2>&1 || true; done
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -56,12 +61,14 @@ if found=$(find "$rootfs" -iname '*nvidia*' -o -iname '*cuda*') && [[ -n $found 
 	fail "the root file system has NVIDIA files: $found"
 fi
 echo "root file system without NVIDIA files: $(find "$rootfs" -type f | wc -l) files"
+# The image's own linker cache, as a distribution's image has one.
+ldconfig -r "$rootfs"
 
 check='set -e
 echo "== mounts:"; grep -E " (/usr/local/nvidia|/usr/bin/nvidia-smi) " /proc/self/mountinfo | cut -d" " -f5,6
 echo "== files:"; for f in /usr/local/nvidia/lib64/* /usr/local/nvidia/bin/*; do echo "$f"; done
 echo "== programs:"; for p in /usr/bin/nvidia-smi /usr/bin/nvidia-debugdump; do if [ -L "$p" ]; then echo "$p: a link"; fi; done
-echo "== cache:"; ldconfig -p | grep -E "lib(cuda|nvidia-ml)\.so"
+echo "== cache:"; ldconfig -p | grep -E "lib(cuda|nvidia-ml)\.so|libc\.so\.6"
 echo "== limiter:"; env | grep -E "^(LD_LIBRARY_PATH|GPUMUX_LIMITER_(CUDA|NVML))=" || true
 echo "== nvidia-smi:"; nvidia-smi -L; nvidia-smi --query-gpu=memory.total --format=csv,noheader
 echo "== vectoradd:"; vectoradd'
@@ -97,8 +104,21 @@ for c in whole replica; do
 		grep -qF -- "$want" "$work/$c.txt" || fail "$c: the container's output lacks '$want'"
 	done
 done
-for want in "GPUMUX_LIMITER_CUDA=$lib/libcuda.so.1" "LD_LIBRARY_PATH=/run/gpumux/limiter/lib"; do
-	grep -qF -- "$want" "$work/replica.txt" || fail "replica: the container's output lacks '$want'"
+# The replica again, its create decided by gpumux agent.
+"$GPUMUX" agent --config "$work/replica.hcl" --runc "$RUNC" --runtime-socket "$work/rt.sock" --log-level debug >"$work/agent.log" 2>&1 &
+agent=$!
+for _ in $(seq 300); do grep -q "serving gpumux-runtime" "$work/agent.log" && break; sleep 0.1; done
+grep -q "serving gpumux-runtime" "$work/agent.log" || { cat "$work/agent.log"; fail "gpumux agent does not serve gpumux-runtime"; }
+bundle_sh agent '{"gpumux.io/mechanism": "timeslice"}' "$check"
+GPUMUX_RUNTIME_SOCKET="$work/rt.sock" GPUMUX_CONFIG="$work/replica.hcl" run agent "$RUNTIME" | tee "$work/agent.txt"
+grep -q "prepared a container's create.*container=agent" "$work/agent.log" || { cat "$work/agent.log"; fail "the agent did not prepare the create"; }
+for c in whole replica agent; do
+	grep -qE "libc\.so\.6 \(" "$work/$c.txt" || fail "$c: the image's libraries left the container's cache"
+done
+for c in replica agent; do
+	for want in "GPUMUX_LIMITER_CUDA=$lib/libcuda.so.1" "LD_LIBRARY_PATH=/run/gpumux/limiter/lib" "libcuda.so.1 (libc6,x86-64) => $lib/libcuda.so.1" "vectoradd: cudaSuccess, 0 wrong"; do
+		grep -qF -- "$want" "$work/$c.txt" || fail "$c: the container's output lacks '$want'"
+	done
 done
 # The replica's nvidia-smi goes through the limiter: half the GPU's memory.
 total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)
