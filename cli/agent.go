@@ -100,7 +100,7 @@ func agent(ctx context.Context, o *agentOptions, logger hclog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", configFile, err)
 	}
-	n, err := node.Open(cfg, node.WithLogger(logger), node.WithIssuer("agent"), node.WithHealthInterval(o.health))
+	n, err := node.Open(cfg, node.WithLogger(logger), node.WithIssuer("agent"), node.WithHealthInterval(o.health), node.WithHookEnv(hookEnv(o.runtimeSocket)...))
 	if err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func agent(ctx context.Context, o *agentOptions, logger hclog.Logger) error {
 		if err != nil {
 			logger.Warn("not serving gpumux-runtime: its creates start gpumux-runtime-core", "error", err)
 		} else {
-			srv := ocicreate.NewServer(n, configFile, cfg.StateDir, alive, ocicreate.WithLogger(logger.Named("runtime")))
+			srv := ocicreate.NewServer(n, configFile, cfg.StateDir, alive, ocicreate.WithLogger(logger.Named("runtime")), ocicreate.WithHookEnv(hookEnv(o.runtimeSocket)...))
 			done := make(chan struct{})
 			go func() {
 				defer close(done)

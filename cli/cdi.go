@@ -15,6 +15,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpumux/gpumux/node"
+	"github.com/gpumux/gpumux/ocicreate"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -35,8 +36,8 @@ func newCDICmd(stdout, stderr io.Writer) *cobra.Command {
 Writes a CDI spec (kind %s) with one device per share the node offers under
 its layout, carrying the same edits as the Nomad plugin and gpumux-runtime
 (device nodes, environment, mounts: the host driver's libraries and
-nvidia-smi among them, and gpumux-runtime-hook's hook that adds the libraries
-to the container's linker cache): for CDI-native engines (containerd 2.x, Docker 25+, Podman), e.g.
+nvidia-smi among them, and the update-ldcache hook that adds the libraries
+to the container's linker cache, which gpumux-runtime runs): for CDI-native engines (containerd 2.x, Docker 25+, Podman), e.g.
   podman run --device %s=<name> …
 A CDI device is handed out as named, with no lease: use gpumux-runtime for
 shares that must not be given twice. Names are share IDs with "/" as "_".
@@ -48,9 +49,9 @@ Exit codes: 0 ok, 1 error, 2 bad flags.`, CDIKind, CDIKind), func(ctx context.Co
 	o.node.register(gen)
 	gen.Flags().StringVarP(&o.file, "file", "f", "", "write the spec to `FILE` (e.g. /etc/cdi/gpumux.json) instead of standard output")
 	gen.MarkFlagFilename("file", "json")
-	gen.Flags().StringVar(&o.hookBinary, "hook-binary", "", "gpumux-runtime-hook `PATH` whose update-ldcache hook the spec names (default: gpumux-runtime-hook on PATH or next to gpumux, else "+node.DefaultHookBinary+")")
+	gen.Flags().StringVar(&o.hookBinary, "hook-binary", "", "the program `PATH` whose update-ldcache hook the spec names: gpumux-runtime, which asks gpumux agent to do it and hands it to gpumux-runtime-hook where no agent does, or gpumux-runtime-hook itself (default: gpumux-runtime on PATH or next to gpumux, else "+node.DefaultHookBinary+")")
 	gen.MarkFlagFilename("hook-binary")
-	// --runtime-binary: its name before gpumux-runtime-hook ran the hook.
+	// --runtime-binary: its name before the hook had a program of its own.
 	gen.Flags().StringVar(&o.hookBinary, "runtime-binary", "", "the same as --hook-binary")
 	gen.Flags().MarkHidden("runtime-binary")
 	deprecatedFileFlag(gen, &o.output)
@@ -66,6 +67,7 @@ func runCDI(ctx context.Context, o *cdiOptions, stdout, stderr io.Writer) int {
 	if o.hookBinary != "" {
 		opts = append(opts, node.WithHookBinary(o.hookBinary))
 	}
+	opts = append(opts, node.WithHookEnv(hookEnv(os.Getenv(ocicreate.EnvSocket))...))
 	spec, err := cdiSpec(ctx, &o.node, stderr, opts...)
 	if err == nil {
 		err = writeCDI(spec, file, stdout)
@@ -152,4 +154,13 @@ func writeCDI(spec *cdispec.Spec, path string, w io.Writer) error {
 		return fmt.Errorf("the generated spec does not validate: %w", err)
 	}
 	return os.Rename(tmp, path)
+}
+
+// hookEnv is the environment containers' hooks need to find gpumux agent
+// on socket: none at the default path (gpumux-runtime looks there).
+func hookEnv(socket string) []string {
+	if socket == "" || socket == ocicreate.DefaultSocket {
+		return nil
+	}
+	return []string{ocicreate.EnvSocket + "=" + socket}
 }

@@ -34,7 +34,9 @@ type cdiAblation struct {
 // the hook replaced by /bin/true (what any hook process costs runc); the
 // hook running the host's ldconfig, as it did before it wrote the cache
 // itself (ldconfig: one more directory for it, /usr/local/nvidia, whose
-// subdirectories package ldcache leaves to ldconfig); one
+// subdirectories package ldcache leaves to ldconfig); the hook run by
+// gpumux-runtime-hook directly, as before gpumux-runtime asked the agent to
+// do it (go-hook); one
 // bind mount per host directory, at a private path, instead of one per
 // file (dir-mounts: 6 mounts instead of 23); one bind mount only, of the
 // driver's library directory (one-mount: the floor of a design that puts
@@ -71,6 +73,18 @@ var cdiAblations = []cdiAblation{
 		for _, h := range hooks {
 			h := h.(map[string]any)
 			h["args"] = append(h["args"].([]any), "/usr/local/nvidia")
+		}
+	}},
+	{"go-hook", func(t testing.TB, e map[string]any) {
+		hooks, _ := e["hooks"].([]any)
+		if len(hooks) == 0 {
+			t.Fatal("the time-slice replica's CDI device has no hooks")
+		}
+		for _, h := range hooks {
+			h := h.(map[string]any)
+			path := filepath.Join(filepath.Dir(h["path"].(string)), "gpumux-runtime-hook")
+			args := h["args"].([]any)
+			h["path"], h["args"] = path, append([]any{"gpumux-runtime-hook"}, args[1:]...)
 		}
 	}},
 	{"dir-mounts", dirMounts},

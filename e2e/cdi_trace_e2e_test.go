@@ -51,7 +51,7 @@ func TestCDIAblationTrace(t *testing.T) {
 	defer cancel()
 	_, config := runtimeNode(t)
 	d := startContainerd2(t, ctx, config)
-	dev, ok := writeCDISpec(t, ctx, config, d.CDISpecDir)["timeslice"]
+	dev, ok := writeCDISpec(t, ctx, config, d.CDISpecDir, "gpumux-runtime-hook")["timeslice"]
 	if !ok {
 		t.Fatal("the CDI spec has no time-slice replica")
 	}

@@ -5,12 +5,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpumux/gpumux/e2e/ctrd"
+	"github.com/gpumux/gpumux/ocicreate"
 )
 
 // BenchmarkCRILifecycle measures create+start+wait+remove of the probe
@@ -35,11 +37,20 @@ func BenchmarkCRILifecycle(b *testing.B) {
 	_, config := runtimeNode(b)
 	runtime := filepath.Join(repoRoot(b), "bin", "gpumux-runtime")
 	d := startContainerd2(b, ctx, config, ctrd.WithNRI(), ctrd.WithRuntimeClass("gpumux", runtime))
-	a := startAgent(b, withNRI(b, config, d))
-	waitFor(b, ctx, 30*time.Second, "gpumux agent's NRI plugin", func() (bool, string) {
-		return strings.Contains(a.log.String(), "serving NRI"), a.log.String()
+	// The agent serves the NRI plugin and the hooks gpumux-runtime runs
+	// (the CDI devices' and the NRI plugin's name it): its socket for the
+	// hooks' environment.
+	dir, err := os.MkdirTemp("", "gmx")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "runtime.sock")
+	a := startAgent(b, withNRI(b, config, d), "--runtime-socket", socket)
+	waitFor(b, ctx, 30*time.Second, "gpumux agent's NRI plugin and runtime socket", func() (bool, string) {
+		return strings.Contains(a.log.String(), "serving NRI") && strings.Contains(a.log.String(), "serving gpumux-runtime"), a.log.String()
 	})
-	devs := writeCDISpec(b, ctx, config, d.CDISpecDir)
+	devs := writeCDISpec(b, ctx, config, d.CDISpecDir, "gpumux-runtime", ocicreate.EnvSocket+"="+socket)
 	dev, whole := devs["timeslice"], devs["exclusive"]
 	if dev == "" || whole == "" {
 		b.Fatalf("the CDI spec lacks a time-slice replica or a whole GPU: %v", devs)

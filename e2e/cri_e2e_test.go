@@ -37,7 +37,7 @@ func TestCDINativeOnContainerd2(t *testing.T) {
 	defer cancel()
 	_, config := runtimeNode(t)
 	d := startContainerd2(t, ctx, config)
-	devs := writeCDISpec(t, ctx, config, d.CDISpecDir)
+	devs := writeCDISpec(t, ctx, config, d.CDISpecDir, "gpumux-runtime-hook")
 	pod, err := d.RunPod(ctx, "cdi", "")
 	if err != nil {
 		t.Fatal(err)

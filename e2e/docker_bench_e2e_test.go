@@ -36,7 +36,7 @@ func BenchmarkDockerCDIRun(b *testing.B) {
 	ctx := context.Background()
 	_, config := runtimeNode(b)
 	d, specDir := startDockerCDI(b, ctx, config)
-	devs := writeCDISpec(b, ctx, config, specDir)
+	devs := writeCDISpec(b, ctx, config, specDir, "gpumux-runtime-hook")
 	cdi := map[string][]string{}
 	for _, m := range []string{"exclusive", "timeslice"} {
 		if devs[m] == "" {

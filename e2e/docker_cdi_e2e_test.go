@@ -71,14 +71,18 @@ func editJSON(path string, f func(map[string]any)) error {
 }
 
 // writeCDISpec runs `gpumux cdi generate` into dir (a containerd's
-// CDISpecDir, a Docker engine's cdi-spec-dirs) and returns one device of
-// each mechanism: mechanism → gpumux.io/share=<name>.
-func writeCDISpec(t testing.TB, ctx context.Context, config, dir string) map[string]string {
+// CDISpecDir, a Docker engine's cdi-spec-dirs), its hooks naming hook
+// (bin/gpumux-runtime-hook, or bin/gpumux-runtime, which asks the agent
+// whose socket env names), and returns one device of each mechanism:
+// mechanism → gpumux.io/share=<name>.
+func writeCDISpec(t testing.TB, ctx context.Context, config, dir, hook string, env ...string) map[string]string {
 	t.Helper()
 	bin := filepath.Join(repoRoot(t), "bin")
 	file := filepath.Join(dir, "gpumux.json")
-	if out, err := exec.CommandContext(ctx, filepath.Join(bin, "gpumux"), "cdi", "generate", "--config", config, "-f", file,
-		"--hook-binary", filepath.Join(bin, "gpumux-runtime-hook")).CombinedOutput(); err != nil {
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "gpumux"), "cdi", "generate", "--config", config, "-f", file,
+		"--hook-binary", filepath.Join(bin, hook))
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("gpumux cdi generate: %v\n%s", err, out)
 	}
 	var spec struct {
@@ -116,7 +120,7 @@ func TestDockerCDI(t *testing.T) {
 	defer cancel()
 	_, config := runtimeNode(t)
 	d, specDir := startDockerCDI(t, ctx, config)
-	devs := writeCDISpec(t, ctx, config, specDir)
+	devs := writeCDISpec(t, ctx, config, specDir, "gpumux-runtime-hook")
 	image, err := d.ProbeImage(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -37,8 +37,9 @@ func agentRuntimeSocket(t testing.TB, ctx context.Context, config string) (*agen
 // socket in containerd's environment, as a node's unit file would set it,
 // or at its default path), a create that asks is prepared by the agent:
 // the container gets its share as through the core, the agent's log names
-// the container, the share is given back when the container is deleted,
-// and a request the agent refuses fails the create with its reason.
+// the container and the hooks it did for it (update-ldcache, poststop),
+// the share is given back when the container is deleted, and a request
+// the agent refuses fails the create with its reason.
 func TestRuntimeAsksTheAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -57,6 +58,12 @@ func TestRuntimeAsksTheAgent(t *testing.T) {
 		checkShareProbe(t, ctrd.ParseProbe(res.Stdout), regexp.MustCompile(`^GPU-[0-9a-f-]+(/(mps|timeslice)/[0-3])?$`), false, mech == "mps")
 		if log := a.log.String(); strings.Count(log, "prepared a container's create") != i+1 || !strings.Contains(log, "container="+id) {
 			t.Fatalf("the agent's log does not show it prepared %s:\n%s", id, log)
+		}
+		// Its hooks too: gpumux-runtime asked the agent, which did them.
+		for _, hook := range []string{"update-ldcache", "poststop"} {
+			if log := a.log.String(); !strings.Contains(log, "did a container's hook: hook="+hook+" container="+id) {
+				t.Errorf("the agent's log does not show it did %s's %s hook:\n%s", id, hook, log)
+			}
 		}
 	}
 	// Each container was deleted by d.Run: its poststop hook gave its

@@ -13,28 +13,34 @@ import (
 // programs onto PATH (each HookLinkFlag LINK=TARGET) and adds the driver's
 // library directories to a container's linker cache, as the NVIDIA
 // container toolkit's create-symlinks and update-ldcache hooks do
-// (runtimehook/entry runs it, under the same names):
+// (runtimehook/entry runs it, under the same names; gpumux-runtime asks
+// the node agent to do it where one serves it):
 //
-//	gpumux-runtime-hook hook update-ldcache [--link LINK=TARGET]... DIR...
+//	gpumux-runtime hook update-ldcache [--link LINK=TARGET]... DIR...
 const (
 	HookUpdateLdcache = "update-ldcache"
 	HookLinkFlag      = "--link"
 )
 
-// DefaultHookBinary is where docs/runtime.md installs gpumux-runtime-hook
-// (beside gpumux-runtime): the program of the hook when it is found nowhere
-// else.
-const DefaultHookBinary = "/usr/local/bin/gpumux-runtime-hook"
+// DefaultHookBinary is where docs/runtime.md installs gpumux-runtime: the
+// program of the hook when it is found nowhere else.
+const DefaultHookBinary = "/usr/local/bin/gpumux-runtime"
 
 // WithHookBinary sets the program that containers' hooks run:
-// gpumux-runtime-hook, or gpumux-runtime, which hands the hook to it
-// (default: gpumux-runtime-hook found on PATH or next to the running
-// executable by ResolveBinary, else DefaultHookBinary).
+// gpumux-runtime, which asks the node agent to do the hook and hands it to
+// gpumux-runtime-hook where no agent does, or gpumux-runtime-hook itself
+// (default: gpumux-runtime found on PATH or next to the running executable
+// by ResolveBinary, else DefaultHookBinary).
 func WithHookBinary(path string) Option { return func(o *options) { o.hookBinary = path } }
 
-// resolveHookBinary finds gpumux-runtime-hook for the hooks.
+// WithHookEnv sets the environment of the containers' hooks (a hook
+// inherits none): where gpumux-runtime finds the node agent
+// (GPUMUX_RUNTIME_SOCKET) when it is not at its default path.
+func WithHookEnv(env ...string) Option { return func(o *options) { o.hookEnv = env } }
+
+// resolveHookBinary finds gpumux-runtime for the hooks.
 func resolveHookBinary() string {
-	if p := ResolveBinary("gpumux-runtime-hook"); filepath.IsAbs(p) {
+	if p := ResolveBinary("gpumux-runtime"); filepath.IsAbs(p) {
 		return p
 	}
 	return DefaultHookBinary
@@ -127,7 +133,7 @@ func (n *Node) addDriver(e *share.Edits) error {
 	for _, f := range files.Sockets {
 		e.Mounts = append(e.Mounts, readOnly(f.HostPath, f.ContainerPath))
 	}
-	e.Hooks = append(e.Hooks, share.Hook{Stage: share.HookCreateContainer, Path: n.hookBinary, Args: args})
+	e.Hooks = append(e.Hooks, share.Hook{Stage: share.HookCreateContainer, Path: n.hookBinary, Args: args, Env: n.hookEnv})
 	return nil
 }
 

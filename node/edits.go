@@ -73,7 +73,7 @@ func CDIEdits(e share.Edits) *cdispec.ContainerEdits {
 		out.Mounts = append(out.Mounts, &cdispec.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, Options: opts, Type: "bind"})
 	}
 	for _, h := range e.Hooks {
-		out.Hooks = append(out.Hooks, &cdispec.Hook{HookName: h.Stage, Path: h.Path, Args: h.Args})
+		out.Hooks = append(out.Hooks, &cdispec.Hook{HookName: h.Stage, Path: h.Path, Args: h.Args, Env: h.Env})
 	}
 	return out
 }

@@ -90,7 +90,8 @@ type Node struct {
 	xids      *xidTracker
 	leaseCache
 	driver     driverCache
-	hookBinary string // gpumux-runtime-hook, which containers' hooks run
+	hookBinary string   // gpumux-runtime, which containers' hooks run
+	hookEnv    []string // their environment
 	// driverAtHostPaths: see WithDriverAtHostPaths.
 	driverAtHostPaths bool
 
@@ -111,6 +112,7 @@ type options struct {
 	mpsBinary  string
 	mpsOpts    []mps.Option
 	hookBinary string
+	hookEnv    []string
 	// driverAtHostPaths: see WithDriverAtHostPaths.
 	driverAtHostPaths bool
 }
@@ -168,7 +170,7 @@ func Open(cfg *nodeconfig.Config, opts ...Option) (*Node, error) {
 	if o.hookBinary == "" {
 		o.hookBinary = resolveHookBinary()
 	}
-	n := &Node{cfg: cfg, host: host, logger: o.logger, issuer: o.issuer, xids: newXIDTracker(), hookBinary: o.hookBinary, driverAtHostPaths: o.driverAtHostPaths}
+	n := &Node{cfg: cfg, host: host, logger: o.logger, issuer: o.issuer, xids: newXIDTracker(), hookBinary: o.hookBinary, hookEnv: o.hookEnv, driverAtHostPaths: o.driverAtHostPaths}
 	n.providers = n.newProviders(append([]mps.Option{mps.WithControlBinary(o.mpsBinary), mps.WithLogger(o.logger.Named("mps"))}, o.mpsOpts...))
 	return n, nil
 }

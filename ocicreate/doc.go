@@ -21,4 +21,18 @@
 // nothing asked: run runc), "core" (not this agent's to decide: run the
 // core) or "error MESSAGE" (refused; the agent has written it to runc's
 // log as the core would).
+//
+// gpumux-runtime run as a hook asks the same way, with the container's
+// state (what runc writes on the hook's stdin) before the arguments:
+//
+//	gpumux-hook/1  CONFIG  STATE_DIR  ENTRY  STATE  hook NAME ARG...
+//
+// The agent does update-ldcache in the container's root as the hook's
+// process sees it (/proc/PID/root: the hook runs in the container's mount
+// namespace, where the driver's tree is mounted) and poststop (the
+// container's leases given back) when the state directory is its own, and
+// answers "ok"; anything else, or anything that fails, is "fallback":
+// gpumux-runtime hands the hook to gpumux-runtime-hook with the same
+// stdin, as where no agent answers. Only root (or the agent's own user)
+// is served; anyone else is told "core" or "fallback".
 package ocicreate

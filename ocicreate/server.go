@@ -2,6 +2,7 @@ package ocicreate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +15,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpumux/gpumux/internal/ldcache"
 	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
@@ -29,10 +32,13 @@ const (
 
 // The protocol (doc.go).
 const (
-	protocol    = "gpumux-create/1"
-	answerRunc  = "runc"
-	answerCore  = "core"
-	answerError = "error "
+	protocol       = "gpumux-create/1"
+	protocolHook   = "gpumux-hook/1"
+	answerRunc     = "runc"
+	answerCore     = "core"
+	answerOK       = "ok"
+	answerFallback = "fallback"
+	answerError    = "error "
 	// maxRequest bounds a request: runc's arguments and three paths.
 	maxRequest = 1 << 20
 	// readTimeout bounds how long a connection may take to send it.
@@ -47,6 +53,7 @@ type Server struct {
 	alive      func(lease.Record) (bool, error)
 	limits     node.Limits
 	logger     hclog.Logger
+	hookEnv    []string
 }
 
 // ServerOption configures a Server.
@@ -58,6 +65,11 @@ func WithLimits(l node.Limits) ServerOption { return func(s *Server) { s.limits 
 
 // WithLogger sets the logger (default: none).
 func WithLogger(l hclog.Logger) ServerOption { return func(s *Server) { s.logger = l } }
+
+// WithHookEnv adds env to the poststop hook of the creates the server
+// prepares: where gpumux-runtime, which runs it, finds this server's
+// socket when it is not at DefaultSocket (a hook inherits no environment).
+func WithHookEnv(env ...string) ServerOption { return func(s *Server) { s.hookEnv = env } }
 
 // NewServer returns the server of node n, opened from configFile with
 // stateDir as its state directory. It answers only creates for that config
@@ -124,14 +136,13 @@ func (s *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
 	}
 }
 
-// answer reads one request from c and does it.
+// answer reads one request from c and does it. A peer that is neither
+// root nor this process's user is told to do it itself: the agent does
+// nothing for it.
 func (s *Server) answer(ctx context.Context, c *net.UnixConn) string {
 	cred, err := peer(c)
 	if err != nil {
 		return answerError + "gpumux agent: " + err.Error()
-	}
-	if cred.Uid != 0 && int(cred.Uid) != os.Geteuid() {
-		return answerError + fmt.Sprintf("gpumux agent: uid %d may not ask for containers' shares", cred.Uid)
 	}
 	c.SetReadDeadline(time.Now().Add(readTimeout))
 	raw, err := io.ReadAll(io.LimitReader(c, maxRequest+1))
@@ -139,11 +150,15 @@ func (s *Server) answer(ctx context.Context, c *net.UnixConn) string {
 		return answerError + fmt.Sprintf("gpumux agent: reading the request: %v (at most %d bytes)", err, maxRequest)
 	}
 	req, ok := parseRequest(raw)
-	if !ok {
-		return answerCore // another version of gpumux-runtime: its core decides
-	}
-	if !s.ours(req) {
-		return answerCore
+	trusted := cred.Uid == 0 || int(cred.Uid) == os.Geteuid()
+	switch {
+	case ok && req.hook:
+		if !trusted {
+			return answerFallback
+		}
+		return s.hook(ctx, req, int(cred.Pid))
+	case !ok || !trusted || !s.ours(req):
+		return answerCore // another version of gpumux-runtime, user or node: its core decides
 	}
 	inv := ociruntime.ParseInvocation(req.args)
 	if inv.Subcommand != "create" || inv.ID == "" {
@@ -162,6 +177,61 @@ func (s *Server) answer(ctx context.Context, c *net.UnixConn) string {
 	return answerRunc
 }
 
+// hook does one of the hooks gpumux-runtime runs for a container, asked by
+// gpumux-runtime as the hook (process pid): update-ldcache in the root of
+// the container, seen through the hook's own mount namespace
+// (/proc/PID/root), and poststop, the container's leases given back, when
+// they are in this agent's store. Anything else, and anything that fails,
+// is gpumux-runtime-hook's to do (answerFallback), which reports its own
+// errors.
+func (s *Server) hook(ctx context.Context, req request, pid int) string {
+	var st specs.State
+	if len(req.args) < 2 || req.args[0] != "hook" || json.Unmarshal(req.state, &st) != nil || st.ID == "" {
+		return answerFallback
+	}
+	var err error
+	switch name := req.args[1]; {
+	case name == ociruntime.HookUpdateLdcache:
+		err = updateLdcache(st, req.args[2:], pid)
+	case name == ociruntime.HookPoststop && len(req.args) == 2 && filepath.Clean(req.stateDir) == filepath.Clean(s.stateDir):
+		_, err = node.LeasesIn(s.stateDir).Release(ctx, st.ID)
+	default:
+		return answerFallback
+	}
+	if err != nil {
+		s.logger.Debug("left a hook to gpumux-runtime-hook", "hook", req.args[1], "container", st.ID, "reason", err)
+		return answerFallback
+	}
+	s.logger.Debug("did a container's hook", "hook", req.args[1], "container", st.ID)
+	return answerOK
+}
+
+// updateLdcache is the update-ldcache hook (ldcache.UpdateRoot) in the
+// container's root as the hook process pid sees it.
+func updateLdcache(st specs.State, args []string, pid int) error {
+	links, dirs, err := ldcache.ParseArgs(args)
+	if err != nil {
+		return err
+	}
+	root, err := ociruntime.ContainerRoot(st.Bundle)
+	if err != nil {
+		return err
+	}
+	ns := fmt.Sprintf("/proc/%d/root", pid)
+	in, err := os.Stat(ns + root)
+	if err != nil {
+		return err
+	}
+	top, err := os.Stat(ns)
+	if err != nil {
+		return err
+	}
+	if os.SameFile(in, top) {
+		return nil // the host's own root: its cache is the host's
+	}
+	return ldcache.UpdateRoot(ns+root, links, dirs)
+}
+
 // prepare reads the bundle and, when it asks for shares, prepares it.
 func (s *Server) prepare(ctx context.Context, inv ociruntime.Invocation, req request, pid int) error {
 	b, err := ReadBundle(inv.Bundle, s.limits)
@@ -170,8 +240,10 @@ func (s *Server) prepare(ctx context.Context, inv ociruntime.Invocation, req req
 	}
 	err = b.Prepare(ctx, s.node, Create{
 		ID: inv.ID, RuncRoot: inv.Root, StateDir: s.stateDir,
-		HookBinary: filepath.Join(filepath.Dir(req.entry), ociruntime.HookBinary),
-		HookEnv:    []string{"GPUMUX_CONFIG=" + s.configFile},
+		// gpumux-runtime itself, which asks this agent to give the
+		// shares back (gpumux-runtime-hook where none answers).
+		HookBinary: req.entry,
+		HookEnv:    append([]string{"GPUMUX_CONFIG=" + s.configFile}, s.hookEnv...),
 		Alive:      s.alive,
 		Warn:       s.logger.StandardWriter(&hclog.StandardLoggerOptions{ForceLevel: hclog.Warn}),
 		Record:     []lease.AcquireOption{lease.WithOwner(pid)},
@@ -196,9 +268,12 @@ func (s *Server) ours(req request) bool {
 	return err == nil && os.SameFile(a, b) && filepath.IsAbs(req.entry)
 }
 
-// request is what gpumux-runtime sends (doc.go).
+// request is what gpumux-runtime sends (doc.go): a create, or a hook with
+// the container's state.
 type request struct {
+	hook                    bool
 	config, stateDir, entry string
+	state                   []byte
 	args                    []string
 }
 
@@ -209,10 +284,13 @@ func parseRequest(raw []byte) (r request, ok bool) {
 		return r, false
 	}
 	f := strings.Split(string(raw[:len(raw)-1]), "\x00")
-	if len(f) < 5 || f[0] != protocol {
-		return r, false
+	switch {
+	case len(f) >= 5 && f[0] == protocol:
+		return request{config: f[1], stateDir: f[2], entry: f[3], args: f[4:]}, true
+	case len(f) >= 6 && f[0] == protocolHook:
+		return request{hook: true, config: f[1], stateDir: f[2], entry: f[3], state: []byte(f[4]), args: f[5:]}, true
 	}
-	return request{config: f[1], stateDir: f[2], entry: f[3], args: f[4:]}, true
+	return r, false
 }
 
 // peer is the credentials of the process at c's other end.

@@ -16,6 +16,8 @@ import (
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpumux/gpumux/gpu/sim"
+	"github.com/gpumux/gpumux/internal/ldcache"
 	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
@@ -211,9 +213,9 @@ func TestServerPreparesACreate(t *testing.T) {
 	if !slices.ContainsFunc(spec.Process.Env, func(kv string) bool { return strings.HasPrefix(kv, "GPUMUX_SHARES=") }) {
 		t.Errorf("the spec's env lacks GPUMUX_SHARES: %q", spec.Process.Env)
 	}
-	if spec.Hooks == nil || len(spec.Hooks.Poststop) != 1 || spec.Hooks.Poststop[0].Path != "/opt/gpumux/bin/"+ociruntime.HookBinary ||
+	if spec.Hooks == nil || len(spec.Hooks.Poststop) != 1 || spec.Hooks.Poststop[0].Path != entryPath ||
 		!slices.Contains(spec.Hooks.Poststop[0].Env, ociruntime.EnvStateDir+"="+s.state) {
-		t.Errorf("poststop hooks %+v; want gpumux-runtime-hook beside the entry, with the state directory", spec.Hooks)
+		t.Errorf("poststop hooks %+v; want the entry, which asks the agent, with the state directory", spec.Hooks)
 	}
 }
 
@@ -304,4 +306,112 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("a request without runc's arguments taken: %+v", r)
 		}
 	})
+}
+
+// encodeHook is the request gpumux-runtime run as a hook sends (doc.go).
+func encodeHook(stateDir string, st specs.State, args ...string) []byte {
+	state, _ := json.Marshal(st)
+	var b bytes.Buffer
+	for _, f := range append([]string{protocolHook, "/etc/gpumux/node.hcl", stateDir, "/usr/bin/gpumux-runtime", string(state), "hook"}, args...) {
+		b.WriteString(f)
+		b.WriteByte(0)
+	}
+	return b.Bytes()
+}
+
+// hookBundle is a bundle whose root has "the driver's" library directory
+// (a library built from the simulated driver's stub, under its SONAME)
+// and, where conf, an /etc/ld.so.conf without a cache.
+func hookBundle(t *testing.T, conf bool) (bundleDir, rootfs string) {
+	t.Helper()
+	n, err := sim.Open("dgxh200", t.TempDir())
+	if err == nil {
+		err = n.EnsureDriverFiles()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib, err := os.ReadFile(filepath.Join(n.DriverRoot(), sim.LibDir(), "libcuda.so.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundleDir = t.TempDir()
+	rootfs = filepath.Join(bundleDir, "rootfs")
+	if err := os.MkdirAll(filepath.Join(rootfs, "usr/local/nvidia/lib64"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "usr/local/nvidia/lib64/libcuda.so.1"), lib, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if conf {
+		if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(rootfs, "etc/ld.so.conf"), []byte("/opt/lib\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := json.Marshal(specs.Spec{Version: specs.Version, Root: &specs.Root{Path: "rootfs"}})
+	if err := os.WriteFile(filepath.Join(bundleDir, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return bundleDir, rootfs
+}
+
+// TestServerHooks: the agent does update-ldcache in the root the hook's
+// process sees (links and the cache written) and gives a container's
+// shares back at poststop when the state directory is its own; what it
+// would need ldconfig for, another state directory, another hook or a
+// state it cannot read is left to gpumux-runtime-hook.
+func TestServerHooks(t *testing.T) {
+	s := newServer(t)
+	ldArgs := []string{ociruntime.HookUpdateLdcache, ldcache.LinkFlag, "/usr/bin/nvidia-smi=/usr/local/nvidia/bin/nvidia-smi", "/usr/local/nvidia/lib64"}
+
+	b, rootfs := hookBundle(t, false)
+	if got, _ := s.askFromAnotherProcess(t, encodeHook("", specs.State{ID: "c1", Bundle: b}, ldArgs...)); got != answerOK {
+		t.Fatalf("update-ldcache: answer %q, want %q", got, answerOK)
+	}
+	raw, err := os.ReadFile(filepath.Join(rootfs, "etc/ld.so.cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ldcache.Parse(raw)
+	if err != nil || !slices.ContainsFunc(c.Entries, func(e ldcache.Entry) bool {
+		return e.Key == "libcuda.so.1" && e.Value == "/usr/local/nvidia/lib64/libcuda.so.1"
+	}) {
+		t.Errorf("the container's cache: %+v, %v; want libcuda.so.1 in /usr/local/nvidia/lib64", c, err)
+	}
+	if target, err := os.Readlink(filepath.Join(rootfs, "usr/bin/nvidia-smi")); err != nil || target != "/usr/local/nvidia/bin/nvidia-smi" {
+		t.Errorf("/usr/bin/nvidia-smi -> %q (%v)", target, err)
+	}
+
+	confBundle, confRoot := hookBundle(t, true)
+	spec := bundle(t, map[string]string{node.AnnotationMechanism: "timeslice"})
+	if got := s.ask(t, encodeRequest(s.config, "", "/usr/bin/gpumux-runtime", "create", "--bundle", spec, "c2")); got != answerRunc {
+		t.Fatalf("create: %q", got)
+	}
+	for _, tc := range []struct {
+		name string
+		req  []byte
+		want string
+	}{
+		{"update-ldcache where ldconfig is needed", encodeHook("", specs.State{ID: "c3", Bundle: confBundle}, ldArgs...), answerFallback},
+		{"update-ldcache with bad arguments", encodeHook("", specs.State{ID: "c3", Bundle: b}, ociruntime.HookUpdateLdcache, "lib"), answerFallback},
+		{"poststop of another state directory", encodeHook("/var/lib/other", specs.State{ID: "c2"}, ociruntime.HookPoststop), answerFallback},
+		{"another hook", encodeHook(s.state, specs.State{ID: "c2"}, "prestart"), answerFallback},
+		{"no state", encodeHook(s.state, specs.State{}, ociruntime.HookPoststop), answerFallback},
+		{"poststop", encodeHook(s.state, specs.State{ID: "c2"}, ociruntime.HookPoststop), answerOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := s.ask(t, tc.req); got != tc.want {
+				t.Errorf("answer %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if recs := s.records(t); len(recs) != 0 {
+		t.Errorf("leases after poststop: %+v", recs)
+	}
+	if _, err := os.Stat(filepath.Join(confRoot, "etc/ld.so.cache")); err == nil {
+		t.Error("the agent wrote a cache where ldconfig was needed")
+	}
 }

@@ -29,6 +29,7 @@ type Hook struct {
 	Stage string   // the OCI hook's name: HookCreateContainer
 	Path  string   // the program, an absolute host path
 	Args  []string // its arguments, Args[0] (its name) included
+	Env   []string // its environment ("K=V"; a hook inherits none)
 }
 
 // HookCreateContainer is the OCI hook run in the container's namespaces

@@ -21,9 +21,11 @@
  *                                 runs runc; given a container that asks for
  *                                 nothing after all, it runs runc on it
  *                                 untouched)
- *   hook update-ldcache ...       gpumux-runtime-hook, beside this program
- *   hook poststop (with           gpumux-runtime-hook
- *     $GPUMUX_STATE_DIR set)
+ *   hook update-ldcache ...       the node agent, asked over its socket
+ *   hook poststop (with           with the container's state read from
+ *     $GPUMUX_STATE_DIR set)      stdin; where no agent answers, or it
+ *                                 leaves the hook to it: gpumux-runtime-hook,
+ *                                 beside this program, with the same stdin
  *   hook anything else            gpumux-runtime-core
  *   --version                     gpumux's version, then runc's
  *
@@ -42,7 +44,9 @@
  * The agent's protocol is package ocicreate's (doc.go): NUL-terminated
  * strings (the protocol, the node config file the core would read,
  * $GPUMUX_STATE_DIR, this program's path, runc's arguments), the write side
- * shut, and one line back: "runc", "core" or "error MESSAGE".
+ * shut, and one line back: "runc", "core" or "error MESSAGE"; for a hook
+ * the protocol gpumux-hook/1 and the state before runc's arguments, and
+ * "ok", "fallback" or "error MESSAGE" back.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -51,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -68,6 +73,10 @@
 #define SOCKET_DEFAULT "/run/gpumux/runtime.sock"
 #define CONFIG_DEFAULT "/etc/gpumux/node.hcl"
 #define PROTOCOL "gpumux-create/1"
+#define PROTOCOL_HOOK "gpumux-hook/1"
+/* A container's state on a hook's stdin larger than this is not sent
+ * (the agent's bound on a request). */
+#define MAX_STATE (1L << 20)
 /* How long the agent may take to prepare a create. */
 #define AGENT_TIMEOUT_S 60
 
@@ -256,16 +265,18 @@ static int write_all(int fd, const char *b, size_t n)
 	return 0;
 }
 
-enum { AGENT_NONE, AGENT_RUNC, AGENT_CORE, AGENT_FAILED };
+enum { AGENT_NONE, AGENT_RUNC, AGENT_CORE, AGENT_OK, AGENT_FALLBACK, AGENT_REFUSED, AGENT_BROKEN };
 
 /*
- * ask_agent sends a create to the node agent and says what to do: exec
- * runc (the agent prepared the bundle, or nothing is asked), run the core
- * (no agent answers on the socket, or it runs another node config), or
- * fail (the agent refused the create, or broke off: the message is
- * printed).
+ * ask_agent sends a request to the node agent (protocol, the node config,
+ * $GPUMUX_STATE_DIR, this program's path, then state if not NULL, then
+ * runc's arguments) and returns its answer: AGENT_NONE where no agent
+ * answers on the socket (nothing there, nothing listening, not allowed),
+ * AGENT_REFUSED with its message printed, AGENT_BROKEN (reason in why)
+ * when it broke off or answered what this program does not know.
  */
-static int ask_agent(const char *config, char **rargs, int rn)
+static int ask_agent(const char *protocol, const char *config, const char *state, char **rargs, int rn,
+		     char *why, size_t whylen)
 {
 	const char *path = getenv("GPUMUX_RUNTIME_SOCKET");
 	if (!path || !*path)
@@ -288,10 +299,11 @@ static int ask_agent(const char *config, char **rargs, int rn)
 	char self[PATH_MAX];
 	ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
 	self[len < 0 ? 0 : len] = 0;
-	const char *state = getenv("GPUMUX_STATE_DIR");
-	const char *head[] = {PROTOCOL, config, state ? state : "", self};
+	const char *env_state = getenv("GPUMUX_STATE_DIR");
+	const char *head[] = {protocol, config, env_state ? env_state : "", self, state};
+	size_t nhead = state ? 5 : 4;
 	int ok = 1;
-	for (size_t i = 0; ok && i < sizeof head / sizeof *head; i++)
+	for (size_t i = 0; ok && i < nhead; i++)
 		ok = write_all(fd, head[i], strlen(head[i]) + 1) == 0;
 	for (int i = 0; ok && i < rn; i++)
 		ok = write_all(fd, rargs[i], strlen(rargs[i]) + 1) == 0;
@@ -304,11 +316,11 @@ static int ask_agent(const char *config, char **rargs, int rn)
 				continue;
 			if (r < 0)
 				ok = 0;
-			if (r <= 0 || got + (size_t)r >= sizeof answer - 1) {
-				got += r > 0 ? (size_t)r : 0;
+			if (r <= 0)
 				break;
-			}
 			got += (size_t)r;
+			if (got >= sizeof answer - 1)
+				break;
 		}
 	} else {
 		ok = 0;
@@ -318,20 +330,82 @@ static int ask_agent(const char *config, char **rargs, int rn)
 	answer[got] = 0;
 	char *nl = strchr(answer, '\n');
 	if (!ok || !nl) {
-		fprintf(stderr, "%s: the node agent at %s did not answer the create: %s\n", ENTRY, path,
-			ok ? "no answer" : (err == EAGAIN || err == EWOULDBLOCK) ? "timed out" : strerror(err));
-		return AGENT_FAILED;
+		snprintf(why, whylen, "the node agent at %s did not answer: %s", path,
+			 ok ? "no answer" : (err == EAGAIN || err == EWOULDBLOCK) ? "timed out" : strerror(err));
+		return AGENT_BROKEN;
 	}
 	*nl = 0;
-	if (strcmp(answer, "runc") == 0)
-		return AGENT_RUNC;
-	if (strcmp(answer, "core") == 0)
-		return AGENT_CORE;
-	if (strncmp(answer, "error ", 6) == 0)
+	static const struct {
+		const char *word;
+		int answer;
+	} answers[] = {{"runc", AGENT_RUNC}, {"core", AGENT_CORE}, {"ok", AGENT_OK}, {"fallback", AGENT_FALLBACK}};
+	for (size_t i = 0; i < sizeof answers / sizeof *answers; i++)
+		if (strcmp(answer, answers[i].word) == 0)
+			return answers[i].answer;
+	if (strncmp(answer, "error ", 6) == 0) {
 		fprintf(stderr, "%s\n", answer + 6);
-	else
-		fprintf(stderr, "%s: the node agent at %s answered %s\n", ENTRY, path, answer);
-	return AGENT_FAILED;
+		return AGENT_REFUSED;
+	}
+	snprintf(why, whylen, "the node agent at %s answered %.200s", path, answer);
+	return AGENT_BROKEN;
+}
+
+/* create_via_agent: a create that may ask goes to the agent, else the core. */
+static int create_via_agent(const char *config, char **args, int n, char **rargs, int rn)
+{
+	char why[512];
+	switch (ask_agent(PROTOCOL, config, NULL, rargs, rn, why, sizeof why)) {
+	case AGENT_RUNC:
+		return runc(rargs, rn);
+	case AGENT_REFUSED:
+		return 1;
+	case AGENT_BROKEN:
+		fprintf(stderr, "%s: %s\n", ENTRY, why);
+		return 1;
+	}
+	return sibling(CORE, args, n);
+}
+
+/*
+ * hook_via_agent: a hook goes to the agent with the state on stdin; where
+ * the agent does not do it, gpumux-runtime-hook gets the same stdin.
+ */
+static int hook_via_agent(const char *config, char **rargs, int rn)
+{
+	size_t got = 0, cap = 64 << 10;
+	char *state = malloc(cap);
+	for (;;) {
+		if (state && got + 1 >= cap)
+			state = realloc(state, cap *= 2);
+		if (!state) {
+			fprintf(stderr, "%s: out of memory\n", ENTRY);
+			return 127;
+		}
+		ssize_t r = read(0, state + got, cap - 1 - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	state[got] = 0;
+	int answer = AGENT_NONE;
+	char why[512];
+	if (got < MAX_STATE && memchr(state, 0, got) == NULL)
+		answer = ask_agent(PROTOCOL_HOOK, config, state, rargs, rn, why, sizeof why);
+	if (answer == AGENT_OK)
+		return 0;
+	if (answer == AGENT_REFUSED)
+		return 1;
+	/* gpumux-runtime-hook reads the same state, from a file in memory. */
+	int fd = memfd_create("gpumux-hook-state", MFD_CLOEXEC);
+	if (fd < 0 || write_all(fd, state, got) != 0 || lseek(fd, 0, SEEK_SET) != 0 || dup2(fd, 0) != 0) {
+		fprintf(stderr, "%s: handing the hook's state to %s: %s\n", ENTRY, HOOK, strerror(errno));
+		return 127;
+	}
+	close(fd);
+	free(state);
+	return sibling(HOOK, rargs, rn);
 }
 
 int main(int argc, char **argv)
@@ -353,7 +427,7 @@ int main(int argc, char **argv)
 		const char *dir = getenv("GPUMUX_STATE_DIR");
 		if (rn >= 2 && (strcmp(rargs[1], "update-ldcache") == 0 ||
 				(rn == 2 && strcmp(rargs[1], "poststop") == 0 && dir && *dir)))
-			return sibling(HOOK, rargs, rn);
+			return hook_via_agent(config, rargs, rn);
 		return sibling(CORE, args, n);
 	}
 	if (rn == 1 && (strcmp(rargs[0], "--version") == 0 || strcmp(rargs[0], "-v") == 0)) {
@@ -375,15 +449,8 @@ int main(int argc, char **argv)
 			else if (strncmp(rargs[j], "--bundle=", 9) == 0)
 				bundle = rargs[j] + 9;
 		}
-		if (may_ask(bundle)) {
-			switch (ask_agent(config, rargs, rn)) {
-			case AGENT_RUNC:
-				return runc(rargs, rn);
-			case AGENT_FAILED:
-				return 1;
-			}
-			return sibling(CORE, args, n);
-		}
+		if (may_ask(bundle))
+			return create_via_agent(config, args, n, rargs, rn);
 	}
 	return runc(rargs, rn);
 }

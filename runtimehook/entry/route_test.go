@@ -43,8 +43,9 @@ var entryDir = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	for _, name := range []string{CoreBinary, HookBinary, "runc"} {
-		// Each writes "NAME ARG..." (one argument a line) to $ROUTE_OUT.
-		script := fmt.Sprintf("#!/bin/sh\n{ echo %s; for a in \"$@\"; do echo \"$a\"; done; } >\"$ROUTE_OUT\"\n", name)
+		// Each writes "NAME ARG..." (one argument a line) to $ROUTE_OUT,
+		// and its stdin to $ROUTE_OUT.stdin.
+		script := fmt.Sprintf("#!/bin/sh\n{ echo %s; for a in \"$@\"; do echo \"$a\"; done; } >\"$ROUTE_OUT\"\ncat >\"$ROUTE_OUT.stdin\"\n", name)
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
 			return "", err
 		}
@@ -57,6 +58,14 @@ var entryDir = sync.OnceValues(func() (string, error) {
 // code and output when it handed over to nothing.
 func route(t *testing.T, args []string, env ...string) (to string, argv []string, code int, out string) {
 	t.Helper()
+	to, argv, code, out, _ = routeWithStdin(t, "", args, env...)
+	return to, argv, code, out
+}
+
+// routeWithStdin is route with stdin given, and also returns what the
+// stand-in handed over to read on its stdin.
+func routeWithStdin(t *testing.T, stdin string, args []string, env ...string) (to string, argv []string, code int, out, gotStdin string) {
+	t.Helper()
 	dir, err := entryDir()
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +76,7 @@ func route(t *testing.T, args []string, env ...string) (to string, argv []string
 	// machine's).
 	noAgent := "GPUMUX_RUNTIME_SOCKET=" + filepath.Join(t.TempDir(), "no-agent.sock")
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "ROUTE_OUT=" + record, EnvRunc + "=" + filepath.Join(dir, "runc"), noAgent}, env...)
+	cmd.Stdin = strings.NewReader(stdin)
 	b, err := cmd.CombinedOutput()
 	if exit, ok := err.(*exec.ExitError); ok {
 		code = exit.ExitCode()
@@ -75,10 +85,11 @@ func route(t *testing.T, args []string, env ...string) (to string, argv []string
 	}
 	rec, err := os.ReadFile(record)
 	if err != nil {
-		return "", nil, code, string(b)
+		return "", nil, code, string(b), ""
 	}
+	in, _ := os.ReadFile(record + ".stdin")
 	lines := strings.Split(strings.TrimSuffix(string(rec), "\n"), "\n")
-	return lines[0], lines[1:], code, string(b)
+	return lines[0], lines[1:], code, string(b), string(in)
 }
 
 // bundleWith writes a bundle whose config.json is spec (nil: no
@@ -315,7 +326,7 @@ func TestCEntryAsksTheAgent(t *testing.T) {
 			append([]string{"gpumux-create/1", "/etc/gpumux/node.hcl", "", filepath.Join(dir, EntryBinary)}, create...)},
 		{"refused", "error gpumux-runtime: no share fits", create, nil, "", nil, 1, "gpumux-runtime: no share fits\n", []string{}},
 		{"an answer it does not know", "maybe", create, nil, "", nil, 1, "answered maybe", []string{}},
-		{"no answer", "", create, nil, "", nil, 1, "did not answer the create: no answer", []string{}},
+		{"no answer", "", create, nil, "", nil, 1, "did not answer: no answer", []string{}},
 		{"nothing asked: the agent is not asked", "error not to be asked", []string{"create", "--bundle", plain, "c2"}, nil, "runc", nil, 0, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -338,6 +349,57 @@ func TestCEntryAsksTheAgent(t *testing.T) {
 			default:
 				if tc.request != nil {
 					t.Error("the agent was not asked")
+				}
+			}
+		})
+	}
+}
+
+// TestCEntryHooksAskTheAgent: the update-ldcache and poststop hooks go to
+// the node agent with the container's state read from stdin; the agent's
+// "ok" ends them, and where it leaves the hook ("fallback"), breaks off or
+// is not there, gpumux-runtime-hook runs it with the same stdin.
+func TestCEntryHooksAskTheAgent(t *testing.T) {
+	dir, err := entryDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const state = `{"ociVersion":"1.2.0","id":"c1","status":"creating","bundle":"/b"}`
+	ld := []string{"hook", HookUpdateLdcache, "/usr/local/nvidia/lib64"}
+	post := []string{"hook", HookPoststop}
+	for _, tc := range []struct {
+		name    string
+		answer  string // "-": no agent
+		args    []string
+		to      string
+		code    int
+		request []string
+	}{
+		{"done by the agent", "ok", ld, "", 0,
+			append([]string{"gpumux-hook/1", "/etc/gpumux/node.hcl", "/var/lib/g", filepath.Join(dir, EntryBinary), state}, ld...)},
+		{"poststop done by the agent", "ok", post, "", 0,
+			append([]string{"gpumux-hook/1", "/etc/gpumux/node.hcl", "/var/lib/g", filepath.Join(dir, EntryBinary), state}, post...)},
+		{"left to gpumux-runtime-hook", "fallback", ld, HookBinary, 0, nil},
+		{"the agent breaks off", "", post, HookBinary, 0, nil},
+		{"an answer it does not know", "maybe", ld, HookBinary, 0, nil},
+		{"refused", "error gpumux-runtime: no", ld, "", 1, nil},
+		{"no agent", "-", ld, HookBinary, 0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := []string{EnvStateDir + "=/var/lib/g"}
+			var got chan []string
+			if tc.answer != "-" {
+				var socket string
+				socket, got = agentStandIn(t, tc.answer)
+				env = append(env, "GPUMUX_RUNTIME_SOCKET="+socket)
+			}
+			to, argv, code, out, stdin := routeWithStdin(t, state, tc.args, env...)
+			if to != tc.to || code != tc.code || (to != "" && (!slices.Equal(argv, tc.args) || stdin != state)) {
+				t.Errorf("handed over to %q %q with stdin %q, exit %d (%q); want %q, exit %d, the state on stdin", to, argv, stdin, code, out, tc.to, tc.code)
+			}
+			if tc.request != nil {
+				if req := <-got; !slices.Equal(req, tc.request) {
+					t.Errorf("the agent got %q, want %q", req, tc.request)
 				}
 			}
 		})
