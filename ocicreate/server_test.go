@@ -30,7 +30,7 @@ type server struct {
 	socket, config, state string
 }
 
-func newServer(t *testing.T) *server {
+func newServer(t testing.TB) *server {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "gmx") // short: a unix socket's path is bounded
 	if err != nil {
@@ -81,7 +81,7 @@ gpu {
 }
 
 // records are the node's leases.
-func (s *server) records(t *testing.T) []lease.Record {
+func (s *server) records(t testing.TB) []lease.Record {
 	t.Helper()
 	st, err := lease.Open(lease.PathIn(s.state))
 	if err != nil {
@@ -97,7 +97,7 @@ func (s *server) records(t *testing.T) []lease.Record {
 
 // ask sends a request as gpumux-runtime's C entry does and returns the
 // answer's line.
-func (s *server) ask(t *testing.T, req []byte) string {
+func (s *server) ask(t testing.TB, req []byte) string {
 	t.Helper()
 	answer, err := askSocket(s.socket, req)
 	if err != nil {
@@ -165,7 +165,7 @@ func encodeRequest(fields ...string) []byte {
 }
 
 // bundle writes a bundle whose spec has annotations and env.
-func bundle(t *testing.T, annotations map[string]string, env ...string) string {
+func bundle(t testing.TB, annotations map[string]string, env ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	spec := specs.Spec{Version: specs.Version, Process: &specs.Process{Args: []string{"/probe"}, Env: append([]string{"PATH=/bin"}, env...)},
@@ -177,7 +177,7 @@ func bundle(t *testing.T, annotations map[string]string, env ...string) string {
 	return dir
 }
 
-func readSpec(t *testing.T, dir string) specs.Spec {
+func readSpec(t testing.TB, dir string) specs.Spec {
 	t.Helper()
 	var spec specs.Spec
 	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
@@ -413,5 +413,41 @@ func TestServerHooks(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(confRoot, "etc/ld.so.cache")); err == nil {
 		t.Error("the agent wrote a cache where ldconfig was needed")
+	}
+}
+
+// BenchmarkServerCreate measures a create gpumux agent decides for
+// gpumux-runtime, as the C entry asks it over the socket: the request
+// read, the bundle's spec read, the share leased (reclaim, choose, acquire
+// in the lease store), the edits and the poststop hook written back; the
+// lease is given back after each iteration, outside the timing. The node
+// is open, as in a running agent (BenchmarkCreateDecision in runtimehook
+// is the same create in a fresh process). Profile it with
+//
+//	go test -run '^$' -bench ServerCreate -cpuprofile /tmp/agent.prof ./ocicreate/
+func BenchmarkServerCreate(b *testing.B) {
+	for _, mech := range []string{"exclusive", "timeslice"} {
+		b.Run(mech, func(b *testing.B) {
+			s := newServer(b)
+			spec := bundle(b, map[string]string{node.AnnotationMechanism: mech})
+			orig, err := os.ReadFile(filepath.Join(spec, "config.json"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			release := node.LeasesIn(s.state)
+			for b.Loop() {
+				if got := s.ask(b, encodeRequest(s.config, "", "/usr/bin/gpumux-runtime", "create", "--bundle", spec, "c1")); got != answerRunc {
+					b.Fatalf("answer %q", got)
+				}
+				b.StopTimer()
+				if _, err := release.Release(context.Background(), "c1"); err != nil {
+					b.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(spec, "config.json"), orig, 0o600); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
 	}
 }
