@@ -322,7 +322,7 @@ func encodeHook(stateDir string, st specs.State, args ...string) []byte {
 // hookBundle is a bundle whose root has "the driver's" library directory
 // (a library built from the simulated driver's stub, under its SONAME)
 // and, where conf, an /etc/ld.so.conf without a cache.
-func hookBundle(t *testing.T, conf bool) (bundleDir, rootfs string) {
+func hookBundle(t testing.TB, conf bool) (bundleDir, rootfs string) {
 	t.Helper()
 	n, err := sim.Open("dgxh200", t.TempDir())
 	if err == nil {
@@ -449,5 +449,23 @@ func BenchmarkServerCreate(b *testing.B) {
 				b.StartTimer()
 			}
 		})
+	}
+}
+
+// BenchmarkServerHook measures the update-ldcache hook gpumux agent does
+// for gpumux-runtime run as a hook, as asked over the socket: the state
+// and the bundle's spec read, the links and the cache written in the
+// container's root seen through /proc/PID/root (this process's own here).
+//
+//	go test -run '^$' -bench ServerHook ./ocicreate/
+func BenchmarkServerHook(b *testing.B) {
+	s := newServer(b)
+	bundleDir, _ := hookBundle(b, false)
+	req := encodeHook("", specs.State{ID: "c1", Bundle: bundleDir}, ociruntime.HookUpdateLdcache,
+		ldcache.LinkFlag, "/usr/bin/nvidia-smi=/usr/local/nvidia/bin/nvidia-smi", "/usr/local/nvidia/lib64")
+	for b.Loop() {
+		if got := s.ask(b, req); got != answerOK {
+			b.Fatalf("answer %q", got)
+		}
 	}
 }
