@@ -55,38 +55,16 @@ var cdiAblations = []cdiAblation{
 			}
 		}
 	}},
-	{"hook-true", func(t testing.TB, e map[string]any) {
-		hooks, _ := e["hooks"].([]any)
-		if len(hooks) == 0 {
-			t.Fatal("the time-slice replica's CDI device has no hooks")
-		}
-		for _, h := range hooks {
-			h := h.(map[string]any)
-			h["path"], h["args"] = "/bin/true", []any{"true"}
-		}
-	}},
-	{"ldconfig", func(t testing.TB, e map[string]any) {
-		hooks, _ := e["hooks"].([]any)
-		if len(hooks) == 0 {
-			t.Fatal("the time-slice replica's CDI device has no hooks")
-		}
-		for _, h := range hooks {
-			h := h.(map[string]any)
-			h["args"] = append(h["args"].([]any), "/usr/local/nvidia")
-		}
-	}},
-	{"go-hook", func(t testing.TB, e map[string]any) {
-		hooks, _ := e["hooks"].([]any)
-		if len(hooks) == 0 {
-			t.Fatal("the time-slice replica's CDI device has no hooks")
-		}
-		for _, h := range hooks {
-			h := h.(map[string]any)
-			path := filepath.Join(filepath.Dir(h["path"].(string)), "gpumux-runtime-hook")
-			args := h["args"].([]any)
-			h["path"], h["args"] = path, append([]any{"gpumux-runtime-hook"}, args[1:]...)
-		}
-	}},
+	{"hook-true", eachHook(func(h map[string]any) {
+		h["path"], h["args"] = "/bin/true", []any{"true"}
+	})},
+	{"ldconfig", eachHook(func(h map[string]any) {
+		h["args"] = append(h["args"].([]any), "/usr/local/nvidia")
+	})},
+	{"go-hook", eachHook(func(h map[string]any) {
+		path := filepath.Join(filepath.Dir(h["path"].(string)), "gpumux-runtime-hook")
+		h["path"], h["args"] = path, append([]any{"gpumux-runtime-hook"}, h["args"].([]any)[1:]...)
+	})},
 	{"dir-mounts", dirMounts},
 	{"one-mount", func(t testing.TB, e map[string]any) {
 		dirMounts(t, e)
@@ -94,6 +72,20 @@ var cdiAblations = []cdiAblation{
 	}},
 	{"tmpfs-mounts", tmpfsMounts},
 	{"file-mounts", fileMounts},
+}
+
+// eachHook is an ablation that rewrites each of the device's hooks with
+// edit.
+func eachHook(edit func(h map[string]any)) func(testing.TB, map[string]any) {
+	return func(t testing.TB, e map[string]any) {
+		hooks, _ := e["hooks"].([]any)
+		if len(hooks) == 0 {
+			t.Fatal("the time-slice replica's CDI device has no hooks")
+		}
+		for _, h := range hooks {
+			edit(h.(map[string]any))
+		}
+	}
 }
 
 // fileMounts gives the driver's files as gpumux did before the staged
