@@ -9,34 +9,39 @@ import (
 	"testing"
 
 	"github.com/gpumux/gpumux/e2e/dockerd"
+	"github.com/gpumux/gpumux/ocicreate"
 )
 
 // BenchmarkDockerRun measures `docker run --rm` of the probe image on a
 // private Docker engine: through plain runc (the baseline), and through
 // gpumux-runtime for a container that asks for nothing and for one share of
 // each mechanism (mechanismVariants, asked for by GPUMUX_MECHANISM) of a
-// simulated H200 node, interleaved in one run. It reports runc's
-// milliseconds per container and each gpumux-runtime variant as a ratio to
-// it:
+// simulated H200 node, its create decided by gpumux-runtime-core, and for
+// each share again with gpumux agent serving gpumux-runtime ("agent-…"),
+// interleaved in one run. It reports runc's milliseconds per container and
+// each gpumux-runtime variant as a ratio to it:
 //
 //	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench DockerRun -benchtime 10x -count 5 ./e2e/
 func BenchmarkDockerRun(b *testing.B) {
 	ctx := context.Background()
 	_, config := runtimeNode(b)
-	benchDocker(b, ctx, startDocker(b, ctx, config), nil)
+	_, socket := agentRuntimeSocket(b, ctx, config)
+	benchDocker(b, ctx, startDocker(b, ctx, config, ocicreate.EnvSocket+"="+socket), socket, nil)
 }
 
 // BenchmarkDockerCDIRun is BenchmarkDockerRun on Docker 26 (startDockerCDI),
 // with two more ways beside gpumux-runtime's, without any wrapper: the CDI
 // devices of a whole GPU and of a time-slice replica (`docker run --device
-// gpumux.io/share=…`), which the engine applies itself with plain runc:
+// gpumux.io/share=…`), which the engine applies itself with plain runc,
+// their hooks done by the agent:
 //
 //	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench DockerCDIRun -benchtime 10x -count 5 ./e2e/
 func BenchmarkDockerCDIRun(b *testing.B) {
 	ctx := context.Background()
 	_, config := runtimeNode(b)
-	d, specDir := startDockerCDI(b, ctx, config)
-	devs := writeCDISpec(b, ctx, config, specDir, "gpumux-runtime-hook")
+	_, socket := agentRuntimeSocket(b, ctx, config)
+	d, specDir := startDockerCDI(b, ctx, config, ocicreate.EnvSocket+"="+socket)
+	devs := writeCDISpec(b, ctx, config, specDir, "gpumux-runtime", ocicreate.EnvSocket+"="+socket)
 	cdi := map[string][]string{}
 	for _, m := range []string{"exclusive", "timeslice"} {
 		if devs[m] == "" {
@@ -44,32 +49,40 @@ func BenchmarkDockerCDIRun(b *testing.B) {
 		}
 		cdi["cdi-"+m] = []string{"--device", devs[m]}
 	}
-	benchDocker(b, ctx, d, cdi)
+	benchDocker(b, ctx, d, socket, cdi)
 }
 
 // benchDocker runs the probe image on d, interleaved: plain runc (the
-// baseline), gpumux-runtime asking for nothing and for each mechanism, and
-// the extra ways (name → docker run's arguments).
-func benchDocker(b *testing.B, ctx context.Context, d *dockerd.Daemon, extra map[string][]string) {
+// baseline), gpumux-runtime asking for nothing and for each mechanism,
+// through the core and through the agent serving socket, and the extra
+// ways (name → docker run's arguments), which have the agent.
+func benchDocker(b *testing.B, ctx context.Context, d *dockerd.Daemon, socket string, extra map[string][]string) {
 	image, err := d.ProbeImage(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
 	args := [][]string{nil}
+	agent := []bool{false}
 	var names []string
+	add := func(name string, withAgent bool, a []string) {
+		names, args, agent = append(names, name), append(args, a), append(agent, withAgent)
+	}
 	for _, v := range mechanismVariants {
-		names = append(names, v.name)
 		a := []string{"--runtime", "gpumux"}
 		if v.mechanism != "" {
 			a = append(a, "-e", "GPUMUX_MECHANISM="+v.mechanism)
+			add("agent-"+v.name, true, a)
 		}
-		args = append(args, a)
+		add(v.name, false, a)
 	}
 	for _, name := range slices.Sorted(maps.Keys(extra)) {
-		names = append(names, name)
-		args = append(args, extra[name])
+		add(name, true, extra[name])
 	}
+	sw := agentSwitch{socket}
 	benchInterleaved(b, names, func(_, j int) error {
+		if err := sw.use(agent[j]); err != nil {
+			return err
+		}
 		_, _, err := d.Docker(ctx, append(append([]string{"run", "--rm"}, args[j]...), image)...)
 		return err
 	})

@@ -24,7 +24,7 @@ import (
 // registered as well (`gpumux runtime configure`), so that the wrapper and
 // CDI run on one engine. It fails the test if Docker 26 is not fetched
 // (make docker-cdi).
-func startDockerCDI(t testing.TB, ctx context.Context, config string) (*dockerd.Daemon, string) {
+func startDockerCDI(t testing.TB, ctx context.Context, config string, env ...string) (*dockerd.Daemon, string) {
 	t.Helper()
 	bin := dockerd.CDIBinDir()
 	for _, b := range []string{"dockerd", "docker"} {
@@ -36,7 +36,7 @@ func startDockerCDI(t testing.TB, ctx context.Context, config string) (*dockerd.
 	specDir := t.TempDir()
 	d := dockerd.Start(ctx, t,
 		dockerd.WithBinaries(filepath.Join(bin, "dockerd"), filepath.Join(bin, "docker")),
-		dockerd.WithContainerdOptions(ctrd.WithEnv("GPUMUX_CONFIG="+config)),
+		dockerd.WithContainerdOptions(ctrd.WithEnv(append([]string{"GPUMUX_CONFIG=" + config}, env...)...)),
 		dockerd.WithConfigure(func(daemonJSON string) error {
 			if out, err := exec.CommandContext(ctx, gpumux, "runtime", "configure", "--runtime=docker", "--config", daemonJSON).CombinedOutput(); err != nil {
 				return fmt.Errorf("gpumux runtime configure: %w\n%s", err, out)

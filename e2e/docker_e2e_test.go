@@ -23,7 +23,7 @@ import (
 // default registers the bin/gpumux-runtime next to it), with gpumux-runtime
 // reading the node config (through the environment of the engine's
 // containerd, which the runc shim and the runtime inherit).
-func startDocker(t testing.TB, ctx context.Context, config string) *dockerd.Daemon {
+func startDocker(t testing.TB, ctx context.Context, config string, env ...string) *dockerd.Daemon {
 	t.Helper()
 	gpumux := filepath.Join(repoRoot(t), "bin", "gpumux")
 	runtime := filepath.Join(repoRoot(t), "bin", "gpumux-runtime")
@@ -33,7 +33,7 @@ func startDocker(t testing.TB, ctx context.Context, config string) *dockerd.Daem
 		}
 	}
 	d := dockerd.Start(ctx, t,
-		dockerd.WithContainerdOptions(ctrd.WithEnv("GPUMUX_CONFIG="+config)),
+		dockerd.WithContainerdOptions(ctrd.WithEnv(append([]string{"GPUMUX_CONFIG=" + config}, env...)...)),
 		dockerd.WithConfigure(func(daemonJSON string) error {
 			out, err := exec.CommandContext(ctx, gpumux, "runtime", "configure", "--runtime=docker", "--config", daemonJSON).CombinedOutput()
 			if err != nil {

@@ -33,6 +33,22 @@ func agentRuntimeSocket(t testing.TB, ctx context.Context, config string) (*agen
 	return a, socket
 }
 
+// agentSwitch takes a gpumux agent's runtime socket away (renamed) for the
+// containers a benchmark runs through gpumux-runtime-core, and puts it back
+// for those through the agent: a node without an agent, and one with.
+type agentSwitch struct{ socket string }
+
+func (a agentSwitch) use(on bool) error {
+	from, to := a.socket, a.socket+".away"
+	if on {
+		from, to = to, from
+	}
+	if err := os.Rename(from, to); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
+
 // TestRuntimeAsksTheAgent: where gpumux agent serves gpumux-runtime (the
 // socket in containerd's environment, as a node's unit file would set it,
 // or at its default path), a create that asks is prepared by the agent:

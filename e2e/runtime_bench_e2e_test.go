@@ -63,13 +63,9 @@ func BenchmarkContainerLifecycle(b *testing.B) {
 		agent = append(agent, v.agent)
 		names = append(names, v.name)
 	}
-	away := socket + ".away"
+	sw := agentSwitch{socket}
 	benchInterleaved(b, names, func(i, j int) error {
-		from, to := socket, away
-		if agent[j] {
-			from, to = away, socket
-		}
-		if err := os.Rename(from, to); err != nil && !os.IsNotExist(err) {
+		if err := sw.use(agent[j]); err != nil {
 			return err
 		}
 		res, err := d.Run(ctx, fmt.Sprintf("bench-%d-%d", j, i), opts[j])
