@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/mig"
@@ -246,5 +248,59 @@ func TestDisableMIG(t *testing.T) {
 	node, _ = h.Inventory(ctx)
 	if node.GPUs[1].MIGEnabled || node.GPUs[1].MIGPending || node.GPUs[2].MIGEnabled {
 		t.Fatalf("after DisableMIG: GPU 1 MIG %v (pending %v), GPU 2 MIG %v", node.GPUs[1].MIGEnabled, node.GPUs[1].MIGPending, node.GPUs[2].MIGEnabled)
+	}
+}
+
+// countingLib counts the maximum-clock reads of the devices it hands out.
+type countingLib struct {
+	nvml.Interface
+	maxClocks *int
+}
+
+func (l countingLib) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
+	d, ret := l.Interface.DeviceGetHandleByIndex(i)
+	return countingDevice{d, l.maxClocks}, ret
+}
+
+type countingDevice struct {
+	nvml.Device
+	maxClocks *int
+}
+
+func (d countingDevice) GetMaxClockInfo(c nvml.ClockType) (uint32, nvml.Return) {
+	*d.maxClocks++
+	return d.Device.GetMaxClockInfo(c)
+}
+
+// TestFixedHardwareReadOnce: what the hardware fixes (the maximum clocks
+// among it, slow to read on an H200) is read once per GPU, not at every
+// inventory, and every inventory reports it.
+func TestFixedHardwareReadOnce(t *testing.T) {
+	s, err := sim.Open("dgxh200", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := s.NVML()
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
+	reads := 0
+	h := gpu.New(countingLib{lib, &reads})
+	defer h.Close()
+	var gpus int
+	for range 3 {
+		inv, err := h.Inventory(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		gpus = len(inv.GPUs)
+		for _, g := range inv.GPUs {
+			if g.Hardware.MaxCoresClockMHz == 0 || g.Hardware.MaxMemoryClockMHz == 0 || g.Hardware.PCIeWidth == 0 {
+				t.Fatalf("GPU %d: hardware %+v; want its maximum clocks and PCIe link", g.Index, g.Hardware)
+			}
+		}
+	}
+	if want := 2 * gpus; reads != want {
+		t.Errorf("%d maximum-clock reads over 3 inventories of %d GPUs; want %d (once per GPU and clock)", reads, gpus, want)
 	}
 }

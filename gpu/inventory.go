@@ -93,7 +93,7 @@ func (h *Host) readGPU(index int, minors migMinors) (GPU, error) {
 		return GPU{}, err
 	}
 	g.SMCount = smCount(dev, g.ComputeCapability)
-	g.Hardware = readHardware(dev)
+	g.Hardware = readHardware(dev, h.cachedFixedHardware(dev, g.UUID))
 	current, pending, ret := dev.GetMigMode()
 	switch ret {
 	case nvml.SUCCESS:
@@ -185,13 +185,29 @@ func smCount(dev nvml.Device, cc string) int {
 }
 
 // readHardware reads what NVML reports of a whole GPU beyond what gpumux
-// schedules on. Every read is optional: a field NVML does not answer for
-// this model or driver stays zero.
-func readHardware(dev nvml.Device) Hardware {
-	var h Hardware
+// schedules on, on top of fixed, what the hardware fixes (readFixedHardware,
+// read once per GPU). Every read is optional: a field NVML does not answer
+// for this model or driver stays zero.
+func readHardware(dev nvml.Device, fixed Hardware) Hardware {
+	h := fixed
 	if mw, ret := dev.GetPowerManagementLimit(); ret == nvml.SUCCESS {
 		h.PowerLimitW = int(mw / 1000)
 	}
+	if mode, ret := dev.GetDisplayMode(); ret == nvml.SUCCESS {
+		h.DisplayMode = stateOf(mode)
+	}
+	if mode, ret := dev.GetPersistenceMode(); ret == nvml.SUCCESS {
+		h.PersistenceMode = stateOf(mode)
+	}
+	return h
+}
+
+// readFixedHardware reads the Hardware fields the hardware fixes: BAR1's
+// size, the maximum clocks and PCIe link. The maximum clocks are slow to
+// read on an H200 (about 1.8 ms a call, most of an inventory's time:
+// BenchmarkServerCreateRealGPU's profile in docs/benchmarks.md).
+func readFixedHardware(dev nvml.Device) Hardware {
+	var h Hardware
 	if bar1, ret := dev.GetBAR1MemoryInfo(); ret == nvml.SUCCESS {
 		h.BAR1MiB = bar1.Bar1Total >> 20
 	}
@@ -207,13 +223,19 @@ func readHardware(dev nvml.Device) Hardware {
 	if width, ret := dev.GetMaxPcieLinkWidth(); ret == nvml.SUCCESS {
 		h.PCIeWidth = int(width)
 	}
-	if mode, ret := dev.GetDisplayMode(); ret == nvml.SUCCESS {
-		h.DisplayMode = stateOf(mode)
-	}
-	if mode, ret := dev.GetPersistenceMode(); ret == nvml.SUCCESS {
-		h.PersistenceMode = stateOf(mode)
-	}
 	return h
+}
+
+// cachedFixedHardware is readFixedHardware, read once per GPU.
+func (h *Host) cachedFixedHardware(dev nvml.Device, uuid string) Hardware {
+	h.cacheMu.Lock()
+	defer h.cacheMu.Unlock()
+	hw, ok := h.fixed[uuid]
+	if !ok {
+		hw = readFixedHardware(dev)
+		h.fixed[uuid] = hw
+	}
+	return hw
 }
 
 func stateOf(s nvml.EnableState) State {

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Measures a container's start on a GPU node, through runc alone, as
+# docs/benchmarks.md's containerd and Docker benchmarks do on the 2-core
+# build machine, but on a real node (its CPUs, its disk, its driver): the
+# create + start + wait + delete of a container whose root holds one static
+# program that exits at once, interleaved in every round:
+#
+#   runc                    plain runc, nothing asked (the baseline)
+#   no-GPU                  gpumux-runtime, nothing asked
+#   core-<share>            gpumux-runtime, its create decided by
+#                           gpumux-runtime-core (no agent)
+#   agent-<share>           gpumux-runtime with gpumux agent serving it (the
+#                           create and the hooks decided in the agent)
+#   edits-<share>           plain runc on the spec the agent wrote for the
+#                           same share (its edits and hooks already in it):
+#                           what an engine that applies a CDI device or an
+#                           NRI adjustment runs
+#
+# for a whole GPU and a time-slice replica behind the limiter. Prints each
+# way's median milliseconds and its ratio to runc's, per round and over all.
+# Changes no card setting. Usage, from the repository root, as root, after
+# make build (GPUMUX: the CLI, default beside RUNTIME):
+#
+#   RUNTIME=bin/gpumux-runtime RUNC=runc LIMITER=bin/limiter ROUNDS=5 N=40 bash e2e/gpu/startbench.sh
+set -euo pipefail
+RUNTIME=$(realpath "${RUNTIME:?}") RUNC=$(command -v "${RUNC:-runc}") LIMITER=$(realpath "${LIMITER:?}")
+GPUMUX=$(realpath "${GPUMUX:-$(dirname "$RUNTIME")/gpumux}")
+ROUNDS=${ROUNDS:-5} N=${N:-40}
+work=$(mktemp -d /tmp/gmxsb.XXXX)
+agents=()
+cleanup() {
+	for a in "${agents[@]}"; do kill "$a" 2>/dev/null && wait "$a" 2>/dev/null; done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The root file system: one static program that exits 0.
+mkdir -p "$work/rootfs"/{proc,dev,sys,tmp,etc}
+printf 'int main(void) { return 0; }\n' >"$work/true.c"
+gcc -O2 -static -o "$work/rootfs/true" "$work/true.c"
+
+# SIMULATE (a simulated node's model, e.g. dgxh200) tries the script out
+# on a machine without a GPU.
+simulate=
+[[ -n ${SIMULATE:-} ]] && simulate="simulate = \"$SIMULATE\""
+# A node config per share, as a one-GPU node has one or the other: GPU 0
+# whole (exclusive), and GPU 0 in two time-slice replicas.
+printf '%s\nstate_dir = "%s"\n' "$simulate" "$work/state-exclusive" >"$work/exclusive.hcl"
+cat >"$work/timeslice.hcl" <<HCL
+$simulate
+state_dir   = "$work/state-timeslice"
+limiter_dir = "$LIMITER"
+gpu {
+  match     = "0"
+  mechanism = "timeslice"
+  replicas  = 2
+}
+HCL
+
+# bundle NAME ANNOTATIONS-JSON: a bundle of the root file system.
+bundle() {
+	mkdir -p "$work/$1" && (cd "$work/$1" && "$RUNC" spec)
+	python3 - "$work/$1/config.json" "$2" "$work/rootfs" <<'PY'
+import json, sys
+path, ann, rootfs = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+spec = json.load(open(path))
+spec["root"] = {"path": rootfs, "readonly": True}
+spec["process"]["terminal"] = False
+spec["process"]["args"] = ["/true"]
+spec["annotations"] = ann
+json.dump(spec, open(path, "w"))
+PY
+	cp "$work/$1/config.json" "$work/$1/config.orig"
+}
+
+# once NAME RUNTIME [ENV...]: one container's create, start, wait and
+# delete through RUNTIME; prints its milliseconds.
+once() {
+	local name=$1 rt=$2
+	shift 2
+	cp "$work/$name/config.orig" "$work/$name/config.json"
+	local t0 t1
+	t0=$(date +%s%N)
+	env "$@" "$rt" --root "$work/runc" create --bundle "$work/$name" --pid-file "$work/$name.pid" "$name" </dev/null >/dev/null
+	local pid
+	pid=$(<"$work/$name.pid")
+	"$RUNC" --root "$work/runc" start "$name"
+	local st=R
+	while [[ $st != Z ]] && read -r _ _ st _ <"/proc/$pid/stat" 2>/dev/null; do :; done # the init exits (reaped, or a zombie)
+	env "$@" "$rt" --root "$work/runc" delete "$name"
+	t1=$(date +%s%N)
+	echo $(((t1 - t0) / 1000))
+}
+
+export GPUMUX_RUNC=$RUNC
+agents=()
+for share in exclusive timeslice; do
+	"$GPUMUX" agent --config "$work/$share.hcl" --runc "$RUNC" --runtime-socket "$work/$share.sock" >"$work/agent-$share.log" 2>&1 &
+	agents+=($!)
+	for _ in $(seq 300); do grep -q "serving gpumux-runtime" "$work/agent-$share.log" && break; sleep 0.1; done
+	grep -q "serving gpumux-runtime" "$work/agent-$share.log" || { cat "$work/agent-$share.log"; echo "FAIL: gpumux agent ($share) does not serve gpumux-runtime"; exit 1; }
+done
+# env_of WAY [agent]: the environment of a way's gpumux-runtime.
+env_of() {
+	local share=${1#*-} sock=$work/none.sock
+	[[ $1 == no-GPU ]] && share=exclusive
+	[[ ${2:-} == agent ]] && sock=$work/$share.sock
+	echo "GPUMUX_CONFIG=$work/$share.hcl GPUMUX_RUNTIME_SOCKET=$sock"
+}
+
+ways=(runc no-GPU)
+bundle runc '{}'
+bundle no-GPU '{}'
+for share in exclusive timeslice; do
+	ann="{\"gpumux.io/mechanism\": \"$share\"}"
+	for w in core agent edits; do bundle "$w-$share" "$ann"; ways+=("$w-$share"); done
+	# The edits: the spec the agent writes for this share, taken once (the
+	# lease given back by its poststop hook at the delete).
+	# shellcheck disable=SC2046
+	env $(env_of "edits-$share" agent) "$RUNTIME" --root "$work/runc" create --bundle "$work/edits-$share" "edits-$share" </dev/null >/dev/null
+	cp "$work/edits-$share/config.json" "$work/edits-$share/config.orig"
+	"$RUNC" --root "$work/runc" delete -f "edits-$share"
+	grep -q '"poststop"' "$work/edits-$share/config.orig" || { echo "FAIL: the agent wrote no edits for $share"; exit 1; }
+done
+
+run_way() { # run_way WAY: one container of that way
+	case $1 in
+	# shellcheck disable=SC2046
+	runc | edits-*) once "$1" "$RUNC" ;;
+	no-GPU | core-*) once "$1" "$RUNTIME" $(env_of "$1") ;;
+	agent-*) once "$1" "$RUNTIME" $(env_of "$1" agent) ;;
+	esac
+}
+
+for round in $(seq "$ROUNDS"); do
+	for _ in $(seq "$N"); do
+		for w in "${ways[@]}"; do echo "$round $w $(run_way "$w")"; done
+	done
+done >"$work/times"
+python3 - "$work/times" "${ways[@]}" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+ways = sys.argv[2:]
+rounds = sorted({int(r[0]) for r in rows})
+med = {(r, w): statistics.median(int(x[2]) for x in rows if int(x[0]) == r and x[1] == w) for r in rounds for w in ways}
+print(f"{'way':18} {'ms (median of rounds)':>22} {'x runc: median (range) of rounds':>34}")
+for w in ways:
+    ms = [med[(r, w)] / 1000 for r in rounds]
+    ratio = [med[(r, w)] / med[(r, 'runc')] for r in rounds]
+    print(f"{w:18} {statistics.median(ms):22.2f} {statistics.median(ratio):14.3f} ({min(ratio):.3f}-{max(ratio):.3f})")
+PY
+echo PASS
