@@ -38,7 +38,9 @@ plugin is on a Nomad node. It
     get their shares with plain runc, no gpumux-runtime;
   - serves gpumux-runtime on a root-only socket (--runtime-socket): a
     create that asks for shares is decided here, in the process that has
-    the node open, instead of in a gpumux-runtime-core started for it.
+    the node open, instead of in a gpumux-runtime-core started for it
+    (which loads NVML for every create), and the update-ldcache and
+    poststop hooks gpumux-runtime runs are done here.
 gpumux-runtime, on the same node and with the same config, hands out the
 shares (by itself where no agent answers). The agent and the Nomad plugin refuse to run one state_dir at once.
 It runs until SIGINT or SIGTERM.
@@ -61,7 +63,7 @@ func newAgentCmd(stderr io.Writer) *cobra.Command {
 	fs.StringVar(&o.runc, "runc", envOr("GPUMUX_RUNC", "runc"), "runc `BINARY` asked whether a leased container still exists (env GPUMUX_RUNC)")
 	fs.StringVar(&o.runcRoot, "runc-root", "", "runc state `DIR` (runc --root) for leases that did not record theirs; default: runc's own")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: trace, debug, info, warn or error")
-	fs.StringVar(&o.runtimeSocket, "runtime-socket", envOr(ocicreate.EnvSocket, ocicreate.DefaultSocket), "unix socket `PATH` on which gpumux-runtime asks this agent to prepare its creates (env "+ocicreate.EnvSocket+", which gpumux-runtime reads too; \"\" serves none)")
+	fs.StringVar(&o.runtimeSocket, "runtime-socket", envOr(ocicreate.EnvSocket, ocicreate.DefaultSocket), "unix socket `PATH` on which gpumux-runtime asks this agent to prepare its creates and do its hooks (env "+ocicreate.EnvSocket+", which gpumux-runtime reads too; \"\" serves none)")
 	fs.DurationVar(&o.health, "health-interval", 10*time.Second, "how often (a `DURATION`) each MPS daemon is probed")
 	cmd.MarkFlagFilename("config", "hcl")
 	cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]string{"trace", "debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
