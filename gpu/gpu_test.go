@@ -251,30 +251,36 @@ func TestDisableMIG(t *testing.T) {
 	}
 }
 
-// countingLib counts the maximum-clock reads of the devices it hands out.
+// countingLib counts the maximum-clock and core-count reads of the
+// devices it hands out.
 type countingLib struct {
 	nvml.Interface
-	maxClocks *int
+	reads *int
 }
 
 func (l countingLib) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 	d, ret := l.Interface.DeviceGetHandleByIndex(i)
-	return countingDevice{d, l.maxClocks}, ret
+	return countingDevice{d, l.reads}, ret
 }
 
 type countingDevice struct {
 	nvml.Device
-	maxClocks *int
+	reads *int
 }
 
 func (d countingDevice) GetMaxClockInfo(c nvml.ClockType) (uint32, nvml.Return) {
-	*d.maxClocks++
+	*d.reads++
 	return d.Device.GetMaxClockInfo(c)
 }
 
+func (d countingDevice) GetNumGpuCores() (int, nvml.Return) {
+	*d.reads++
+	return d.Device.GetNumGpuCores()
+}
+
 // TestFixedHardwareReadOnce: what the hardware fixes (the maximum clocks
-// among it, slow to read on an H200) is read once per GPU, not at every
-// inventory, and every inventory reports it.
+// and the core count among it, slow to read on an H200) is read once per
+// GPU, not at every inventory, and every inventory reports it.
 func TestFixedHardwareReadOnce(t *testing.T) {
 	s, err := sim.Open("dgxh200", t.TempDir())
 	if err != nil {
@@ -295,12 +301,12 @@ func TestFixedHardwareReadOnce(t *testing.T) {
 		}
 		gpus = len(inv.GPUs)
 		for _, g := range inv.GPUs {
-			if g.Hardware.MaxCoresClockMHz == 0 || g.Hardware.MaxMemoryClockMHz == 0 || g.Hardware.PCIeWidth == 0 {
-				t.Fatalf("GPU %d: hardware %+v; want its maximum clocks and PCIe link", g.Index, g.Hardware)
+			if g.Hardware.MaxCoresClockMHz == 0 || g.Hardware.MaxMemoryClockMHz == 0 || g.Hardware.PCIeWidth == 0 || g.SMCount != 132 {
+				t.Fatalf("GPU %d: hardware %+v, %d SMs; want its maximum clocks, PCIe link and 132 SMs", g.Index, g.Hardware, g.SMCount)
 			}
 		}
 	}
-	if want := 2 * gpus; reads != want {
-		t.Errorf("%d maximum-clock reads over 3 inventories of %d GPUs; want %d (once per GPU and clock)", reads, gpus, want)
+	if want := 3 * gpus; reads != want {
+		t.Errorf("%d maximum-clock and core-count reads over 3 inventories of %d GPUs; want %d (once per GPU and value)", reads, gpus, want)
 	}
 }

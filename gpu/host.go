@@ -41,7 +41,7 @@ type Host struct {
 	// Tables fixed by the hardware and the loaded driver, read once.
 	cacheMu  sync.Mutex
 	profiles map[string][]MIGProfile // by GPU UUID
-	fixed    map[string]Hardware     // readFixedHardware, by GPU UUID
+	fixed    map[string]fixed        // cachedFixed, by GPU UUID
 	minors   migMinors               // nil until the table exists
 }
 
@@ -63,7 +63,7 @@ func New(lib nvml.Interface, opts ...Option) *Host {
 		devRoot:   "/dev",
 		migMinors: "/proc/driver/nvidia-caps/mig-minors",
 		profiles:  map[string][]MIGProfile{},
-		fixed:     map[string]Hardware{},
+		fixed:     map[string]fixed{},
 	}
 	for _, o := range opts {
 		o(h)
