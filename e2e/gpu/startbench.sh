@@ -3,7 +3,8 @@
 # docs/benchmarks.md's containerd and Docker benchmarks do on the 2-core
 # build machine, but on a real node (its CPUs, its disk, its driver): the
 # create + start + wait + delete of a container whose root holds one static
-# program that exits at once, interleaved in every round:
+# program that exits at once, interleaved in every round (in a random
+# order each time):
 #
 #   runc                    plain runc, nothing asked (the baseline)
 #   no-GPU                  gpumux-runtime, nothing asked
@@ -132,9 +133,13 @@ run_way() { # run_way WAY: one container of that way
 	esac
 }
 
+# Each iteration runs every way once, in an order of its own: what a
+# container leaves behind (a cgroup's teardown) falls on the next one, so
+# no way is always after the same one.
 for round in $(seq "$ROUNDS"); do
 	for _ in $(seq "$N"); do
-		for w in "${ways[@]}"; do echo "$round $w $(run_way "$w")"; done
+		mapfile -t order < <(printf '%s\n' "${ways[@]}" | shuf)
+		for w in "${order[@]}"; do echo "$round $w $(run_way "$w")"; done
 	done
 done >"$work/times"
 python3 - "$work/times" "${ways[@]}" <<'PY'
