@@ -242,7 +242,9 @@ func (h *Host) cachedFixed(dev nvml.Device, uuid, cc string) fixed {
 	f, ok := h.fixed[uuid]
 	if !ok {
 		f = fixed{hardware: readFixedHardware(dev), smCount: smCount(dev, cc)}
-		h.fixed[uuid] = f
+		if f.smCount > 0 { // a read that failed is tried again next time
+			h.fixed[uuid] = f
+		}
 	}
 	return f
 }

@@ -69,8 +69,10 @@ type Create struct {
 	ID       string // the container ID
 	RuncRoot string // runc --root, recorded with the lease ("" for runc's default)
 	StateDir string // the node's state directory (its lease store)
-	// HookBinary is gpumux-runtime-hook, which the poststop hook runs;
-	// HookEnv is added to that hook's environment.
+	// HookBinary is the program the poststop hook runs:
+	// gpumux-runtime-hook (the core's creates), or gpumux-runtime, which
+	// asks the agent (the agent's); HookEnv is added to that hook's
+	// environment.
 	HookBinary string
 	HookEnv    []string
 	// Alive tells whether a lease's container still exists, for the stale
@@ -116,8 +118,9 @@ func (b *Bundle) Prepare(ctx context.Context, n Node, c Create) (err error) {
 	return writeSpec(b.path, spec)
 }
 
-// addPoststop makes runc call gpumux back: poststop (gpumux-runtime-hook,
-// which opens only the lease store) releases the shares. Nothing is checked
+// addPoststop makes runc call gpumux back: poststop (c.HookBinary: the
+// agent, or gpumux-runtime-hook, which opens only the lease store)
+// releases the shares. Nothing is checked
 // again as runc creates the container: Prepare checked every share a
 // moment before (an MPS daemon that answers, a MIG instance that exists),
 // and a createRuntime hook, run within the same runc create, would start

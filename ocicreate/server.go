@@ -85,8 +85,8 @@ func NewServer(n Node, configFile, stateDir string, alive func(lease.Record) (bo
 
 // Listen opens a unix socket at path that only root can reach: its
 // directory is made (0700) where missing, and the socket is 0600. A socket
-// file there that no one answers on is replaced; one that answers is
-// another agent's, refused.
+// there that no one answers on is replaced; one that answers is another
+// agent's, refused, and so is anything there that is not a socket.
 func Listen(path string) (*net.UnixListener, error) {
 	if !filepath.IsAbs(path) {
 		return nil, fmt.Errorf("runtime socket %q: want an absolute path", path)
@@ -97,6 +97,9 @@ func Listen(path string) (*net.UnixListener, error) {
 	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		c.Close()
 		return nil, fmt.Errorf("runtime socket %s: another agent answers on it", path)
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != os.ModeSocket {
+		return nil, fmt.Errorf("runtime socket %s: a %v is there, not a socket: not replaced", path, fi.Mode().Type())
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("runtime socket: %w", err)
@@ -117,23 +120,50 @@ func Listen(path string) (*net.UnixListener, error) {
 func (s *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer ln.Close()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	pause := time.Duration(0)
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("runtime socket: %w", err)
+			if !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) && !errors.Is(err, syscall.ENOBUFS) && !errors.Is(err, syscall.ENOMEM) {
+				return fmt.Errorf("runtime socket: %w", err)
+			}
+			// Out of descriptors or memory for now: wait, as net/http does.
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			s.logger.Warn("accepting on the runtime socket", "error", err, "retry in", pause)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(pause):
+			}
+			continue
 		}
+		pause = 0
 		wg.Go(func() {
 			defer c.Close()
-			answer := s.answer(ctx, c)
+			answer := s.answerSafely(ctx, c)
 			c.SetWriteDeadline(time.Now().Add(readTimeout))
 			io.WriteString(c, answer+"\n")
 		})
 	}
+}
+
+// answerSafely is answer, a panic in it (the agent reads files of the
+// image: the cache, libraries) reported as an error, which gpumux-runtime
+// takes as a refused create or a hook to do itself.
+func (s *Server) answerSafely(ctx context.Context, c *net.UnixConn) (answer string) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.logger.Error("gpumux-runtime's request failed", "panic", r)
+			answer = answerError + fmt.Sprintf("gpumux agent: internal error: %v", r)
+		}
+	}()
+	return s.answer(ctx, c)
 }
 
 // answer reads one request from c and does it. A peer that is neither
@@ -217,19 +247,38 @@ func updateLdcache(st specs.State, args []string, pid int) error {
 	if err != nil {
 		return err
 	}
-	ns := fmt.Sprintf("/proc/%d/root", pid)
-	in, err := os.Stat(ns + root)
+	// Everything through the hook's root: an absolute link on the way
+	// would lead into this process's mount namespace (os.Root refuses it).
+	ns, err := os.OpenRoot(fmt.Sprintf("/proc/%d/root", pid))
 	if err != nil {
 		return err
 	}
-	top, err := os.Stat(ns)
+	defer ns.Close()
+	r, err := ns.OpenRoot(strings.TrimPrefix(root, "/"))
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	in, err := r.Stat(".")
+	if err != nil {
+		return err
+	}
+	top, err := ns.Stat(".")
 	if err != nil {
 		return err
 	}
 	if os.SameFile(in, top) {
 		return nil // the host's own root: its cache is the host's
 	}
-	return ldcache.UpdateRoot(ns+root, links, dirs)
+	for _, d := range dirs {
+		// The driver's directories are mounts of the hook's namespace: one
+		// not there is a namespace this is not (gpumux-runtime-hook will do
+		// it where it runs).
+		if _, err := r.Stat(strings.TrimPrefix(d, "/")); err != nil {
+			return err
+		}
+	}
+	return ldcache.UpdateIn(r, links, dirs)
 }
 
 // prepare reads the bundle and, when it asks for shares, prepares it.
@@ -242,7 +291,7 @@ func (s *Server) prepare(ctx context.Context, inv ociruntime.Invocation, req req
 		ID: inv.ID, RuncRoot: inv.Root, StateDir: s.stateDir,
 		// gpumux-runtime itself, which asks this agent to give the
 		// shares back (gpumux-runtime-hook where none answers).
-		HookBinary: req.entry,
+		HookBinary: strings.TrimSuffix(req.entry, " (deleted)"), // replaced since it started
 		HookEnv:    append([]string{"GPUMUX_CONFIG=" + s.configFile}, s.hookEnv...),
 		Alive:      s.alive,
 		Warn:       s.logger.StandardWriter(&hclog.StandardLoggerOptions{ForceLevel: hclog.Warn}),

@@ -270,7 +270,7 @@ func TestServerAnswers(t *testing.T) {
 }
 
 // TestListenRefusesAnotherAgent: a socket another agent answers on is not
-// taken over; a stale one is.
+// taken over, nor a file that is not a socket; a stale socket is.
 func TestListenRefusesAnotherAgent(t *testing.T) {
 	s := newServer(t)
 	if _, err := Listen(s.socket); err == nil || !strings.Contains(err.Error(), "another agent answers") {
@@ -288,6 +288,16 @@ func TestListenRefusesAnotherAgent(t *testing.T) {
 		t.Fatalf("Listen on a stale socket: %v", err)
 	}
 	ln.Close()
+	file := filepath.Join(filepath.Dir(s.socket), "node.hcl")
+	if err := os.WriteFile(file, []byte("keep me\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(file); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("Listen on a regular file: %v", err)
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "keep me\n" {
+		t.Errorf("the file at the socket's path became %q (%v)", b, err)
+	}
 }
 
 func TestParseRequest(t *testing.T) {
@@ -390,6 +400,15 @@ func TestServerHooks(t *testing.T) {
 	}
 
 	confBundle, confRoot := hookBundle(t, true)
+	// A bundle whose root path goes through an absolute link: followed
+	// from /proc/PID/root it would lead into the agent's own namespace.
+	linked, _ := hookBundle(t, false)
+	if err := os.Rename(filepath.Join(linked, "rootfs"), filepath.Join(linked, "real")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(linked, "real"), filepath.Join(linked, "rootfs")); err != nil {
+		t.Fatal(err)
+	}
 	spec := bundle(t, map[string]string{node.AnnotationMechanism: "timeslice"})
 	if got := s.ask(t, encodeRequest(s.config, "", "/usr/bin/gpumux-runtime", "create", "--bundle", spec, "c2")); got != answerRunc {
 		t.Fatalf("create: %q", got)
@@ -400,6 +419,7 @@ func TestServerHooks(t *testing.T) {
 		want string
 	}{
 		{"update-ldcache where ldconfig is needed", encodeHook("", specs.State{ID: "c3", Bundle: confBundle}, ldArgs...), answerFallback},
+		{"update-ldcache through an absolute link", encodeHook("", specs.State{ID: "c3", Bundle: linked}, ldArgs...), answerFallback},
 		{"update-ldcache with bad arguments", encodeHook("", specs.State{ID: "c3", Bundle: b}, ociruntime.HookUpdateLdcache, "lib"), answerFallback},
 		{"poststop of another state directory", encodeHook("/var/lib/other", specs.State{ID: "c2"}, ociruntime.HookPoststop), answerFallback},
 		{"another hook", encodeHook(s.state, specs.State{ID: "c2"}, "prestart"), answerFallback},

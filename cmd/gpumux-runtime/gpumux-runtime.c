@@ -75,8 +75,8 @@
 #define PROTOCOL "gpumux-create/1"
 #define PROTOCOL_HOOK "gpumux-hook/1"
 /* A container's state on a hook's stdin larger than this is not sent
- * (the agent's bound on a request). */
-#define MAX_STATE (1L << 20)
+ * (the agent's bound on a request is 1 MiB, arguments included). */
+#define MAX_STATE (1L << 19)
 /* How long the agent may take to prepare a create. */
 #define AGENT_TIMEOUT_S 60
 
@@ -250,11 +250,12 @@ static int may_ask(const char *bundle)
 	return asks;
 }
 
-/* write_all writes n bytes of b to fd. */
-static int write_all(int fd, const char *b, size_t n)
+/* write_all writes n bytes of b to fd; to a socket (sock) without
+ * SIGPIPE when the other end has gone. */
+static int write_all(int fd, const char *b, size_t n, int sock)
 {
 	while (n > 0) {
-		ssize_t w = write(fd, b, n);
+		ssize_t w = sock ? send(fd, b, n, MSG_NOSIGNAL) : write(fd, b, n);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)
@@ -288,13 +289,14 @@ static int ask_agent(const char *protocol, const char *config, const char *state
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return AGENT_NONE;
+	/* Before connect, which waits on an agent whose backlog is full. */
+	struct timeval tv = {.tv_sec = AGENT_TIMEOUT_S};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
 		close(fd);
 		return AGENT_NONE;
 	}
-	struct timeval tv = {.tv_sec = AGENT_TIMEOUT_S};
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 
 	char self[PATH_MAX];
 	ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -304,9 +306,9 @@ static int ask_agent(const char *protocol, const char *config, const char *state
 	size_t nhead = state ? 5 : 4;
 	int ok = 1;
 	for (size_t i = 0; ok && i < nhead; i++)
-		ok = write_all(fd, head[i], strlen(head[i]) + 1) == 0;
+		ok = write_all(fd, head[i], strlen(head[i]) + 1, 1) == 0;
 	for (int i = 0; ok && i < rn; i++)
-		ok = write_all(fd, rargs[i], strlen(rargs[i]) + 1) == 0;
+		ok = write_all(fd, rargs[i], strlen(rargs[i]) + 1, 1) == 0;
 	char answer[4096];
 	size_t got = 0;
 	if (ok && shutdown(fd, SHUT_WR) == 0) {
@@ -368,7 +370,8 @@ static int create_via_agent(const char *config, char **args, int n, char **rargs
 
 /*
  * hook_via_agent: a hook goes to the agent with the state on stdin; where
- * the agent does not do it, gpumux-runtime-hook gets the same stdin.
+ * the agent does not do it (no agent, "fallback", an error, no answer),
+ * gpumux-runtime-hook gets the same stdin.
  */
 static int hook_via_agent(const char *config, char **rargs, int rn)
 {
@@ -395,11 +398,11 @@ static int hook_via_agent(const char *config, char **rargs, int rn)
 		answer = ask_agent(PROTOCOL_HOOK, config, state, rargs, rn, why, sizeof why);
 	if (answer == AGENT_OK)
 		return 0;
-	if (answer == AGENT_REFUSED)
-		return 1;
-	/* gpumux-runtime-hook reads the same state, from a file in memory. */
+	/* Anything else, a refusal included: gpumux-runtime-hook does the
+	 * hook, and reports its own errors. It reads the same state, from a
+	 * file in memory. */
 	int fd = memfd_create("gpumux-hook-state", MFD_CLOEXEC);
-	if (fd < 0 || write_all(fd, state, got) != 0 || lseek(fd, 0, SEEK_SET) != 0 || dup2(fd, 0) != 0) {
+	if (fd < 0 || write_all(fd, state, got, 0) != 0 || lseek(fd, 0, SEEK_SET) != 0 || dup2(fd, 0) != 0) {
 		fprintf(stderr, "%s: handing the hook's state to %s: %s\n", ENTRY, HOOK, strerror(errno));
 		return 127;
 	}

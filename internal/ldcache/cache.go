@@ -79,7 +79,7 @@ func Parse(b []byte) (*Cache, error) {
 	le := binary.LittleEndian
 	h := b[base:]
 	nlibs := uint64(le.Uint32(h[20:]))
-	if flags := h[28] & endianMask; flags != endianUnset && flags != endianLittle {
+	if flags := h[28]; flags != endianUnset && flags&endianMask != endianLittle {
 		return nil, fmt.Errorf("%w: the cache's byte order (flags %#x) is not this package's", ErrUnsupported, h[28])
 	}
 	if nlibs > uint64(len(h)-newHeaderSize)/newEntrySize {

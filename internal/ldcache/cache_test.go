@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // ldconfig is the host's, which the tests hold this package to.
@@ -311,4 +313,32 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("generator %q came back as %q", c.Generator, back.Generator)
 		}
 	})
+}
+
+// TestAddToCacheRefusesOddFiles: what the image puts at /etc/ld.so.cache
+// that is not a regular file (a FIFO would block a reader forever, a link
+// to a device would never end) is left to ldconfig, at once.
+func TestAddToCacheRefusesOddFiles(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(root, "etc/ld.so.cache"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	done := make(chan error, 1)
+	go func() { done <- AddToCache(r, []string{driverDir}) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrUnsupported) {
+			t.Errorf("a FIFO as the cache: %v, want ErrUnsupported", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("AddToCache blocked on a FIFO")
+	}
 }

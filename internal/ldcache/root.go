@@ -3,10 +3,12 @@ package ldcache
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // LinkFlag precedes each LINK=TARGET argument of the update-ldcache hook.
@@ -69,6 +71,11 @@ func UpdateRoot(root string, links []Link, dirs []string) error {
 		return err
 	}
 	defer r.Close()
+	return UpdateIn(r, links, dirs)
+}
+
+// UpdateIn is UpdateRoot in a root already open.
+func UpdateIn(r *os.Root, links []Link, dirs []string) error {
 	if err := r.Mkdir("etc", 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
@@ -114,21 +121,16 @@ const (
 // does not take on is ErrUnsupported, and so is an image that has a
 // configuration but no cache: the caller runs ldconfig for those.
 func AddToCache(r *os.Root, dirs []string) error {
+	b, err := readCache(r)
 	c := &Cache{}
-	switch fi, err := r.Stat(cacheFile); {
+	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if _, err := r.Lstat(configFile); !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%w: the image has /%s and no cache", ErrUnsupported, configFile)
 		}
 	case err != nil:
 		return err
-	case fi.Size() > maxCache:
-		return fmt.Errorf("%w: the image's cache is %d bytes", ErrUnsupported, fi.Size())
 	default:
-		b, err := r.ReadFile(cacheFile)
-		if err != nil {
-			return err
-		}
 		if c, err = Parse(b); err != nil {
 			return fmt.Errorf("the image's /%s: %w", cacheFile, err)
 		}
@@ -143,6 +145,30 @@ func AddToCache(r *os.Root, dirs []string) error {
 	}
 	c.Add(dirs, libs)
 	return writeCache(r, c.Marshal())
+}
+
+// readCache reads the image's cache, which must be a regular file of at
+// most maxCache bytes (the image chooses what is at that path: a link to
+// /dev/zero, a FIFO); anything else is ErrUnsupported, for ldconfig to
+// replace.
+func readCache(r *os.Root) ([]byte, error) {
+	f, err := r.OpenFile(cacheFile, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > maxCache {
+		return nil, fmt.Errorf("%w: the image's /%s is a %v of %d bytes", ErrUnsupported, cacheFile, fi.Mode().Type(), fi.Size())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxCache+1))
+	if err == nil && len(b) > maxCache {
+		err = fmt.Errorf("%w: the image's /%s grows past %d bytes", ErrUnsupported, cacheFile, maxCache)
+	}
+	return b, err
 }
 
 // writeCache replaces the container's cache with b: written beside it and

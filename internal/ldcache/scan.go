@@ -96,8 +96,16 @@ func Scan(root *os.Root, dir string) ([]Entry, error) {
 
 var errNotLibrary = errors.New("not a shared object")
 
+// maxDynamic bounds the dynamic section and string table readELF reads.
+const maxDynamic = 16 << 20
+
 // readELF reads a shared object's SONAME and the flags ldconfig gives it.
 func readELF(root *os.Root, file string) (soname string, flags int32, err error) {
+	defer func() {
+		if r := recover(); r != nil { // debug/elf is not hardened against any file
+			soname, flags, err = "", 0, fmt.Errorf("%w: reading its ELF headers: %v", ErrUnsupported, r)
+		}
+	}()
 	f, err := root.Open(file)
 	if err != nil {
 		return "", 0, err
@@ -119,6 +127,13 @@ func readELF(root *os.Root, file string) (soname string, flags int32, err error)
 		flags = FlagELFLibc6 | FlagPowerPCLib64
 	default:
 		return "", 0, fmt.Errorf("%w: an ELF %v %v library", ErrUnsupported, ef.Class, ef.Machine)
+	}
+	// debug/elf reads a section whole, by the size its header claims: a
+	// library's dynamic section and string table are KiBs.
+	if ds := ef.SectionByType(elf.SHT_DYNAMIC); ds != nil {
+		if ds.Size > maxDynamic || int(ds.Link) >= len(ef.Sections) || ef.Sections[ds.Link].Size > maxDynamic {
+			return "", 0, fmt.Errorf("%w: a dynamic section or string table larger than %d bytes", ErrUnsupported, maxDynamic)
+		}
 	}
 	names, err := ef.DynString(elf.DT_SONAME)
 	if err != nil {

@@ -382,7 +382,7 @@ func TestCEntryHooksAskTheAgent(t *testing.T) {
 		{"left to gpumux-runtime-hook", "fallback", ld, HookBinary, 0, nil},
 		{"the agent breaks off", "", post, HookBinary, 0, nil},
 		{"an answer it does not know", "maybe", ld, HookBinary, 0, nil},
-		{"refused", "error gpumux-runtime: no", ld, "", 1, nil},
+		{"an error: left to gpumux-runtime-hook", "error gpumux agent: internal error", ld, HookBinary, 0, nil},
 		{"no agent", "-", ld, HookBinary, 0, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
