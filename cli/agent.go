@@ -94,6 +94,7 @@ func agent(ctx context.Context, o *agentOptions, logger hclog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("node config: %w", err)
 	}
+	env := hookEnv(o.runtimeSocket) // what the containers' hooks need to find this agent
 	src, err := os.ReadFile(configFile)
 	if err != nil {
 		return fmt.Errorf("node config: %w (set --config or GPUMUX_CONFIG)", err)
@@ -102,7 +103,7 @@ func agent(ctx context.Context, o *agentOptions, logger hclog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", configFile, err)
 	}
-	n, err := node.Open(cfg, node.WithLogger(logger), node.WithIssuer("agent"), node.WithHealthInterval(o.health), node.WithHookEnv(hookEnv(o.runtimeSocket)...))
+	n, err := node.Open(cfg, node.WithLogger(logger), node.WithIssuer("agent"), node.WithHealthInterval(o.health), node.WithHookEnv(env...))
 	if err != nil {
 		return err
 	}
@@ -124,7 +125,7 @@ func agent(ctx context.Context, o *agentOptions, logger hclog.Logger) error {
 		if err != nil {
 			logger.Warn("not serving gpumux-runtime: its creates start gpumux-runtime-core", "error", err)
 		} else {
-			srv := ocicreate.NewServer(n, configFile, cfg.StateDir, alive, ocicreate.WithLogger(logger.Named("runtime")), ocicreate.WithHookEnv(hookEnv(o.runtimeSocket)...))
+			srv := ocicreate.NewServer(n, configFile, cfg.StateDir, alive, ocicreate.WithLogger(logger.Named("runtime")), ocicreate.WithHookEnv(env...))
 			done := make(chan struct{})
 			go func() {
 				defer close(done)

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,15 +39,9 @@ func BenchmarkCRILifecycle(b *testing.B) {
 	// The agent serves the NRI plugin and the hooks gpumux-runtime runs
 	// (the CDI devices' and the NRI plugin's name it): its socket for the
 	// hooks' environment.
-	dir, err := os.MkdirTemp("", "gmx")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	socket := filepath.Join(dir, "runtime.sock")
-	a := startAgent(b, withNRI(b, config, d), "--runtime-socket", socket)
-	waitFor(b, ctx, 30*time.Second, "gpumux agent's NRI plugin and runtime socket", func() (bool, string) {
-		return strings.Contains(a.log.String(), "serving NRI") && strings.Contains(a.log.String(), "serving gpumux-runtime"), a.log.String()
+	a, socket := agentRuntimeSocket(b, ctx, withNRI(b, config, d))
+	waitFor(b, ctx, 30*time.Second, "gpumux agent's NRI plugin", func() (bool, string) {
+		return strings.Contains(a.log.String(), "serving NRI"), a.log.String()
 	})
 	devs := writeCDISpec(b, ctx, config, d.CDISpecDir, "gpumux-runtime", ocicreate.EnvSocket+"="+socket)
 	dev, whole := devs["timeslice"], devs["exclusive"]

@@ -312,12 +312,18 @@ func TestParseRequest(t *testing.T) {
 	}
 }
 
-// FuzzParseRequest: no request makes the parser panic.
+// FuzzParseRequest: what the C entry encodes, with fields that hold no
+// NUL, parses back to the same fields.
 func FuzzParseRequest(f *testing.F) {
-	f.Add(encodeRequest("/etc/gpumux/node.hcl", "", "/bin/gpumux-runtime", "create", "c1"))
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		if r, ok := parseRequest(raw); ok && len(r.args) == 0 {
-			t.Fatalf("a request without runc's arguments taken: %+v", r)
+	f.Add("/etc/gpumux/node.hcl", "", "/bin/gpumux-runtime", "create\nc1")
+	f.Fuzz(func(t *testing.T, config, stateDir, entry, args string) {
+		if strings.ContainsRune(config+stateDir+entry+args, 0) {
+			return
+		}
+		argv := strings.Split(args, "\n")
+		r, ok := parseRequest(encodeRequest(append([]string{config, stateDir, entry}, argv...)...))
+		if !ok || r.hook || r.config != config || r.stateDir != stateDir || r.entry != entry || !slices.Equal(r.args, argv) {
+			t.Fatalf("%q %q %q %q parsed as %+v, %v", config, stateDir, entry, argv, r, ok)
 		}
 	})
 }
