@@ -149,7 +149,15 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = guard(path, func() error { return db.Update(initialize) })
+	err = guard(path, func() error {
+		// A store made before needs no write: its check is a read, and an
+		// empty commit would still cost two fdatasyncs on every open.
+		var ready bool
+		if err := db.View(func(tx *bolt.Tx) (err error) { ready, err = initialized(tx); return err }); err != nil || ready {
+			return err
+		}
+		return db.Update(initialize)
+	})
 	if err != nil {
 		db.Close()
 		if errors.Is(err, ErrDamaged) {
@@ -259,20 +267,55 @@ func initialize(tx *bolt.Tx) error {
 		return err
 	}
 	if v := meta.Get(keySchema); v != nil {
-		n, err := strconv.Atoi(string(v))
-		switch {
-		case err != nil || n < 1:
-			return fmt.Errorf("schema %q is not a version: not a gpumux lease store?", v)
-		case n > Schema:
-			return fmt.Errorf("schema %d was written by a newer gpumux; this one knows schema %d and leaves it alone", n, Schema)
+		if err := checkSchema(v); err != nil {
+			return err
 		}
 	} else if err := meta.Put(keySchema, []byte(strconv.Itoa(Schema))); err != nil {
 		return err
 	}
-	for _, b := range [][]byte{bucketShares, bucketContainers, bucketReservations} {
+	for _, b := range dataBuckets {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// dataBuckets are the buckets besides meta that initialize makes.
+var dataBuckets = [][]byte{bucketShares, bucketContainers, bucketReservations}
+
+// initialized says, reading only, whether initialize would change nothing:
+// the schema is written and known, and every bucket is there. A schema
+// this package must not use is the same error initialize returns.
+func initialized(tx *bolt.Tx) (bool, error) {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		return false, nil
+	}
+	v := meta.Get(keySchema)
+	if v == nil {
+		return false, nil
+	}
+	if err := checkSchema(v); err != nil {
+		return false, err
+	}
+	for _, b := range dataBuckets {
+		if tx.Bucket(b) == nil {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// checkSchema refuses a schema version that is not one, or is newer than
+// this package's.
+func checkSchema(v []byte) error {
+	n, err := strconv.Atoi(string(v))
+	switch {
+	case err != nil || n < 1:
+		return fmt.Errorf("schema %q is not a version: not a gpumux lease store?", v)
+	case n > Schema:
+		return fmt.Errorf("schema %d was written by a newer gpumux; this one knows schema %d and leaves it alone", n, Schema)
 	}
 	return nil
 }
@@ -608,8 +651,9 @@ func checkContainer(c string) error {
 	return nil
 }
 
-// selfOwner describes this process, or is nil where /proc cannot tell.
-func selfOwner() *Owner { return ownerOf(os.Getpid()) }
+// selfOwner describes this process, or is nil where /proc cannot tell;
+// read once (a long-lived agent opens the store for every create).
+var selfOwner = sync.OnceValue(func() *Owner { return ownerOf(os.Getpid()) })
 
 // ownerOf describes process pid (of this process's PID namespace), or is
 // nil where /proc cannot tell.

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -185,6 +186,35 @@ func TestPersistsAndSchema(t *testing.T) {
 	setSchema(t, path, "1")
 	s = open(t, path)
 	wantLeases(t, s, map[string]string{"GPU-00": "c1"})
+}
+
+// Opening a store that is ready writes nothing (its check is a read: an
+// empty commit costs two fdatasyncs on every create), and a store that
+// lacks a bucket (an older layout) gets it.
+func TestOpenWritesOnlyWhatIsMissing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.db")
+	open(t, path).Close()
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open(t, path).Close()
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Error("opening a ready store changed its file")
+	}
+
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketReservations) }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s := open(t, path)
+	if err := s.Reserve(ctx, "token-0123456789abcdef", []string{"GPU-00"}, time.Minute); err != nil {
+		t.Errorf("a store opened without its reservations bucket: %v", err)
+	}
 }
 
 func setSchema(t *testing.T, path, v string) {
