@@ -17,7 +17,14 @@
 #                           what an engine that applies a CDI device or an
 #                           NRI adjustment runs
 #
-# for a whole GPU and a time-slice replica behind the limiter. Prints each
+# for a whole GPU and a time-slice replica behind the limiter. ABLATE=1
+# adds the replica's spec with parts taken out, to see where its cost goes:
+#
+#   edits-timeslice-nolimiter   without the limiter's mounts
+#   edits-timeslice-nohook      without its createContainer (update-ldcache) hook
+#   edits-timeslice-nopoststop  without its poststop hook
+#
+# Prints each
 # way's median milliseconds and its ratio to runc's, per round and over all.
 # Changes no card setting. Usage, from the repository root, as root, after
 # make build (GPUMUX: the CLI, default beside RUNTIME):
@@ -124,6 +131,24 @@ for share in exclusive timeslice; do
 	grep -q '"poststop"' "$work/edits-$share/config.orig" || { echo "FAIL: the agent wrote no edits for $share"; exit 1; }
 done
 
+# ablate NAME FROM FILTER: bundle NAME with FROM's edits spec less what
+# the Python expression FILTER (on spec) drops.
+ablate() {
+	bundle "$1" '{}'
+	python3 - "$work/$2/config.orig" "$work/$1/config.orig" "$3" <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+exec(sys.argv[3])
+json.dump(spec, open(sys.argv[2], "w"))
+PY
+	ways+=("$1")
+}
+if [[ ${ABLATE:-} == 1 ]]; then
+	ablate edits-timeslice-nolimiter edits-timeslice 'spec["mounts"] = [m for m in spec["mounts"] if not m["destination"].startswith("/run/gpumux/limiter")]'
+	ablate edits-timeslice-nohook edits-timeslice 'spec["hooks"].pop("createContainer")'
+	ablate edits-timeslice-nopoststop edits-timeslice 'spec["hooks"].pop("poststop")'
+fi
+
 run_way() { # run_way WAY: one container of that way
 	case $1 in
 	# shellcheck disable=SC2046
@@ -148,10 +173,10 @@ rows = [l.split() for l in open(sys.argv[1])]
 ways = sys.argv[2:]
 rounds = sorted({int(r[0]) for r in rows})
 med = {(r, w): statistics.median(int(x[2]) for x in rows if int(x[0]) == r and x[1] == w) for r in rounds for w in ways}
-print(f"{'way':18} {'ms (median of rounds)':>22} {'x runc: median (range) of rounds':>34}")
+print(f"{'way':28} {'ms (median of rounds)':>22} {'x runc: median (range) of rounds':>34}")
 for w in ways:
     ms = [med[(r, w)] / 1000 for r in rounds]
     ratio = [med[(r, w)] / med[(r, 'runc')] for r in rounds]
-    print(f"{w:18} {statistics.median(ms):22.2f} {statistics.median(ratio):14.3f} ({min(ratio):.3f}-{max(ratio):.3f})")
+    print(f"{w:28} {statistics.median(ms):22.2f} {statistics.median(ratio):14.3f} ({min(ratio):.3f}-{max(ratio):.3f})")
 PY
 echo PASS

@@ -110,6 +110,7 @@ type Store struct {
 
 	mu     sync.RWMutex // guards closed against Close during an operation
 	closed bool
+	unlock func() // gives this process's slot of the store back (lockInProcess)
 }
 
 type options struct {
@@ -142,11 +143,14 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("lease store %s: %w", path, err)
 	}
-	if err := create(path, o.timeout); err != nil {
+	deadline := time.Now().Add(o.timeout)
+	unlock, err := lockInProcess(path, o.timeout)
+	if err != nil {
 		return nil, err
 	}
-	db, err := openChecked(path, o.timeout)
+	db, err := openNew(path, time.Until(deadline))
 	if err != nil {
+		unlock()
 		return nil, err
 	}
 	err = guard(path, func() error {
@@ -160,12 +164,45 @@ func Open(path string, opts ...Option) (*Store, error) {
 	})
 	if err != nil {
 		db.Close()
+		unlock()
 		if errors.Is(err, ErrDamaged) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("lease store %s: %w", path, err)
 	}
-	return &Store{db: db, path: path, grace: o.grace, now: time.Now, self: selfOwner(), running: processRunning}, nil
+	return &Store{db: db, path: path, grace: o.grace, now: time.Now, self: selfOwner(), running: processRunning, unlock: unlock}, nil
+}
+
+// openNew creates the store at path if there is none, then opens it.
+func openNew(path string, timeout time.Duration) (*bolt.DB, error) {
+	if err := create(path, timeout); err != nil {
+		return nil, err
+	}
+	return openChecked(path, timeout)
+}
+
+// inProcess holds, per store path, a one-slot channel that this process's
+// open Store of it fills. bbolt's file lock is taken per open file, so
+// two goroutines of one process (an agent's creates and hooks) would
+// otherwise wait for each other in bbolt's lock retry, 50 ms a round.
+var inProcess sync.Map
+
+// lockInProcess waits up to timeout for this process's other open Store
+// of path to close, and returns what gives the slot back.
+func lockInProcess(path string, timeout time.Duration) (func(), error) {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	v, _ := inProcess.LoadOrStore(path, make(chan struct{}, 1))
+	slot := v.(chan struct{})
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case slot <- struct{}{}:
+		return sync.OnceFunc(func() { <-slot }), nil
+	case <-t.C:
+		return nil, fmt.Errorf("%w: %s still held after %s (by this process)", ErrLocked, path, timeout)
+	}
 }
 
 // create makes a new, initialized store at path if there is no file there.
@@ -328,6 +365,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	defer s.unlock()
 	return s.db.Close()
 }
 

@@ -650,3 +650,30 @@ func TestProcessStartParsesOddNames(t *testing.T) {
 		t.Errorf("the test process is not named as meant: %s", b)
 	}
 }
+
+// BenchmarkOpenFromGoroutines opens and closes one store from several
+// goroutines of one process at once, as an agent's creates and hooks do:
+// each waits for the others in the process, not in bbolt's file-lock
+// retry (50 ms a round).
+func BenchmarkOpenFromGoroutines(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "leases.db")
+	s, err := Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Close()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			s, err := Open(path)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := s.Leases(ctx); err != nil {
+				b.Error(err)
+			}
+			s.Close()
+		}
+	})
+}
