@@ -54,6 +54,9 @@ type Server struct {
 	limits     node.Limits
 	logger     hclog.Logger
 	hookEnv    []string
+	// after holds the work done after an answer (the poststop hook's
+	// release); Serve waits for it.
+	after sync.WaitGroup
 }
 
 // ServerOption configures a Server.
@@ -119,6 +122,7 @@ func Listen(path string) (*net.UnixListener, error) {
 // waits for the connections it is answering.
 func (s *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
 	var wg sync.WaitGroup
+	defer s.after.Wait()
 	defer wg.Wait()
 	defer ln.Close()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
@@ -211,28 +215,38 @@ func (s *Server) answer(ctx context.Context, c *net.UnixConn) string {
 // gpumux-runtime as the hook (process pid): update-ldcache in the root of
 // the container, seen through the hook's own mount namespace
 // (/proc/PID/root), and poststop, the container's leases given back, when
-// they are in this agent's store. Anything else, and anything that fails,
-// is gpumux-runtime-hook's to do (answerFallback), which reports its own
-// errors.
+// they are in this agent's store. Anything else, and an update-ldcache
+// that fails, is gpumux-runtime-hook's to do (answerFallback), which
+// reports its own errors.
+//
+// Poststop is answered at once and the leases given back after (runc
+// waits for its hooks; the release's commit to disk is not the deleted
+// container's business). A release that fails is logged; the leases of a
+// container runc no longer knows are reclaimed anyway, at the next create
+// and at the agent's every period.
 func (s *Server) hook(ctx context.Context, req request, pid int) string {
 	var st specs.State
 	if len(req.args) < 2 || req.args[0] != "hook" || json.Unmarshal(req.state, &st) != nil || st.ID == "" {
 		return answerFallback
 	}
-	var err error
 	switch name := req.args[1]; {
 	case name == ociruntime.HookUpdateLdcache:
-		err = updateLdcache(st, req.args[2:], pid)
+		if err := updateLdcache(st, req.args[2:], pid); err != nil {
+			s.logger.Debug("left a hook to gpumux-runtime-hook", "hook", name, "container", st.ID, "reason", err)
+			return answerFallback
+		}
+		s.logger.Debug("did a container's hook", "hook", name, "container", st.ID)
 	case name == ociruntime.HookPoststop && len(req.args) == 2 && filepath.Clean(req.stateDir) == filepath.Clean(s.stateDir):
-		_, err = node.LeasesIn(s.stateDir).Release(ctx, st.ID)
+		s.after.Go(func() {
+			if _, err := node.LeasesIn(s.stateDir).Release(context.WithoutCancel(ctx), st.ID); err != nil {
+				s.logger.Warn("giving a deleted container's shares back; they are reclaimed later", "container", st.ID, "error", err)
+				return
+			}
+			s.logger.Debug("did a container's hook", "hook", name, "container", st.ID)
+		})
 	default:
 		return answerFallback
 	}
-	if err != nil {
-		s.logger.Debug("left a hook to gpumux-runtime-hook", "hook", req.args[1], "container", st.ID, "reason", err)
-		return answerFallback
-	}
-	s.logger.Debug("did a container's hook", "hook", req.args[1], "container", st.ID)
 	return answerOK
 }
 

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -28,6 +29,9 @@ import (
 // replicas) listening on a socket of its own.
 type server struct {
 	socket, config, state string
+	// stop ends Serve and returns its error once it has returned (after
+	// the work it does after its answers).
+	stop func() error
 }
 
 func newServer(t testing.TB) *server {
@@ -75,9 +79,12 @@ func newServerOf(t testing.TB, body string) *server {
 	go func() {
 		done <- NewServer(n, s.config, s.state, func(lease.Record) (bool, error) { return true, nil }).Serve(ctx, ln)
 	}()
-	t.Cleanup(func() {
+	s.stop = sync.OnceValue(func() error {
 		cancel()
-		if err := <-done; err != nil {
+		return <-done
+	})
+	t.Cleanup(func() {
+		if err := s.stop(); err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	})
@@ -437,6 +444,10 @@ func TestServerHooks(t *testing.T) {
 				t.Errorf("answer %q, want %q", got, tc.want)
 			}
 		})
+	}
+	// The release follows the answer; Serve waits for it.
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
 	}
 	if recs := s.records(t); len(recs) != 0 {
 		t.Errorf("leases after poststop: %+v", recs)
