@@ -342,3 +342,59 @@ func TestAddToCacheRefusesOddFiles(t *testing.T) {
 		t.Fatal("AddToCache blocked on a FIFO")
 	}
 }
+
+// TestScanRemembersOnlyTheSameFile: what Scan read of a library is reused
+// for that file only: a library rewritten in place (same inode, same size)
+// or replaced by another file is read again.
+func TestScanRemembersOnlyTheSameFile(t *testing.T) {
+	root := t.TempDir()
+	build(t, root, "lib", libraries{"libx.so.9": "libx.so.1"}, nil)
+	other := t.TempDir()
+	build(t, other, "lib", libraries{"libx.so.9": "libx.so.2"}, nil)
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	scan := func() string {
+		t.Helper()
+		e, err := Scan(r, "/lib")
+		if err != nil || len(e) != 1 {
+			t.Fatalf("Scan: %+v, %v", e, err)
+		}
+		return e[0].Key
+	}
+	if got := scan(); got != "libx.so.1" {
+		t.Fatalf("first scan: %s", got)
+	}
+	if got := scan(); got != "libx.so.1" {
+		t.Fatalf("second scan: %s", got)
+	}
+	lib, newer := filepath.Join(root, "lib/libx.so.9"), filepath.Join(other, "lib/libx.so.9")
+	b, err := os.ReadFile(newer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(lib); fi.Size() != int64(len(b)) {
+		t.Fatalf("the two builds differ in size (%d, %d): the test wants a rewrite of the same size", fi.Size(), len(b))
+	}
+	f, err := os.OpenFile(lib, os.O_WRONLY, 0) // in place: the same inode
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.WriteAt(b, 0)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := scan(); got != "libx.so.2" {
+		t.Errorf("after a rewrite in place: %s, want libx.so.2", got)
+	}
+	build(t, root, "lib2", libraries{"libx.so.9": "libx.so.3"}, nil)
+	if err := os.Rename(filepath.Join(root, "lib2/libx.so.9"), lib); err != nil {
+		t.Fatal(err)
+	}
+	if got := scan(); got != "libx.so.3" {
+		t.Errorf("after a replacement: %s, want libx.so.3", got)
+	}
+}
