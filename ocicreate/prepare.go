@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
@@ -82,6 +83,8 @@ type Create struct {
 	Warn io.Writer
 	// Record is added to the lease's record (lease.WithOwner).
 	Record []lease.AcquireOption
+	// Logger gets what is worth a debug line (nil: none).
+	Logger hclog.Logger
 }
 
 // Prepare leases the bundle's shares on n and writes their edits, and the
@@ -113,6 +116,11 @@ func (b *Bundle) Prepare(ctx context.Context, n Node, c Create) (err error) {
 	dropEnv(spec, g.Edits.Env)
 	if err := (&cdi.ContainerEdits{ContainerEdits: node.CDIEdits(g.Edits)}).Apply(spec); err != nil {
 		return fmt.Errorf("applying the container edits of %v: %w", share.IDs(g.Shares), err)
+	}
+	// Where it cannot, the hook does it in the container (cacheAtCreate
+	// says why); that is no failure of the create.
+	if err := cacheAtCreate(spec, filepath.Dir(b.path)); err != nil && c.Logger != nil {
+		c.Logger.Debug("left update-ldcache to the container's hook", "container", c.ID, "reason", err)
 	}
 	addPoststop(spec, c)
 	return writeSpec(b.path, spec)

@@ -310,6 +310,7 @@ func (s *Server) prepare(ctx context.Context, inv ociruntime.Invocation, req req
 		Alive:      s.alive,
 		Warn:       s.logger.StandardWriter(&hclog.StandardLoggerOptions{ForceLevel: hclog.Warn}),
 		Record:     []lease.AcquireOption{lease.WithOwner(pid)},
+		Logger:     s.logger,
 	})
 	if err == nil {
 		s.logger.Debug("prepared a container's create", "container", inv.ID)

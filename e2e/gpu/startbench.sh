@@ -23,6 +23,7 @@
 #   edits-timeslice-nolimiter   without the limiter's mounts
 #   edits-timeslice-nohook      without its createContainer (update-ldcache) hook
 #   edits-timeslice-nopoststop  without its poststop hook
+#   edits-timeslice-truehook    its createContainer hook replaced by /bin/true
 #
 # Prints each
 # way's median milliseconds and its ratio to runc's, per round and over all.
@@ -147,6 +148,7 @@ if [[ ${ABLATE:-} == 1 ]]; then
 	ablate edits-timeslice-nolimiter edits-timeslice 'spec["mounts"] = [m for m in spec["mounts"] if not m["destination"].startswith("/run/gpumux/limiter")]'
 	ablate edits-timeslice-nohook edits-timeslice 'spec["hooks"].pop("createContainer")'
 	ablate edits-timeslice-nopoststop edits-timeslice 'spec["hooks"].pop("poststop")'
+	ablate edits-timeslice-truehook edits-timeslice 'spec["hooks"]["createContainer"] = [{"path": "/bin/true", "args": ["true"]}]'
 fi
 
 run_way() { # run_way WAY: one container of that way
@@ -162,21 +164,29 @@ run_way() { # run_way WAY: one container of that way
 # container leaves behind (a cgroup's teardown) falls on the next one, so
 # no way is always after the same one.
 for round in $(seq "$ROUNDS"); do
-	for _ in $(seq "$N"); do
+	for i in $(seq "$N"); do
 		mapfile -t order < <(printf '%s\n' "${ways[@]}" | shuf)
-		for w in "${order[@]}"; do echo "$round $w $(run_way "$w")"; done
+		for w in "${order[@]}"; do echo "$round $i $w $(run_way "$w")"; done
 	done
 done >"$work/times"
+# Per round, each way's median and its ratio to runc's; and, since the
+# node's noise moves whole iterations, the paired figures: each
+# iteration's time of the way less runc's in the same iteration, and that
+# iteration's ratio, medians over all iterations.
 python3 - "$work/times" "${ways[@]}" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 ways = sys.argv[2:]
-rounds = sorted({int(r[0]) for r in rows})
-med = {(r, w): statistics.median(int(x[2]) for x in rows if int(x[0]) == r and x[1] == w) for r in rounds for w in ways}
-print(f"{'way':28} {'ms (median of rounds)':>22} {'x runc: median (range) of rounds':>34}")
+t = {(int(r[0]), int(r[1]), r[2]): int(r[3]) for r in rows}
+rounds = sorted({k[0] for k in t})
+iters = sorted({(k[0], k[1]) for k in t})
+med = {(r, w): statistics.median(v for k, v in t.items() if k[0] == r and k[2] == w) for r in rounds for w in ways}
+print(f"{'way':28} {'ms':>8} {'x runc: rounds (range)':>24} {'paired: +ms':>12} {'x runc':>8}")
 for w in ways:
     ms = [med[(r, w)] / 1000 for r in rounds]
     ratio = [med[(r, w)] / med[(r, 'runc')] for r in rounds]
-    print(f"{w:28} {statistics.median(ms):22.2f} {statistics.median(ratio):14.3f} ({min(ratio):.3f}-{max(ratio):.3f})")
+    diff = statistics.median((t[(r, i, w)] - t[(r, i, 'runc')]) / 1000 for r, i in iters)
+    pr = statistics.median(t[(r, i, w)] / t[(r, i, 'runc')] for r, i in iters)
+    print(f"{w:28} {statistics.median(ms):8.2f} {statistics.median(ratio):9.3f} ({min(ratio):.3f}-{max(ratio):.3f}) {diff:12.2f} {pr:8.3f}")
 PY
 echo PASS

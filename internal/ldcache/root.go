@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -76,13 +77,43 @@ func UpdateRoot(root string, links []Link, dirs []string) error {
 
 // UpdateIn is UpdateRoot in a root already open.
 func UpdateIn(r *os.Root, links []Link, dirs []string) error {
+	return UpdateFrom(r, links, dirs, nil)
+}
+
+// Source is where a directory's libraries are read: a root, and the
+// directory's clean absolute path in it.
+type Source func(dir string) (*os.Root, string, error)
+
+// UpdateFrom is UpdateIn with each dir's libraries read from src(dir)
+// (nil: from r itself): a container's root before runc has mounted the
+// driver's tree into it, the tree read where it is on the host. The cache
+// names the libraries at their paths under dir, where the container will
+// see them.
+func UpdateFrom(r *os.Root, links []Link, dirs []string, src Source) error {
 	if err := r.Mkdir("etc", 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	if err := makeLinks(r, links); err != nil {
 		return err
 	}
-	return AddToCache(r, dirs)
+	return addToCache(r, dirs, src)
+}
+
+// scanFrom scans dir in r, or where src says it is, naming each library
+// under dir.
+func scanFrom(r *os.Root, dir string, src Source) ([]Entry, error) {
+	if src == nil {
+		return Scan(r, dir)
+	}
+	in, at, err := src(dir)
+	if err != nil {
+		return nil, err
+	}
+	found, err := Scan(in, at)
+	for i := range found {
+		found[i].Value = path.Join(dir, path.Base(found[i].Value))
+	}
+	return found, err
 }
 
 // makeLinks makes each link in r whose path the image leaves free, and its
@@ -121,23 +152,18 @@ const (
 // does not take on is ErrUnsupported, and so is an image that has a
 // configuration but no cache: the caller runs ldconfig for those.
 func AddToCache(r *os.Root, dirs []string) error {
-	b, err := readCache(r)
-	c := &Cache{}
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		if _, err := r.Lstat(configFile); !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%w: the image has /%s and no cache", ErrUnsupported, configFile)
-		}
-	case err != nil:
+	return addToCache(r, dirs, nil)
+}
+
+// addToCache is AddToCache with the dirs read where src says (scanFrom).
+func addToCache(r *os.Root, dirs []string, src Source) error {
+	c, err := imageCache(r)
+	if err != nil {
 		return err
-	default:
-		if c, err = Parse(b); err != nil {
-			return fmt.Errorf("the image's /%s: %w", cacheFile, err)
-		}
 	}
 	var libs []Entry
 	for _, d := range dirs {
-		found, err := Scan(r, d)
+		found, err := scanFrom(r, d, src)
 		if err != nil {
 			return err
 		}
@@ -145,6 +171,27 @@ func AddToCache(r *os.Root, dirs []string) error {
 	}
 	c.Add(dirs, libs)
 	return writeCache(r, c.Marshal())
+}
+
+// imageCache is the image's cache in r, empty where the image has none
+// and no glibc configuration either; one with a configuration and no
+// cache is ErrUnsupported.
+func imageCache(r *os.Root) (*Cache, error) {
+	b, err := readCache(r)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if _, err := r.Lstat(configFile); !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: the image has /%s and no cache", ErrUnsupported, configFile)
+		}
+		return &Cache{}, nil
+	case err != nil:
+		return nil, err
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("the image's /%s: %w", cacheFile, err)
+	}
+	return c, nil
 }
 
 // readCache reads the image's cache, which must be a regular file of at

@@ -1,0 +1,135 @@
+package ocicreate
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpumux/gpumux/internal/ldcache"
+	"github.com/gpumux/gpumux/internal/ociruntime"
+)
+
+// cacheAtCreate does the update-ldcache hook's work at create, in the
+// bundle's root file system as it is on the host (the engine has mounted
+// it before it runs the runtime), the driver's libraries read from the
+// host directory that runc will bind into the container, and takes the
+// hook out of the spec: runc then starts no hook process for it, and asks
+// no agent (on the 2-core build machine the hook cost ~3 ms of a ~45 ms
+// container, most of it not the hook's work; docs/benchmarks.md).
+//
+// It leaves the hook in the spec, and says why, wherever what it writes
+// might not be what the container sees: no root on the host, a user
+// namespace, a mount of the spec over a path it would write (/etc, the
+// links), a library directory that is not in a bind mount of the spec,
+// an image whose cache needs ldconfig (ldcache.ErrUnsupported). The hook
+// does the work then, as it did before. Links it made on the way are what
+// the hook would make, and the hook keeps them.
+func cacheAtCreate(spec *specs.Spec, bundleDir string) error {
+	if spec.Hooks == nil {
+		return errors.New("no hooks")
+	}
+	i := slices.IndexFunc(spec.Hooks.CreateContainer, isLdcacheHook)
+	if i < 0 {
+		return errors.New("no update-ldcache hook")
+	}
+	links, dirs, err := ldcache.ParseArgs(spec.Hooks.CreateContainer[i].Args[3:])
+	if err != nil {
+		return err
+	}
+	if spec.Root == nil || spec.Root.Path == "" {
+		return errors.New("the spec names no root")
+	}
+	if spec.Linux != nil && (len(spec.Linux.UIDMappings) > 0 || len(spec.Linux.GIDMappings) > 0) {
+		return errors.New("a user namespace: the hook writes as the container's root")
+	}
+	written := []string{"/etc/ld.so.cache"}
+	for _, l := range links {
+		written = append(written, l.Path)
+	}
+	for _, w := range written {
+		if j := slices.IndexFunc(spec.Mounts, func(m specs.Mount) bool { return covers(m.Destination, w) }); j >= 0 {
+			return fmt.Errorf("the spec's mount at %s covers %s", spec.Mounts[j].Destination, w)
+		}
+	}
+	rootPath := spec.Root.Path
+	if !filepath.IsAbs(rootPath) {
+		rootPath = filepath.Join(bundleDir, rootPath)
+	}
+	root, err := os.OpenRoot(rootPath)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	var opened []*os.Root
+	defer func() {
+		for _, r := range opened {
+			r.Close()
+		}
+	}()
+	src := func(dir string) (*os.Root, string, error) {
+		m, rel, err := boundAt(spec.Mounts, dir)
+		if err != nil {
+			return nil, "", err
+		}
+		r, err := os.OpenRoot(m.Source)
+		if err != nil {
+			return nil, "", err
+		}
+		opened = append(opened, r)
+		// A directory that is not there would be an empty one in the
+		// cache: the hook would find what runc mounts.
+		if fi, err := r.Stat(strings.TrimPrefix(rel, "/")); err != nil || !fi.IsDir() {
+			return nil, "", fmt.Errorf("%s: not a directory in %s (%v)", rel, m.Source, err)
+		}
+		return r, rel, nil
+	}
+	if err := ldcache.UpdateFrom(root, links, dirs, src); err != nil {
+		return err
+	}
+	spec.Hooks.CreateContainer = slices.Delete(spec.Hooks.CreateContainer, i, i+1)
+	return nil
+}
+
+// isLdcacheHook says whether h is gpumux's update-ldcache hook, as the node
+// core writes it (node.HookUpdateLdcache).
+func isLdcacheHook(h specs.Hook) bool {
+	base := filepath.Base(h.Path)
+	return (base == ociruntime.EntryBinary || base == ociruntime.HookBinary) &&
+		len(h.Args) >= 3 && h.Args[1] == "hook" && h.Args[2] == ociruntime.HookUpdateLdcache
+}
+
+// boundAt finds the bind mount of mounts that dir is in, the last of them
+// (a later mount is on top), and dir's path under its source.
+func boundAt(mounts []specs.Mount, dir string) (specs.Mount, string, error) {
+	for j := len(mounts) - 1; j >= 0; j-- {
+		m := mounts[j]
+		if !covers(m.Destination, dir) {
+			continue
+		}
+		if !isBind(m) || !filepath.IsAbs(m.Source) {
+			return m, "", fmt.Errorf("%s is in the spec's %s mount at %s, not a bind mount of a host directory", dir, m.Type, m.Destination)
+		}
+		rel, err := filepath.Rel(m.Destination, dir)
+		if err != nil {
+			return m, "", err
+		}
+		return m, filepath.Join("/", rel), nil
+	}
+	return specs.Mount{}, "", fmt.Errorf("%s is in none of the spec's mounts", dir)
+}
+
+// covers says whether a mount at dest hides or holds path: path is dest
+// or under it.
+func covers(dest, path string) bool {
+	dest = filepath.Clean(dest)
+	return dest == "/" || path == dest || strings.HasPrefix(path, dest+"/")
+}
+
+func isBind(m specs.Mount) bool {
+	return m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")
+}
