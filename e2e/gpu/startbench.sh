@@ -123,13 +123,29 @@ bundle no-GPU '{}'
 for share in exclusive timeslice; do
 	ann="{\"gpumux.io/mechanism\": \"$share\"}"
 	for w in core agent edits; do bundle "$w-$share" "$ann"; ways+=("$w-$share"); done
-	# The edits: the spec the agent writes for this share, taken once (the
-	# lease given back by its poststop hook at the delete).
+	# The edits: the spec the agent writes for this share, taken once, as a
+	# CDI device or the NRI plugin gives it: with the update-ldcache hook,
+	# which the agent keeps in the spec where it cannot write the cache at
+	# create (here: a root not there yet, set back after). runc is not run;
+	# the poststop hook gives the lease back.
+	python3 - "$work/edits-$share/config.json" <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+spec["root"]["path"] = "/nonexistent"
+json.dump(spec, open(sys.argv[1], "w"))
+PY
 	# shellcheck disable=SC2046
-	env $(env_of "edits-$share" agent) "$RUNTIME" --root "$work/runc" create --bundle "$work/edits-$share" "edits-$share" </dev/null >/dev/null
-	cp "$work/edits-$share/config.json" "$work/edits-$share/config.orig"
-	"$RUNC" --root "$work/runc" delete -f "edits-$share"
-	grep -q '"poststop"' "$work/edits-$share/config.orig" || { echo "FAIL: the agent wrote no edits for $share"; exit 1; }
+	env $(env_of "edits-$share" agent) GPUMUX_RUNC=/bin/true "$RUNTIME" --root "$work/runc" create --bundle "$work/edits-$share" "edits-$share" </dev/null >/dev/null
+	python3 - "$work/edits-$share/config.json" "$work/edits-$share/config.orig" "$work/rootfs" <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+spec["root"]["path"] = sys.argv[3]
+json.dump(spec, open(sys.argv[2], "w"))
+PY
+	# shellcheck disable=SC2046
+	echo "{\"ociVersion\": \"1.0.2\", \"id\": \"edits-$share\", \"status\": \"stopped\", \"bundle\": \"$work/edits-$share\"}" |
+		env $(env_of "edits-$share" agent) GPUMUX_STATE_DIR="$work/state-$share" "$RUNTIME" hook poststop
+	grep -q '"update-ldcache"' "$work/edits-$share/config.orig" || { echo "FAIL: the agent wrote no edits for $share"; exit 1; }
 done
 
 # ablate NAME FROM FILTER: bundle NAME with FROM's edits spec less what

@@ -64,7 +64,8 @@ const driverDir = "/usr/local/nvidia/lib64"
 // (one with a glibc-hwcaps subdirectory), a linker script and a file that
 // is no library, and "the driver's" directory: a real file under its
 // version with its SONAME and development links, a library whose SONAME
-// the image has too, one without a SONAME, a link by an unrelated name.
+// the image has too, one without a SONAME, a link by an unrelated name, a
+// link to a library in another directory.
 func imageRoot(t *testing.T) string {
 	root := t.TempDir()
 	build(t, root, "opt/img", libraries{"libimg.so.1.2.3": "libimg.so.1", "libother.so.2": "libother.so.2"},
@@ -72,7 +73,9 @@ func imageRoot(t *testing.T) string {
 	build(t, root, "opt/img/glibc-hwcaps/x86-64-v3", libraries{"libimg.so.1": "libimg.so.1"}, nil)
 	build(t, root, "opt/a", libraries{"libfoo.so.1.0": "libfoo.so.1"}, map[string]string{"libfoo.so.1": "libfoo.so.1.0"})
 	build(t, root, driverDir, libraries{"libcuda.so.580.1": "libcuda.so.1", "libfoo.so.3": "libfoo.so.1", "libnosoname.so": ""},
-		map[string]string{"libcuda.so.1": "libcuda.so.580.1", "libcuda.so": "libcuda.so.1", "libweird.so.5": "libcuda.so.580.1", "libgone.so.1": "nothing"})
+		map[string]string{"libcuda.so.1": "libcuda.so.580.1", "libcuda.so": "libcuda.so.1", "libweird.so.5": "libcuda.so.580.1", "libgone.so.1": "nothing",
+			"libext.so.1": "../../../../opt/ext/libext.so.1.0"}) // a link out of the directory
+	build(t, root, "opt/ext", libraries{"libext.so.1.0": "libext.so.1"}, nil)
 	for name, text := range map[string]string{
 		"opt/img/libc.so":      "/* GNU ld script */\nGROUP ( libimg.so.1 )\n",
 		"opt/img/libnote.so.1": "not an ELF file\n",

@@ -25,12 +25,35 @@ func Scan(root *os.Root, dir string) ([]Entry, error) {
 	if rel == "" {
 		rel = "."
 	}
-	ents, err := fs.ReadDir(root.FS(), rel)
+	// Each file is looked up in the directory opened once (each lookup
+	// from root would walk the whole path again: four opens a file under
+	// /usr/local/nvidia/lib64), and from root where that fails: a link
+	// out of the directory, which ldconfig follows anywhere in the root.
+	d, err := root.OpenRoot(rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
+	}
+	defer d.Close()
+	ents, err := fs.ReadDir(d.FS(), ".")
+	if err != nil {
+		return nil, err
+	}
+	stat := func(name string) (fs.FileInfo, error) {
+		fi, err := d.Stat(name)
+		if err != nil {
+			fi, err = root.Stat(path.Join(rel, name))
+		}
+		return fi, err
+	}
+	open := func(name string) (*os.File, error) {
+		f, err := d.Open(name)
+		if err != nil {
+			f, err = root.Open(path.Join(rel, name))
+		}
+		return f, err
 	}
 	type lib struct {
 		name   string
@@ -45,9 +68,8 @@ func Scan(root *os.Root, dir string) ([]Entry, error) {
 		if t&^(fs.ModeSymlink|fs.ModeDir) != 0 || isPrelinkTemp(name) {
 			continue // sockets, devices, fifos; prelink's leftovers
 		}
-		file := path.Join(rel, name)
 		isLink := t&fs.ModeSymlink != 0
-		fi, err := root.Stat(file)
+		fi, err := stat(name)
 		if err != nil {
 			continue // a dangling link, or one leading out of the root
 		}
@@ -60,7 +82,7 @@ func Scan(root *os.Root, dir string) ([]Entry, error) {
 		if !isDSO(name) || !fi.Mode().IsRegular() {
 			continue
 		}
-		soname, flags, err := readELF(root, file)
+		soname, flags, err := readELF(open, name)
 		if errors.Is(err, errNotLibrary) {
 			continue // a linker script (libc.so), anything not a shared object
 		}
@@ -103,8 +125,8 @@ const maxDynamic = 16 << 20
 
 // readELF reads a shared object's SONAME and the flags ldconfig gives it,
 // or what it read of the same file before (sonames).
-func readELF(root *os.Root, file string) (soname string, flags int32, err error) {
-	f, err := root.Open(file)
+func readELF(open func(string) (*os.File, error), file string) (soname string, flags int32, err error) {
+	f, err := open(file)
 	if err != nil {
 		return "", 0, err
 	}
