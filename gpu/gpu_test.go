@@ -252,20 +252,27 @@ func TestDisableMIG(t *testing.T) {
 }
 
 // countingLib counts the maximum-clock and core-count reads of the
-// devices it hands out.
+// devices it hands out, and their power-limit reads.
 type countingLib struct {
 	nvml.Interface
 	reads *int
+	power *int
 }
 
 func (l countingLib) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 	d, ret := l.Interface.DeviceGetHandleByIndex(i)
-	return countingDevice{d, l.reads}, ret
+	return countingDevice{d, l.reads, l.power}, ret
 }
 
 type countingDevice struct {
 	nvml.Device
 	reads *int
+	power *int
+}
+
+func (d countingDevice) GetPowerManagementLimit() (uint32, nvml.Return) {
+	*d.power++
+	return d.Device.GetPowerManagementLimit()
 }
 
 func (d countingDevice) GetMaxClockInfo(c nvml.ClockType) (uint32, nvml.Return) {
@@ -290,8 +297,8 @@ func TestFixedHardwareReadOnce(t *testing.T) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		t.Fatal(ret)
 	}
-	reads := 0
-	h := gpu.New(countingLib{lib, &reads})
+	reads, power := 0, 0
+	h := gpu.New(countingLib{lib, &reads, &power})
 	defer h.Close()
 	var gpus int
 	for range 3 {
@@ -308,5 +315,44 @@ func TestFixedHardwareReadOnce(t *testing.T) {
 	}
 	if want := 3 * gpus; reads != want {
 		t.Errorf("%d maximum-clock and core-count reads over 3 inventories of %d GPUs; want %d (once per GPU and value)", reads, gpus, want)
+	}
+}
+
+// TestSettingsReadAtMostEvery: the settings an inventory reports (the
+// power limit among them, slow to read on an H200) are read again only
+// once older than the Host's settings age; with an age of 0, at every
+// inventory.
+func TestSettingsReadAtMostEvery(t *testing.T) {
+	s, err := sim.Open("dgxh200", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := s.NVML()
+	for _, tc := range []struct {
+		age    time.Duration
+		perGPU int
+	}{{time.Hour, 1}, {0, 3}} {
+		if ret := lib.Init(); ret != nvml.SUCCESS {
+			t.Fatal(ret)
+		}
+		reads, power := 0, 0
+		h := gpu.New(countingLib{lib, &reads, &power}, gpu.WithSettingsMaxAge(tc.age))
+		var gpus int
+		for range 3 {
+			inv, err := h.Inventory(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			gpus = len(inv.GPUs)
+			for _, g := range inv.GPUs {
+				if g.Hardware.PowerLimitW == 0 {
+					t.Fatalf("GPU %d: no power limit in %+v", g.Index, g.Hardware)
+				}
+			}
+		}
+		h.Close()
+		if want := tc.perGPU * gpus; power != want {
+			t.Errorf("age %s: %d power-limit reads over 3 inventories of %d GPUs; want %d", tc.age, power, gpus, want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -43,6 +44,9 @@ type Host struct {
 	profiles map[string][]MIGProfile // by GPU UUID
 	fixed    map[string]fixed        // cachedFixed, by GPU UUID
 	minors   migMinors               // nil until the table exists
+	// Settings read again once older than settingsMaxAge (cachedSettings).
+	settings       map[string]settings // by GPU UUID
+	settingsMaxAge time.Duration
 }
 
 // Option configures a Host.
@@ -55,6 +59,16 @@ func WithDevRoot(dir string) Option { return func(h *Host) { h.devRoot = dir } }
 // (default /proc/driver/nvidia-caps/mig-minors).
 func WithMigMinors(path string) Option { return func(h *Host) { h.migMinors = path } }
 
+// DefaultSettingsMaxAge is how old an inventory's GPU settings (power
+// limit, display and persistence modes) may be by default.
+const DefaultSettingsMaxAge = 10 * time.Second
+
+// WithSettingsMaxAge sets how old the GPU settings an inventory reports
+// (power limit, display and persistence modes: read, never scheduled on)
+// may be before they are read again (default DefaultSettingsMaxAge; 0:
+// at every inventory).
+func WithSettingsMaxAge(d time.Duration) Option { return func(h *Host) { h.settingsMaxAge = d } }
+
 // New returns a Host over an already initialised NVML implementation.
 func New(lib nvml.Interface, opts ...Option) *Host {
 	h := &Host{
@@ -64,6 +78,9 @@ func New(lib nvml.Interface, opts ...Option) *Host {
 		migMinors: "/proc/driver/nvidia-caps/mig-minors",
 		profiles:  map[string][]MIGProfile{},
 		fixed:     map[string]fixed{},
+		settings:  map[string]settings{},
+
+		settingsMaxAge: DefaultSettingsMaxAge,
 	}
 	for _, o := range opts {
 		o(h)

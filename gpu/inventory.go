@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -94,7 +95,7 @@ func (h *Host) readGPU(index int, minors migMinors) (GPU, error) {
 	}
 	fixed := h.cachedFixed(dev, g.UUID, g.ComputeCapability)
 	g.SMCount = fixed.smCount
-	g.Hardware = readHardware(dev, fixed.hardware)
+	g.Hardware = h.cachedSettings(dev, g.UUID, fixed.hardware)
 	current, pending, ret := dev.GetMigMode()
 	switch ret {
 	case nvml.SUCCESS:
@@ -183,6 +184,35 @@ func smCount(dev nvml.Device, cc string) int {
 		return cores / per
 	}
 	return 0
+}
+
+// cachedSettings is readHardware of a GPU, read again once it is older
+// than the Host's settingsMaxAge: the power limit and the display and
+// persistence modes are settings an administrator changes, reported
+// (fingerprint attributes, metrics) and never scheduled on, and the power
+// limit is slow to read on an H200 (0.6 ms a call: 20 % of gpumux agent's
+// create decision, BenchmarkServerCreateRealGPU).
+func (h *Host) cachedSettings(dev nvml.Device, uuid string, fixed Hardware) Hardware {
+	h.cacheMu.Lock()
+	defer h.cacheMu.Unlock()
+	s, ok := h.settings[uuid]
+	if now := time.Now(); !ok || now.Sub(s.at) >= h.settingsMaxAge || s.hw.fixedPart() != fixed {
+		s = settings{hw: readHardware(dev, fixed), at: now}
+		h.settings[uuid] = s
+	}
+	return s.hw
+}
+
+// settings is readHardware's last read of a GPU, and when.
+type settings struct {
+	hw Hardware
+	at time.Time
+}
+
+// fixedPart is h without what readHardware adds to the fixed values.
+func (h Hardware) fixedPart() Hardware {
+	h.PowerLimitW, h.DisplayMode, h.PersistenceMode = 0, StateUnknown, StateUnknown
+	return h
 }
 
 // readHardware reads what NVML reports of a whole GPU beyond what gpumux
