@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,7 +19,9 @@ import (
 // container through containerd 2.x's CRI, each way of giving it a share,
 // interleaved in one run: plain runc asking for nothing (the baseline),
 // gpumux-runtime (a runtime class) asking for nothing, for a time-slice
-// replica and for a whole GPU, the CDI devices of a time-slice replica and
+// replica and for a whole GPU, through gpumux-runtime-core (the agent's
+// socket renamed away, as on a node without an agent: "runtime-*") and
+// through gpumux agent ("agent-*"), the CDI devices of a time-slice replica and
 // of a whole GPU applied by containerd itself, and a time-slice replica and
 // a whole GPU leased by gpumux agent's NRI plugin; the replicas with the
 // limiter. The NRI plugin is connected for the whole run, so every
@@ -35,11 +38,21 @@ func BenchmarkCRILifecycle(b *testing.B) {
 	ctx := context.Background()
 	_, config := runtimeNode(b)
 	runtime := filepath.Join(repoRoot(b), "bin", "gpumux-runtime")
-	d := startContainerd2(b, ctx, config, ctrd.WithNRI(), ctrd.WithRuntimeClass("gpumux", runtime))
-	// The agent serves the NRI plugin and the hooks gpumux-runtime runs
-	// (the CDI devices' and the NRI plugin's name it): its socket for the
-	// hooks' environment.
-	a, socket := agentRuntimeSocket(b, ctx, withNRI(b, config, d))
+	socket := runtimeSocketPath(b)
+	d := startContainerd2(b, ctx, config, ctrd.WithNRI(), ctrd.WithRuntimeClass("gpumux", runtime), ctrd.WithEnv(ocicreate.EnvSocket+"="+socket))
+	// The agent serves the NRI plugin, gpumux-runtime's creates and the
+	// hooks gpumux-runtime runs (the CDI devices' and the NRI plugin's
+	// name it): its socket for the hooks' environment. It answers
+	// gpumux-runtime only for the config file gpumux-runtime reads, so the
+	// NRI block goes into that file.
+	nri, err := os.ReadFile(withNRI(b, config, d))
+	if err == nil {
+		err = os.WriteFile(config, nri, 0o644)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := serveRuntimeSocket(b, ctx, config, socket)
 	waitFor(b, ctx, 30*time.Second, "gpumux agent's NRI plugin", func() (bool, string) {
 		return strings.Contains(a.log.String(), "serving NRI"), a.log.String()
 	})
@@ -58,39 +71,48 @@ func BenchmarkCRILifecycle(b *testing.B) {
 	}
 	timeslice := map[string]string{"gpumux.io/mechanism": "timeslice"}
 	exclusive := map[string]string{"gpumux.io/mechanism": "exclusive"}
-	variants := []struct {
+	type variant struct {
 		name string
 		pod  *ctrd.Pod
 		opts ctrd.CRIOpts
-	}{
+	}
+	variants := []variant{
 		{"runc", runcPod, ctrd.CRIOpts{}},
 		{"runtime-no-GPU", gpumuxPod, ctrd.CRIOpts{}},
 		{"runtime-timeslice", gpumuxPod, ctrd.CRIOpts{Annotations: timeslice}},
+		{"agent-timeslice", gpumuxPod, ctrd.CRIOpts{Annotations: timeslice}},
 		{"cdi-timeslice", runcPod, ctrd.CRIOpts{CDIDevices: []string{dev}}},
 		{"nri-timeslice", runcPod, ctrd.CRIOpts{Annotations: timeslice}},
 		{"runtime-exclusive", gpumuxPod, ctrd.CRIOpts{Annotations: exclusive}},
+		{"agent-exclusive", gpumuxPod, ctrd.CRIOpts{Annotations: exclusive}},
 		{"cdi-exclusive", runcPod, ctrd.CRIOpts{CDIDevices: []string{whole}}},
 		{"nri-exclusive", runcPod, ctrd.CRIOpts{Annotations: exclusive}},
 	}
 	selected := selectedCDIAblations(b)
 	ablations := writeCDIAblations(b, selected, filepath.Join(d.CDISpecDir, "gpumux.json"), dev, d.CDISpecDir)
 	for i, a := range selected {
-		variants = append(variants, struct {
-			name string
-			pod  *ctrd.Pod
-			opts ctrd.CRIOpts
-		}{"cdi-" + a.name, runcPod, ctrd.CRIOpts{CDIDevices: []string{ablations[i]}}})
+		variants = append(variants, variant{"cdi-" + a.name, runcPod, ctrd.CRIOpts{CDIDevices: []string{ablations[i]}}})
 	}
 	var names []string
 	for _, v := range variants[1:] {
 		names = append(names, v.name)
 	}
+	sw := agentSwitch{socket}
 	benchInterleaved(b, names, func(i, j int) error {
 		v := variants[j]
+		// The core's creates without the agent; the hooks of everything
+		// else with it.
+		if err := sw.use(!strings.HasPrefix(v.name, "runtime-")); err != nil {
+			return err
+		}
 		res, err := v.pod.Run(ctx, fmt.Sprintf("%s-%d", v.name, i), v.opts)
 		if err == nil && (res.ExitCode != 0 || (v.name != "runc" && v.name != "runtime-no-GPU") != strings.Contains(res.Stdout, "GPUMUX_SHARES=")) {
 			err = fmt.Errorf("%s: exit %d, or a share where none was asked for or none where one was: %s", v.name, res.ExitCode, res.Stdout)
 		}
 		return err
 	})
+	// The agent-* containers were the agent's to prepare, and only they.
+	if got := strings.Count(a.log.String(), "prepared a container's create"); got != 2*b.N {
+		b.Errorf("the agent prepared %d creates; want the %d of agent-*", got, 2*b.N)
+	}
 }

@@ -20,17 +20,31 @@ import (
 // agent serves it.
 func agentRuntimeSocket(t testing.TB, ctx context.Context, config string) (*agentProc, string) {
 	t.Helper()
+	socket := runtimeSocketPath(t)
+	return serveRuntimeSocket(t, ctx, config, socket), socket
+}
+
+// runtimeSocketPath is a path for an agent's runtime socket, in a
+// directory of the test's.
+func runtimeSocketPath(t testing.TB) string {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "gmx") // short: a unix socket's path is bounded
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	socket := filepath.Join(dir, "runtime.sock")
+	return filepath.Join(dir, "runtime.sock")
+}
+
+// serveRuntimeSocket starts gpumux agent on config serving gpumux-runtime
+// on socket, and returns it once it does.
+func serveRuntimeSocket(t testing.TB, ctx context.Context, config, socket string) *agentProc {
+	t.Helper()
 	a := startAgent(t, config, "--runtime-socket", socket, "--log-level", "debug")
 	waitFor(t, ctx, 30*time.Second, "gpumux agent serving gpumux-runtime", func() (bool, string) {
 		return strings.Contains(a.log.String(), "serving gpumux-runtime"), a.log.String()
 	})
-	return a, socket
+	return a
 }
 
 // agentSwitch takes a gpumux agent's runtime socket away (renamed) for the
