@@ -23,7 +23,8 @@ import (
 // container, most of it not the hook's work; docs/benchmarks.md).
 //
 // It leaves the hook in the spec, and says why, wherever what it writes
-// might not be what the container sees: no root on the host, a user
+// might not be what the container sees, or is not the container's: the
+// host's own root, no root on the host, a user
 // namespace, a mount of the spec over a path it would write (/etc, the
 // links), a library directory that is not in a bind mount of the spec,
 // an image whose cache needs ldconfig (ldcache.ErrUnsupported). The hook
@@ -65,6 +66,13 @@ func cacheAtCreate(spec *specs.Spec, bundleDir string) error {
 		return err
 	}
 	defer root.Close()
+	// A container run on the host's own root (a bind of /, as tests and
+	// debugging do): its cache is the host's, which the hook leaves alone.
+	if in, err := root.Stat("."); err != nil {
+		return err
+	} else if top, err := os.Stat("/"); err != nil || os.SameFile(in, top) {
+		return errors.New("the container's root is the host's own")
+	}
 	var opened []*os.Root
 	defer func() {
 		for _, r := range opened {

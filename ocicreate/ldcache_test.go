@@ -37,6 +37,7 @@ func TestCreateWritesTheCache(t *testing.T) {
 			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/usr/local/nvidia/lib64", Type: "tmpfs", Source: "tmpfs"})
 		}, false},
 		{"no root on the host", false, nil, false},
+		{"the host's own root", false, func(spec *specs.Spec, _ string) { spec.Root.Path = "/" }, false},
 		{"a mount over /etc", true, func(spec *specs.Spec, _ string) {
 			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/etc", Type: "tmpfs", Source: "tmpfs"})
 		}, false},
