@@ -94,7 +94,7 @@ func agent(ctx context.Context, o *agentOptions, logger hclog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("node config: %w", err)
 	}
-	env := hookEnv(o.runtimeSocket) // what the containers' hooks need to find this agent
+	env := ocicreate.HookEnv(o.runtimeSocket) // what the containers' hooks need to find this agent
 	src, err := os.ReadFile(configFile)
 	if err != nil {
 		return fmt.Errorf("node config: %w (set --config or GPUMUX_CONFIG)", err)

@@ -67,7 +67,7 @@ func runCDI(ctx context.Context, o *cdiOptions, stdout, stderr io.Writer) int {
 	if o.hookBinary != "" {
 		opts = append(opts, node.WithHookBinary(o.hookBinary))
 	}
-	opts = append(opts, node.WithHookEnv(hookEnv(os.Getenv(ocicreate.EnvSocket))...))
+	opts = append(opts, node.WithHookEnv(ocicreate.HookEnv(os.Getenv(ocicreate.EnvSocket))...))
 	spec, err := cdiSpec(ctx, &o.node, stderr, opts...)
 	if err == nil {
 		err = writeCDI(spec, file, stdout)
@@ -154,13 +154,4 @@ func writeCDI(spec *cdispec.Spec, path string, w io.Writer) error {
 		return fmt.Errorf("the generated spec does not validate: %w", err)
 	}
 	return os.Rename(tmp, path)
-}
-
-// hookEnv is the environment containers' hooks need to find gpumux agent
-// on socket: none at the default path (gpumux-runtime looks there).
-func hookEnv(socket string) []string {
-	if socket == "" || socket == ocicreate.DefaultSocket {
-		return nil
-	}
-	return []string{ocicreate.EnvSocket + "=" + socket}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gpumux/gpumux/e2e/ctrd"
 	"github.com/gpumux/gpumux/e2e/dockerd"
 	"github.com/gpumux/gpumux/e2e/nomadagent"
+	"github.com/gpumux/gpumux/ocicreate"
 )
 
 // startDocker starts a private Docker engine whose daemon.json gets the
@@ -195,16 +196,24 @@ func (j dockerJob) hcl() string {
 // with nvidia_runtime = "gpumux": a job of each mechanism gets the share the
 // plugin reserved, through gpumux-runtime, which leases it to the task's
 // container until the allocation stops; a task whose request gpumux-runtime
-// refuses fails with the reason in its events.
+// refuses fails with the reason in its events. The plugin serves
+// gpumux-runtime on its runtime_socket (the node config file gpumux-runtime
+// reads has the plugin block's body), so the creates are decided in the
+// plugin, not in a gpumux-runtime-core of each container.
 func TestDockerDriverJobs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	stateDir, config := runtimeNode(t)
+	socket := runtimeSocketPath(t)
 	body, err := os.ReadFile(config)
+	if err == nil {
+		body = append(body, fmt.Sprintf("runtime_socket = %q\n", socket)...)
+		err = os.WriteFile(config, body, 0o644)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := startDocker(t, ctx, config)
+	d := startDocker(t, ctx, config, ocicreate.EnvSocket+"="+socket)
 	image, err := d.ProbeImage(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -276,6 +285,10 @@ func TestDockerDriverJobs(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitNoLeases(t, ctx, stateDir)
+			// The plugin decided the create, gpumux-runtime asked it.
+			if log := a.Log(); !strings.Contains(log, "prepared a container's create: container="+container) {
+				t.Errorf("the plugin did not prepare %s's create; its log:\n%s", container, log)
+			}
 		})
 	}
 

@@ -25,7 +25,7 @@ func deps(t *testing.T, pkg string) []string {
 }
 
 // TestLayering checks the one-way flow of imports (ARCHITECTURE.md):
-// cmd → {plugin, runtimehook → ocicreate, cli → {nri, ocicreate}} → node →
+// cmd → {plugin → ocicreate, runtimehook → ocicreate, cli → {nri, ocicreate}} → node →
 // mechanisms → share → gpu. The
 // front doors never import each other; the core and the mechanisms never
 // import a front door; share knows nothing of the core or the mechanisms.
@@ -41,8 +41,8 @@ func TestLayering(t *testing.T) {
 		{"cli", []string{"plugin", "runtimehook"}},
 		// gpumux agent (cli) serves the NRI plugin.
 		{"nri", []string{"plugin", "runtimehook", "cli"}},
-		// gpumux-runtime-core (runtimehook) and gpumux agent (cli) both
-		// prepare creates with it.
+		// gpumux-runtime-core (runtimehook), gpumux agent (cli) and the
+		// Nomad plugin all prepare creates with it.
 		{"ocicreate", []string{"plugin", "runtimehook", "cli", "nri"}},
 		{"node", frontDoors},
 		{"share", append(append([]string{"node", "nodeconfig"}, frontDoors...), mechanisms...)},

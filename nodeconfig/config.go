@@ -45,6 +45,9 @@ const (
 	// DefaultLimiterDir is where the limiter of time-slice replicas is
 	// installed (make build puts it in bin/limiter).
 	DefaultLimiterDir = "/usr/lib/gpumux/limiter"
+	// DefaultRuntimeSocket is where the node's agent (the Nomad plugin, or
+	// gpumux agent) serves gpumux-runtime, and where gpumux-runtime asks.
+	DefaultRuntimeSocket = "/run/gpumux/runtime.sock"
 )
 
 // Spec is the node config's schema (the Nomad plugin block's config). Nomad reads agent config as HCL1,
@@ -60,6 +63,7 @@ var Spec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"fingerprint_period": hclspec.NewDefault(hclspec.NewAttr("fingerprint_period", "string", false), hclspec.NewLiteral(`"1m"`)),
 	"mps_control_binary": hclspec.NewAttr("mps_control_binary", "string", false),
 	"metrics_addr":       hclspec.NewAttr("metrics_addr", "string", false),
+	"runtime_socket":     hclspec.NewDefault(hclspec.NewAttr("runtime_socket", "string", false), hclspec.NewLiteral(`"`+DefaultRuntimeSocket+`"`)),
 	"limiter_dir":        hclspec.NewDefault(hclspec.NewAttr("limiter_dir", "string", false), hclspec.NewLiteral(`"`+DefaultLimiterDir+`"`)),
 	"driver_root":        hclspec.NewAttr("driver_root", "string", false),
 	"gpu": hclspec.NewBlockList("gpu", hclspec.NewObject(map[string]*hclspec.Spec{
@@ -106,8 +110,12 @@ type Config struct {
 	DriverRoot string `codec:"driver_root"`
 	// MetricsAddr, when set, is where the node agent (the plugin, or
 	// gpumux agent) serves Prometheus metrics at /metrics: "host:port".
-	MetricsAddr string          `codec:"metrics_addr"`
-	GPUs        []share.GPURule `codec:"gpu"`
+	MetricsAddr string `codec:"metrics_addr"`
+	// RuntimeSocket is where the Nomad plugin serves gpumux-runtime's
+	// creates and hooks, as gpumux agent does on its --runtime-socket: a
+	// unix socket only root reaches; "" serves none.
+	RuntimeSocket string          `codec:"runtime_socket"`
+	GPUs          []share.GPURule `codec:"gpu"`
 	// Remote, when set, offers GPUs of gpumux-remoted servers (remote.go).
 	Remote *Remote `codec:"remote"`
 	// NRI, when set, has gpumux agent serve an NRI plugin (nri.go).
@@ -187,6 +195,9 @@ func (c *Config) Validate() error {
 		if err := checkListenAddr(c.MetricsAddr); err != nil {
 			errs = append(errs, fmt.Errorf("metrics_addr = %q: %w", c.MetricsAddr, err))
 		}
+	}
+	if c.RuntimeSocket != "" && (!filepath.IsAbs(c.RuntimeSocket) || filepath.Clean(c.RuntimeSocket) != c.RuntimeSocket) {
+		errs = append(errs, fmt.Errorf("runtime_socket = %q: want a clean absolute path, e.g. %q, or \"\" to serve none", c.RuntimeSocket, DefaultRuntimeSocket))
 	}
 	if err := c.Layout().Validate(); err != nil {
 		errs = append(errs, err)

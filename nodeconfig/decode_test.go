@@ -23,6 +23,7 @@ state_dir          = "/tmp/gpumux-state"
 fingerprint_period = "30s"
 mps_control_binary = "/usr/bin/nvidia-cuda-mps-control"
 metrics_addr       = "127.0.0.1:9400"
+runtime_socket     = "/run/gpumux/runtime.sock"
 limiter_dir        = "/usr/lib/gpumux/limiter"
 driver_root        = "/run/nvidia/driver"
 gpu {

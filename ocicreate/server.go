@@ -21,12 +21,13 @@ import (
 	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
+	"github.com/gpumux/gpumux/nodeconfig"
 )
 
 // Where gpumux agent serves gpumux-runtime, and the variable that tells
 // gpumux-runtime another place.
 const (
-	DefaultSocket = "/run/gpumux/runtime.sock"
+	DefaultSocket = nodeconfig.DefaultRuntimeSocket
 	EnvSocket     = "GPUMUX_RUNTIME_SOCKET"
 )
 
@@ -54,6 +55,9 @@ type Server struct {
 	limits     node.Limits
 	logger     hclog.Logger
 	hookEnv    []string
+	// match, when set, answers for any node config file that decodes to
+	// its config (MatchConfig) instead of configFile alone.
+	match *configMatch
 	// after holds the work done after an answer (the poststop hook's
 	// release); Serve waits for it.
 	after sync.WaitGroup
@@ -74,10 +78,20 @@ func WithLogger(l hclog.Logger) ServerOption { return func(s *Server) { s.logger
 // socket when it is not at DefaultSocket (a hook inherits no environment).
 func WithHookEnv(env ...string) ServerOption { return func(s *Server) { s.hookEnv = env } }
 
+// HookEnv is what the containers' hooks need to find a server on socket
+// (a hook inherits no environment): nothing at DefaultSocket.
+func HookEnv(socket string) []string {
+	if socket == "" || socket == DefaultSocket {
+		return nil
+	}
+	return []string{EnvSocket + "=" + socket}
+}
+
 // NewServer returns the server of node n, opened from configFile with
 // stateDir as its state directory. It answers only creates for that config
 // and state directory; alive tells whether a lease's container still
-// exists (node.RuncAlive).
+// exists (node.RuncAlive). A server whose node's config is not a file (the
+// Nomad plugin's) has configFile "" and MatchConfig.
 func NewServer(n Node, configFile, stateDir string, alive func(lease.Record) (bool, error), opts ...ServerOption) *Server {
 	s := &Server{node: n, configFile: configFile, stateDir: stateDir, alive: alive, limits: node.DefaultLimits, logger: hclog.NewNullLogger()}
 	for _, o := range opts {
@@ -295,6 +309,15 @@ func updateLdcache(st specs.State, args []string, pid int) error {
 	return ldcache.UpdateIn(r, links, dirs)
 }
 
+// hookConfig is the node config file the poststop hook names: the one
+// gpumux-runtime read, where the server has no file of its own.
+func (s *Server) hookConfig(req request) string {
+	if s.configFile == "" {
+		return req.config
+	}
+	return s.configFile
+}
+
 // prepare reads the bundle and, when it asks for shares, prepares it.
 func (s *Server) prepare(ctx context.Context, inv ociruntime.Invocation, req request, pid int) error {
 	b, err := ReadBundle(inv.Bundle, s.limits)
@@ -306,7 +329,7 @@ func (s *Server) prepare(ctx context.Context, inv ociruntime.Invocation, req req
 		// gpumux-runtime itself, which asks this agent to give the
 		// shares back (gpumux-runtime-hook where none answers).
 		HookBinary: strings.TrimSuffix(req.entry, " (deleted)"), // replaced since it started
-		HookEnv:    append([]string{"GPUMUX_CONFIG=" + s.configFile}, s.hookEnv...),
+		HookEnv:    append([]string{"GPUMUX_CONFIG=" + s.hookConfig(req)}, s.hookEnv...),
 		Alive:      s.alive,
 		Warn:       s.logger.StandardWriter(&hclog.StandardLoggerOptions{ForceLevel: hclog.Warn}),
 		Record:     []lease.AcquireOption{lease.WithOwner(pid)},
@@ -321,15 +344,18 @@ func (s *Server) prepare(ctx context.Context, inv ociruntime.Invocation, req req
 // ours says whether gpumux-runtime would have read this agent's config and
 // state directory.
 func (s *Server) ours(req request) bool {
-	if req.stateDir != "" && filepath.Clean(req.stateDir) != filepath.Clean(s.stateDir) {
+	if req.stateDir != "" && filepath.Clean(req.stateDir) != filepath.Clean(s.stateDir) || !filepath.IsAbs(req.entry) {
 		return false
+	}
+	if s.match != nil {
+		return s.match.matches(req.config)
 	}
 	a, err := os.Stat(req.config)
 	if err != nil {
 		return false
 	}
 	b, err := os.Stat(s.configFile)
-	return err == nil && os.SameFile(a, b) && filepath.IsAbs(req.entry)
+	return err == nil && os.SameFile(a, b)
 }
 
 // request is what gpumux-runtime sends (doc.go): a create, or a hook with

@@ -48,6 +48,14 @@ gpu {
 // newServerOf is newServer of the node config body (its state_dir added).
 func newServerOf(t testing.TB, body string) *server {
 	t.Helper()
+	return newServerMatching(t, body, false)
+}
+
+// newServerMatching is newServerOf; with byContent, the server has no
+// config file of its own and answers for files of the same config
+// (MatchConfig), as the Nomad plugin's.
+func newServerMatching(t testing.TB, body string, byContent bool) *server {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "gmx") // short: a unix socket's path is bounded
 	if err != nil {
 		t.Fatal(err)
@@ -76,8 +84,12 @@ func newServerOf(t testing.TB, body string) *server {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
+	file, opts := s.config, []ServerOption(nil)
+	if byContent {
+		file, opts = "", []ServerOption{MatchConfig(cfg)}
+	}
 	go func() {
-		done <- NewServer(n, s.config, s.state, func(lease.Record) (bool, error) { return true, nil }).Serve(ctx, ln)
+		done <- NewServer(n, file, s.state, func(lease.Record) (bool, error) { return true, nil }, opts...).Serve(ctx, ln)
 	}()
 	s.stop = sync.OnceValue(func() error {
 		cancel()
@@ -511,5 +523,70 @@ func BenchmarkServerHook(b *testing.B) {
 		if got := s.ask(b, req); got != answerOK {
 			b.Fatalf("answer %q", got)
 		}
+	}
+}
+
+// TestServerMatchesConfigByContent: a server whose config is not a file
+// (the Nomad plugin's) answers a gpumux-runtime whose node config file
+// decodes to its config, whatever the file's name, and no other: another
+// body, a file changed since (read again), a relative path. The poststop
+// hook names the file gpumux-runtime read.
+func TestServerMatchesConfigByContent(t *testing.T) {
+	s := newServerMatching(t, `simulate = "dgxh200"
+gpu {
+  match     = "0"
+  mechanism = "timeslice"
+  replicas  = 2
+  limit     = "off"
+}
+`, true)
+	src, err := os.ReadFile(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	same := filepath.Join(dir, "nomad-client.hcl")
+	// The same body inside a Nomad client config's plugin block.
+	if err := os.WriteFile(same, []byte("plugin \"nomad-device-gpumux\" {\n  config {\n"+string(src)+"  }\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.hcl")
+	if err := os.WriteFile(other, append(slices.Clone(src), "fingerprint_period = \"30s\"\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	create := func(config, id string) string {
+		t.Helper()
+		b := bundle(t, map[string]string{node.AnnotationMechanism: "timeslice"})
+		got := s.ask(t, encodeRequest(config, "", "/usr/bin/gpumux-runtime", "create", "--bundle", b, id))
+		if got == answerRunc {
+			spec := readSpec(t, b)
+			if !slices.Contains(spec.Hooks.Poststop[0].Env, "GPUMUX_CONFIG="+config) {
+				t.Errorf("the poststop hook's env %q does not name %s", spec.Hooks.Poststop[0].Env, config)
+			}
+			if _, err := node.LeasesIn(s.state).Release(context.Background(), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return got
+	}
+	for _, tc := range []struct {
+		name, config, want string
+	}{
+		{"the same file", s.config, answerRunc},
+		{"the same body in a Nomad client config", same, answerRunc},
+		{"another body", other, answerCore},
+		{"a relative path", "node.hcl", answerCore},
+		{"no such file", filepath.Join(dir, "none.hcl"), answerCore},
+	} {
+		if got := create(tc.config, "c1"); got != tc.want {
+			t.Errorf("%s: answer %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	// The same file changed: read again.
+	if err := os.WriteFile(same, append(slices.Clone(src), "fingerprint_period = \"30s\"\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := create(same, "c1"); got != answerCore {
+		t.Errorf("a file changed since it matched: answer %q, want %q", got, answerCore)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/nodeconfig"
+	"github.com/gpumux/gpumux/ocicreate"
 	"github.com/gpumux/gpumux/share"
 )
 
@@ -183,6 +184,9 @@ func (p *Plugin) start(ctx context.Context, cfg *nodeconfig.Config) (*node.Node,
 		}
 		p.logger.Info("serving metrics", "url", fmt.Sprintf("http://%s/metrics", addr))
 	}
+	if cfg.RuntimeSocket != "" {
+		p.serveRuntime(ctx, cfg)
+	}
 	// When Nomad ends the fingerprint, the node stops: MPS daemons and MIG
 	// instances stay for the next start.
 	context.AfterFunc(ctx, func() {
@@ -195,6 +199,45 @@ func (p *Plugin) start(ctx context.Context, cfg *nodeconfig.Config) (*node.Node,
 	})
 	p.node = n
 	return n, nil
+}
+
+// serveRuntime serves gpumux-runtime's creates and hooks on the config's
+// runtime_socket until ctx ends, as gpumux agent does: a docker task
+// started through gpumux-runtime (nvidia_runtime = "gpumux") then has its
+// create decided here, in the process that has the GPUs open, rather than
+// in a gpumux-runtime-core that opens them for each container. It decides
+// with a node of its own, opened as gpumux-runtime's core opens it (the
+// driver's staged tree and hooks, not the reservations' files at their
+// host paths), and answers only a gpumux-runtime whose node config file
+// decodes to this plugin's config. Where it cannot listen it says so and
+// gpumux-runtime-core decides, as before.
+func (p *Plugin) serveRuntime(ctx context.Context, cfg *nodeconfig.Config) {
+	log := p.logger.Named("runtime")
+	env := ocicreate.HookEnv(cfg.RuntimeSocket)
+	opts := []node.Option{node.WithLogger(log), node.WithIssuer("nomad"), node.WithHookEnv(env...)}
+	if p.open != nil {
+		opts = append(opts, node.WithOpen(p.open))
+	}
+	rn, err := node.Open(cfg, opts...)
+	if err != nil {
+		log.Warn("not serving gpumux-runtime: its creates start gpumux-runtime-core", "error", err)
+		return
+	}
+	ln, err := ocicreate.Listen(cfg.RuntimeSocket)
+	if err != nil {
+		rn.Close()
+		log.Warn("not serving gpumux-runtime: its creates start gpumux-runtime-core", "error", err)
+		return
+	}
+	srv := ocicreate.NewServer(rn, "", cfg.StateDir, node.RuncAlive(ctx, "runc", ""),
+		ocicreate.MatchConfig(cfg), ocicreate.WithLogger(log), ocicreate.WithHookEnv(env...))
+	go func() {
+		defer rn.Close()
+		if err := srv.Serve(ctx, ln); err != nil {
+			log.Error("serving gpumux-runtime stopped", "error", err)
+		}
+	}()
+	log.Info("serving gpumux-runtime", "socket", cfg.RuntimeSocket)
 }
 
 // allUnhealthy returns a copy of groups whose devices are all unhealthy.

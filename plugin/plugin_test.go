@@ -55,6 +55,9 @@ func dialPlugin(t *testing.T) device.DevicePlugin {
 // encodeConfig turns HCL1 plugin config into what a Nomad agent sends.
 func encodeConfig(t *testing.T, src string) []byte {
 	t.Helper()
+	if !strings.Contains(src, "runtime_socket") {
+		src += "\nruntime_socket = \"\"\n" // not the node's: tests serve gpumux-runtime only where they say
+	}
 	b, err := nomadconf.Encode(src)
 	if err != nil {
 		t.Fatal(err)
@@ -388,6 +391,7 @@ func TestConfigErrors(t *testing.T) {
 		{"gpu {\n mechanism = \"exclusive\"\n}", `match`},
 		{`driver_root = "run/nvidia/driver"`, `driver_root = "run/nvidia/driver": want a clean absolute path`},
 		{`driver_root = "/run/nvidia/driver/"`, `driver_root = "/run/nvidia/driver/": want a clean absolute path`},
+		{`runtime_socket = "runtime.sock"`, `runtime_socket = "runtime.sock": want a clean absolute path, e.g. "/run/gpumux/runtime.sock", or "" to serve none`},
 	}
 	for _, tc := range tests {
 		_, err := nodeconfig.ParseConfig([]byte(tc.config))

@@ -149,8 +149,10 @@ const HTTPAddrPlaceholder = "@NOMAD_HTTP_ADDR@"
 //
 //	plugin "nomad-device-gpumux" { config { <body> } }
 //
-// to the agent configuration; body is HCL text. Without this option no
-// plugin block is written.
+// to the agent configuration; body is HCL text. A body without
+// runtime_socket gets runtime_socket = "": a test serves gpumux-runtime
+// only where it names a socket, never at the node's default path. Without
+// this option no plugin block is written.
 func WithPluginConfig(body string) Option {
 	return func(c *config) { c.pluginConfig = &body }
 }
@@ -379,7 +381,13 @@ func (a *Agent) renderConfig(ports []int) string {
 		fmt.Fprintf(&b, "  options = {\n    \"fingerprint.denylist\" = %q\n  }\n}\n", FingerprintDenylist)
 	}
 	if a.cfg.pluginConfig != nil {
-		fmt.Fprintf(&b, "\nplugin %q {\n  config {\n%s\n  }\n}\n", PluginName, *a.cfg.pluginConfig)
+		body := *a.cfg.pluginConfig
+		if !strings.Contains(body, "runtime_socket") {
+			// Not the node's default socket: a test serves gpumux-runtime
+			// only where it says (runtime_socket = "<its path>").
+			body += "\n    runtime_socket = \"\"\n"
+		}
+		fmt.Fprintf(&b, "\nplugin %q {\n  config {\n%s\n  }\n}\n", PluginName, body)
 	}
 	for _, x := range a.cfg.extraConfig {
 		fmt.Fprintf(&b, "\n%s\n", x)

@@ -9,7 +9,8 @@ import (
 	"path"
 	"strings"
 	"sync"
-	"syscall"
+
+	"github.com/gpumux/gpumux/internal/filever"
 )
 
 // Scan reads dir, a clean absolute path inside root, as ldconfig's
@@ -131,7 +132,7 @@ func readELF(open func(string) (*os.File, error), file string) (soname string, f
 		return "", 0, err
 	}
 	defer f.Close()
-	key, known := identify(f)
+	key, known := filever.Of(f)
 	if known {
 		if r, ok := sonames.get(key); ok {
 			return r.soname, r.flags, r.err
@@ -205,17 +206,10 @@ func isPrelinkTemp(name string) bool {
 // every container) reads a driver's libraries once, not at every
 // container (on the H200 node: 0.28 of the hook's 1.3 ms). A file
 // rewritten in place changes its ctime; a file replaced is another inode.
-var sonames = &elfCache{m: map[fileKey]elfResult{}}
+var sonames = &elfCache{m: map[filever.Version]elfResult{}}
 
 // maxRemembered bounds sonames: a driver has tens of libraries.
 const maxRemembered = 4096
-
-// fileKey identifies a file's content: its inode, and the times and size
-// any change to it moves.
-type fileKey struct {
-	dev, ino, size   uint64
-	mtimeNs, ctimeNs int64
-}
 
 type elfResult struct {
 	soname string
@@ -225,37 +219,21 @@ type elfResult struct {
 
 type elfCache struct {
 	mu sync.Mutex
-	m  map[fileKey]elfResult
+	m  map[filever.Version]elfResult
 }
 
-func (c *elfCache) get(k fileKey) (elfResult, bool) {
+func (c *elfCache) get(k filever.Version) (elfResult, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.m[k]
 	return r, ok
 }
 
-func (c *elfCache) put(k fileKey, r elfResult) {
+func (c *elfCache) put(k filever.Version, r elfResult) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) >= maxRemembered {
 		clear(c.m)
 	}
 	c.m[k] = r
-}
-
-// identify is the identity of an open file, from fstat.
-func identify(f *os.File) (fileKey, bool) {
-	fi, err := f.Stat()
-	if err != nil {
-		return fileKey{}, false
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fileKey{}, false
-	}
-	return fileKey{
-		dev: uint64(st.Dev), ino: uint64(st.Ino), size: uint64(st.Size),
-		mtimeNs: st.Mtim.Nano(), ctimeNs: st.Ctim.Nano(),
-	}, true
 }

@@ -1,0 +1,30 @@
+// Package filever tells versions of a file apart without reading it: its
+// inode, size and modification and change times, from fstat. A file
+// rewritten in place changes its times (ctime whatever the writer does to
+// mtime); a file replaced is another inode. Caches of what was read from
+// a file (a library's SONAME, a node config's decoding) key on it.
+package filever
+
+import (
+	"os"
+	"syscall"
+)
+
+// Version is a file's version.
+type Version struct {
+	dev, ino, size   uint64
+	mtimeNs, ctimeNs int64
+}
+
+// Of is the version of an open file; false where fstat cannot tell.
+func Of(f *os.File) (Version, bool) {
+	fi, err := f.Stat()
+	if err != nil {
+		return Version{}, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return Version{}, false
+	}
+	return Version{uint64(st.Dev), uint64(st.Ino), uint64(st.Size), st.Mtim.Nano(), st.Ctim.Nano()}, true
+}
