@@ -24,9 +24,10 @@ func driverMounts(n *node.Node, mounts []share.Mount) []share.Mount {
 	return slices.DeleteFunc(slices.Clone(mounts), func(m share.Mount) bool { return !underDriver(n, m) })
 }
 
-// withoutDriver are the mounts other than the node's driver files.
+// withoutDriver are the mounts other than the node's driver files and
+// the scratch tmpfs (TestEditsScratch).
 func withoutDriver(n *node.Node, mounts []share.Mount) []share.Mount {
-	return slices.DeleteFunc(slices.Clone(mounts), func(m share.Mount) bool { return underDriver(n, m) })
+	return slices.DeleteFunc(slices.Clone(mounts), func(m share.Mount) bool { return underDriver(n, m) || m.Scratch })
 }
 
 func underDriver(n *node.Node, m share.Mount) bool {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -44,8 +45,24 @@ func (n *Node) Edits(shares []share.Share) (share.Edits, error) {
 			return share.Edits{}, err
 		}
 	}
+	addScratch(&e)
 	return e, nil
 }
+
+// addScratch puts a tmpfs at share.ScratchDir ahead of the mounts below
+// it, when there are any: their mountpoints are then made there, in
+// memory. On the 2-core build VM each mountpoint runc makes in a fresh
+// container root cost ~1 ms (docs/benchmarks.md: a time-slice replica's
+// four limiter mounts were most of what it cost over a whole GPU).
+func addScratch(e *share.Edits) {
+	if slices.ContainsFunc(e.Mounts, func(m share.Mount) bool { return strings.HasPrefix(m.ContainerPath, share.ScratchDir+"/") }) {
+		e.Mounts = append([]share.Mount{{ContainerPath: share.ScratchDir, Scratch: true}}, e.Mounts...)
+	}
+}
+
+// scratchOptions are the scratch tmpfs's: small, since it holds only
+// mountpoints.
+var scratchOptions = []string{"nosuid", "nodev", "noexec", "mode=755", "size=64k", "nr_inodes=1k"}
 
 // CDIEdits turns container edits into CDI container edits: the form both
 // gpumux-runtime (applied to config.json with the CDI library) and CDI spec
@@ -66,6 +83,10 @@ func CDIEdits(e share.Edits) *cdispec.ContainerEdits {
 		out.DeviceNodes = append(out.DeviceNodes, &cdispec.DeviceNode{Path: d.ContainerPath, HostPath: d.HostPath, Permissions: d.Permissions})
 	}
 	for _, m := range e.Mounts {
+		if m.Scratch {
+			out.Mounts = append(out.Mounts, &cdispec.Mount{HostPath: "tmpfs", ContainerPath: m.ContainerPath, Options: scratchOptions, Type: "tmpfs"})
+			continue
+		}
 		opts := []string{"rbind", "nosuid", "nodev"}
 		if m.ReadOnly {
 			opts = append(opts, "ro")

@@ -244,6 +244,7 @@ func TestEditsRemote(t *testing.T) {
 		t.Errorf("a remote share got device nodes %v", e.DeviceNodes)
 	}
 	if want := []share.Mount{
+		{ContainerPath: share.ScratchDir, Scratch: true},
 		{HostPath: interposer, ContainerPath: remote.Mount, ReadOnly: true},
 		{HostPath: filepath.Join(interposer, "nvidia-smi"), ContainerPath: remote.SMIPath, ReadOnly: true},
 	}; !slices.Equal(e.Mounts, want) {
@@ -322,8 +323,8 @@ func TestOpenWithoutDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.Env[remote.EnvAddr] != srv.Addr || len(e.DeviceNodes) != 0 || len(e.Hooks) != 0 || len(e.Mounts) != 2 ||
-		e.Mounts[0].ContainerPath != remote.Mount || e.Mounts[1].ContainerPath != remote.SMIPath || len(e.DriverLibraries) != 0 {
+	if e.Env[remote.EnvAddr] != srv.Addr || len(e.DeviceNodes) != 0 || len(e.Hooks) != 0 || len(e.Mounts) != 3 || !e.Mounts[0].Scratch ||
+		e.Mounts[1].ContainerPath != remote.Mount || e.Mounts[2].ContainerPath != remote.SMIPath || len(e.DriverLibraries) != 0 {
 		t.Errorf("edits %+v, want the interposer (and its nvidia-smi) only", e)
 	}
 }
@@ -353,6 +354,44 @@ func TestCDIEdits(t *testing.T) {
 		m := out.Mounts[i]
 		if got := strings.Join(m.Options, ","); got != want || m.Type != "bind" || m.HostPath != e.Mounts[i].HostPath || m.ContainerPath != e.Mounts[i].ContainerPath {
 			t.Errorf("mount %d: %+v, want options %s", i, m, want)
+		}
+	}
+}
+
+// TestEditsScratch: a share whose pieces are mounted under gpumux's
+// directory (an MPS share's pipe directory) gets a tmpfs there first, in
+// CDI form a small tmpfs, so that runc makes the mountpoints below it in
+// memory; a share with nothing there (a whole GPU) gets none.
+func TestEditsScratch(t *testing.T) {
+	n := openDGX(t,
+		share.GPURule{Match: "0", Mechanism: share.Exclusive},
+		share.GPURule{Match: "4", Mechanism: share.MPS, Shares: 2})
+	c, inv := dgxCatalog(t, n)
+	for _, tc := range []struct {
+		id      string
+		scratch bool
+	}{
+		{inv.GPUs[0].UUID, false},
+		{inv.GPUs[4].UUID + "/mps/0", true},
+	} {
+		shares, err := c.Lookup(tc.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := n.Edits(shares)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := slices.IndexFunc(e.Mounts, func(m share.Mount) bool { return m.Scratch })
+		if (got >= 0) != tc.scratch || tc.scratch && (got != 0 || e.Mounts[0].ContainerPath != share.ScratchDir) {
+			t.Errorf("%s: scratch mount at %d in %+v; want one first at %s: %v", tc.id, got, e.Mounts, share.ScratchDir, tc.scratch)
+		}
+		if !tc.scratch {
+			continue
+		}
+		m := node.CDIEdits(e).Mounts[0]
+		if m.Type != "tmpfs" || m.ContainerPath != share.ScratchDir || !slices.Contains(m.Options, "size=64k") {
+			t.Errorf("the scratch mount in CDI form: %+v; want a small tmpfs at %s", m, share.ScratchDir)
 		}
 	}
 }

@@ -346,6 +346,9 @@ func reservation(e share.Edits) *device.ContainerReservation {
 		r.Devices = append(r.Devices, &device.DeviceSpec{TaskPath: d.ContainerPath, HostPath: d.HostPath, CgroupPerms: d.Permissions})
 	}
 	for _, m := range e.Mounts {
+		if m.Scratch {
+			continue // Nomad's reservations bind host paths only; the mounts below it go to the root
+		}
 		r.Mounts = append(r.Mounts, &device.Mount{TaskPath: m.ContainerPath, HostPath: m.HostPath, ReadOnly: m.ReadOnly})
 	}
 	return r

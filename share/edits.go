@@ -43,12 +43,24 @@ type DeviceNode struct {
 	Permissions   string // cgroup permissions: "rw" or "rwm"
 }
 
-// Mount is a host path bind-mounted into the container.
+// Mount is a host path bind-mounted into the container, or a scratch
+// directory.
 type Mount struct {
 	HostPath      string
 	ContainerPath string
 	ReadOnly      bool
+	// Scratch makes it an empty tmpfs at ContainerPath (HostPath unused):
+	// gpumux's directory (ScratchDir), below which the mechanisms mount
+	// their pieces, so that runc makes their mountpoints in memory, not as
+	// new files in the container's root (each one an inode allocation on
+	// the root's file system, a copy-up on overlayfs).
+	Scratch bool
 }
+
+// ScratchDir is gpumux's directory in containers: the limiter, MPS pipe
+// directory, interposer and TLS files are mounted below it, on a tmpfs of
+// its own (Mount.Scratch).
+const ScratchDir = "/run/gpumux"
 
 // Environment variables set for shares.
 const (

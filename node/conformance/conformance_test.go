@@ -418,6 +418,16 @@ func (c *nodeCase) checkLimiter(t *testing.T, id string, e edits) {
 	}
 }
 
+// withScratch adds to a reservation's edits the tmpfs at gpumux's
+// directory that the other front doors give ahead of the mounts below it
+// (a reservation binds host paths only).
+func withScratch(e edits) edits {
+	if slices.ContainsFunc(e.mounts, func(m string) bool { return strings.HasPrefix(m, share.ScratchDir+"/") }) {
+		e.mounts = append([]string{mountLine(share.ScratchDir, "tmpfs", false)}, e.mounts...)
+	}
+	return e
+}
+
 // hookBinary is the gpumux-runtime-hook that the front doors' hooks name
 // in the suite: beside the core for create (WithSelf(coreBinary)), cdi
 // generate's --hook-binary.
@@ -436,6 +446,7 @@ const (
 // linker cache.
 func (c *nodeCase) staged(t *testing.T, e edits) edits {
 	t.Helper()
+	e = withScratch(e)
 	if c.m.mech == share.Remote {
 		return e
 	}
