@@ -300,19 +300,11 @@ func TestFixedHardwareReadOnce(t *testing.T) {
 	reads, power := 0, 0
 	h := gpu.New(countingLib{lib, &reads, &power})
 	defer h.Close()
-	var gpus int
-	for range 3 {
-		inv, err := h.Inventory(context.Background())
-		if err != nil {
-			t.Fatal(err)
+	gpus := threeInventories(t, h, func(g gpu.GPU) {
+		if g.Hardware.MaxCoresClockMHz == 0 || g.Hardware.MaxMemoryClockMHz == 0 || g.Hardware.PCIeWidth == 0 || g.SMCount != 132 {
+			t.Fatalf("GPU %d: hardware %+v, %d SMs; want its maximum clocks, PCIe link and 132 SMs", g.Index, g.Hardware, g.SMCount)
 		}
-		gpus = len(inv.GPUs)
-		for _, g := range inv.GPUs {
-			if g.Hardware.MaxCoresClockMHz == 0 || g.Hardware.MaxMemoryClockMHz == 0 || g.Hardware.PCIeWidth == 0 || g.SMCount != 132 {
-				t.Fatalf("GPU %d: hardware %+v, %d SMs; want its maximum clocks, PCIe link and 132 SMs", g.Index, g.Hardware, g.SMCount)
-			}
-		}
-	}
+	})
 	if want := 3 * gpus; reads != want {
 		t.Errorf("%d maximum-clock and core-count reads over 3 inventories of %d GPUs; want %d (once per GPU and value)", reads, gpus, want)
 	}
@@ -337,22 +329,32 @@ func TestSettingsReadAtMostEvery(t *testing.T) {
 		}
 		reads, power := 0, 0
 		h := gpu.New(countingLib{lib, &reads, &power}, gpu.WithSettingsMaxAge(tc.age))
-		var gpus int
-		for range 3 {
-			inv, err := h.Inventory(context.Background())
-			if err != nil {
-				t.Fatal(err)
+		gpus := threeInventories(t, h, func(g gpu.GPU) {
+			if g.Hardware.PowerLimitW == 0 {
+				t.Fatalf("GPU %d: no power limit in %+v", g.Index, g.Hardware)
 			}
-			gpus = len(inv.GPUs)
-			for _, g := range inv.GPUs {
-				if g.Hardware.PowerLimitW == 0 {
-					t.Fatalf("GPU %d: no power limit in %+v", g.Index, g.Hardware)
-				}
-			}
-		}
+		})
 		h.Close()
 		if want := tc.perGPU * gpus; power != want {
 			t.Errorf("age %s: %d power-limit reads over 3 inventories of %d GPUs; want %d", tc.age, power, gpus, want)
 		}
 	}
+}
+
+// threeInventories takes three inventories of h, gives each GPU of each to
+// check, and returns how many GPUs there are.
+func threeInventories(t *testing.T, h *gpu.Host, check func(gpu.GPU)) int {
+	t.Helper()
+	var gpus int
+	for range 3 {
+		inv, err := h.Inventory(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		gpus = len(inv.GPUs)
+		for _, g := range inv.GPUs {
+			check(g)
+		}
+	}
+	return gpus
 }

@@ -120,14 +120,7 @@ func testEditsDriverFiles(t *testing.T, libDir string, opts ...node.Option) {
 		{"unlimited replica", g[3].UUID + "/timeslice/1", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			shares, err := c.Lookup(tc.id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e, err := n.Edits(shares)
-			if err != nil {
-				t.Fatal(err)
-			}
+			e := editsOf(t, n, c, tc.id)
 			got := map[string]string{}
 			for _, m := range driverMounts(n, e.Mounts) {
 				if !m.ReadOnly {
@@ -173,7 +166,9 @@ func testEditsDriverFiles(t *testing.T, libDir string, opts ...node.Option) {
 				t.Errorf("limiter's real libraries %s=%q %s=%q; want them only for a limited replica", timeslice.EnvCUDA, got, timeslice.EnvNVML, e.Env[timeslice.EnvNVML])
 			}
 			// (An MPS share is unhealthy here for want of its daemon.)
-			if ok, why := n.Health(shares[0]); !ok && strings.Contains(why, "driver files") {
+			if s, err := c.Lookup(tc.id); err != nil {
+				t.Fatal(err)
+			} else if ok, why := n.Health(s[0]); !ok && strings.Contains(why, "driver files") {
 				t.Errorf("unhealthy: %s", why)
 			}
 		})

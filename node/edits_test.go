@@ -374,14 +374,7 @@ func TestEditsScratch(t *testing.T) {
 		{inv.GPUs[0].UUID, false},
 		{inv.GPUs[4].UUID + "/mps/0", true},
 	} {
-		shares, err := c.Lookup(tc.id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := n.Edits(shares)
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := editsOf(t, n, c, tc.id)
 		got := slices.IndexFunc(e.Mounts, func(m share.Mount) bool { return m.Scratch })
 		if (got >= 0) != tc.scratch || tc.scratch && (got != 0 || e.Mounts[0].ContainerPath != share.ScratchDir) {
 			t.Errorf("%s: scratch mount at %d in %+v; want one first at %s: %v", tc.id, got, e.Mounts, share.ScratchDir, tc.scratch)
@@ -394,4 +387,18 @@ func TestEditsScratch(t *testing.T) {
 			t.Errorf("the scratch mount in CDI form: %+v; want a small tmpfs at %s", m, share.ScratchDir)
 		}
 	}
+}
+
+// editsOf are n's edits for the shares of c with these IDs.
+func editsOf(t *testing.T, n *node.Node, c *share.Catalog, ids ...string) share.Edits {
+	t.Helper()
+	shares, err := c.Lookup(ids...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := n.Edits(shares)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
