@@ -184,6 +184,9 @@ func tmpfsMounts(t testing.TB, e map[string]any) {
 	seen := map[string]bool{}
 	var tmpfs []any
 	for _, m := range mounts {
+		if m.(map[string]any)["type"] == "tmpfs" {
+			continue // gpumux's scratch directory, on tmpfs already
+		}
 		dir := filepath.Dir(m.(map[string]any)["containerPath"].(string))
 		if !seen[dir] {
 			seen[dir] = true
@@ -206,9 +209,13 @@ func dirMounts(t testing.TB, e map[string]any) {
 	}
 	dirs := map[string]string{}  // host directory → container path
 	moved := map[string]string{} // container directory → its new path
-	var out []any
+	var out, scratch []any
 	for _, m := range mounts {
 		m := m.(map[string]any)
+		if m["type"] == "tmpfs" {
+			scratch = append(scratch, m) // gpumux's scratch directory: kept, after the binds
+			continue
+		}
 		host, ctr := m["hostPath"].(string), m["containerPath"].(string)
 		hostDir, ctrDir := host, ctr
 		if fi, err := os.Stat(host); err != nil {
@@ -223,7 +230,7 @@ func dirMounts(t testing.TB, e map[string]any) {
 		}
 		moved[ctrDir] = dirs[hostDir]
 	}
-	e["mounts"] = out
+	e["mounts"] = append(out, scratch...)
 	hooks, _ := e["hooks"].([]any)
 	for _, h := range hooks {
 		h := h.(map[string]any)
