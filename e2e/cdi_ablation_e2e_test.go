@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpumux/gpumux/gpu/driverfiles"
 	"github.com/gpumux/gpumux/gpu/sim"
-	"github.com/gpumux/gpumux/node"
+	"github.com/gpumux/gpumux/internal/ldcache"
 )
 
 // cdiAblationKind is the CDI kind of cdiAblations' devices.
@@ -135,7 +135,7 @@ func fileMounts(t testing.TB, e map[string]any) {
 		var kept []any
 		for i := 0; i < len(args); i++ {
 			a := fmt.Sprint(args[i])
-			if a == node.HookLinkFlag && i+1 < len(args) {
+			if a == ldcache.LinkFlag && i+1 < len(args) {
 				link, target, _ := strings.Cut(fmt.Sprint(args[i+1]), "=")
 				out = append(out, bind(filepath.Join(tree, strings.TrimPrefix(target, driverfiles.ContainerDir)), link))
 				i++

@@ -6,20 +6,9 @@ import (
 	"sync"
 
 	"github.com/gpumux/gpumux/gpu/driverfiles"
+	"github.com/gpumux/gpumux/internal/ldcache"
+	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/share"
-)
-
-// HookUpdateLdcache is gpumux-runtime's hook that links the driver's
-// programs onto PATH (each HookLinkFlag LINK=TARGET) and adds the driver's
-// library directories to a container's linker cache, as the NVIDIA
-// container toolkit's create-symlinks and update-ldcache hooks do
-// (runtimehook/entry runs it, under the same names; gpumux-runtime asks
-// the node agent to do it where one serves it):
-//
-//	gpumux-runtime hook update-ldcache [--link LINK=TARGET]... DIR...
-const (
-	HookUpdateLdcache = "update-ldcache"
-	HookLinkFlag      = "--link"
 )
 
 // DefaultHookBinary is where docs/runtime.md installs gpumux-runtime: the
@@ -113,7 +102,7 @@ func (n *Node) addDriver(e *share.Edits) error {
 		return err
 	}
 	e.DriverLibraries = map[string]string{}
-	args := []string{filepath.Base(n.hookBinary), "hook", HookUpdateLdcache}
+	args := []string{filepath.Base(n.hookBinary), "hook", ociruntime.HookUpdateLdcache}
 	if n.driverAtHostPaths {
 		e.Mounts = append(e.Mounts, hostPathMounts(files)...)
 		for _, l := range files.Libraries {
@@ -126,7 +115,7 @@ func (n *Node) addDriver(e *share.Edits) error {
 			e.DriverLibraries[l.SONAME] = filepath.Join(driverfiles.ContainerLibDir, l.SONAME)
 		}
 		for _, f := range files.Binaries {
-			args = append(args, HookLinkFlag, f.ContainerPath+"="+filepath.Join(driverfiles.ContainerBinDir, filepath.Base(f.ContainerPath)))
+			args = append(args, ldcache.LinkFlag, f.ContainerPath+"="+filepath.Join(driverfiles.ContainerBinDir, filepath.Base(f.ContainerPath)))
 		}
 		args = append(args, driverfiles.ContainerLibDir)
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/gpumux/gpumux/gpu/driverfiles"
 	"github.com/gpumux/gpumux/gpu/sim"
+	"github.com/gpumux/gpumux/internal/ldcache"
+	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/share"
@@ -94,11 +96,11 @@ func testEditsDriverFiles(t *testing.T, libDir string, opts ...node.Option) {
 		"/run/nvidia-persistenced/socket": filepath.Join(root, "run/nvidia-persistenced/socket"),
 	}
 	staged := libDir == driverfiles.ContainerLibDir
-	hookArgs := []string{"gpumux-runtime-hook", "hook", node.HookUpdateLdcache}
+	hookArgs := []string{"gpumux-runtime-hook", "hook", ociruntime.HookUpdateLdcache}
 	if staged {
 		// The programs are the tree's, linked onto PATH by the hook.
 		for _, p := range []string{"nvidia-smi", "nvidia-debugdump"} {
-			hookArgs = append(hookArgs, node.HookLinkFlag, "/usr/bin/"+p+"="+driverfiles.ContainerBinDir+"/"+p)
+			hookArgs = append(hookArgs, ldcache.LinkFlag, "/usr/bin/"+p+"="+driverfiles.ContainerBinDir+"/"+p)
 		}
 	} else {
 		for name, host := range libs {

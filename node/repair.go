@@ -200,7 +200,7 @@ func leasedIn(bundle string) ([]string, error) {
 
 // isReleaseHook reports whether h is gpumux-runtime's poststop hook, which
 // it adds to the specs it prepares ("gpumux-runtime hook poststop", see
-// runtimehook.HookPoststop).
+// ociruntime.HookPoststop).
 func isReleaseHook(h specs.Hook) bool {
 	n := len(h.Args)
 	return n >= 2 && h.Args[n-2] == "hook" && h.Args[n-1] == "poststop"

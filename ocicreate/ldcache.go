@@ -104,7 +104,7 @@ func cacheAtCreate(spec *specs.Spec, bundleDir string) error {
 }
 
 // isLdcacheHook says whether h is gpumux's update-ldcache hook, as the node
-// core writes it (node.HookUpdateLdcache).
+// core writes it (ociruntime.HookUpdateLdcache, ldcache.ParseArgs).
 func isLdcacheHook(h specs.Hook) bool {
 	base := filepath.Base(h.Path)
 	return (base == ociruntime.EntryBinary || base == ociruntime.HookBinary) &&

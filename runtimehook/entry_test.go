@@ -6,17 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumux/gpumux/node"
-	"github.com/gpumux/gpumux/runtimehook/entry"
+	"github.com/gpumux/gpumux/internal/ociruntime"
 )
-
-// TestEntryNamesAsTheCore: the hook binary's update-ldcache is the hook
-// the core's specs name, with the same link flag.
-func TestEntryNamesAsTheCore(t *testing.T) {
-	if entry.HookUpdateLdcache != node.HookUpdateLdcache || entry.LinkFlag != node.HookLinkFlag {
-		t.Errorf("entry's hook %q %q, node's %q %q", entry.HookUpdateLdcache, entry.LinkFlag, node.HookUpdateLdcache, node.HookLinkFlag)
-	}
-}
 
 // TestCoreHookErrors: the core's hooks refuse what they cannot run, with
 // the usage.
@@ -27,7 +18,7 @@ func TestCoreHookErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"arguments to another hook", []string{HookPoststop, "/usr/lib"}, "hook poststop takes no arguments"},
+		{"arguments to another hook", []string{ociruntime.HookPoststop, "/usr/lib"}, "hook poststop takes no arguments"},
 		{"no hook name", nil, "usage: gpumux-runtime hook poststop|update-ldcache [--link LINK=TARGET]... DIR..."},
 		{"an unknown hook", []string{"prestart"}, `unknown hook "prestart"`},
 		// Specs no longer name it: a share is checked once, at create.
@@ -36,7 +27,7 @@ func TestCoreHookErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
 			t.Setenv(EnvConfig, "")
-			t.Setenv(EnvStateDir, t.TempDir())
+			t.Setenv(ociruntime.EnvStateDir, t.TempDir())
 			code := Main(context.Background(), append([]string{"--config", "/nonexistent/node.hcl", "hook"}, tc.args...), strings.NewReader(state), &stderr)
 			if code == 0 || !strings.Contains(stderr.String(), tc.want) {
 				t.Errorf("exit %d, stderr %q; want a failure saying %q", code, stderr.String(), tc.want)

@@ -6,9 +6,9 @@ import (
 	"io"
 	"os"
 
+	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/internal/version"
 	"github.com/gpumux/gpumux/nodeconfig"
-	"github.com/gpumux/gpumux/runtimehook/entry"
 )
 
 // Main is gpumux-runtime's command line: runc's, plus `hook <name> [args]`
@@ -24,13 +24,13 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stderr io.Writer)
 	}
 	load := func() (*nodeconfig.Config, error) { return loadConfig(cfgPath) }
 	opts := []Option{WithStderr(stderr)}
-	if runc := os.Getenv(EnvRunc); runc != "" {
+	if runc := os.Getenv(ociruntime.EnvRunc); runc != "" {
 		opts = append(opts, WithRunc(runc))
 	}
 	r := New(load, opts...)
 	if len(args) == 1 && (args[0] == "--version" || args[0] == "-v") {
 		// gpumux's version, then runc's (as gpumux-runtime prints them).
-		fmt.Println(entry.CoreBinary, version.String())
+		fmt.Println(ociruntime.CoreBinary, version.String())
 	}
 	if len(args) >= 1 && args[0] == "hook" {
 		if len(args) < 2 {
@@ -57,7 +57,7 @@ func loadConfig(path string) (*nodeconfig.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if dir := os.Getenv(EnvStateDir); dir != "" {
+	if dir := os.Getenv(ociruntime.EnvStateDir); dir != "" {
 		cfg.StateDir = dir
 	}
 	return cfg, nil

@@ -16,7 +16,6 @@ import (
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/nodeconfig"
 	"github.com/gpumux/gpumux/ocicreate"
-	"github.com/gpumux/gpumux/runtimehook/entry"
 )
 
 // Runtime is gpumux-runtime: a runc wrapper that, on `create`, leases the
@@ -140,7 +139,7 @@ func (r *Runtime) openNode() (*node.Node, error) {
 
 // hookPath is gpumux-runtime-hook, installed beside the core (r.self).
 func (r *Runtime) hookPath() string {
-	return filepath.Join(filepath.Dir(r.self), entry.HookBinary)
+	return filepath.Join(filepath.Dir(r.self), ociruntime.HookBinary)
 }
 
 // logger reports what the node core logs (a remote server that cannot be

@@ -16,6 +16,7 @@ import (
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/gpu/driverfiles"
 	"github.com/gpumux/gpumux/gpu/sim"
+	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
@@ -112,7 +113,7 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 	if len(spec.Linux.Resources.Devices) == 0 {
 		t.Error("no device cgroup rules were added")
 	}
-	if h := spec.Hooks; h == nil || len(h.CreateRuntime) != 0 || len(h.Poststop) != 1 || h.Poststop[0].Args[2] != HookPoststop ||
+	if h := spec.Hooks; h == nil || len(h.CreateRuntime) != 0 || len(h.Poststop) != 1 || h.Poststop[0].Args[2] != ociruntime.HookPoststop ||
 		h.Poststop[0].Path != "/usr/bin/gpumux-runtime-hook" {
 		t.Errorf("hooks %+v, want poststop only", spec.Hooks)
 	}
@@ -141,7 +142,7 @@ func TestCreateInjectsTheLeasedShare(t *testing.T) {
 			t.Errorf("%s is not the simulated driver's %s, read-only: mounts %+v", file, host, spec.Mounts)
 		}
 	}
-	wantHook := []string{"gpumux-runtime-hook", "hook", HookUpdateLdcache,
+	wantHook := []string{"gpumux-runtime-hook", "hook", ociruntime.HookUpdateLdcache,
 		"--link", "/usr/bin/nvidia-smi=" + driverfiles.ContainerBinDir + "/nvidia-smi",
 		"--link", "/usr/bin/nvidia-debugdump=" + driverfiles.ContainerBinDir + "/nvidia-debugdump",
 		driverfiles.ContainerLibDir}
@@ -243,7 +244,7 @@ func TestPoststopReleases(t *testing.T) {
 		t.Fatal(f.stderr.String())
 	}
 	state, _ := json.Marshal(specs.State{ID: "c1", Bundle: f.bundle})
-	if err := f.rt.Hook(context.Background(), HookPoststop, nil, bytes.NewReader(state)); err != nil {
+	if err := f.rt.Hook(context.Background(), ociruntime.HookPoststop, nil, bytes.NewReader(state)); err != nil {
 		t.Fatal(err)
 	}
 	if held, _ := f.rt.store().Held(context.Background(), "c1"); len(held) != 0 {

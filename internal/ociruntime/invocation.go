@@ -19,7 +19,7 @@ const (
 )
 
 // The hooks gpumux-runtime-hook runs: update-ldcache (`hook update-ldcache
-// [--link LINK=TARGET]... DIR...`; node.HookUpdateLdcache is the same name), and poststop when its
+// [--link LINK=TARGET]... DIR...`, the hook the node core's edits name), and poststop when its
 // environment names the state directory (the core's hooks do), which is
 // all it needs to release the container's leases.
 const (

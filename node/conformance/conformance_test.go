@@ -31,7 +31,9 @@ import (
 	"github.com/gpumux/gpumux/gpu"
 	"github.com/gpumux/gpumux/gpu/driverfiles"
 	"github.com/gpumux/gpumux/gpu/sim"
+	"github.com/gpumux/gpumux/internal/ldcache"
 	"github.com/gpumux/gpumux/internal/nomadconf"
+	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/internal/testbin"
 	"github.com/gpumux/gpumux/mig"
 	"github.com/gpumux/gpumux/mps"
@@ -456,7 +458,7 @@ func (c *nodeCase) staged(t *testing.T, e edits) edits {
 	}
 	lib := "/" + sim.LibDir()
 	driver := filepath.Join(c.stateDir, "sim", c.sim, "driver")
-	args := []string{"gpumux-runtime-hook", "hook", node.HookUpdateLdcache}
+	args := []string{"gpumux-runtime-hook", "hook", ociruntime.HookUpdateLdcache}
 	var mounts []string
 	for _, m := range e.mounts {
 		container, host, ok := strings.Cut(strings.TrimSuffix(m, " ro"), " <- ")
@@ -466,7 +468,7 @@ func (c *nodeCase) staged(t *testing.T, e edits) edits {
 			staged = filepath.Join(trees[0], "lib64", filepath.Base(container))
 		case ok && strings.HasPrefix(container, "/usr/bin/") && strings.HasPrefix(host, driver+"/"):
 			staged = filepath.Join(trees[0], "bin", filepath.Base(container))
-			args = append(args, node.HookLinkFlag, container+"="+driverfiles.ContainerBinDir+"/"+filepath.Base(container))
+			args = append(args, ldcache.LinkFlag, container+"="+driverfiles.ContainerBinDir+"/"+filepath.Base(container))
 		default:
 			mounts = append(mounts, m)
 			continue

@@ -14,17 +14,6 @@ import (
 	"github.com/gpumux/gpumux/node/lease"
 )
 
-// The programs', environment's and hooks' names (package ociruntime).
-const (
-	EntryBinary       = ociruntime.EntryBinary
-	HookBinary        = ociruntime.HookBinary
-	CoreBinary        = ociruntime.CoreBinary
-	EnvRunc           = ociruntime.EnvRunc
-	EnvStateDir       = ociruntime.EnvStateDir
-	HookUpdateLdcache = ociruntime.HookUpdateLdcache
-	HookPoststop      = ociruntime.HookPoststop
-)
-
 // Main is gpumux-runtime-hook's command line: `hook update-ldcache [--link
 // LINK=TARGET]... DIR...`,
 // `hook poststop` (GPUMUX_STATE_DIR names the lease store) and `--version`.
@@ -33,20 +22,20 @@ const (
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch {
 	case len(args) == 1 && (args[0] == "--version" || args[0] == "-v"):
-		fmt.Fprintln(stdout, HookBinary, version.String())
+		fmt.Fprintln(stdout, ociruntime.HookBinary, version.String())
 		return 0
-	case len(args) >= 2 && args[0] == "hook" && args[1] == HookUpdateLdcache:
+	case len(args) >= 2 && args[0] == "hook" && args[1] == ociruntime.HookUpdateLdcache:
 		return updateLdcache(ctx, args[2:], stdin, stderr)
-	case len(args) == 2 && args[0] == "hook" && args[1] == HookPoststop:
-		dir := os.Getenv(EnvStateDir)
+	case len(args) == 2 && args[0] == "hook" && args[1] == ociruntime.HookPoststop:
+		dir := os.Getenv(ociruntime.EnvStateDir)
 		if dir == "" {
-			fmt.Fprintf(stderr, "%s hook %s: %s is not set: it names the state directory of the lease store\n", HookBinary, HookPoststop, EnvStateDir)
+			fmt.Fprintf(stderr, "%s hook %s: %s is not set: it names the state directory of the lease store\n", ociruntime.HookBinary, ociruntime.HookPoststop, ociruntime.EnvStateDir)
 			return 2
 		}
 		return poststop(ctx, dir, stdin, stderr)
 	}
 	fmt.Fprintf(stderr, "%s: usage: %s hook %s | hook %s | --version (got %q; the other hooks are %s's)\n",
-		HookBinary, HookBinary, UpdateLdcacheUsage, HookPoststop, args, CoreBinary)
+		ociruntime.HookBinary, ociruntime.HookBinary, UpdateLdcacheUsage, ociruntime.HookPoststop, args, ociruntime.CoreBinary)
 	return 2
 }
 
@@ -61,7 +50,7 @@ func updateLdcache(ctx context.Context, args []string, stdin io.Reader, stderr i
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "%s hook %s: %v\n", HookBinary, HookUpdateLdcache, err)
+		fmt.Fprintf(stderr, "%s hook %s: %v\n", ociruntime.HookBinary, ociruntime.HookUpdateLdcache, err)
 		return 1
 	}
 	return 0
@@ -87,7 +76,7 @@ func poststop(ctx context.Context, stateDir string, stdin io.Reader, stderr io.W
 		return nil
 	}()
 	if err != nil {
-		fmt.Fprintf(stderr, "%s hook %s: %v\n", HookBinary, HookPoststop, err)
+		fmt.Fprintf(stderr, "%s hook %s: %v\n", ociruntime.HookBinary, ociruntime.HookPoststop, err)
 		return 1
 	}
 	return 0

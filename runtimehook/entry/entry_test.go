@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/node/lease"
 )
 
@@ -14,7 +15,7 @@ import (
 // itself, and no other container's.
 func TestPoststopReleases(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv(EnvStateDir, dir)
+	t.Setenv(ociruntime.EnvStateDir, dir)
 	ctx := context.Background()
 	s, err := lease.Open(lease.PathIn(dir))
 	if err != nil {
@@ -27,7 +28,7 @@ func TestPoststopReleases(t *testing.T) {
 	}
 	s.Close()
 	var stdout, stderr bytes.Buffer
-	if code := Main(ctx, []string{"hook", HookPoststop}, strings.NewReader(`{"id":"c1","bundle":"/b"}`), &stdout, &stderr); code != 0 {
+	if code := Main(ctx, []string{"hook", ociruntime.HookPoststop}, strings.NewReader(`{"id":"c1","bundle":"/b"}`), &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	s, err = lease.Open(lease.PathIn(dir))
@@ -39,7 +40,7 @@ func TestPoststopReleases(t *testing.T) {
 	if err != nil || len(held) != 1 || held["GPU-2"] != "c2" {
 		t.Errorf("leases after c1's poststop: %v, %v; want only c2's GPU-2", held, err)
 	}
-	if code := Main(ctx, []string{"hook", HookPoststop}, strings.NewReader(`{}`), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "no id") {
+	if code := Main(ctx, []string{"hook", ociruntime.HookPoststop}, strings.NewReader(`{}`), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "no id") {
 		t.Errorf("a state without an id: exit %d, stderr %q", code, stderr.String())
 	}
 }
@@ -48,18 +49,18 @@ func TestPoststopReleases(t *testing.T) {
 // anything else, and poststop without the state directory, is a usage
 // error naming what it runs.
 func TestHookUsage(t *testing.T) {
-	t.Setenv(EnvStateDir, "")
+	t.Setenv(ociruntime.EnvStateDir, "")
 	tests := []struct {
 		args []string
 		code int
 		want string
 	}{
-		{[]string{"--version"}, 0, HookBinary + " "},
+		{[]string{"--version"}, 0, ociruntime.HookBinary + " "},
 		{[]string{"hook", "prestart"}, 2, "the other hooks are gpumux-runtime-core's"},
 		{[]string{"create", "c1"}, 2, "usage: gpumux-runtime-hook hook update-ldcache [--link LINK=TARGET]... DIR..."},
 		{nil, 2, "usage:"},
-		{[]string{"hook", HookPoststop}, 2, "GPUMUX_STATE_DIR is not set"},
-		{[]string{"hook", HookUpdateLdcache}, 1, "decoding the container state"},
+		{[]string{"hook", ociruntime.HookPoststop}, 2, "GPUMUX_STATE_DIR is not set"},
+		{[]string{"hook", ociruntime.HookUpdateLdcache}, 1, "decoding the container state"},
 	}
 	for _, tc := range tests {
 		var stdout, stderr bytes.Buffer

@@ -19,11 +19,8 @@ import (
 // environment its spec gives, without PATH, so it is looked for here.
 var ldconfigs = []string{"/sbin/ldconfig.real", "/sbin/ldconfig", "/usr/sbin/ldconfig"}
 
-// LinkFlag precedes each LINK=TARGET argument of the update-ldcache hook.
-const LinkFlag = ldcache.LinkFlag
-
 // UpdateLdcacheUsage is the update-ldcache hook's command line.
-const UpdateLdcacheUsage = HookUpdateLdcache + " " + ldcache.ArgsUsage
+const UpdateLdcacheUsage = ociruntime.HookUpdateLdcache + " " + ldcache.ArgsUsage
 
 // UpdateLdcache is the update-ldcache hook (`update-ldcache [--link
 // LINK=TARGET]... DIR...`): it makes each LINK a symbolic link to TARGET

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/internal/ldcache"
+	"github.com/gpumux/gpumux/internal/ociruntime"
 )
 
 // ldcacheBundle is a bundle whose root (no /etc, as the e2e tests' probe
@@ -81,7 +82,7 @@ func TestUpdateLdcache(t *testing.T) {
 				}
 			}
 			dir := "/" + sim.LibDir()
-			if code, stderr := hook(t, bundle, HookUpdateLdcache, dir); code != 0 {
+			if code, stderr := hook(t, bundle, ociruntime.HookUpdateLdcache, dir); code != 0 {
 				t.Fatalf("hook update-ldcache: exit %d: %s", code, stderr)
 			}
 			out, err := exec.Command(ldconfig, "-r", rootfs, "-p").CombinedOutput()
@@ -101,17 +102,17 @@ func TestUpdateLdcacheErrors(t *testing.T) {
 		args   []string
 		want   string
 	}{
-		{"no directory", bundle, []string{HookUpdateLdcache}, "no directories given"},
-		{"a relative directory", bundle, []string{HookUpdateLdcache, "usr/lib"}, `directory "usr/lib": want a clean absolute path`},
-		{"an option for ldconfig", bundle, []string{HookUpdateLdcache, "/usr/lib", "-C/tmp/x"}, `directory "-C/tmp/x"`},
-		{"no config.json", noSpec, []string{HookUpdateLdcache, "/usr/lib"}, "reading the container spec"},
-		{"no container state", "", []string{HookUpdateLdcache, "/usr/lib"}, "decoding the container state"},
-		{"a link without its argument", bundle, []string{HookUpdateLdcache, LinkFlag}, "--link without LINK=TARGET"},
-		{"a link without a target", bundle, []string{HookUpdateLdcache, LinkFlag, "/usr/bin/nvidia-smi", "/usr/lib"}, `--link "/usr/bin/nvidia-smi": want LINK=TARGET`},
-		{"a relative link", bundle, []string{HookUpdateLdcache, LinkFlag, "usr/bin/x=/y", "/usr/lib"}, `link "usr/bin/x": want a clean absolute path`},
-		{"a relative target", bundle, []string{HookUpdateLdcache, LinkFlag, "/usr/bin/x=y", "/usr/lib"}, `link target "y": want a clean absolute path`},
-		{"the root as a link", bundle, []string{HookUpdateLdcache, LinkFlag, "/=/y", "/usr/lib"}, `link "/": not the root`},
-		{"links and no directory", bundle, []string{HookUpdateLdcache, LinkFlag, "/usr/bin/x=/y"}, "no directories given"},
+		{"no directory", bundle, []string{ociruntime.HookUpdateLdcache}, "no directories given"},
+		{"a relative directory", bundle, []string{ociruntime.HookUpdateLdcache, "usr/lib"}, `directory "usr/lib": want a clean absolute path`},
+		{"an option for ldconfig", bundle, []string{ociruntime.HookUpdateLdcache, "/usr/lib", "-C/tmp/x"}, `directory "-C/tmp/x"`},
+		{"no config.json", noSpec, []string{ociruntime.HookUpdateLdcache, "/usr/lib"}, "reading the container spec"},
+		{"no container state", "", []string{ociruntime.HookUpdateLdcache, "/usr/lib"}, "decoding the container state"},
+		{"a link without its argument", bundle, []string{ociruntime.HookUpdateLdcache, ldcache.LinkFlag}, "--link without LINK=TARGET"},
+		{"a link without a target", bundle, []string{ociruntime.HookUpdateLdcache, ldcache.LinkFlag, "/usr/bin/nvidia-smi", "/usr/lib"}, `--link "/usr/bin/nvidia-smi": want LINK=TARGET`},
+		{"a relative link", bundle, []string{ociruntime.HookUpdateLdcache, ldcache.LinkFlag, "usr/bin/x=/y", "/usr/lib"}, `link "usr/bin/x": want a clean absolute path`},
+		{"a relative target", bundle, []string{ociruntime.HookUpdateLdcache, ldcache.LinkFlag, "/usr/bin/x=y", "/usr/lib"}, `link target "y": want a clean absolute path`},
+		{"the root as a link", bundle, []string{ociruntime.HookUpdateLdcache, ldcache.LinkFlag, "/=/y", "/usr/lib"}, `link "/": not the root`},
+		{"links and no directory", bundle, []string{ociruntime.HookUpdateLdcache, ldcache.LinkFlag, "/usr/bin/x=/y"}, "no directories given"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stderr := hook(t, tc.bundle, tc.args...)
@@ -178,7 +179,7 @@ func TestUpdateLdcacheIntoTheImagesCache(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if code, stderr := hook(t, bundle, HookUpdateLdcache, dir); code != 0 {
+			if code, stderr := hook(t, bundle, ociruntime.HookUpdateLdcache, dir); code != 0 {
 				t.Fatalf("hook update-ldcache: exit %d: %s", code, stderr)
 			}
 			out, err := exec.Command(ldconfig, "-p", "-C", filepath.Join(rootfs, "etc/ld.so.cache")).CombinedOutput()
@@ -214,7 +215,7 @@ func TestUpdateLdcacheLeavesTheHostAlone(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
-	if code, stderr := hook(t, bundle, HookUpdateLdcache, "/usr/lib/gpumux-test-not-there"); code != 0 {
+	if code, stderr := hook(t, bundle, ociruntime.HookUpdateLdcache, "/usr/lib/gpumux-test-not-there"); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	after, err := os.Stat("/etc/ld.so.cache")
@@ -243,8 +244,8 @@ func TestUpdateLdcacheLinks(t *testing.T) {
 	}
 	const smi, dump = "/usr/local/nvidia/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-debugdump"
 	dir := "/" + sim.LibDir()
-	if code, stderr := hook(t, bundle, HookUpdateLdcache, LinkFlag, "/usr/bin/nvidia-smi="+smi, LinkFlag, "/usr/bin/nvidia-debugdump="+dump,
-		LinkFlag, "/opt/tools/bin/nvidia-smi="+smi, dir); code != 0 {
+	if code, stderr := hook(t, bundle, ociruntime.HookUpdateLdcache, ldcache.LinkFlag, "/usr/bin/nvidia-smi="+smi, ldcache.LinkFlag, "/usr/bin/nvidia-debugdump="+dump,
+		ldcache.LinkFlag, "/opt/tools/bin/nvidia-smi="+smi, dir); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	for link, want := range map[string]string{"usr/bin/nvidia-smi": smi, "opt/tools/bin/nvidia-smi": smi} {
@@ -262,7 +263,7 @@ func TestUpdateLdcacheLinks(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(rootfs, "usr/sbin")); err != nil {
 		t.Fatal(err)
 	}
-	code, stderr := hook(t, bundle, HookUpdateLdcache, LinkFlag, "/usr/sbin/nvidia-smi="+smi, dir)
+	code, stderr := hook(t, bundle, ociruntime.HookUpdateLdcache, ldcache.LinkFlag, "/usr/sbin/nvidia-smi="+smi, dir)
 	if code == 0 || !strings.Contains(stderr, "link /usr/sbin/nvidia-smi") {
 		t.Errorf("a link through the image's link out of its root: exit %d, %q; want it refused", code, stderr)
 	}
@@ -291,7 +292,7 @@ func BenchmarkUpdateLdcache(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	hookBin := filepath.Join(b.TempDir(), HookBinary)
+	hookBin := filepath.Join(b.TempDir(), ociruntime.HookBinary)
 	if out, err := exec.Command("go", "build", "-o", hookBin, "github.com/gpumux/gpumux/cmd/gpumux-runtime-hook").CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -330,7 +331,7 @@ func BenchmarkUpdateLdcache(b *testing.B) {
 		} {
 			b.Run(fmt.Sprintf("libs=%d/%s", libs, way.name), func(b *testing.B) {
 				for b.Loop() {
-					cmd := exec.Command(hookBin, append([]string{"hook", HookUpdateLdcache}, way.dirs...)...)
+					cmd := exec.Command(hookBin, append([]string{"hook", ociruntime.HookUpdateLdcache}, way.dirs...)...)
 					cmd.Stdin = bytes.NewReader(state)
 					if out, err := cmd.CombinedOutput(); err != nil {
 						b.Fatalf("%v: %s", err, out)

@@ -17,6 +17,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpumux/gpumux/internal/cbuild"
+	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/node"
 )
 
@@ -38,11 +39,11 @@ var entryDir = sync.OnceValues(func() (string, error) {
 	}
 	args := append([]string{"-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", `-DGPUMUX_VERSION="9.9.9 (commit c0ffee)"`},
 		env.Sanitize...)
-	args = append(args, "-o", filepath.Join(dir, EntryBinary), filepath.Join(env.Root, "cmd", EntryBinary, EntryBinary+".c"))
+	args = append(args, "-o", filepath.Join(dir, ociruntime.EntryBinary), filepath.Join(env.Root, "cmd", ociruntime.EntryBinary, ociruntime.EntryBinary+".c"))
 	if err := env.Run(env.CC, args...); err != nil {
 		return "", err
 	}
-	for _, name := range []string{CoreBinary, HookBinary, "runc"} {
+	for _, name := range []string{ociruntime.CoreBinary, ociruntime.HookBinary, "runc"} {
 		// Each writes "NAME ARG..." (one argument a line) to $ROUTE_OUT,
 		// and its stdin to $ROUTE_OUT.stdin.
 		script := fmt.Sprintf("#!/bin/sh\n{ echo %s; for a in \"$@\"; do echo \"$a\"; done; } >\"$ROUTE_OUT\"\ncat >\"$ROUTE_OUT.stdin\"\n", name)
@@ -71,11 +72,11 @@ func routeWithStdin(t *testing.T, stdin string, args []string, env ...string) (t
 		t.Fatal(err)
 	}
 	record := filepath.Join(t.TempDir(), "route")
-	cmd := exec.Command(filepath.Join(dir, EntryBinary), args...)
+	cmd := exec.Command(filepath.Join(dir, ociruntime.EntryBinary), args...)
 	// No node agent unless env names one (the default socket is the
 	// machine's).
 	noAgent := "GPUMUX_RUNTIME_SOCKET=" + filepath.Join(t.TempDir(), "no-agent.sock")
-	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "ROUTE_OUT=" + record, EnvRunc + "=" + filepath.Join(dir, "runc"), noAgent}, env...)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "ROUTE_OUT=" + record, ociruntime.EnvRunc + "=" + filepath.Join(dir, "runc"), noAgent}, env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	b, err := cmd.CombinedOutput()
 	if exit, ok := err.(*exec.ExitError); ok {
@@ -133,23 +134,23 @@ func TestCEntryRoutes(t *testing.T) {
 		{"delete, with --config", []string{"--config", "/etc/n.hcl", "delete", "c1"}, nil, "runc", []string{"delete", "c1"}},
 		{"state, a flag with its value joined", []string{"--root=/r", "--log", "create", "state", "c1"}, nil, "runc", nil},
 		{"create, nothing asked", []string{"--root", "/r", "create", "--bundle", plain, "c1"}, nil, "runc", nil},
-		{"create, in the working directory", []string{"create", "c1"}, nil, CoreBinary, nil}, // the test's directory has no config.json
+		{"create, in the working directory", []string{"create", "c1"}, nil, ociruntime.CoreBinary, nil}, // the test's directory has no config.json
 		{"create, no process", []string{"create", "--bundle", bundleWith(t, &specs.Spec{}, ""), "c1"}, nil, "runc", nil},
 		{"create, a config.json that is not JSON", []string{"create", "--bundle", bundleWith(t, nil, "{"), "c1"}, nil, "runc", nil},
-		{"create, annotation", []string{"create", "--bundle", bundleWith(t, specWith(map[string]string{"gpumux.io/mechanism": "mps"}), ""), "c1"}, nil, CoreBinary, nil},
-		{"create, unknown gpumux annotation", []string{"create", "-b", bundleWith(t, specWith(map[string]string{"gpumux.io/typo": "1"}), ""), "c1"}, nil, CoreBinary, nil},
-		{"create, escaped annotation", []string{"create", "-b", bundleWith(t, nil, `{"annotations":{"\u0067pumux.io\/gpus":"1"}}`), "c1"}, nil, CoreBinary, nil},
-		{"create, env", []string{"--config", "/etc/n.hcl", "create", "--bundle=" + bundleWith(t, specWith(nil, "PATH=/bin", "GPUMUX_GPUS=2"), ""), "c1"}, nil, CoreBinary, nil},
-		{"create, escaped env", []string{"create", "--bundle", bundleWith(t, nil, `{"process":{"env":["GPUMUX\u005fSHARES=GPU-1"]}}`), "c1"}, nil, CoreBinary, nil},
-		{"create, reserved shares", []string{"create", "--bundle", bundleWith(t, specWith(nil, "GPUMUX_SHARES=GPU-1"), ""), "c1"}, nil, CoreBinary, nil},
-		{"create, a request variable without a value", []string{"create", "--bundle", bundleWith(t, specWith(nil, "GPUMUX_MEMORY"), ""), "c1"}, nil, CoreBinary, nil},
-		{"create, no config.json", []string{"create", "--bundle", bundleWith(t, nil, ""), "c1"}, nil, CoreBinary, nil},
-		{"hook update-ldcache", []string{"hook", HookUpdateLdcache, "/usr/lib"}, nil, HookBinary, nil},
-		{"hook update-ldcache, with --config", []string{"--config", "/etc/n.hcl", "hook", HookUpdateLdcache, "/usr/lib"}, nil, HookBinary, []string{"hook", HookUpdateLdcache, "/usr/lib"}},
-		{"hook poststop with its state directory", []string{"hook", HookPoststop}, []string{EnvStateDir + "=/var/lib/gpumux"}, HookBinary, nil},
-		{"hook poststop without", []string{"hook", HookPoststop}, nil, CoreBinary, nil},
-		{"another hook", []string{"--config", "/etc/n.hcl", "hook", "prestart"}, []string{EnvStateDir + "=/var/lib/gpumux"}, CoreBinary, nil},
-		{"hook, no name", []string{"hook"}, nil, CoreBinary, nil},
+		{"create, annotation", []string{"create", "--bundle", bundleWith(t, specWith(map[string]string{"gpumux.io/mechanism": "mps"}), ""), "c1"}, nil, ociruntime.CoreBinary, nil},
+		{"create, unknown gpumux annotation", []string{"create", "-b", bundleWith(t, specWith(map[string]string{"gpumux.io/typo": "1"}), ""), "c1"}, nil, ociruntime.CoreBinary, nil},
+		{"create, escaped annotation", []string{"create", "-b", bundleWith(t, nil, `{"annotations":{"\u0067pumux.io\/gpus":"1"}}`), "c1"}, nil, ociruntime.CoreBinary, nil},
+		{"create, env", []string{"--config", "/etc/n.hcl", "create", "--bundle=" + bundleWith(t, specWith(nil, "PATH=/bin", "GPUMUX_GPUS=2"), ""), "c1"}, nil, ociruntime.CoreBinary, nil},
+		{"create, escaped env", []string{"create", "--bundle", bundleWith(t, nil, `{"process":{"env":["GPUMUX\u005fSHARES=GPU-1"]}}`), "c1"}, nil, ociruntime.CoreBinary, nil},
+		{"create, reserved shares", []string{"create", "--bundle", bundleWith(t, specWith(nil, "GPUMUX_SHARES=GPU-1"), ""), "c1"}, nil, ociruntime.CoreBinary, nil},
+		{"create, a request variable without a value", []string{"create", "--bundle", bundleWith(t, specWith(nil, "GPUMUX_MEMORY"), ""), "c1"}, nil, ociruntime.CoreBinary, nil},
+		{"create, no config.json", []string{"create", "--bundle", bundleWith(t, nil, ""), "c1"}, nil, ociruntime.CoreBinary, nil},
+		{"hook update-ldcache", []string{"hook", ociruntime.HookUpdateLdcache, "/usr/lib"}, nil, ociruntime.HookBinary, nil},
+		{"hook update-ldcache, with --config", []string{"--config", "/etc/n.hcl", "hook", ociruntime.HookUpdateLdcache, "/usr/lib"}, nil, ociruntime.HookBinary, []string{"hook", ociruntime.HookUpdateLdcache, "/usr/lib"}},
+		{"hook poststop with its state directory", []string{"hook", ociruntime.HookPoststop}, []string{ociruntime.EnvStateDir + "=/var/lib/gpumux"}, ociruntime.HookBinary, nil},
+		{"hook poststop without", []string{"hook", ociruntime.HookPoststop}, nil, ociruntime.CoreBinary, nil},
+		{"another hook", []string{"--config", "/etc/n.hcl", "hook", "prestart"}, []string{ociruntime.EnvStateDir + "=/var/lib/gpumux"}, ociruntime.CoreBinary, nil},
+		{"hook, no name", []string{"hook"}, nil, ociruntime.CoreBinary, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -168,7 +169,7 @@ func TestCEntryRoutes(t *testing.T) {
 // TestCEntryVersion: gpumux's version, then runc's.
 func TestCEntryVersion(t *testing.T) {
 	to, argv, _, out := route(t, []string{"--version"})
-	if out != EntryBinary+" 9.9.9 (commit c0ffee)\n" || to != "runc" || !slices.Equal(argv, []string{"--version"}) {
+	if out != ociruntime.EntryBinary+" 9.9.9 (commit c0ffee)\n" || to != "runc" || !slices.Equal(argv, []string{"--version"}) {
 		t.Errorf("--version printed %q and handed over to %s %q", out, to, argv)
 	}
 }
@@ -176,15 +177,15 @@ func TestCEntryVersion(t *testing.T) {
 // TestCEntryFailures: what cannot be handed over is reported with exit 127,
 // naming what is missing.
 func TestCEntryFailures(t *testing.T) {
-	if _, _, code, out := route(t, []string{"start", "c1"}, EnvRunc+"=no-such-runc"); code != 127 || !strings.Contains(out, "no-such-runc") {
+	if _, _, code, out := route(t, []string{"start", "c1"}, ociruntime.EnvRunc+"=no-such-runc"); code != 127 || !strings.Contains(out, "no-such-runc") {
 		t.Errorf("no runc: exit %d, %q", code, out)
 	}
 	dir, err := entryDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	alone := filepath.Join(t.TempDir(), EntryBinary)
-	b, err := os.ReadFile(filepath.Join(dir, EntryBinary))
+	alone := filepath.Join(t.TempDir(), ociruntime.EntryBinary)
+	b, err := os.ReadFile(filepath.Join(dir, ociruntime.EntryBinary))
 	if err == nil {
 		err = os.WriteFile(alone, b, 0o755)
 	}
@@ -193,7 +194,7 @@ func TestCEntryFailures(t *testing.T) {
 	}
 	cmd := exec.Command(alone, "create", "--bundle", bundleWith(t, specWith(map[string]string{"gpumux.io/gpus": "1"}), ""), "c1")
 	out, err := cmd.CombinedOutput()
-	if exit, ok := err.(*exec.ExitError); !ok || exit.ExitCode() != 127 || !strings.Contains(string(out), CoreBinary+" must be installed beside "+alone) {
+	if exit, ok := err.(*exec.ExitError); !ok || exit.ExitCode() != 127 || !strings.Contains(string(out), ociruntime.CoreBinary+" must be installed beside "+alone) {
 		t.Errorf("no core beside it: %v, %q", err, out)
 	}
 }
@@ -226,7 +227,7 @@ func TestCEntryRoutesEveryRequestToTheCore(t *testing.T) {
 		to, _, code, out := route(t, []string{"create", "--bundle", bundleWith(t, nil, raw), "c1"})
 		_, _, asked, err := node.ParseRequest(ann, env, node.DefaultLimits)
 		asks := asked || err != nil
-		if (asks && to != CoreBinary) || (to != CoreBinary && to != "runc") {
+		if (asks && to != ociruntime.CoreBinary) || (to != ociruntime.CoreBinary && to != "runc") {
 			t.Fatalf("case %d: %s asks %v, handed over to %q (exit %d, %q)", i, raw, asks, to, code, out)
 		}
 	}
@@ -318,12 +319,12 @@ func TestCEntryAsksTheAgent(t *testing.T) {
 		out      string
 		request  []string // what the agent gets; nil: not asked
 	}{
-		{"prepared", "runc", append([]string{"--config", "/etc/n.hcl"}, create...), []string{EnvStateDir + "=/var/lib/g"}, "runc", create, 0, "",
-			append([]string{"gpumux-create/1", "/etc/n.hcl", "/var/lib/g", filepath.Join(dir, EntryBinary)}, create...)},
+		{"prepared", "runc", append([]string{"--config", "/etc/n.hcl"}, create...), []string{ociruntime.EnvStateDir + "=/var/lib/g"}, "runc", create, 0, "",
+			append([]string{"gpumux-create/1", "/etc/n.hcl", "/var/lib/g", filepath.Join(dir, ociruntime.EntryBinary)}, create...)},
 		{"the config from the environment", "runc", create, []string{"GPUMUX_CONFIG=/etc/e.hcl"}, "runc", create, 0, "",
-			append([]string{"gpumux-create/1", "/etc/e.hcl", "", filepath.Join(dir, EntryBinary)}, create...)},
-		{"the default config", "core", create, nil, CoreBinary, nil, 0, "",
-			append([]string{"gpumux-create/1", "/etc/gpumux/node.hcl", "", filepath.Join(dir, EntryBinary)}, create...)},
+			append([]string{"gpumux-create/1", "/etc/e.hcl", "", filepath.Join(dir, ociruntime.EntryBinary)}, create...)},
+		{"the default config", "core", create, nil, ociruntime.CoreBinary, nil, 0, "",
+			append([]string{"gpumux-create/1", "/etc/gpumux/node.hcl", "", filepath.Join(dir, ociruntime.EntryBinary)}, create...)},
 		{"refused", "error gpumux-runtime: no share fits", create, nil, "", nil, 1, "gpumux-runtime: no share fits\n", []string{}},
 		{"an answer it does not know", "maybe", create, nil, "", nil, 1, "answered maybe", []string{}},
 		{"no answer", "", create, nil, "", nil, 1, "did not answer: no answer", []string{}},
@@ -365,8 +366,8 @@ func TestCEntryHooksAskTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	const state = `{"ociVersion":"1.2.0","id":"c1","status":"creating","bundle":"/b"}`
-	ld := []string{"hook", HookUpdateLdcache, "/usr/local/nvidia/lib64"}
-	post := []string{"hook", HookPoststop}
+	ld := []string{"hook", ociruntime.HookUpdateLdcache, "/usr/local/nvidia/lib64"}
+	post := []string{"hook", ociruntime.HookPoststop}
 	for _, tc := range []struct {
 		name    string
 		answer  string // "-": no agent
@@ -376,17 +377,17 @@ func TestCEntryHooksAskTheAgent(t *testing.T) {
 		request []string
 	}{
 		{"done by the agent", "ok", ld, "", 0,
-			append([]string{"gpumux-hook/1", "/etc/gpumux/node.hcl", "/var/lib/g", filepath.Join(dir, EntryBinary), state}, ld...)},
+			append([]string{"gpumux-hook/1", "/etc/gpumux/node.hcl", "/var/lib/g", filepath.Join(dir, ociruntime.EntryBinary), state}, ld...)},
 		{"poststop done by the agent", "ok", post, "", 0,
-			append([]string{"gpumux-hook/1", "/etc/gpumux/node.hcl", "/var/lib/g", filepath.Join(dir, EntryBinary), state}, post...)},
-		{"left to gpumux-runtime-hook", "fallback", ld, HookBinary, 0, nil},
-		{"the agent breaks off", "", post, HookBinary, 0, nil},
-		{"an answer it does not know", "maybe", ld, HookBinary, 0, nil},
-		{"an error: left to gpumux-runtime-hook", "error gpumux agent: internal error", ld, HookBinary, 0, nil},
-		{"no agent", "-", ld, HookBinary, 0, nil},
+			append([]string{"gpumux-hook/1", "/etc/gpumux/node.hcl", "/var/lib/g", filepath.Join(dir, ociruntime.EntryBinary), state}, post...)},
+		{"left to gpumux-runtime-hook", "fallback", ld, ociruntime.HookBinary, 0, nil},
+		{"the agent breaks off", "", post, ociruntime.HookBinary, 0, nil},
+		{"an answer it does not know", "maybe", ld, ociruntime.HookBinary, 0, nil},
+		{"an error: left to gpumux-runtime-hook", "error gpumux agent: internal error", ld, ociruntime.HookBinary, 0, nil},
+		{"no agent", "-", ld, ociruntime.HookBinary, 0, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := []string{EnvStateDir + "=/var/lib/g"}
+			env := []string{ociruntime.EnvStateDir + "=/var/lib/g"}
 			var got chan []string
 			if tc.answer != "-" {
 				var socket string
