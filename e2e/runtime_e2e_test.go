@@ -354,6 +354,7 @@ func TestRuntimeHonoursNomadReservation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.RuntimeSocket = "" // the path under test is gpumux-runtime-core's
 	var packed []byte
 	if err := base.MsgPackEncode(&packed, cfg); err != nil {
 		t.Fatal(err)

@@ -194,11 +194,15 @@ func smCount(dev nvml.Device, cc string) int {
 // create decision, BenchmarkServerCreateRealGPU).
 func (h *Host) cachedSettings(dev nvml.Device, uuid string, fixed Hardware) Hardware {
 	h.cacheMu.Lock()
-	defer h.cacheMu.Unlock()
 	s, ok := h.settings[uuid]
+	h.cacheMu.Unlock()
 	if now := time.Now(); !ok || now.Sub(s.at) >= h.settingsMaxAge || s.hw.fixedPart() != fixed {
+		// Read without the lock: a slow NVML call holds up no other GPU's
+		// cached reads.
 		s = settings{hw: readHardware(dev, fixed), at: now}
+		h.cacheMu.Lock()
 		h.settings[uuid] = s
+		h.cacheMu.Unlock()
 	}
 	return s.hw
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sync"
+	"syscall"
 
 	"github.com/gpumux/gpumux/internal/filever"
 	"github.com/gpumux/gpumux/nodeconfig"
@@ -43,7 +44,7 @@ func (m *configMatch) matches(path string) bool {
 	if !filepath.IsAbs(path) {
 		return false
 	}
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) // a FIFO there does not block
 	if err != nil {
 		return false
 	}

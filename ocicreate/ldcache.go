@@ -3,6 +3,7 @@ package ocicreate
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,20 +24,20 @@ import (
 // container, most of it not the hook's work; docs/benchmarks.md).
 //
 // It leaves the hook in the spec, and says why, wherever what it writes
-// might not be what the container sees, or is not the container's: the
-// host's own root, no root on the host, a user
+// might not be what the container sees, or is not the container's: other
+// hooks before it, the host's own root, a root or driver directory this
+// process sees otherwise than the asking runtime does (another mount
+// namespace), a link in the image on the way to what it writes, a mount
+// inside the library directory, no root on the host, a user
 // namespace, a mount of the spec over a path it would write (/etc, the
 // links), a library directory that is not in a bind mount of the spec,
 // an image whose cache needs ldconfig (ldcache.ErrUnsupported). The hook
 // does the work then, as it did before. Links it made on the way are what
 // the hook would make, and the hook keeps them.
-func cacheAtCreate(spec *specs.Spec, bundleDir string) error {
-	if spec.Hooks == nil {
-		return errors.New("no hooks")
-	}
-	i := slices.IndexFunc(spec.Hooks.CreateContainer, isLdcacheHook)
-	if i < 0 {
-		return errors.New("no update-ldcache hook")
+func cacheAtCreate(spec *specs.Spec, bundleDir string, pid int) error {
+	i, err := soleLdcacheHook(spec.Hooks)
+	if err != nil {
+		return err
 	}
 	links, dirs, err := ldcache.ParseArgs(spec.Hooks.CreateContainer[i].Args[3:])
 	if err != nil {
@@ -45,7 +46,7 @@ func cacheAtCreate(spec *specs.Spec, bundleDir string) error {
 	if spec.Root == nil || spec.Root.Path == "" {
 		return errors.New("the spec names no root")
 	}
-	if spec.Linux != nil && (len(spec.Linux.UIDMappings) > 0 || len(spec.Linux.GIDMappings) > 0) {
+	if userNamespace(spec) {
 		return errors.New("a user namespace: the hook writes as the container's root")
 	}
 	written := []string{"/etc/ld.so.cache"}
@@ -57,9 +58,21 @@ func cacheAtCreate(spec *specs.Spec, bundleDir string) error {
 			return fmt.Errorf("the spec's mount at %s covers %s", spec.Mounts[j].Destination, w)
 		}
 	}
+	for _, d := range dirs {
+		if j := slices.IndexFunc(spec.Mounts, func(m specs.Mount) bool { return under(m.Destination, d) }); j >= 0 {
+			return fmt.Errorf("the spec's mount at %s is inside the library directory %s", spec.Mounts[j].Destination, d)
+		}
+	}
 	rootPath := spec.Root.Path
 	if !filepath.IsAbs(rootPath) {
 		rootPath = filepath.Join(bundleDir, rootPath)
+	}
+	// What this process sees at a path must be what runc will: the asking
+	// process (pid, in the engine's mount namespace, where runc runs) sees
+	// the same file there. An agent in another namespace would otherwise
+	// write under the engine's mount of the root.
+	if err := sameAsPeer(pid, rootPath); err != nil {
+		return err
 	}
 	root, err := os.OpenRoot(rootPath)
 	if err != nil {
@@ -73,6 +86,13 @@ func cacheAtCreate(spec *specs.Spec, bundleDir string) error {
 	} else if top, err := os.Stat("/"); err != nil || os.SameFile(in, top) {
 		return errors.New("the container's root is the host's own")
 	}
+	// A link on the way to what is written could lead under a mount of
+	// the spec (an image's /etc -> run/etc, a tmpfs at /run).
+	for _, w := range written {
+		if err := noLinkOnTheWay(root, filepath.Dir(w)); err != nil {
+			return err
+		}
+	}
 	var opened []*os.Root
 	defer func() {
 		for _, r := range opened {
@@ -84,6 +104,9 @@ func cacheAtCreate(spec *specs.Spec, bundleDir string) error {
 		if err != nil {
 			return nil, "", err
 		}
+		if err := sameAsPeer(pid, m.Source); err != nil {
+			return nil, "", err
+		}
 		r, err := os.OpenRoot(m.Source)
 		if err != nil {
 			return nil, "", err
@@ -91,7 +114,11 @@ func cacheAtCreate(spec *specs.Spec, bundleDir string) error {
 		opened = append(opened, r)
 		// A directory that is not there would be an empty one in the
 		// cache: the hook would find what runc mounts.
-		if fi, err := r.Stat(strings.TrimPrefix(rel, "/")); err != nil || !fi.IsDir() {
+		in := strings.TrimPrefix(rel, "/")
+		if in == "" {
+			in = "."
+		}
+		if fi, err := r.Stat(in); err != nil || !fi.IsDir() {
 			return nil, "", fmt.Errorf("%s: not a directory in %s (%v)", rel, m.Source, err)
 		}
 		return r, rel, nil
@@ -100,6 +127,74 @@ func cacheAtCreate(spec *specs.Spec, bundleDir string) error {
 		return err
 	}
 	spec.Hooks.CreateContainer = slices.Delete(spec.Hooks.CreateContainer, i, i+1)
+	return nil
+}
+
+// soleLdcacheHook finds gpumux's update-ldcache hook, which must run before
+// any other hook for its work to move ahead of them all: no prestart or
+// createRuntime hook, and the first createContainer hook (a hook that
+// runs ldconfig after it would drop the driver's directory either way).
+func soleLdcacheHook(h *specs.Hooks) (int, error) {
+	if h == nil {
+		return 0, errors.New("no hooks")
+	}
+	i := slices.IndexFunc(h.CreateContainer, isLdcacheHook)
+	switch {
+	case i < 0:
+		return 0, errors.New("no update-ldcache hook")
+	case i > 0 || len(h.Prestart) > 0 || len(h.CreateRuntime) > 0: // Prestart: deprecated, still run by runc
+		return 0, errors.New("other hooks run before update-ldcache")
+	}
+	return i, nil
+}
+
+// userNamespace says whether the container has a user namespace, made
+// (ID mappings) or joined (a path).
+func userNamespace(spec *specs.Spec) bool {
+	if spec.Linux == nil {
+		return false
+	}
+	return len(spec.Linux.UIDMappings) > 0 || len(spec.Linux.GIDMappings) > 0 ||
+		slices.ContainsFunc(spec.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == specs.UserNamespace })
+}
+
+// sameAsPeer checks that process pid sees at path what this process does
+// (pid 0: this process itself).
+func sameAsPeer(pid int, path string) error {
+	if pid == 0 {
+		return nil
+	}
+	mine, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	theirs, err := os.Stat(filepath.Join(fmt.Sprintf("/proc/%d/root", pid), path))
+	if err != nil || !os.SameFile(mine, theirs) {
+		return fmt.Errorf("%s is not the same in the runtime's mount namespace (%v)", path, err)
+	}
+	return nil
+}
+
+// noLinkOnTheWay checks that no component of dir, a clean absolute path
+// in r, is a symbolic link.
+func noLinkOnTheWay(r *os.Root, dir string) error {
+	p := ""
+	for _, c := range strings.Split(strings.TrimPrefix(dir, "/"), "/") {
+		if c == "" {
+			continue
+		}
+		p = filepath.Join(p, c)
+		fi, err := r.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // made as a directory
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("/%s is a link in the image", p)
+		}
+	}
 	return nil
 }
 
@@ -122,7 +217,7 @@ func boundAt(mounts []specs.Mount, dir string) (specs.Mount, string, error) {
 		if !isBind(m) || !filepath.IsAbs(m.Source) {
 			return m, "", fmt.Errorf("%s is in the spec's %s mount at %s, not a bind mount of a host directory", dir, m.Type, m.Destination)
 		}
-		rel, err := filepath.Rel(m.Destination, dir)
+		rel, err := filepath.Rel(filepath.Join("/", m.Destination), dir)
 		if err != nil {
 			return m, "", err
 		}
@@ -132,10 +227,15 @@ func boundAt(mounts []specs.Mount, dir string) (specs.Mount, string, error) {
 }
 
 // covers says whether a mount at dest hides or holds path: path is dest
-// or under it.
+// or under it. A relative dest is from the root, as runc takes it.
 func covers(dest, path string) bool {
-	dest = filepath.Clean(dest)
+	dest = filepath.Join("/", dest)
 	return dest == "/" || path == dest || strings.HasPrefix(path, dest+"/")
+}
+
+// under says whether a mount at dest is strictly inside dir.
+func under(dest, dir string) bool {
+	return strings.HasPrefix(filepath.Join("/", dest), dir+"/")
 }
 
 func isBind(m specs.Mount) bool {

@@ -47,6 +47,26 @@ func TestCreateWritesTheCache(t *testing.T) {
 		{"a user namespace", true, func(spec *specs.Spec, _ string) {
 			spec.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}}
 		}, false},
+		{"a user namespace joined", true, func(spec *specs.Spec, _ string) {
+			spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: "/proc/1/ns/user"})
+		}, false},
+		{"a hook before it", true, func(spec *specs.Spec, _ string) {
+			spec.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: "/usr/bin/nvidia-container-runtime-hook", Args: []string{"x", "prestart"}}}}
+		}, false},
+		{"a relative mount over /etc", true, func(spec *specs.Spec, _ string) {
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "etc", Type: "tmpfs", Source: "tmpfs"})
+		}, false},
+		{"a mount inside the library directory", true, func(spec *specs.Spec, _ string) {
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/usr/local/nvidia/lib64/extra", Type: "bind", Source: "/tmp", Options: []string{"rbind"}})
+		}, false},
+		{"the image's /etc a link", true, func(_ *specs.Spec, rootfs string) {
+			if err := os.MkdirAll(filepath.Join(rootfs, "run/etc"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("run/etc", filepath.Join(rootfs, "etc")); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
 		{"an image that needs ldconfig", true, func(_ *specs.Spec, rootfs string) {
 			if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
 				t.Fatal(err)

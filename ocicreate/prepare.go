@@ -85,6 +85,9 @@ type Create struct {
 	Record []lease.AcquireOption
 	// Logger gets what is worth a debug line (nil: none).
 	Logger hclog.Logger
+	// Peer is the asking process, in the mount namespace runc will run in
+	// (0: this process is).
+	Peer int
 }
 
 // Prepare leases the bundle's shares on n and writes their edits, and the
@@ -119,7 +122,7 @@ func (b *Bundle) Prepare(ctx context.Context, n Node, c Create) (err error) {
 	}
 	// Where it cannot, the hook does it in the container (cacheAtCreate
 	// says why); that is no failure of the create.
-	if err := cacheAtCreate(spec, filepath.Dir(b.path)); err != nil && c.Logger != nil {
+	if err := cacheAtCreate(spec, filepath.Dir(b.path), c.Peer); err != nil && c.Logger != nil {
 		c.Logger.Debug("left update-ldcache to the container's hook", "container", c.ID, "reason", err)
 	}
 	addPoststop(spec, c)

@@ -61,6 +61,13 @@ type Server struct {
 	// after holds the work done after an answer (the poststop hook's
 	// release); Serve waits for it.
 	after sync.WaitGroup
+	// releasing are the poststop releases not yet done, by container ID:
+	// a create of the same ID (docker restart reuses it) waits for its
+	// release, which would otherwise give back the new lease.
+	relMu     sync.Mutex
+	releasing map[string]chan struct{}
+	// beforeRelease, when set, runs before each poststop release (tests).
+	beforeRelease func()
 }
 
 // ServerOption configures a Server.
@@ -251,7 +258,12 @@ func (s *Server) hook(ctx context.Context, req request, pid int) string {
 		}
 		s.logger.Debug("did a container's hook", "hook", name, "container", st.ID)
 	case name == ociruntime.HookPoststop && len(req.args) == 2 && filepath.Clean(req.stateDir) == filepath.Clean(s.stateDir):
+		done := s.releaseStarts(st.ID)
 		s.after.Go(func() {
+			defer done()
+			if s.beforeRelease != nil {
+				s.beforeRelease()
+			}
 			if _, err := node.LeasesIn(s.stateDir).Release(context.WithoutCancel(ctx), st.ID); err != nil {
 				s.logger.Warn("giving a deleted container's shares back; they are reclaimed later", "container", st.ID, "error", err)
 				return
@@ -262,6 +274,40 @@ func (s *Server) hook(ctx context.Context, req request, pid int) string {
 		return answerFallback
 	}
 	return answerOK
+}
+
+// releaseStarts records a release of container id's leases as pending,
+// and returns what marks it done.
+func (s *Server) releaseStarts(id string) (done func()) {
+	s.relMu.Lock()
+	defer s.relMu.Unlock()
+	if s.releasing == nil {
+		s.releasing = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	s.releasing[id] = ch
+	return func() {
+		s.relMu.Lock()
+		if s.releasing[id] == ch {
+			delete(s.releasing, id)
+		}
+		s.relMu.Unlock()
+		close(ch)
+	}
+}
+
+// awaitRelease waits for a pending release of container id's leases, or
+// for ctx to end.
+func (s *Server) awaitRelease(ctx context.Context, id string) {
+	s.relMu.Lock()
+	ch := s.releasing[id]
+	s.relMu.Unlock()
+	if ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
 }
 
 // updateLdcache is the update-ldcache hook (ldcache.UpdateRoot) in the
@@ -324,6 +370,7 @@ func (s *Server) prepare(ctx context.Context, inv ociruntime.Invocation, req req
 	if err != nil || !b.Asks() {
 		return err
 	}
+	s.awaitRelease(ctx, inv.ID)
 	err = b.Prepare(ctx, s.node, Create{
 		ID: inv.ID, RuncRoot: inv.Root, StateDir: s.stateDir,
 		// gpumux-runtime itself, which asks this agent to give the
@@ -334,6 +381,7 @@ func (s *Server) prepare(ctx context.Context, inv ociruntime.Invocation, req req
 		Warn:       s.logger.StandardWriter(&hclog.StandardLoggerOptions{ForceLevel: hclog.Warn}),
 		Record:     []lease.AcquireOption{lease.WithOwner(pid)},
 		Logger:     s.logger,
+		Peer:       pid,
 	})
 	if err == nil {
 		s.logger.Debug("prepared a container's create", "container", inv.ID)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -54,7 +55,7 @@ func newServerOf(t testing.TB, body string) *server {
 // newServerMatching is newServerOf; with byContent, the server has no
 // config file of its own and answers for files of the same config
 // (MatchConfig), as the Nomad plugin's.
-func newServerMatching(t testing.TB, body string, byContent bool) *server {
+func newServerMatching(t testing.TB, body string, byContent bool, extra ...ServerOption) *server {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "gmx") // short: a unix socket's path is bounded
 	if err != nil {
@@ -84,9 +85,9 @@ func newServerMatching(t testing.TB, body string, byContent bool) *server {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	file, opts := s.config, []ServerOption(nil)
+	file, opts := s.config, extra
 	if byContent {
-		file, opts = "", []ServerOption{MatchConfig(cfg)}
+		file, opts = "", append(opts, MatchConfig(cfg))
 	}
 	go func() {
 		done <- NewServer(n, file, s.state, func(lease.Record) (bool, error) { return true, nil }, opts...).Serve(ctx, ln)
@@ -588,5 +589,45 @@ gpu {
 	}
 	if got := create(same, "c1"); got != answerCore {
 		t.Errorf("a file changed since it matched: answer %q, want %q", got, answerCore)
+	}
+}
+
+// TestCreateWaitsForTheRelease: a create of a container ID whose poststop
+// release is still to be done (docker restart reuses the ID) waits for it;
+// the release would otherwise give back the new container's lease.
+func TestCreateWaitsForTheRelease(t *testing.T) {
+	created := make(chan struct{})
+	s := newServerMatching(t, `simulate = "dgxh200"
+gpu {
+  match     = "0"
+  mechanism = "timeslice"
+  replicas  = 2
+  limit     = "off"
+}
+`, false, func(s *Server) {
+		s.beforeRelease = func() {
+			select { // the release holds back until the create is done, or a while
+			case <-created:
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	})
+	ask := func(b string) {
+		t.Helper()
+		if got := s.ask(t, encodeRequest(s.config, "", "/usr/bin/gpumux-runtime", "create", "--bundle", b, "c1")); got != answerRunc {
+			t.Fatalf("create: %q", got)
+		}
+	}
+	ask(bundle(t, map[string]string{node.AnnotationMechanism: "timeslice"}))
+	if got := s.ask(t, encodeHook(s.state, specs.State{ID: "c1"}, ociruntime.HookPoststop)); got != answerOK {
+		t.Fatalf("poststop: %q", got)
+	}
+	ask(bundle(t, map[string]string{node.AnnotationMechanism: "timeslice"}))
+	close(created)
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if recs := s.records(t); len(recs) != 1 || recs[0].Container != "c1" {
+		t.Errorf("leases after the second create: %+v; want the new c1's", recs)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -223,21 +224,38 @@ func (p *Plugin) serveRuntime(ctx context.Context, cfg *nodeconfig.Config) {
 		log.Warn("not serving gpumux-runtime: its creates start gpumux-runtime-core", "error", err)
 		return
 	}
-	ln, err := ocicreate.Listen(cfg.RuntimeSocket)
-	if err != nil {
-		rn.Close()
-		log.Warn("not serving gpumux-runtime: its creates start gpumux-runtime-core", "error", err)
-		return
-	}
 	srv := ocicreate.NewServer(rn, "", cfg.StateDir, node.RuncAlive(ctx, "runc", ""),
 		ocicreate.MatchConfig(cfg), ocicreate.WithLogger(log), ocicreate.WithHookEnv(env...))
 	go func() {
 		defer rn.Close()
+		ln, err := listenRetrying(ctx, cfg.RuntimeSocket)
+		if err != nil {
+			log.Warn("not serving gpumux-runtime: its creates start gpumux-runtime-core", "error", err)
+			return
+		}
+		log.Info("serving gpumux-runtime", "socket", cfg.RuntimeSocket)
 		if err := srv.Serve(ctx, ln); err != nil {
 			log.Error("serving gpumux-runtime stopped", "error", err)
 		}
 	}()
-	log.Info("serving gpumux-runtime", "socket", cfg.RuntimeSocket)
+}
+
+// listenRetrying listens on the runtime socket, trying again for a while:
+// when Nomad restarts the fingerprint, the last one's server may still
+// hold the socket for a moment.
+func listenRetrying(ctx context.Context, path string) (*net.UnixListener, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ln, err := ocicreate.Listen(path)
+		if err == nil || time.Now().After(deadline) {
+			return ln, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // allUnhealthy returns a copy of groups whose devices are all unhealthy.

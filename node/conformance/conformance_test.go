@@ -218,7 +218,7 @@ func (c *nodeCase) config(t *testing.T) *nodeconfig.Config {
 // plugin: through the plugin's schema to msgpack.
 func encodeConfig(t *testing.T, src string) []byte {
 	t.Helper()
-	b, err := nomadconf.Encode(src)
+	b, err := nomadconf.Encode(src + "\nruntime_socket = \"\"\n") // not the node's socket
 	if err != nil {
 		t.Fatal(err)
 	}
