@@ -35,15 +35,19 @@ type server struct {
 	stop func() error
 }
 
-func newServer(t testing.TB) *server {
-	return newServerOf(t, `simulate = "dgxh200"
+// timesliceNode is the node config of most tests: GPU 0 of a simulated
+// DGX H200 in two time-slice replicas, without the limiter.
+const timesliceNode = `simulate = "dgxh200"
 gpu {
   match     = "0"
   mechanism = "timeslice"
   replicas  = 2
   limit     = "off"
 }
-`)
+`
+
+func newServer(t testing.TB) *server {
+	return newServerOf(t, timesliceNode)
 }
 
 // newServerOf is newServer of the node config body (its state_dir added).
@@ -533,14 +537,7 @@ func BenchmarkServerHook(b *testing.B) {
 // body, a file changed since (read again), a relative path. The poststop
 // hook names the file gpumux-runtime read.
 func TestServerMatchesConfigByContent(t *testing.T) {
-	s := newServerMatching(t, `simulate = "dgxh200"
-gpu {
-  match     = "0"
-  mechanism = "timeslice"
-  replicas  = 2
-  limit     = "off"
-}
-`, true)
+	s := newServerMatching(t, timesliceNode, true)
 	src, err := os.ReadFile(s.config)
 	if err != nil {
 		t.Fatal(err)
@@ -597,14 +594,7 @@ gpu {
 // the release would otherwise give back the new container's lease.
 func TestCreateWaitsForTheRelease(t *testing.T) {
 	created := make(chan struct{})
-	s := newServerMatching(t, `simulate = "dgxh200"
-gpu {
-  match     = "0"
-  mechanism = "timeslice"
-  replicas  = 2
-  limit     = "off"
-}
-`, false, func(s *Server) {
+	s := newServerMatching(t, timesliceNode, false, func(s *Server) {
 		s.beforeRelease = func() {
 			select { // the release holds back until the create is done, or a while
 			case <-created:
