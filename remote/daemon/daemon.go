@@ -129,7 +129,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		tlsKey      = fs.String("tls-key-file", "", "the `file` holding --tls-cert-file's private key (PEM)")
 		tlsClientCA = fs.String("tls-client-ca-file", "", "mutual TLS: accept only clients whose certificate a CA in this `file` (PEM) signed")
 		tlsCA       = fs.String("tls-ca-file", "", "trust the CA certificates in this `file` (PEM) when connecting to the other servers of the pool over TLS (a migration's target, --drain-to pool's probes), checking the host of each address; without it those connections are in clear")
-		migratable  = fs.Bool("migratable", false, "let sessions move to another server of the pool and come from one (gpumux remote migrate): every cuMemAlloc is backed by virtual memory the target can place at the same addresses; needs --tenant-processes=false")
+		migratable  = fs.Bool("migratable", false, "let sessions move to another server of the pool and come from one (gpumux remote migrate): every cuMemAlloc is backed by virtual memory the target can place at the same addresses")
 		drainTo     = fs.String("drain-to", "", "on SIGTERM, move every session to the server at `ADDR` (host:port or unix:PATH, of this pool), or with \"pool\" to other servers of the pool found through Nomad (--nomad-*), before exiting; implies --migratable")
 		nomadAddr   = fs.String("nomad-addr", "", "--drain-to pool: the Nomad agent's HTTP API `URL` (default $NOMAD_ADDR, else "+pool.DefaultNomadAddr+")")
 		nomadSvc    = fs.String("nomad-service", pool.DefaultService, "--drain-to pool: the Nomad service (provider \"nomad\") the pool's servers register, a `name`")
@@ -208,8 +208,8 @@ Flags:
 			return usageError{fmt.Errorf("--%s applies only to --drain-to pool", f)}
 		}
 	}
-	if (*migratable || *drainTo != "") && *tenantProcs {
-		return usageError{errors.New("--migratable and --drain-to need --tenant-processes=false: sessions in tenant worker processes cannot move yet")}
+	if *drainTo != "" && *tenantProcs {
+		return usageError{errors.New("--drain-to needs --tenant-processes=false: a drain of tenant worker processes is not done yet (gpumux remote migrate moves their sessions)")}
 	}
 	if *maxTenant < 1 {
 		return usageError{fmt.Errorf("--max-tenant-connections %d: want at least 1", *maxTenant)}

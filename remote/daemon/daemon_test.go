@@ -97,7 +97,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--unix", sock, "--insecure-no-auth", "--tls-cert-file", open, "--tls-key-file", open}, 2, "--tls-cert-file applies to --listen"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--backend", "fake", "--tls-cert-file", open, "--tls-key-file", open}, 1, "TLS certificate " + open},
 		{[]string{"--unix", sock, "--bogus"}, 2, "flag provided but not defined: -bogus"},
-		{[]string{"--unix", sock, "--insecure-no-auth", "--migratable"}, 2, "--migratable and --drain-to need --tenant-processes=false"},
+		{[]string{"--unix", sock, "--insecure-no-auth", "--drain-to", "127.0.0.1:1"}, 2, "--drain-to needs --tenant-processes=false"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--tenant-processes=false", "--drain-to", "pool"}, 2, "--drain-to pool needs --token-file"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--nomad-addr", "http://10.0.0.1:4646"}, 2, "--nomad-addr applies only to --drain-to pool"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--tls-ca-file", open}, 2, "--tls-ca-file applies to --migratable and --drain-to"},

@@ -129,7 +129,7 @@ type Control struct {
 	Token   string // a control token (token.MintControl)
 	Kind    ControlKind
 	Session uint64 // ControlMigrate: the session (its connection number), or 0
-	Tenant  string // ControlMigrate: every session of this token ID, if Session is 0
+	Tenant  string // ControlMigrate: every session of this token ID, if Session is 0; ControlRestore: the session's token ID
 	Target  string // ControlMigrate: the target's address
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"time"
 
@@ -90,6 +91,7 @@ type resumed struct {
 	conn net.Conn
 	br   *bufio.Reader
 	peer string
+	id   uint64 // the connection's number: the session's from now on
 }
 
 func (s *Server) hook(step string) error {
@@ -202,7 +204,15 @@ func (sess *session) migrate(m *moveReq) (proto.MovedTo, io.Closer, error) {
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, moveTimeout)
 	defer cancel()
-	cc, err := s.dialControl(ctx, m.target, proto.Control{Kind: proto.ControlRestore})
+	s.mu.Lock()
+	tenant := ""
+	if ls := s.live[sess.id]; ls != nil {
+		tenant = ls.tenant
+	}
+	s.mu.Unlock()
+	// The tenant tells a target that runs its tenants in worker processes
+	// which worker rebuilds the session (which checks it is that one's).
+	cc, err := s.dialControl(ctx, m.target, proto.Control{Kind: proto.ControlRestore, Tenant: tenant})
 	if err != nil {
 		return proto.MovedTo{}, nil, fmt.Errorf("%w: %w", ErrMigration, err)
 	}
@@ -356,7 +366,9 @@ func refuseControl(conn net.Conn, r proto.Result, err error) {
 }
 
 // serveControl serves a control connection: its token is checked first.
-func (s *Server) serveControl(ctx context.Context, conn net.Conn, p []byte, id uint64, peer string) {
+// A worker serves what its front hands it for tenant (its key): a session
+// restored there must be that tenant's; the front passes "" (any).
+func (s *Server) serveControl(ctx context.Context, conn net.Conn, p []byte, id uint64, peer, tenant string) {
 	log := s.log.With("conn", id, "peer", peer)
 	req, err := proto.DecodeControl(p)
 	if err == nil && len(s.secret) == 0 {
@@ -371,10 +383,37 @@ func (s *Server) serveControl(ctx context.Context, conn net.Conn, p []byte, id u
 		refuseControl(conn, proto.ErrNotPermitted, err)
 		return
 	}
+	if s.tenantCmd != nil {
+		s.routeControl(ctx, conn, req, p, id, peer, log)
+		return
+	}
 	switch req.Kind {
 	case proto.ControlMigrate:
 		s.serveMigrate(ctx, conn, req, log)
 	case proto.ControlRestore:
-		s.receive(ctx, conn, id, peer)
+		s.receive(ctx, conn, id, peer, tenant)
+	}
+}
+
+// routeControl hands a control connection to the worker it concerns: a
+// migration to the worker of the session or tenant it names (one that
+// runs), a restore to the worker of the session's tenant (started if
+// needed). The worker checks the request again and serves it.
+func (s *Server) routeControl(ctx context.Context, conn net.Conn, req proto.Control, p []byte, id uint64, peer string, log *slog.Logger) {
+	key := req.Tenant
+	if req.Kind == proto.ControlMigrate && req.Session != 0 {
+		key = s.workerOf(req.Session)
+	}
+	if key == "" {
+		refuseControl(conn, proto.ErrNotFound, fmt.Errorf("no session %d or of tenant %q here (a server that runs its tenants in worker processes moves sessions of tokens with an ID)", req.Session, req.Tenant))
+		return
+	}
+	err := s.handOffTo(ctx, conn, key, handoff{Conn: id, Peer: peer, Claims: token.Claims{ID: key}, Control: p}, false, req.Kind == proto.ControlMigrate, nil)
+	switch {
+	case errors.Is(err, errNoSession):
+		refuseControl(conn, proto.ErrNotFound, fmt.Errorf("no session %d or of tenant %q here", req.Session, req.Tenant))
+	case err != nil:
+		log.Error("handing a control connection to its tenant's worker", "tenant", key, "err", err)
+		refuseControl(conn, proto.ErrNotPermitted, err)
 	}
 }

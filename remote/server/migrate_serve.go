@@ -20,17 +20,9 @@ import (
 	"github.com/gpumux/gpumux/remote/token"
 )
 
-// errTenantProcesses refuses migrations of a server that runs its tenants
-// in worker processes: not done yet.
-var errTenantProcesses = errors.New("this server runs its tenants in worker processes (--tenant-processes), whose sessions cannot be migrated yet")
-
 // serveMigrate moves the sessions a request names to its target, one at
 // a time, and answers with those moved, or the first failure.
 func (s *Server) serveMigrate(ctx context.Context, conn net.Conn, req proto.Control, log *slog.Logger) {
-	if s.tenantCmd != nil {
-		refuseControl(conn, proto.ErrNotSupported, errTenantProcesses)
-		return
-	}
 	var ids []uint64
 	s.mu.Lock()
 	for id, ls := range s.live {
@@ -57,14 +49,20 @@ func (s *Server) serveMigrate(ctx context.Context, conn net.Conn, req proto.Cont
 	answer(conn, rep)
 }
 
-// Sessions returns the numbers of the sessions served in this process,
-// by tenant (token ID; "" without one).
+// Sessions returns the numbers of the sessions served in this process, or
+// by its tenants' worker processes, by tenant (token ID; "" without one).
 func (s *Server) Sessions() map[string][]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string][]uint64{}
 	for id, ls := range s.live {
 		out[ls.tenant] = append(out[ls.tenant], id)
+	}
+	// A front's sessions are its workers' connections.
+	for _, t := range s.tenants {
+		for id, tenant := range t.live {
+			out[tenant] = append(out[tenant], id)
+		}
 	}
 	for _, ids := range out {
 		slices.Sort(ids)
@@ -177,15 +175,14 @@ func (s *Server) moveToOne(ctx context.Context, id uint64, targets []string) (st
 // parks it for its client, and serves the client when it resumes. It runs
 // on a thread of its own for good: the session's backend state is the
 // thread's.
-func (s *Server) receive(ctx context.Context, conn net.Conn, id uint64, peer string) {
-	if s.tenantCmd != nil {
-		refuseControl(conn, proto.ErrNotSupported, errTenantProcesses)
-		return
-	}
+func (s *Server) receive(ctx context.Context, conn net.Conn, id uint64, peer, tenant string) {
 	runtime.LockOSThread()
 	conn.SetDeadline(time.Now().Add(moveTimeout))
 	r := &chunkReader{br: bufio.NewReaderSize(conn, 64<<10)}
 	sn, claims, err := s.readSnapshot(r)
+	if err == nil && tenant != "" && claims.ID != tenant {
+		err = fmt.Errorf("a session of token ID %q sent to the worker of %q", claims.ID, tenant)
+	}
 	if err != nil {
 		s.log.Warn("migration refused", "conn", id, "peer", peer, "err", err)
 		refuseControl(conn, proto.ErrInvalidValue, err)
@@ -246,9 +243,12 @@ func (s *Server) receive(ctx context.Context, conn net.Conn, id uint64, peer str
 	}
 	stop := context.AfterFunc(ctx, func() { rc.conn.Close() })
 	defer stop()
+	// The session is numbered by its client's connection, as any other
+	// (a front that runs its tenants in workers knows it by that number).
+	sess.id = rc.id
 	unregister := s.register(sess, claims.ID)
 	defer unregister()
-	sess.log = sess.log.With("resumed_from", rc.peer)
+	sess.log = sess.log.With("resumed_from", rc.peer, "conn", rc.id)
 	sess.serve(rc.conn, rc.br)
 }
 
@@ -319,31 +319,52 @@ func (s *Server) unpark(key string) bool {
 
 // resume checks a moved client's Resume and hands its connection to the
 // session parked for it; a ticket is good once.
-func (s *Server) resume(conn net.Conn, p []byte, id uint64, peer string) {
+func (s *Server) resume(ctx context.Context, conn net.Conn, p []byte, id uint64, peer string) {
 	res, err := proto.DecodeResume(p)
 	var claims token.Claims
 	why := refusedMalformed
 	if err == nil {
 		claims, why, err = s.checkClient(res.Hello)
 	}
-	var pk *parked
-	if err == nil {
-		s.mu.Lock()
-		for key, q := range s.parked {
-			if subtle.ConstantTimeCompare([]byte(key), res.Ticket) == 1 && q.tenant == claims.ID {
-				pk = q
-				delete(s.parked, key)
-				break
+	if err == nil && s.tenantCmd != nil {
+		// The session is parked in its tenant's worker: the Resume goes
+		// there, logged in here as a handshake is.
+		if claims.ID == "" {
+			why, err = refusedNoToken, errors.New("a server that runs its tenants in worker processes resumes sessions of tokens with an ID")
+		} else if why, err = s.login(claims); err == nil {
+			err = s.handOffTo(ctx, conn, claims.ID, handoff{Conn: id, Peer: peer, Identity: res.Hello.Identity, Claims: claims, Ticket: res.Ticket}, true, true, nil)
+			if err != nil {
+				s.log.Warn("resume refused", "conn", id, "peer", peer, "err", err)
+				s.refuse(conn, refusedBadToken, "no migrated session for this ticket and token")
 			}
-		}
-		s.mu.Unlock()
-		if pk == nil {
-			why, err = refusedBadToken, errors.New("no migrated session for this ticket and token")
+			return
 		}
 	}
 	if err != nil {
 		s.log.Warn("resume refused", "conn", id, "peer", peer, "err", err)
 		s.refuse(conn, why, err.Error())
+		return
+	}
+	s.claimParked(conn, claims, res.Ticket, id, peer)
+}
+
+// claimParked hands a moved client's connection to the session parked for
+// its ticket and token ID; a ticket is good once.
+func (s *Server) claimParked(conn net.Conn, claims token.Claims, ticket []byte, id uint64, peer string) {
+	var pk *parked
+	s.mu.Lock()
+	for key, q := range s.parked {
+		if subtle.ConstantTimeCompare([]byte(key), ticket) == 1 && q.tenant == claims.ID {
+			pk = q
+			delete(s.parked, key)
+			break
+		}
+	}
+	s.mu.Unlock()
+	if pk == nil {
+		err := errors.New("no migrated session for this ticket and token")
+		s.log.Warn("resume refused", "conn", id, "peer", peer, "err", err)
+		s.refuse(conn, refusedBadToken, err.Error())
 		return
 	}
 	if err := s.welcome(conn, claims); err != nil {
@@ -352,7 +373,7 @@ func (s *Server) resume(conn net.Conn, p []byte, id uint64, peer string) {
 	}
 	done := make(chan struct{})
 	var once sync.Once
-	rc := resumed{conn: &closeNotify{Conn: conn, done: done, once: &once}, peer: peer,
+	rc := resumed{conn: &closeNotify{Conn: conn, done: done, once: &once}, peer: peer, id: id,
 		br: bufio.NewReaderSize(newPollingReader(conn, s.busyPoll), 64<<10)}
 	pk.conns <- rc
 	<-done // serveConn closes conn when this returns

@@ -251,10 +251,10 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn, hs *handshaking) 
 	}
 	switch {
 	case err == nil && first.h.Op == proto.OpControl && first.h.Flags == 0:
-		s.serveControl(ctx, conn, first.p, id, peer)
+		s.serveControl(ctx, conn, first.p, id, peer, "")
 		return
 	case err == nil && first.h.Op == proto.OpResume && first.h.Flags == 0:
-		s.resume(conn, first.p, id, peer)
+		s.resume(ctx, conn, first.p, id, peer)
 		return
 	}
 	var hello proto.Hello

@@ -53,12 +53,21 @@ func WithTenantProcesses(newCmd func() *exec.Cmd) Option {
 	return func(s *Server) { s.tenantCmd = newCmd }
 }
 
-// handoff is the front's message with one connection.
+// handoff is the front's message with one connection: a client's after
+// its handshake, a moved client's Resume (Ticket), or a control
+// connection (Control: its first frame's payload, the token checked) that
+// migrates the tenant's sessions or restores one of them here.
 type handoff struct {
 	Conn     uint64       `json:"conn"`
 	Peer     string       `json:"peer"`
 	Identity string       `json:"identity"`
 	Claims   token.Claims `json:"claims"`
+	// Version and Token are the client's Hello's: a migration's snapshot
+	// carries them (the target checks the token as a handshake would).
+	Version uint16 `json:"version,omitempty"`
+	Token   string `json:"token,omitempty"`
+	Ticket  []byte `json:"ticket,omitempty"`
+	Control []byte `json:"control,omitempty"`
 }
 
 // workerMsg is a worker's message to the front.
@@ -109,42 +118,43 @@ func (s *Server) handOff(ctx context.Context, conn net.Conn, hello proto.Hello, 
 		key = fmt.Sprintf("conn-%d", id)
 	}
 	// The login keeps the ID admitted, also if the worker found goes idle
-	// and a new one starts.
-	t, err := s.tenant(ctx, key)
-	if err != nil {
-		s.logout(claims.ID)
-		s.refuse(conn, refusedWorker, fmt.Sprintf("starting the tenant's worker: %v", err))
-		return err
+	// and a new one starts. The front read the handshake and nothing past
+	// it (Server.handshake): the worker reads the rest from the
+	// connection.
+	err := s.handOffTo(ctx, conn, key, handoff{Conn: id, Peer: peer, Identity: hello.Identity, Claims: claims, Version: hello.Version, Token: hello.Token}, true, false,
+		func() error { return s.welcome(conn, claims) })
+	if errors.Is(err, errWorkerStart) {
+		s.refuse(conn, refusedWorker, err.Error())
 	}
-	// t holds a handoff reserved for this connection: until it is sent or
-	// given back, the worker is not retired.
-	fail := func(err error) error {
+	return err
+}
+
+// errWorkerStart: the tenant's worker did not start.
+var errWorkerStart = errors.New("starting the tenant's worker")
+
+// deliver sends connection conn (its descriptor f, or the relay's end)
+// to worker t with h; a logged-in connection (login) counts as t's until
+// the worker says it is closed. With a relay it pipes conn to the worker
+// until either ends.
+func (s *Server) deliver(t *tenant, conn net.Conn, f *os.File, relay net.Conn, h handoff, login bool) error {
+	msg, err := json.Marshal(h)
+	if err != nil {
 		s.unreserve(t)
-		s.logout(claims.ID)
+		if login {
+			s.logout(h.Claims.ID)
+		}
 		return err
 	}
-	f, relay, err := handOffFile(conn)
-	if err != nil {
-		return fail(fmt.Errorf("passing the connection: %w", err))
+	if login {
+		s.mu.Lock()
+		t.live[h.Conn] = h.Claims.ID
+		s.mu.Unlock()
 	}
-	defer f.Close()
-	if err := s.welcome(conn, claims); err != nil {
-		return fail(err)
-	}
-	// The front read the handshake and nothing past it (Server.handshake):
-	// the worker reads the rest from the connection.
-	msg, err := json.Marshal(handoff{Conn: id, Peer: peer, Identity: hello.Identity, Claims: claims})
-	if err != nil {
-		return fail(err)
-	}
-	s.mu.Lock()
-	t.live[id] = claims.ID
-	s.mu.Unlock()
 	if _, _, err := t.ctrl.WriteMsgUnix(msg, syscall.UnixRights(int(f.Fd())), nil); err != nil {
 		if relay != nil {
 			relay.Close()
 		}
-		s.closed(t, id)
+		s.closed(t, h.Conn)
 		return fmt.Errorf("handing the connection to worker %d: %w", t.cmd.Process.Pid, err)
 	}
 	if relay != nil {
@@ -152,6 +162,61 @@ func (s *Server) handOff(ctx context.Context, conn net.Conn, hello proto.Hello, 
 		pipe(conn, relay)
 	}
 	return nil
+}
+
+// handOffTo gives a connection to the worker of tenant key, starting it
+// if needed (existing: only if it runs, else errNoSession), after before
+// (nil: nothing; the handshake's welcome). A logged-in connection (login)
+// is logged out if it does not get there.
+func (s *Server) handOffTo(ctx context.Context, conn net.Conn, key string, h handoff, login, existing bool, before func() error) error {
+	fail := func(err error) error {
+		if login {
+			s.logout(h.Claims.ID)
+		}
+		return err
+	}
+	if existing {
+		s.mu.Lock()
+		_, ok := s.tenants[key]
+		s.mu.Unlock()
+		if !ok {
+			return fail(errNoSession)
+		}
+	}
+	t, err := s.tenant(ctx, key)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w", errWorkerStart, err))
+	}
+	// t holds a handoff reserved for this connection: until it is sent or
+	// given back, the worker is not retired.
+	f, relay, err := handOffFile(conn)
+	if err == nil && before != nil {
+		err = before()
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		if relay != nil {
+			relay.Close()
+		}
+		s.unreserve(t)
+		return fail(fmt.Errorf("passing the connection: %w", err))
+	}
+	defer f.Close()
+	return s.deliver(t, conn, f, relay, h, login)
+}
+
+// workerOf is the tenant whose worker serves session id, or "".
+func (s *Server) workerOf(id uint64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, t := range s.tenants {
+		if _, ok := t.live[id]; ok {
+			return key
+		}
+	}
+	return ""
 }
 
 // unreserve gives back a handoff that Server.tenant reserved and that was
@@ -389,9 +454,21 @@ func (s *Server) ServeTenant(ctx context.Context, ctrl *net.UnixConn) error {
 		wg.Go(func() {
 			stop := context.AfterFunc(ctx, func() { conn.Close() })
 			defer stop()
-			q := s.joinQuota(h.Claims)
-			s.runSession(conn, q, h.Claims, h.Conn, h.Peer, proto.Hello{Identity: h.Identity})
-			s.leaveQuota(q)
+			switch {
+			case h.Control != nil:
+				// The front checked the token; the request is checked
+				// again here, and a session restored here must be this
+				// worker's tenant's.
+				s.serveControl(ctx, conn, h.Control, h.Conn, h.Peer, h.Claims.ID)
+				conn.Close()
+			case h.Ticket != nil:
+				s.claimParked(conn, h.Claims, h.Ticket, h.Conn, h.Peer)
+				conn.Close()
+			default:
+				q := s.joinQuota(h.Claims)
+				s.runSession(conn, q, h.Claims, h.Conn, h.Peer, proto.Hello{Identity: h.Identity, Version: h.Version, Token: h.Token})
+				s.leaveQuota(q)
+			}
 			mu.Lock()
 			active--
 			m := workerMsg{Closed: h.Conn}

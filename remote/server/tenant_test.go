@@ -23,6 +23,8 @@ import (
 const (
 	workerEnv        = "GPUMUX_SERVER_TEST_WORKER"
 	workerDevicesEnv = "GPUMUX_SERVER_TEST_WORKER_DEVICES"
+	// workerMigrateEnv=1 makes the worker's sessions migratable.
+	workerMigrateEnv = "GPUMUX_SERVER_TEST_WORKER_MIGRATE"
 )
 
 func TestMain(m *testing.M) {
@@ -48,7 +50,11 @@ func runWorker() int {
 	if err != nil {
 		return 1
 	}
-	if err := server.New(be, server.WithSecret(testSecret)).ServeTenant(context.Background(), c.(*net.UnixConn)); err != nil {
+	opts := []server.Option{server.WithSecret(testSecret)}
+	if os.Getenv(workerMigrateEnv) == "1" {
+		opts = append(opts, server.WithMigration())
+	}
+	if err := server.New(be, opts...).ServeTenant(context.Background(), c.(*net.UnixConn)); err != nil {
 		return 1
 	}
 	return 0
@@ -56,11 +62,12 @@ func runWorker() int {
 
 func tenantOpts() []server.Option { return tenantOptsDevices(1) }
 
-// tenantOptsDevices runs workers whose fake backends have n devices.
-func tenantOptsDevices(n int) []server.Option {
+// tenantOptsDevices runs workers whose fake backends have n devices, with
+// env added to theirs.
+func tenantOptsDevices(n int, env ...string) []server.Option {
 	return []server.Option{server.WithSecret(testSecret), server.WithTenantProcesses(func() *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), workerEnv+"=1", workerDevicesEnv+"="+strconv.Itoa(n))
+		cmd.Env = append(append(os.Environ(), workerEnv+"=1", workerDevicesEnv+"="+strconv.Itoa(n)), env...)
 		cmd.Stderr = os.Stderr
 		return cmd
 	})}

@@ -23,8 +23,8 @@
 # the programs' ALLOC_CONF (unset by default: PyTorch's plain caching allocator);
 # ALLOC_CONF=expandable_segments:True moves the program's own virtual memory
 # (cuMemCreate), backend:cudaMallocAsync (pools) makes a session unmovable. Logs and outputs go to $OUT (default: a
-# temporary directory, printed). Two gpumux-remoted (backend cuda, --migratable, one
-# process each: --tenant-processes=false) serve the one GPU on 127.0.0.1 and private unix
+# temporary directory, printed). Two gpumux-remoted (backend cuda, --migratable; each
+# tenant in a worker process of its own, TENANT_PROCESSES=false: one process each) serve the one GPU on 127.0.0.1 and private unix
 # sockets, with a fresh pool secret; both are stopped on exit. It changes no GPU setting.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -38,6 +38,7 @@ steps=${STEPS:-300}
 sizes=${SIZES:-1 4 16 40}
 hold_steps=${HOLD_STEPS:-40}
 py=${PYTHON:-python3}
+tenant_procs=${TENANT_PROCESSES:-true}
 prog=e2e/gpu/remote/migrate_train.py
 
 for f in .devbin/gpumux-remoted .devbin/gpumux bin/remote/libcuda.so.1; do
@@ -61,7 +62,7 @@ start() {
 	local vis=()
 	[[ -z ${gpu[$name]:-} ]] || vis=(env CUDA_VISIBLE_DEVICES="${gpu[$name]}")
 	"${vis[@]}" .devbin/gpumux-remoted --backend cuda --listen "127.0.0.1:$port" --unix "$work/$name.sock" \
-		--token-file "$work/pool.key" --tenant-processes=false --migratable ${REMOTED_FLAGS:-} \
+		--token-file "$work/pool.key" --tenant-processes="$tenant_procs" --migratable ${REMOTED_FLAGS:-} \
 		>>"$out/remoted.$name.log" 2>&1 &
 	pid[$name]=$!
 	pids+=("$!")
