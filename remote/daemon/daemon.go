@@ -303,6 +303,10 @@ Flags:
 		}
 		defer stop()
 	}
+	if *migratable || *drainTo != "" {
+		// A tenant worker's too: it holds the sessions that move.
+		opts = append(opts, server.WithMigration(), server.WithPoolTLS(poolTLS))
+	}
 	if *worker {
 		f := os.NewFile(server.TenantFD, "tenant-ctrl")
 		c, err := net.FileConn(f)
@@ -333,9 +337,6 @@ Flags:
 		}
 	} else if *listen != "" {
 		fmt.Fprintln(stderr, "gpumux-remoted: WARNING: --listen without --tls-cert-file: tokens and CUDA data cross the network in clear; anyone on the path can read them and use the tokens. Serve TLS, or listen on loopback or --unix only.")
-	}
-	if *migratable || *drainTo != "" {
-		opts = append(opts, server.WithMigration(), server.WithPoolTLS(poolTLS))
 	}
 	srv := server.New(be, opts...)
 	var runs []func(context.Context) error

@@ -25,6 +25,7 @@ import (
 	"github.com/gpumux/gpumux/internal/syncbuf"
 	"github.com/gpumux/gpumux/internal/tlstest"
 	"github.com/gpumux/gpumux/internal/version"
+	"github.com/gpumux/gpumux/remote/control"
 	"github.com/gpumux/gpumux/remote/pool"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
@@ -565,4 +566,66 @@ func freeAddrOn(t *testing.T, host string) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// TestMigrateTenantWorkers: gpumux-remoted with its default tenant worker
+// processes and --migratable moves a session to another such server
+// (gpumux remote migrate's request): the workers themselves are
+// migratable, and the client carries on there with its memory as it was.
+func TestMigrateTenantWorkers(t *testing.T) {
+	secretFile, secret := drainSecret(t)
+	a, b := freeAddr(t), freeAddr(t)
+	common := []string{"--token-file", secretFile, "--backend", "fake", "--migratable"}
+	stderrA, _ := serveFake(t, append([]string{"--listen", a}, common...)...)
+	_, _ = serveFake(t, append([]string{"--listen", b}, common...)...)
+	tok, err := token.Mint(secret, token.Claims{ID: "job", Quota: 64 << 20, Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := dialUntil(t, "tcp", a, proto.Hello{Token: tok})
+	ctx, r, err := cl.DevicePrimaryCtxRetain(0, 0)
+	if err != nil || r != proto.Success {
+		t.Fatalf("cuDevicePrimaryCtxRetain: %v %v", r, err)
+	}
+	p, r, err := cl.MemAllocV2(ctx, 3<<20)
+	if err != nil || r != proto.Success {
+		t.Fatalf("cuMemAlloc: %v %v", r, err)
+	}
+	want := bytes.Repeat([]byte("moved"), 3<<20/5)
+	if r, err := cl.MemcpyHtoDV2(ctx, p, want, uint64(len(want))); err != nil || r != proto.Success {
+		t.Fatalf("cuMemcpyHtoD: %v %v", r, err)
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cc, err := control.Dial(cctx, a, secret, proto.Control{Kind: proto.ControlMigrate, Tenant: "job", Target: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	replies := make(chan proto.ControlReply, 1)
+	go func() {
+		rep, err := cc.Reply()
+		if err != nil {
+			rep.Message = err.Error()
+		}
+		replies <- rep
+	}()
+	got := make([]byte, len(want))
+	var rep proto.ControlReply
+	for done := false; !done; {
+		select {
+		case rep = <-replies:
+			done = true
+		default:
+			if r, err := cl.MemcpyDtoHV2(ctx, got, p, uint64(len(got))); err != nil || r != proto.Success || !bytes.Equal(got, want) {
+				t.Fatalf("cuMemcpyDtoH while the session moves: %v %v\n%s", r, err, stderrA.String())
+			}
+		}
+	}
+	if rep.Result != proto.Success || len(rep.Moved) != 1 {
+		t.Fatalf("the migration: %+v\n%s", rep, stderrA.String())
+	}
+	if r, err := cl.MemcpyDtoHV2(ctx, got, p, uint64(len(got))); err != nil || r != proto.Success || !bytes.Equal(got, want) || cl.Moves() != 1 {
+		t.Fatalf("cuMemcpyDtoH on the other server: %v %v (moves %d)", r, err, cl.Moves())
+	}
 }
