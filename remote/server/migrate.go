@@ -404,7 +404,11 @@ func (s *Server) routeControl(ctx context.Context, conn net.Conn, req proto.Cont
 	if req.Kind == proto.ControlMigrate && req.Session != 0 {
 		key = s.workerOf(req.Session)
 	}
-	if key == "" {
+	switch {
+	case key == "" && req.Kind == proto.ControlRestore:
+		refuseControl(conn, proto.ErrNotSupported, errors.New("the restore names no tenant: this server runs its tenants in worker processes, and takes sessions of tokens with an ID from sources as new as it"))
+		return
+	case key == "":
 		refuseControl(conn, proto.ErrNotFound, fmt.Errorf("no session %d or of tenant %q here (a server that runs its tenants in worker processes moves sessions of tokens with an ID)", req.Session, req.Tenant))
 		return
 	}

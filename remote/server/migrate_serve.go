@@ -233,13 +233,18 @@ func (s *Server) receive(ctx context.Context, conn net.Conn, id uint64, peer, te
 	case <-timer.C:
 	case <-ctx.Done():
 	}
+	if rc.conn == nil && s.unpark(key) {
+		freed := sess.cleanup()
+		log.Warn("migrated session freed: its client did not resume", "freed_bytes", freed.bytes)
+		return
+	}
 	if rc.conn == nil {
-		if s.unpark(key) {
-			freed := sess.cleanup()
-			log.Warn("migrated session freed: its client did not resume", "freed_bytes", freed.bytes)
-			return
-		}
 		rc = <-p.conns // the client came just now
+	}
+	if rc.conn == nil { // it came, and its resume failed
+		freed := sess.cleanup()
+		log.Warn("migrated session freed: its client's resume failed", "freed_bytes", freed.bytes)
+		return
 	}
 	stop := context.AfterFunc(ctx, func() { rc.conn.Close() })
 	defer stop()
@@ -248,7 +253,7 @@ func (s *Server) receive(ctx context.Context, conn net.Conn, id uint64, peer, te
 	sess.id = rc.id
 	unregister := s.register(sess, claims.ID)
 	defer unregister()
-	sess.log = sess.log.With("resumed_from", rc.peer, "conn", rc.id)
+	sess.log = s.log.With("conn", rc.id, "peer", rc.peer, "identity", clean(sn.identity), "token", claims.ID, "resumed_from", rc.peer)
 	sess.serve(rc.conn, rc.br)
 }
 
@@ -333,9 +338,13 @@ func (s *Server) resume(ctx context.Context, conn net.Conn, p []byte, id uint64,
 			why, err = refusedNoToken, errors.New("a server that runs its tenants in worker processes resumes sessions of tokens with an ID")
 		} else if why, err = s.login(claims); err == nil {
 			err = s.handOffTo(ctx, conn, claims.ID, handoff{Conn: id, Peer: peer, Identity: res.Hello.Identity, Claims: claims, Ticket: res.Ticket}, true, true, nil)
-			if err != nil {
+			switch {
+			case errors.Is(err, errNoSession):
 				s.log.Warn("resume refused", "conn", id, "peer", peer, "err", err)
 				s.refuse(conn, refusedBadToken, "no migrated session for this ticket and token")
+			case err != nil:
+				s.log.Error("handing a resume to its tenant's worker", "conn", id, "peer", peer, "err", err)
+				s.refuse(conn, refusedWorker, err.Error())
 			}
 			return
 		}
@@ -369,7 +378,8 @@ func (s *Server) claimParked(conn net.Conn, claims token.Claims, ticket []byte, 
 	}
 	if err := s.welcome(conn, claims); err != nil {
 		s.log.Warn("resume failed", "conn", id, "peer", peer, "err", err)
-		return // the parked session gives up after resumeTimeout
+		pk.conns <- resumed{} // the parked session frees itself (its channel has room for one)
+		return
 	}
 	done := make(chan struct{})
 	var once sync.Once

@@ -139,6 +139,9 @@ var errWorkerStart = errors.New("starting the tenant's worker")
 func (s *Server) deliver(t *tenant, conn net.Conn, f *os.File, relay net.Conn, h handoff, login bool) error {
 	msg, err := json.Marshal(h)
 	if err != nil {
+		if relay != nil {
+			relay.Close()
+		}
 		s.unreserve(t)
 		if login {
 			s.logout(h.Claims.ID)
@@ -175,15 +178,10 @@ func (s *Server) handOffTo(ctx context.Context, conn net.Conn, key string, h han
 		}
 		return err
 	}
-	if existing {
-		s.mu.Lock()
-		_, ok := s.tenants[key]
-		s.mu.Unlock()
-		if !ok {
-			return fail(errNoSession)
-		}
+	t, err := s.tenant(ctx, key, existing)
+	if errors.Is(err, errNoSession) {
+		return fail(err)
 	}
-	t, err := s.tenant(ctx, key)
 	if err != nil {
 		return fail(fmt.Errorf("%w: %w", errWorkerStart, err))
 	}
@@ -255,10 +253,10 @@ func (s *Server) closedLocked(t *tenant, id uint64) {
 	}
 }
 
-// tenant returns the worker of tenant key, starting it if there is none,
-// with a handoff reserved: the caller sends it, or gives it back
-// (unreserve).
-func (s *Server) tenant(ctx context.Context, key string) (*tenant, error) {
+// tenant returns the worker of tenant key, starting it if there is none
+// (existing: errNoSession instead), with a handoff reserved: the caller
+// sends it, or gives it back (unreserve).
+func (s *Server) tenant(ctx context.Context, key string, existing bool) (*tenant, error) {
 	s.tenantMu.Lock() // one start at a time; handoffs to running workers do not wait
 	defer s.tenantMu.Unlock()
 	s.mu.Lock()
@@ -269,6 +267,9 @@ func (s *Server) tenant(ctx context.Context, key string) (*tenant, error) {
 	s.mu.Unlock()
 	if t != nil {
 		return t, nil
+	}
+	if existing {
+		return nil, errNoSession
 	}
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
