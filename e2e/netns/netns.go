@@ -291,7 +291,11 @@ func (n *Network) remove(ctx context.Context, namespaces []string, quiet bool) e
 	// with it the link; a half-built network may have the link alone.
 	if _, err := net.InterfaceByName(n.hostLink); err == nil {
 		if err := ipCmd(ctx, "link", "delete", n.hostLink); err != nil {
-			errs = append(errs, err)
+			// The kernel tears a deleted namespace down after `ip netns
+			// delete` returns: the link may have gone since it was seen.
+			if _, gone := net.InterfaceByName(n.hostLink); gone == nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	var namespacesLeft, bindings, links []string
