@@ -518,23 +518,7 @@ func drainSecret(t *testing.T) (string, []byte) {
 // says so and exits 0.
 func followDrain(t *testing.T, addr string, secret []byte, stop func() int, stderr *syncbuf.Buffer) {
 	t.Helper()
-	tok, err := token.Mint(secret, token.Claims{ID: "job", Quota: 64 << 20, Expires: time.Now().Add(time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := dialUntil(t, "tcp", addr, proto.Hello{Token: tok})
-	ctx, r, err := cl.DevicePrimaryCtxRetain(0, 0)
-	if err != nil || r != proto.Success {
-		t.Fatalf("cuDevicePrimaryCtxRetain: %v %v", r, err)
-	}
-	p, r, err := cl.MemAllocV2(ctx, 3<<20)
-	if err != nil || r != proto.Success {
-		t.Fatalf("cuMemAlloc: %v %v", r, err)
-	}
-	want := bytes.Repeat([]byte("drain"), 3<<20/5)
-	if r, err := cl.MemcpyHtoDV2(ctx, p, want, uint64(len(want))); err != nil || r != proto.Success {
-		t.Fatalf("cuMemcpyHtoD: %v %v", r, err)
-	}
+	cl, ctx, p, want := jobSession(t, addr, secret, "drain")
 	exited := make(chan int, 1)
 	go func() { exited <- stop() }()
 	got := make([]byte, len(want))
@@ -578,23 +562,7 @@ func TestMigrateTenantWorkers(t *testing.T) {
 	common := []string{"--token-file", secretFile, "--backend", "fake", "--migratable"}
 	stderrA, _ := serveFake(t, append([]string{"--listen", a}, common...)...)
 	_, _ = serveFake(t, append([]string{"--listen", b}, common...)...)
-	tok, err := token.Mint(secret, token.Claims{ID: "job", Quota: 64 << 20, Expires: time.Now().Add(time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := dialUntil(t, "tcp", a, proto.Hello{Token: tok})
-	ctx, r, err := cl.DevicePrimaryCtxRetain(0, 0)
-	if err != nil || r != proto.Success {
-		t.Fatalf("cuDevicePrimaryCtxRetain: %v %v", r, err)
-	}
-	p, r, err := cl.MemAllocV2(ctx, 3<<20)
-	if err != nil || r != proto.Success {
-		t.Fatalf("cuMemAlloc: %v %v", r, err)
-	}
-	want := bytes.Repeat([]byte("moved"), 3<<20/5)
-	if r, err := cl.MemcpyHtoDV2(ctx, p, want, uint64(len(want))); err != nil || r != proto.Success {
-		t.Fatalf("cuMemcpyHtoD: %v %v", r, err)
-	}
+	cl, ctx, p, want := jobSession(t, a, secret, "moved")
 	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cc, err := control.Dial(cctx, a, secret, proto.Control{Kind: proto.ControlMigrate, Tenant: "job", Target: b})
@@ -628,4 +596,29 @@ func TestMigrateTenantWorkers(t *testing.T) {
 	if r, err := cl.MemcpyDtoHV2(ctx, got, p, uint64(len(got))); err != nil || r != proto.Success || !bytes.Equal(got, want) || cl.Moves() != 1 {
 		t.Fatalf("cuMemcpyDtoH on the other server: %v %v (moves %d)", r, err, cl.Moves())
 	}
+}
+
+// jobSession dials the server at addr as the job (a token of secret) and
+// fills 3 MiB of its GPU with pattern: the client, its context, the
+// allocation and its bytes.
+func jobSession(t *testing.T, addr string, secret []byte, pattern string) (*proto.Client, proto.Handle, proto.DevPtr, []byte) {
+	t.Helper()
+	tok, err := token.Mint(secret, token.Claims{ID: "job", Quota: 64 << 20, Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := dialUntil(t, "tcp", addr, proto.Hello{Token: tok})
+	ctx, r, err := cl.DevicePrimaryCtxRetain(0, 0)
+	if err != nil || r != proto.Success {
+		t.Fatalf("cuDevicePrimaryCtxRetain: %v %v", r, err)
+	}
+	p, r, err := cl.MemAllocV2(ctx, 3<<20)
+	if err != nil || r != proto.Success {
+		t.Fatalf("cuMemAlloc: %v %v", r, err)
+	}
+	want := bytes.Repeat([]byte(pattern), 3<<20/len(pattern))
+	if r, err := cl.MemcpyHtoDV2(ctx, p, want, uint64(len(want))); err != nil || r != proto.Success {
+		t.Fatalf("cuMemcpyHtoD: %v %v", r, err)
+	}
+	return cl, ctx, p, want
 }

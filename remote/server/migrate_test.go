@@ -622,29 +622,7 @@ func TestMigrateControl(t *testing.T) {
 		t.Fatalf("a control request signed with another secret: %+v, %v", rep, err)
 	}
 
-	cc, err := control.Dial(ctx, envs[0].addr, testSecret,
-		proto.Control{Kind: proto.ControlMigrate, Tenant: "job", Target: envs[1].addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	replies := make(chan proto.ControlReply, 1)
-	go func() {
-		rep, err := cc.Reply()
-		if err != nil {
-			rep.Message = err.Error()
-		}
-		replies <- rep
-	}()
-	for {
-		select {
-		case rep = <-replies:
-		default:
-			w.step(rng)
-			continue
-		}
-		break
-	}
+	rep = migrateWhileRunning(t, w, rng, envs[0].addr, proto.Control{Kind: proto.ControlMigrate, Tenant: "job", Target: envs[1].addr})
 	if rep.Result != proto.Success || len(rep.Moved) != 1 {
 		t.Fatalf("migration through the control connection: %+v", rep)
 	}
