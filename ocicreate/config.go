@@ -49,11 +49,7 @@ func (m *configMatch) matches(path string) bool {
 		return false
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		return false
-	}
-	v, ok := filever.Of(f)
+	v, ok := filever.Of(f) // a regular file only
 	if !ok {
 		return false
 	}

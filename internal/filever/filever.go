@@ -11,10 +11,11 @@ type Version struct {
 	mtimeNs, ctimeNs int64
 }
 
-// Of is the version of an open file; false where fstat cannot tell.
+// Of is the version of an open regular file; false for anything else, or
+// where fstat cannot tell.
 func Of(f *os.File) (Version, bool) {
 	fi, err := f.Stat()
-	if err != nil {
+	if err != nil || !fi.Mode().IsRegular() {
 		return Version{}, false
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)

@@ -42,20 +42,8 @@ func Scan(root *os.Root, dir string) ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	stat := func(name string) (fs.FileInfo, error) {
-		fi, err := d.Stat(name)
-		if err != nil {
-			fi, err = root.Stat(path.Join(rel, name))
-		}
-		return fi, err
-	}
-	open := func(name string) (*os.File, error) {
-		f, err := d.Open(name)
-		if err != nil {
-			f, err = root.Open(path.Join(rel, name))
-		}
-		return f, err
-	}
+	stat := func(name string) (fs.FileInfo, error) { return inDirOrRoot(d, root, rel, name, (*os.Root).Stat) }
+	open := func(name string) (*os.File, error) { return inDirOrRoot(d, root, rel, name, (*os.Root).Open) }
 	type lib struct {
 		name   string
 		flags  int32
@@ -117,6 +105,16 @@ func Scan(root *os.Root, dir string) ([]Entry, error) {
 		out[i] = Entry{Key: l.name, Value: path.Join(dir, l.name), Flags: l.flags}
 	}
 	return out, nil
+}
+
+// inDirOrRoot is op on name in d, the directory rel of root opened, and
+// where that fails on rel/name in root.
+func inDirOrRoot[T any](d, root *os.Root, rel, name string, op func(*os.Root, string) (T, error)) (T, error) {
+	v, err := op(d, name)
+	if err != nil {
+		v, err = op(root, path.Join(rel, name))
+	}
+	return v, err
 }
 
 var errNotLibrary = errors.New("not a shared object")

@@ -148,7 +148,14 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := openNew(path, time.Until(deadline))
+	// What is left of the timeout for the file lock (bbolt takes 0 as
+	// "wait forever").
+	left := max(time.Until(deadline), time.Millisecond)
+	err = create(path, left)
+	var db *bolt.DB
+	if err == nil {
+		db, err = openChecked(path, left)
+	}
 	if err != nil {
 		unlock()
 		return nil, err
@@ -171,14 +178,6 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("lease store %s: %w", path, err)
 	}
 	return &Store{db: db, path: path, grace: o.grace, now: time.Now, self: selfOwner(), running: processRunning, unlock: unlock}, nil
-}
-
-// openNew creates the store at path if there is none, then opens it.
-func openNew(path string, timeout time.Duration) (*bolt.DB, error) {
-	if err := create(path, timeout); err != nil {
-		return nil, err
-	}
-	return openChecked(path, timeout)
 }
 
 // inProcess holds, per store path, a one-slot channel that this process's
