@@ -129,15 +129,24 @@ func (s *session) windowFor(dev int32, want proto.DevPtr) (*window, proto.Result
 	}
 	failed := proto.ErrAlreadyMapped
 	for _, base := range bases {
+		if !s.held.try(s, base) {
+			continue // another session's, here
+		}
 		p, r := s.be.MemAddressReserve(windowSize, 0, base, 0)
 		if r != ok {
 			// Out of addresses where the driver would have put it
 			// instead: another base may still be free.
+			s.held.release(s, base)
 			failed = r
 			continue
 		}
 		if p != base {
+			s.held.release(s, base)
 			s.warn("cuMemAddressFree", s.be.MemAddressFree(p, windowSize))
+			if want != 0 {
+				s.log.Warn("a migrated window's base is taken in this process", "base", fmt.Sprintf("%#x", base),
+					"driver_gave", fmt.Sprintf("%#x", p), "mapped_there", addressUsers(uint64(base), uint64(base)+windowSize))
+			}
 			continue
 		}
 		w := &window{base: p, gran: gran, free: []span{{0, windowSize}}}
@@ -150,13 +159,14 @@ func (s *session) windowFor(dev int32, want proto.DevPtr) (*window, proto.Result
 	return nil, failed
 }
 
-// freeWindows gives the session's windows back; what was mapped in them is
-// unmapped already.
+// freeWindows gives the session's windows back, and its claims of bases
+// (windowClaims); what was mapped in them is unmapped already.
 func (s *session) freeWindows() {
 	for dev, w := range s.windows {
 		s.warn("cuMemAddressFree", s.be.MemAddressFree(w.base, windowSize))
 		delete(s.windows, dev)
 	}
+	s.held.releaseAll(s)
 }
 
 // backing is the virtual memory behind one cuMemAlloc allocation.

@@ -51,10 +51,11 @@ const (
 	StepTransfer = "transfer"
 	StepRestore  = "restore" // on the target
 	StepSwitch   = "switch"
+	StepLeft     = "left" // on the source, after the switch: told only, it cannot fail
 )
 
 // WithMigrationHook calls hook at each step of a migration (Step*); an
-// error fails the migration there. For tests.
+// error fails the migration there (but at StepLeft). For tests.
 func WithMigrationHook(hook func(step string) error) Option {
 	return func(s *Server) { s.migrationHook = hook }
 }

@@ -205,7 +205,7 @@ func (s *Server) receive(ctx context.Context, conn net.Conn, id uint64, peer, te
 	sess.expires = claims.Expires
 	sess.id, sess.token, sess.identity, sess.clientVersion = id, sn.token, sn.identity, sn.version
 	start := time.Now()
-	ticket, err := s.restoreParked(sess, sn, r, conn)
+	ticket, err := s.restoreParked(ctx, sess, sn, r, conn)
 	if err != nil {
 		sess.cleanup()
 		log.Warn("migration in refused; freed what was rebuilt", "err", err)
@@ -285,9 +285,23 @@ func (s *Server) readSnapshot(r io.Reader) (snapshot, token.Claims, error) {
 
 // restoreParked restores a session, answers the source with a ticket and
 // waits for its commit.
-func (s *Server) restoreParked(sess *session, sn snapshot, r *chunkReader, conn net.Conn) ([]byte, error) {
+func (s *Server) restoreParked(ctx context.Context, sess *session, sn snapshot, r *chunkReader, conn net.Conn) ([]byte, error) {
 	if err := s.hook(StepRestore); err != nil {
 		return nil, err
+	}
+	if s.migration {
+		// The session's windows must be at their bases here; it may have
+		// left this server a moment ago and still be letting go of them.
+		ctx, cancel := context.WithTimeout(ctx, moveTimeout)
+		defer cancel()
+		start := time.Now()
+		waited, err := s.windows.await(ctx, sess, sn.windowBases())
+		if err != nil {
+			return nil, err
+		}
+		if waited {
+			sess.log.Info("waited for the session that left here to let go of its windows", "wait", time.Since(start).Round(time.Millisecond))
+		}
 	}
 	if err := sess.restore(sn, r); err != nil {
 		return nil, err

@@ -631,3 +631,67 @@ func TestMigrateControl(t *testing.T) {
 		t.Fatalf("the client moved %d times; on the target: %v", cl.Moves(), envs[1].srv.Sessions())
 	}
 }
+
+// TestMigrateBackAtOnce moves a session back to the server it left while
+// that server is still cleaning up what it left there: the move back waits
+// for the old session to let go of its address windows, which the session
+// needs at the same bases, instead of being refused.
+func TestMigrateBackAtOnce(t *testing.T) {
+	release := make(chan struct{})
+	var held atomic.Bool
+	hook := server.WithMigrationHook(func(step string) error {
+		if step == server.StepLeft && held.CompareAndSwap(false, true) {
+			<-release // the first session that left stays in its cleanup
+		}
+		return nil
+	})
+	envs := pair(t, only(hook))
+	rng := rand.New(rand.NewPCG(3, 15))
+	cl := envs[0].dial(t, jobToken(t))
+	w := newWorkload(t, cl, rng)
+	if err := moveWhileRunning(t, w, rng, envs[0], envs[1]); err != nil {
+		t.Fatalf("the move out: %v", err)
+	}
+	// The move back starts at the client's next call while the source is
+	// held in its cleanup, which is let go of a moment later.
+	var released atomic.Bool
+	time.AfterFunc(300*time.Millisecond, func() {
+		released.Store(true)
+		close(release)
+	})
+	type result struct {
+		err   error
+		early bool // it ended while the old session still held its windows
+	}
+	back := make(chan result, 1)
+	id := sessionOf(t, envs[1])
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		err := envs[1].srv.Move(ctx, id, envs[0].addr)
+		back <- result{err, !released.Load()}
+	}()
+	var res result
+	for done := false; !done; {
+		select {
+		case res = <-back:
+			done = true
+		default:
+			w.step(rng)
+		}
+	}
+	err := res.err
+	if res.early {
+		t.Fatalf("the move back ended while the old session still held its windows: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("the move back: %v", err)
+	}
+	if sessionOf(t, envs[1]) != 0 || sessionOf(t, envs[0]) == 0 {
+		t.Fatal("the session is not back on the first server alone")
+	}
+	w.verify()
+	if got := cl.Moves(); got != 2 {
+		t.Errorf("the client followed %d moves, want 2", got)
+	}
+}

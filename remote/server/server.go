@@ -74,6 +74,8 @@ type Server struct {
 	// (migrate.go).
 	live   map[uint64]*liveSession
 	parked map[string]*parked
+	// windows are the window bases its sessions hold (WithMigration).
+	windows *windowClaims
 
 	counts *counters // stats.go
 
@@ -103,6 +105,7 @@ func New(backend Backend, opts ...Option) *Server {
 		workers:              map[*tenant]struct{}{},
 		live:                 map[uint64]*liveSession{},
 		parked:               map[string]*parked{},
+		windows:              newWindowClaims(),
 		counts:               newCounters(),
 	}
 	for _, o := range opts {

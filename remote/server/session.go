@@ -208,6 +208,7 @@ type session struct {
 	// windows, one per backend device.
 	migration bool
 	windows   map[int32]*window
+	held      *windowClaims // the server's sessions' window bases
 	// modeSet: the client set the worker thread's capture interaction
 	// mode (cleanup puts the default back).
 	modeSet bool
@@ -236,7 +237,7 @@ type sessionStats struct {
 }
 
 func newSession(srv *Server, q *share, devs []int32, log *slog.Logger) *session {
-	s := &session{be: srv.backend, log: log, quota: q, devs: devs, counts: srv.counts, now: srv.now, linger: srv.expiredLinger, busyPoll: srv.busyPoll, migration: srv.migration}
+	s := &session{be: srv.backend, log: log, quota: q, devs: devs, counts: srv.counts, now: srv.now, linger: srv.expiredLinger, busyPoll: srv.busyPoll, migration: srv.migration, held: srv.windows}
 	s.objects.init()
 	return s
 }
@@ -266,6 +267,10 @@ func (s *session) serve(conn net.Conn, br *bufio.Reader) {
 	close(done)
 	if s.pending != nil {
 		s.pending.done <- fmt.Errorf("%w: the client went before its next call", ErrMigration)
+	}
+	s.held.leave(s) // a move back waits for the cleanup to let go of the windows
+	if errors.Is(err, errMoved) {
+		_ = s.srv.hook(StepLeft)
 	}
 	freed := s.cleanup()
 	freed.add(s.freedEarly)
