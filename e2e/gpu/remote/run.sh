@@ -28,6 +28,9 @@
 #                                 # management) or =backend:cudaMallocAsync (memory pools)
 #   e2e/gpu/remote/run.sh globals # where the driver puts a module global in fresh processes, per GPU,
 #                                 # with and without setarch -R (globaladdr.c; why migrations translate)
+#   e2e/gpu/remote/run.sh windows # whether a fresh process's driver leaves the 48 migration window bases
+#                                 # free (windowbases.c), five processes per GPU, then five that hold
+#                                 # the range PROT_NONE first (exits 1 there: the driver honours none)
 #   e2e/gpu/remote/run.sh twogpu  # two GPUs through one server (twogpu.py, a token of --device 0,1):
 #                                 # check and dataparallel diffed with local; copy bandwidth
 #                                 # between the GPUs, local and through gpumux-remoted, side by side
@@ -298,6 +301,16 @@ if [[ $mode == cublas ]]; then
 	grep -v '^\s*$' "$out/cublas.tcp.err" | tail -40
 	diff -u "$out/cublas.local.txt" "$out/cublas.tcp.txt" && echo "cublas: output through gpumux-remoted identical to local"
 	exit 0
+fi
+if [[ $mode == windows ]]; then
+	cc -O2 -Wall -o "$work/windowbases" e2e/gpu/remote/windowbases.c -I"$cuda/include" -L"$cuda/lib64/stubs" -lcuda
+	rc=0
+	for d in $(seq 0 $(($(nvidia-smi -L | grep -c '^GPU ') - 1))); do
+		echo "== GPU $d"
+		for run in 1 2 3 4 5; do "$work/windowbases" "$d" || rc=1; done
+		for run in 1 2 3 4 5; do "$work/windowbases" "$d" hold || true; done
+	done
+	exit $rc
 fi
 build
 if [[ $mode == globals ]]; then
