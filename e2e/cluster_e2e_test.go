@@ -113,8 +113,7 @@ func clusterServerJob(t *testing.T) string {
 	t.Helper()
 	const name = "examples/jobs/remote-server.nomad.hcl"
 	job := remotedJob(t, `"--fake-uuids", "${NVIDIA_VISIBLE_DEVICES}",`)
-	job = mustReplace(t, name, job, `# "--migratable", "--tenant-processes=false", "--drain-to", "pool",`,
-		`"--migratable", "--tenant-processes=false", "--drain-to", "pool",`)
+	job = mustReplace(t, name, job, `# "--migratable", "--drain-to", "pool",`, `"--migratable", "--drain-to", "pool",`)
 	job = mustReplace(t, name, job, `type = "system"`, `type = "service"`)
 	return mustReplace(t, name, job, "  group \"remoted\" {\n", `  group "remoted" {
     count = 2

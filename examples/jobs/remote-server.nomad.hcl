@@ -77,9 +77,8 @@ job "gpumux-remote" {
           "--backend", "cuda",
           # Live migration (docs/remote.md): uncomment to move this server's
           # sessions to the other servers of the service when the job stops
-          # or its node drains, instead of ending them. All tenants then run
-          # in this one process (tenant worker processes cannot move yet).
-          # "--migratable", "--tenant-processes=false", "--drain-to", "pool",
+          # or its node drains, instead of ending them.
+          # "--migratable", "--drain-to", "pool",
         ]
       }
 

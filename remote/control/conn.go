@@ -76,8 +76,11 @@ func (c *Conn) send(h proto.Header, p []byte) error {
 }
 
 // Reply reads the server's next answer.
-func (c *Conn) Reply() (proto.ControlReply, error) {
-	h, p, err := proto.ReadFrame(c.br, nil)
+func (c *Conn) Reply() (proto.ControlReply, error) { return ReadReply(c.br) }
+
+// ReadReply reads a control reply frame from r.
+func ReadReply(r *bufio.Reader) (proto.ControlReply, error) {
+	h, p, err := proto.ReadFrame(r, nil)
 	if err != nil {
 		return proto.ControlReply{}, err
 	}

@@ -208,9 +208,6 @@ Flags:
 			return usageError{fmt.Errorf("--%s applies only to --drain-to pool", f)}
 		}
 	}
-	if *drainTo != "" && *tenantProcs {
-		return usageError{errors.New("--drain-to needs --tenant-processes=false: a drain of tenant worker processes is not done yet (gpumux remote migrate moves their sessions)")}
-	}
 	if *maxTenant < 1 {
 		return usageError{fmt.Errorf("--max-tenant-connections %d: want at least 1", *maxTenant)}
 	}
@@ -315,7 +312,11 @@ Flags:
 		if err != nil || !ok {
 			return fmt.Errorf("--tenant-worker: descriptor %d is not the front's control socket (%v)", server.TenantFD, err)
 		}
-		return server.New(be, opts...).ServeTenant(ctx, ctrl)
+		// The front governs a worker's life (it closes the control
+		// socket; the worker dies with it): a SIGTERM or ^C that reaches
+		// the process group must not end the sessions that a front with
+		// --drain-to is about to move.
+		return server.New(be, opts...).ServeTenant(context.WithoutCancel(ctx), ctrl)
 	}
 	if *tenantProcs {
 		exe, err := os.Executable()

@@ -98,7 +98,6 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--unix", sock, "--insecure-no-auth", "--tls-cert-file", open, "--tls-key-file", open}, 2, "--tls-cert-file applies to --listen"},
 		{[]string{"--listen", "127.0.0.1:0", "--insecure-no-auth", "--backend", "fake", "--tls-cert-file", open, "--tls-key-file", open}, 1, "TLS certificate " + open},
 		{[]string{"--unix", sock, "--bogus"}, 2, "flag provided but not defined: -bogus"},
-		{[]string{"--unix", sock, "--insecure-no-auth", "--drain-to", "127.0.0.1:1"}, 2, "--drain-to needs --tenant-processes=false"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--tenant-processes=false", "--drain-to", "pool"}, 2, "--drain-to pool needs --token-file"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--nomad-addr", "http://10.0.0.1:4646"}, 2, "--nomad-addr applies only to --drain-to pool"},
 		{[]string{"--unix", sock, "--insecure-no-auth", "--tls-ca-file", open}, 2, "--tls-ca-file applies to --migratable and --drain-to"},
@@ -426,21 +425,38 @@ func TestServesTLS(t *testing.T) {
 // the other server before it exits; the client carries on there with its
 // memory as it was.
 func TestDrainTo(t *testing.T) {
-	secretFile, secret := drainSecret(t)
-	a, b := freeAddr(t), freeAddr(t)
-	common := []string{"--token-file", secretFile, "--backend", "fake", "--tenant-processes=false"}
-	_, _ = serveFake(t, append([]string{"--listen", b, "--migratable"}, common...)...)
-	stderrA, stopA := serveFake(t, append([]string{"--listen", a, "--drain-to", b}, common...)...)
-	followDrain(t, a, secret, stopA, stderrA)
+	for _, procs := range tenantModes {
+		t.Run("--tenant-processes="+procs, func(t *testing.T) {
+			secretFile, secret := drainSecret(t)
+			a, b := freeAddr(t), freeAddr(t)
+			common := []string{"--token-file", secretFile, "--backend", "fake", "--tenant-processes=" + procs}
+			stderrB, _ := serveFake(t, append([]string{"--listen", b, "--migratable"}, common...)...)
+			stderrA, stopA := serveFake(t, append([]string{"--listen", a, "--drain-to", b}, common...)...)
+			followDrain(t, a, secret, stopA, stderrA)
+			if procs == "true" && !strings.Contains(stderrB.String(), `msg="tenant worker started" tenant=job`) {
+				t.Errorf("no worker of the job on the target:\n%s", stderrB.String())
+			}
+		})
+	}
 }
+
+// tenantModes are gpumux-remoted's two ways to run its tenants: each in a
+// worker process (the default), or all in the server's.
+var tenantModes = []string{"true", "false"}
 
 // TestDrainToPool: with --drain-to pool, the server finds the others of
 // its pool through Nomad's service (leaving its own allocation out), skips
 // one that does not answer and one without room for the session's quota,
 // and moves the session to the next.
 func TestDrainToPool(t *testing.T) {
+	for _, procs := range tenantModes {
+		t.Run("--tenant-processes="+procs, func(t *testing.T) { drainToPool(t, procs) })
+	}
+}
+
+func drainToPool(t *testing.T, procs string) {
 	secretFile, secret := drainSecret(t)
-	common := []string{"--token-file", secretFile, "--backend", "fake", "--tenant-processes=false", "--migratable"}
+	common := []string{"--token-file", secretFile, "--backend", "fake", "--tenant-processes=" + procs, "--migratable"}
 	// The pool's order is by address: the dead server, the full one, the
 	// one with room.
 	dead := "127.0.0.1:1"
@@ -466,7 +482,7 @@ func TestDrainToPool(t *testing.T) {
 	t.Setenv("NOMAD_NAMESPACE", "gpu")
 	t.Setenv("NOMAD_TOKEN", "acl")
 	// A server with no session stops at once, without asking Nomad.
-	idle, stopIdle := serveFake(t, "--listen", freeAddr(t), "--token-file", secretFile, "--backend", "fake", "--tenant-processes=false",
+	idle, stopIdle := serveFake(t, "--listen", freeAddr(t), "--token-file", secretFile, "--backend", "fake", "--tenant-processes="+procs,
 		"--drain-to", "pool", "--nomad-addr", nomad.URL)
 	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(idle.String(), "msg=serving"); {
 		if time.Now().After(deadline) {
@@ -477,7 +493,7 @@ func TestDrainToPool(t *testing.T) {
 	if code := stopIdle(); code != 0 || asked.Load() != 0 || !strings.Contains(idle.String(), "no session to move") {
 		t.Errorf("an idle server's drain: exit %d, Nomad asked %d times:\n%s", code, asked.Load(), idle.String())
 	}
-	stderrA, stopA := serveFake(t, "--listen", self, "--token-file", secretFile, "--backend", "fake", "--tenant-processes=false",
+	stderrA, stopA := serveFake(t, "--listen", self, "--token-file", secretFile, "--backend", "fake", "--tenant-processes="+procs,
 		"--drain-to", "pool", "--nomad-addr", nomad.URL)
 	followDrain(t, self, secret, stopA, stderrA)
 	if asked.Load() != 1 {

@@ -129,8 +129,13 @@ type Control struct {
 	Token   string // a control token (token.MintControl)
 	Kind    ControlKind
 	Session uint64 // ControlMigrate: the session (its connection number), or 0
-	Tenant  string // ControlMigrate: every session of this token ID, if Session is 0; ControlRestore: the session's token ID
+	Tenant  string // ControlMigrate: every session of this token ID, if Session is 0
 	Target  string // ControlMigrate: the target's address
+	// Client is, for ControlRestore, the handshake of the session's
+	// client (its version, token and identity, as the snapshot carries
+	// them): the target checks, counts and admits it as it would the
+	// client's own before it takes the snapshot.
+	Client Hello
 }
 
 // Encode returns the payload.
@@ -143,6 +148,9 @@ func (c Control) Encode() []byte {
 	e.U64(c.Session)
 	e.Str(c.Tenant)
 	e.Str(c.Target)
+	if c.Kind == ControlRestore {
+		e.Bytes(c.Client.Encode())
+	}
 	return e.Payload()
 }
 
@@ -154,6 +162,10 @@ func DecodeControl(p []byte) (Control, error) {
 	}
 	v := d.U32()
 	c := Control{Token: d.Str(MaxString), Kind: ControlKind(d.U32()), Session: d.U64(), Tenant: d.Str(MaxString), Target: d.Str(MaxString)}
+	var client []byte
+	if c.Kind == ControlRestore {
+		client = d.Bytes(MaxHello)
+	}
 	if err := d.Finish(); err != nil {
 		return Control{}, fmt.Errorf("control: %w", err)
 	}
@@ -167,6 +179,11 @@ func DecodeControl(p []byte) (Control, error) {
 			return Control{}, fmt.Errorf("%w: a migration names a target and a session or a tenant", ErrMalformed)
 		}
 	case ControlRestore:
+		h, err := DecodeHello(client)
+		if err != nil {
+			return Control{}, fmt.Errorf("control: the restored session's client: %w", err)
+		}
+		c.Client = h
 	default:
 		return Control{}, fmt.Errorf("%w: control kind %d", ErrMalformed, c.Kind)
 	}

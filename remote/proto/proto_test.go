@@ -293,6 +293,7 @@ func TestClientDispatch(t *testing.T) {
 // panic their decoders, and what decodes encodes back to itself.
 func FuzzMigrationFrames(f *testing.F) {
 	f.Add(Control{Version: Version, Token: "gmxc.a.b", Kind: ControlMigrate, Tenant: "job", Target: "h:1"}.Encode())
+	f.Add(Control{Version: Version, Token: "gmxc.a.b", Kind: ControlRestore, Client: Hello{Version: Version, Token: "t", Identity: "vm/1"}}.Encode())
 	f.Add(Resume{Hello: Hello{Version: Version, Token: "t"}, Ticket: make([]byte, TicketSize)}.Encode())
 	f.Add(MovedTo{Addr: "h:1", Ticket: make([]byte, TicketSize)}.Encode())
 	f.Add(ControlReply{Result: Success, Moved: []uint64{1, 2}}.Encode())

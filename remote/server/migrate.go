@@ -92,7 +92,7 @@ type resumed struct {
 	conn net.Conn
 	br   *bufio.Reader
 	peer string
-	id   uint64 // the connection's number: the session's from now on
+	id   uint64 // the Resume connection's number
 }
 
 func (s *Server) hook(step string) error {
@@ -205,15 +205,12 @@ func (sess *session) migrate(m *moveReq) (proto.MovedTo, io.Closer, error) {
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, moveTimeout)
 	defer cancel()
-	s.mu.Lock()
-	tenant := ""
-	if ls := s.live[sess.id]; ls != nil {
-		tenant = ls.tenant
-	}
-	s.mu.Unlock()
-	// The tenant tells a target that runs its tenants in worker processes
-	// which worker rebuilds the session (which checks it is that one's).
-	cc, err := s.dialControl(ctx, m.target, proto.Control{Kind: proto.ControlRestore, Tenant: tenant})
+	// The client's handshake goes first: the target checks, counts and
+	// admits it as the client's own before it takes the snapshot (and a
+	// target that runs its tenants in worker processes knows the worker
+	// that rebuilds the session).
+	client := proto.Hello{Version: sess.clientVersion, Token: sess.token, Identity: sess.identity}
+	cc, err := s.dialControl(ctx, m.target, proto.Control{Kind: proto.ControlRestore, Client: client})
 	if err != nil {
 		return proto.MovedTo{}, nil, fmt.Errorf("%w: %w", ErrMigration, err)
 	}
@@ -360,6 +357,22 @@ func answer(conn net.Conn, rep proto.ControlReply) error {
 	return err
 }
 
+// admitRestore checks the handshake of a session's client that a source
+// offers to restore here, logs it in and admits it, as a handshake
+// (Server.handshake); the caller logs it out when the session ends.
+func (s *Server) admitRestore(client proto.Hello) (token.Claims, error) {
+	claims, why, err := s.checkIn(client)
+	if err == nil && claims.ID == "" {
+		s.logout(claims.ID)
+		why, err = refusedNoToken, errors.New("a server that runs its tenants in worker processes takes sessions of tokens with an ID")
+	}
+	if err != nil {
+		s.counts.refused[why].Add(1)
+		return token.Claims{}, fmt.Errorf("the session's client: %w", err)
+	}
+	return claims, nil
+}
+
 // refusal answers a control request with a failure.
 func refuseControl(conn net.Conn, r proto.Result, err error) {
 	conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
@@ -392,28 +405,42 @@ func (s *Server) serveControl(ctx context.Context, conn net.Conn, p []byte, id u
 	case proto.ControlMigrate:
 		s.serveMigrate(ctx, conn, req, log)
 	case proto.ControlRestore:
-		s.receive(ctx, conn, id, peer, tenant)
+		s.receive(ctx, conn, id, peer, tenant, req.Client)
 	}
 }
 
 // routeControl hands a control connection to the worker it concerns: a
 // migration to the worker of the session or tenant it names (one that
 // runs), a restore to the worker of the session's tenant (started if
-// needed). The worker checks the request again and serves it.
+// needed), once its client's handshake has been checked, counted and
+// admitted here as the client's own would be: a target that is full
+// refuses the session before the source lets go of it. The connection
+// then counts as the session's until the worker says it has ended. The
+// worker checks the request again and serves it.
 func (s *Server) routeControl(ctx context.Context, conn net.Conn, req proto.Control, p []byte, id uint64, peer string, log *slog.Logger) {
+	if req.Kind == proto.ControlRestore {
+		claims, err := s.admitRestore(req.Client)
+		if err != nil {
+			log.Warn("migration refused", "err", err)
+			refuseControl(conn, proto.ErrNotPermitted, err)
+			return
+		}
+		err = s.handOffTo(ctx, conn, claims.ID, handoff{Conn: id, Peer: peer, Identity: req.Client.Identity, Claims: claims, Control: p}, true, false, nil)
+		if err != nil {
+			log.Error("handing a restore to its tenant's worker", "tenant", claims.ID, "err", err)
+			refuseControl(conn, proto.ErrNotPermitted, err)
+		}
+		return
+	}
 	key := req.Tenant
-	if req.Kind == proto.ControlMigrate && req.Session != 0 {
+	if req.Session != 0 {
 		key = s.workerOf(req.Session)
 	}
-	switch {
-	case key == "" && req.Kind == proto.ControlRestore:
-		refuseControl(conn, proto.ErrNotSupported, errors.New("the restore names no tenant: this server runs its tenants in worker processes, and takes sessions of tokens with an ID from sources as new as it"))
-		return
-	case key == "":
+	if key == "" {
 		refuseControl(conn, proto.ErrNotFound, fmt.Errorf("no session %d or of tenant %q here (a server that runs its tenants in worker processes moves sessions of tokens with an ID)", req.Session, req.Tenant))
 		return
 	}
-	err := s.handOffTo(ctx, conn, key, handoff{Conn: id, Peer: peer, Claims: token.Claims{ID: key}, Control: p}, false, req.Kind == proto.ControlMigrate, nil)
+	err := s.handOffTo(ctx, conn, key, handoff{Conn: id, Peer: peer, Claims: token.Claims{ID: key}, Control: p}, false, true, nil)
 	switch {
 	case errors.Is(err, errNoSession):
 		refuseControl(conn, proto.ErrNotFound, fmt.Errorf("no session %d or of tenant %q here", req.Session, req.Tenant))

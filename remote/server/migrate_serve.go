@@ -11,11 +11,14 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/gpumux/gpumux/remote/control"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/token"
 )
@@ -40,7 +43,14 @@ func (s *Server) serveMigrate(ctx context.Context, conn net.Conn, req proto.Cont
 	var rep proto.ControlReply
 	for _, id := range ids {
 		if err := s.Move(ctx, id, req.Target); err != nil {
-			rep.Result, rep.Message = proto.ErrNotPermitted, fmt.Sprintf("session %d: %v", id, err)
+			// A front asking its worker (moveInWorker) tells these apart.
+			switch rep.Result = proto.ErrNotPermitted; {
+			case errors.Is(err, ErrNotMigratable):
+				rep.Result = proto.ErrNotSupported
+			case errors.Is(err, errNoSession):
+				rep.Result = proto.ErrNotFound
+			}
+			rep.Message = fmt.Sprintf("session %d: %v", id, err)
 			break
 		}
 		rep.Moved = append(rep.Moved, id)
@@ -77,6 +87,9 @@ var errNoSession = errors.New("no such session here")
 // synchronous call, and returns once it has moved or the migration failed
 // (the session then stays here), or ctx ends.
 func (s *Server) Move(ctx context.Context, id uint64, target string) error {
+	if s.tenantCmd != nil {
+		return s.moveInWorker(ctx, id, target)
+	}
 	s.mu.Lock()
 	ls := s.live[id]
 	s.mu.Unlock()
@@ -97,6 +110,74 @@ func (s *Server) Move(ctx context.Context, id uint64, target string) error {
 	case <-ctx.Done():
 		return fmt.Errorf("%w: waiting for the client's next call: %w", ErrMigration, ctx.Err())
 	}
+}
+
+// moveInWorker is Move on a front: it asks the worker that serves session
+// id to move it, with a control request over a socket pair handed to the
+// worker as a CLI's connection would be.
+func (s *Server) moveInWorker(ctx context.Context, id uint64, target string) error {
+	key := s.workerOf(id)
+	if key == "" {
+		return fmt.Errorf("%w: session %d: %w", ErrMigration, id, errNoSession)
+	}
+	tok, err := token.MintControl(s.secret, s.now().Add(time.Minute))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrMigration, err)
+	}
+	here, there, err := connPair()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrMigration, err)
+	}
+	defer here.Close()
+	s.mu.Lock()
+	s.nextID++
+	cid := s.nextID
+	s.mu.Unlock()
+	req := proto.Control{Version: proto.Version, Token: tok, Kind: proto.ControlMigrate, Session: id, Target: target}
+	err = s.handOffTo(ctx, there, key, handoff{Conn: cid, Peer: "front", Claims: token.Claims{ID: key}, Control: req.Encode()}, false, true, nil)
+	there.Close() // the worker has its own
+	if err != nil {
+		return fmt.Errorf("%w: session %d: %w", ErrMigration, id, err)
+	}
+	stop := context.AfterFunc(ctx, func() { here.Close() })
+	defer stop()
+	rep, err := control.ReadReply(bufio.NewReader(here))
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("%w: session %d: %w", ErrMigration, id, context.Cause(ctx))
+	case err != nil:
+		return fmt.Errorf("%w: session %d: the worker's answer: %w", ErrMigration, id, err)
+	case rep.Result == proto.Success:
+		return nil
+	case rep.Result == proto.ErrNotFound:
+		return fmt.Errorf("%w: %s: %w", ErrMigration, rep.Message, errNoSession)
+	case rep.Result == proto.ErrNotSupported:
+		return fmt.Errorf("%w: %s", ErrNotMigratable, rep.Message)
+	}
+	return fmt.Errorf("%w: %s", ErrMigration, rep.Message)
+}
+
+// connPair is a connected pair of unix stream sockets.
+func connPair() (net.Conn, net.Conn, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	var conns [2]net.Conn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "control")
+		conns[i], err = net.FileConn(f) // a dup of f
+		f.Close()
+		if err != nil {
+			if i == 1 {
+				conns[0].Close()
+			} else {
+				syscall.Close(fds[1])
+			}
+			return nil, nil, fmt.Errorf("socketpair: %w", err)
+		}
+	}
+	return conns[0], conns[1], nil
 }
 
 // Drain moves every session served here to one of targets and returns
@@ -175,12 +256,21 @@ func (s *Server) moveToOne(ctx context.Context, id uint64, targets []string) (st
 // parks it for its client, and serves the client when it resumes. It runs
 // on a thread of its own for good: the session's backend state is the
 // thread's.
-func (s *Server) receive(ctx context.Context, conn net.Conn, id uint64, peer, tenant string) {
+//
+// The request named the session's client (client): the snapshot's must be
+// that one. A worker serves what its front hands it for tenant (its key),
+// which has checked, counted and admitted the client already; a server
+// that runs every tenant itself (tenant "") does that here.
+func (s *Server) receive(ctx context.Context, conn net.Conn, id uint64, peer, tenant string, client proto.Hello) {
 	runtime.LockOSThread()
 	conn.SetDeadline(time.Now().Add(moveTimeout))
 	r := &chunkReader{br: bufio.NewReaderSize(conn, 64<<10)}
 	sn, claims, err := s.readSnapshot(r)
-	if err == nil && tenant != "" && claims.ID != tenant {
+	switch {
+	case err != nil:
+	case sn.token != client.Token || sn.version != client.Version:
+		err = errors.New("the snapshot's client is not the one the request named")
+	case tenant != "" && claims.ID != tenant:
 		err = fmt.Errorf("a session of token ID %q sent to the worker of %q", claims.ID, tenant)
 	}
 	if err != nil {
@@ -188,15 +278,13 @@ func (s *Server) receive(ctx context.Context, conn net.Conn, id uint64, peer, te
 		refuseControl(conn, proto.ErrInvalidValue, err)
 		return
 	}
-	if why, err := s.login(claims); err != nil {
-		s.counts.refused[why].Add(1)
-		refuseControl(conn, proto.ErrNotPermitted, err)
-		return
-	}
-	defer s.logout(claims.ID)
-	if _, err := s.admit(claims); err != nil {
-		refuseControl(conn, proto.ErrNotPermitted, err)
-		return
+	if tenant == "" {
+		if _, why, err := s.checkIn(proto.Hello{Version: sn.version, Token: sn.token}); err != nil {
+			s.counts.refused[why].Add(1)
+			refuseControl(conn, proto.ErrNotPermitted, err)
+			return
+		}
+		defer s.logout(claims.ID)
 	}
 	q := s.joinQuota(claims)
 	defer s.leaveQuota(q)
@@ -248,12 +336,11 @@ func (s *Server) receive(ctx context.Context, conn net.Conn, id uint64, peer, te
 	}
 	stop := context.AfterFunc(ctx, func() { rc.conn.Close() })
 	defer stop()
-	// The session is numbered by its client's connection, as any other
-	// (a front that runs its tenants in workers knows it by that number).
-	sess.id = rc.id
+	// The session keeps the number of the restore's connection, which a
+	// front that runs its tenants in workers counts for it.
 	unregister := s.register(sess, claims.ID)
 	defer unregister()
-	sess.log = s.log.With("conn", rc.id, "peer", rc.peer, "identity", clean(sn.identity), "token", claims.ID, "resumed_from", rc.peer)
+	sess.log = s.log.With("conn", id, "peer", rc.peer, "identity", clean(sn.identity), "token", claims.ID, "resumed_conn", rc.id)
 	sess.serve(rc.conn, rc.br)
 }
 
@@ -347,11 +434,12 @@ func (s *Server) resume(ctx context.Context, conn net.Conn, p []byte, id uint64,
 	}
 	if err == nil && s.tenantCmd != nil {
 		// The session is parked in its tenant's worker: the Resume goes
-		// there, logged in here as a handshake is.
+		// there. It was logged in and admitted with the restore, whose
+		// connection counts for it until the session ends.
 		if claims.ID == "" {
 			why, err = refusedNoToken, errors.New("a server that runs its tenants in worker processes resumes sessions of tokens with an ID")
-		} else if why, err = s.login(claims); err == nil {
-			err = s.handOffTo(ctx, conn, claims.ID, handoff{Conn: id, Peer: peer, Identity: res.Hello.Identity, Claims: claims, Ticket: res.Ticket}, true, true, nil)
+		} else {
+			err = s.handOffTo(ctx, conn, claims.ID, handoff{Conn: id, Peer: peer, Identity: res.Hello.Identity, Claims: claims, Ticket: res.Ticket}, false, true, nil)
 			switch {
 			case errors.Is(err, errNoSession):
 				s.log.Warn("resume refused", "conn", id, "peer", peer, "err", err)

@@ -367,19 +367,29 @@ func (s *Server) checkHello(conn net.Conn, first firstFrame) (proto.Hello, token
 	if err != nil {
 		return refuse(proto.Hello{}, refusedMalformed, err)
 	}
-	claims, why, err := s.checkClient(hello)
+	claims, why, err := s.checkIn(hello)
 	if err != nil {
 		return refuse(hello, why, err)
 	}
+	return hello, claims, nil
+}
+
+// checkIn checks a client's handshake, logs it in and admits its quota,
+// or says why not; the caller logs it out when its connection ends.
+func (s *Server) checkIn(hello proto.Hello) (token.Claims, refusal, error) {
+	claims, why, err := s.checkClient(hello)
+	if err != nil {
+		return token.Claims{}, why, err
+	}
 	if why, err := s.login(claims); err != nil {
-		return refuse(hello, why, err)
+		return token.Claims{}, why, err
 	}
 	if dev, err := s.admit(claims); err != nil {
 		s.logout(claims.ID)
 		s.counts.admissions[dev].Add(1)
-		return refuse(hello, refusedAdmission, err)
+		return token.Claims{}, refusedAdmission, err
 	}
-	return hello, claims, nil
+	return claims, 0, nil
 }
 
 // checkClient checks a client's protocol version and token, and returns
