@@ -258,7 +258,14 @@ func (s *session) memAlloc(ctx *ctxState, a *allocation) (proto.DevPtr, proto.Re
 
 // memFree frees a cuMemAlloc allocation; its context is current.
 func (s *session) memFree(a *allocation) proto.Result {
-	if a.backed != nil {
+	switch {
+	case a.pool != nil:
+		return a.pool.mem.freeNow(a.base)
+	case a.backed != nil:
+		// cuMemFree waits for the context's work; unmapping would not.
+		if r := s.be.CtxSynchronize(); r != ok {
+			return r
+		}
 		return s.freeBacked(a.base, a.backed)
 	}
 	return s.be.MemFree(a.base)

@@ -199,7 +199,7 @@ func (s *session) CtxSynchronize(c *proto.Call) proto.Result {
 	if _, r := s.current(c); r != ok {
 		return r
 	}
-	return s.be.CtxSynchronize()
+	return s.synced(s.be.CtxSynchronize())
 }
 
 func (s *session) CtxGetDevice(c *proto.Call) (int32, proto.Result) {
@@ -814,7 +814,7 @@ func (s *session) StreamSynchronize(c *proto.Call, h proto.Handle) proto.Result 
 	if r != ok {
 		return r
 	}
-	return s.be.StreamSynchronize(raw)
+	return s.synced(s.be.StreamSynchronize(raw))
 }
 
 func (s *session) StreamQuery(c *proto.Call, h proto.Handle) proto.Result {
@@ -915,7 +915,7 @@ func (s *session) EventSynchronize(c *proto.Call, h proto.Handle) proto.Result {
 	if r != ok {
 		return r
 	}
-	return s.be.EventSynchronize(e.raw)
+	return s.synced(s.be.EventSynchronize(e.raw))
 }
 
 func (s *session) EventQuery(c *proto.Call, h proto.Handle) proto.Result {

@@ -79,10 +79,11 @@ type workload struct {
 	prio    map[proto.Handle]int32
 	events  []proto.Handle
 	mem     map[proto.DevPtr][]byte // the shadow of each allocation
+	async   map[proto.DevPtr]bool   // those from a pool (cuMemAllocAsync)
 }
 
 func newWorkload(t *testing.T, cl *proto.Client, rng *rand.Rand) *workload {
-	w := &workload{t: t, cl: cl, ctx: primary(t, cl), prio: map[proto.Handle]int32{}, mem: map[proto.DevPtr][]byte{}}
+	w := &workload{t: t, cl: cl, ctx: primary(t, cl), prio: map[proto.Handle]int32{}, mem: map[proto.DevPtr][]byte{}, async: map[proto.DevPtr]bool{}}
 	mod, r, err := cl.ModuleLoadData(w.ctx, fakecuda.ModuleImage([]fakecuda.Kernel{fakecuda.FillU32, fakecuda.VecAddF32}, nil))
 	ok(t, "cuModuleLoadData")(r, err)
 	w.fill, r, err = cl.ModuleGetFunction(w.ctx, mod, fakecuda.FillU32.Name)
@@ -106,7 +107,17 @@ func newWorkload(t *testing.T, cl *proto.Client, rng *rand.Rand) *workload {
 
 func (w *workload) alloc(rng *rand.Rand) {
 	n := uint64(4 * (1 + rng.IntN(3<<18)))
-	p := alloc(w.t, w.cl, w.ctx, n)
+	var p proto.DevPtr
+	if rng.IntN(3) == 0 { // from the default pool, in stream order (small ones share a chunk)
+		n = uint64(4 * (1 + rng.IntN(1<<rng.IntN(19))))
+		var r proto.Result
+		var err error
+		p, r, err = w.cl.MemAllocAsync(w.ctx, n, w.streams[rng.IntN(len(w.streams))])
+		ok(w.t, "cuMemAllocAsync")(r, err)
+		w.async[p] = true
+	} else {
+		p = alloc(w.t, w.cl, w.ctx, n)
+	}
 	b := make([]byte, n)
 	for i := range b {
 		b[i] = byte(rng.Uint32())
@@ -152,8 +163,13 @@ func (w *workload) step(rng *rand.Rand) {
 		}
 	case 4:
 		if len(w.mem) > 1 {
-			ok(w.t, "cuMemFree")(w.cl.MemFreeV2(w.ctx, p))
+			if w.async[p] && rng.IntN(2) == 0 {
+				ok(w.t, "cuMemFreeAsync")(w.cl.MemFreeAsync(w.ctx, p, st))
+			} else {
+				ok(w.t, "cuMemFree")(w.cl.MemFreeV2(w.ctx, p))
+			}
 			delete(w.mem, p)
+			delete(w.async, p)
 		}
 	case 5: // a synchronous read back
 		w.check(p)
@@ -296,10 +312,13 @@ func TestMigrateRefused(t *testing.T) {
 			_, r, err := cl.GraphCreate(ctx, 0)
 			ok(t, "cuGraphCreate")(r, err)
 		}, "graphs"},
-		{"a memory pool", false, func(t *testing.T, cl *proto.Client, ctx proto.Handle) {
-			_, r, err := cl.DeviceGetDefaultMemPool(ctx, 0)
-			ok(t, "cuDeviceGetDefaultMemPool")(r, err)
-		}, "memory pools"},
+		{"an allocation of a destroyed pool", false, func(t *testing.T, cl *proto.Client, ctx proto.Handle) {
+			pool, r, err := cl.MemPoolCreate(ctx, proto.MemAllocationTypePinned, 0, proto.MemLocationTypeDevice, 0, 0, 0)
+			ok(t, "cuMemPoolCreate")(r, err)
+			_, r, err = cl.MemAllocFromPoolAsync(ctx, 4096, pool, 0)
+			ok(t, "cuMemAllocFromPoolAsync")(r, err)
+			ok(t, "cuMemPoolDestroy")(cl.MemPoolDestroy(ctx, pool))
+		}, "a memory pool it destroyed"},
 		{"access set on part of a mapping", false, func(t *testing.T, cl *proto.Client, ctx proto.Handle) {
 			base, r, err := cl.MemAddressReserve(ctx, 2*gran, 0, 0, 0)
 			ok(t, "cuMemAddressReserve")(r, err)

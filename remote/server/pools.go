@@ -26,6 +26,10 @@ import (
 // back what it set), and when a session's pools together reserve more than
 // its quota after an allocation, the server trims them to what is in use
 // (cuMemPoolTrimTo). Pools are destroyed when the client goes.
+//
+// On a server WithMigration the pools are the session's own memory, which
+// a migration carries (windowPool, poolwindow.go); else the driver's
+// (driverPool).
 
 // maxPools bounds the pools a session may create (its default pools
 // besides).
@@ -35,10 +39,59 @@ const maxPools = 64
 // driver's large page).
 const poolSizeAlign = 2 << 20
 
+// memPool is what a session's pool allocates from.
+type memPool interface {
+	// alloc allocates n bytes in stream order on st, a stream of ctx,
+	// which is current; free frees p so, freeNow at once, with its
+	// context current (cuMemFree).
+	alloc(ctx *ctxState, n uint64, st uintptr) (proto.DevPtr, proto.Result)
+	free(ctx *ctxState, p proto.DevPtr, st uintptr) proto.Result
+	freeNow(p proto.DevPtr) proto.Result
+	// synced is told of the client's synchronizing calls.
+	synced()
+	attribute(attr uint32) (uint64, proto.Result)
+	setAttribute(attr uint32, v uint64) proto.Result
+	trimTo(keep uint64) proto.Result
+	// setAccess takes descriptors of backend devices; access answers for
+	// one.
+	setAccess(ds []proto.MemAccessDesc) proto.Result
+	access(locType uint32, dev int32) (uint32, proto.Result)
+	destroy() proto.Result
+}
+
+// driverPool is a pool of the driver.
+type driverPool struct {
+	be  Backend
+	raw uintptr
+}
+
+func (d driverPool) alloc(_ *ctxState, n uint64, st uintptr) (proto.DevPtr, proto.Result) {
+	return d.be.MemAllocFromPoolAsync(n, d.raw, st)
+}
+func (d driverPool) free(_ *ctxState, p proto.DevPtr, st uintptr) proto.Result {
+	return d.be.MemFreeAsync(p, st)
+}
+func (d driverPool) freeNow(p proto.DevPtr) proto.Result { return d.be.MemFree(p) }
+func (d driverPool) synced()                             {}
+func (d driverPool) attribute(attr uint32) (uint64, proto.Result) {
+	return d.be.MemPoolGetAttribute(d.raw, attr)
+}
+func (d driverPool) setAttribute(attr uint32, v uint64) proto.Result {
+	return d.be.MemPoolSetAttribute(d.raw, attr, v)
+}
+func (d driverPool) trimTo(keep uint64) proto.Result { return d.be.MemPoolTrimTo(d.raw, keep) }
+func (d driverPool) setAccess(ds []proto.MemAccessDesc) proto.Result {
+	return d.be.MemPoolSetAccess(d.raw, ds)
+}
+func (d driverPool) access(locType uint32, dev int32) (uint32, proto.Result) {
+	return d.be.MemPoolGetAccess(d.raw, locType, dev)
+}
+func (d driverPool) destroy() proto.Result { return d.be.MemPoolDestroy(d.raw) }
+
 // poolState is one of the session's pools.
 type poolState struct {
 	h         proto.Handle
-	raw       uintptr
+	mem       memPool
 	dev       int32  // the client's device
 	dflt      bool   // the session's default pool of dev
 	threshold uint64 // the release threshold as the client set it
@@ -80,11 +133,21 @@ func (s *session) newPool(dev int32, props proto.MemPoolProps, dflt bool) (*pool
 	if limit := s.poolCap(); limit > 0 && (props.MaxSize == 0 || props.MaxSize > limit) {
 		props.MaxSize = limit
 	}
-	raw, r := s.be.MemPoolCreate(props)
-	if r != ok {
-		return nil, r
+	var mem memPool
+	if s.migration {
+		w, r := newWindowPool(s, real, props)
+		if r != ok {
+			return nil, r
+		}
+		mem = w
+	} else {
+		raw, r := s.be.MemPoolCreate(props)
+		if r != ok {
+			return nil, r
+		}
+		mem = driverPool{be: s.be, raw: raw}
 	}
-	p := &poolState{h: s.handle(), raw: raw, dev: dev, dflt: dflt}
+	p := &poolState{h: s.handle(), mem: mem, dev: dev, dflt: dflt}
 	s.pools.byHandle[p.h] = p
 	return p, ok
 }
@@ -212,7 +275,7 @@ func (s *session) MemPoolDestroy(c *proto.Call, h proto.Handle) proto.Result {
 	if p.dflt {
 		return proto.ErrInvalidValue
 	}
-	if r := s.be.MemPoolDestroy(p.raw); r != ok {
+	if r := p.mem.destroy(); r != ok {
 		return r
 	}
 	s.forgetPool(p)
@@ -271,8 +334,8 @@ func (s *session) poolAlloc(ctx *ctxState, p *poolState, n uint64, hs proto.Hand
 		return 0, r
 	}
 	ptr, r := s.allocate(&allocation{size: n, ctx: ctx, pool: p},
-		func() (proto.DevPtr, proto.Result) { return s.be.MemAllocFromPoolAsync(n, p.raw, st) },
-		func(ptr proto.DevPtr) proto.Result { return s.be.MemFreeAsync(ptr, st) })
+		func() (proto.DevPtr, proto.Result) { return p.mem.alloc(ctx, n, st) },
+		func(ptr proto.DevPtr) proto.Result { return p.mem.free(ctx, ptr, st) })
 	if r != ok {
 		return 0, r
 	}
@@ -290,7 +353,7 @@ func (s *session) trimPools() {
 	}
 	var reserved uint64
 	for _, h := range sortedHandles(s.pools.byHandle) {
-		n, r := s.be.MemPoolGetAttribute(s.pools.byHandle[h].raw, proto.MemPoolReservedMemCurrent)
+		n, r := s.pools.byHandle[h].mem.attribute(proto.MemPoolReservedMemCurrent)
 		if r != ok {
 			return
 		}
@@ -301,7 +364,7 @@ func (s *session) trimPools() {
 	}
 	s.log.Debug("trimming memory pools reserved past the quota", "reserved", reserved, "quota", limit)
 	for _, h := range sortedHandles(s.pools.byHandle) {
-		s.warn("cuMemPoolTrimTo", s.be.MemPoolTrimTo(s.pools.byHandle[h].raw, 0))
+		s.warn("cuMemPoolTrimTo", s.pools.byHandle[h].mem.trimTo(0))
 	}
 }
 
@@ -320,7 +383,7 @@ func (s *session) MemFreeAsync(c *proto.Call, ptr proto.DevPtr, hs proto.Handle)
 	if a == nil || a.base != ptr || a.pool == nil {
 		return proto.ErrInvalidValue
 	}
-	if r := s.be.MemFreeAsync(ptr, st); r != ok {
+	if r := a.pool.mem.free(ctx, ptr, st); r != ok {
 		return r
 	}
 	s.forget(a)
@@ -343,13 +406,13 @@ func (s *session) MemPoolSetAttribute(c *proto.Call, h proto.Handle, attr uint32
 		if value > 1 {
 			return proto.ErrInvalidValue
 		}
-		return s.be.MemPoolSetAttribute(p.raw, attr, value)
+		return p.mem.setAttribute(attr, value)
 	case proto.MemPoolReleaseThreshold:
 		v := value
 		if limit, _ := s.quota.left(); limit > 0 {
 			v = min(v, limit)
 		}
-		if r := s.be.MemPoolSetAttribute(p.raw, attr, v); r != ok {
+		if r := p.mem.setAttribute(attr, v); r != ok {
 			return r
 		}
 		p.threshold = value
@@ -358,7 +421,7 @@ func (s *session) MemPoolSetAttribute(c *proto.Call, h proto.Handle, attr uint32
 		if value != 0 { // only a reset
 			return proto.ErrInvalidValue
 		}
-		return s.be.MemPoolSetAttribute(p.raw, attr, value)
+		return p.mem.setAttribute(attr, value)
 	}
 	return proto.ErrInvalidValue
 }
@@ -377,7 +440,7 @@ func (s *session) MemPoolGetAttribute(c *proto.Call, h proto.Handle, attr uint32
 	case attr == proto.MemPoolReleaseThreshold:
 		return p.threshold, ok
 	case attr >= proto.MemPoolReuseFollowEventDependencies && attr <= proto.MemPoolUsedMemHigh:
-		return s.be.MemPoolGetAttribute(p.raw, attr)
+		return p.mem.attribute(attr)
 	}
 	return 0, proto.ErrInvalidValue
 }
@@ -390,7 +453,7 @@ func (s *session) MemPoolTrimTo(c *proto.Call, h proto.Handle, keep uint64) prot
 	if r != ok {
 		return r
 	}
-	return s.be.MemPoolTrimTo(p.raw, keep)
+	return p.mem.trimTo(keep)
 }
 
 // MemPoolSetAccess sets access to a pool's memory for the client's
@@ -407,7 +470,7 @@ func (s *session) MemPoolSetAccess(c *proto.Call, h proto.Handle, blob []byte) p
 	if r != ok {
 		return r
 	}
-	return s.be.MemPoolSetAccess(p.raw, ds)
+	return p.mem.setAccess(ds)
 }
 
 func (s *session) MemPoolGetAccess(c *proto.Call, h proto.Handle, locType uint32, locID int32) (uint32, proto.Result) {
@@ -422,7 +485,28 @@ func (s *session) MemPoolGetAccess(c *proto.Call, h proto.Handle, locType uint32
 	if r != ok {
 		return 0, r
 	}
-	return s.be.MemPoolGetAccess(p.raw, locType, dev)
+	return p.mem.access(locType, dev)
+}
+
+// capturing reports whether stream st (of the current context) is being
+// captured; only a session with a capture under way has such a stream.
+func (s *session) capturing(st uintptr) bool {
+	if len(s.captures) == 0 {
+		return false
+	}
+	status, r := s.be.StreamIsCapturing(st)
+	return r == ok && status != proto.CaptureNone
+}
+
+// synced tells the session's pools of a synchronizing call that returned
+// r, and returns r.
+func (s *session) synced(r proto.Result) proto.Result {
+	if r == ok {
+		for _, h := range sortedHandles(s.pools.byHandle) {
+			s.pools.byHandle[h].mem.synced()
+		}
+	}
+	return r
 }
 
 // destroyPools destroys the session's pools (cleanup); allocations still
@@ -431,7 +515,7 @@ func (s *session) destroyPools() int {
 	n := 0
 	for _, h := range sortedHandles(s.pools.byHandle) {
 		p := s.pools.byHandle[h]
-		s.warn("cuMemPoolDestroy", s.be.MemPoolDestroy(p.raw))
+		s.warn("cuMemPoolDestroy", p.mem.destroy())
 		s.forgetPool(p)
 		n++
 	}

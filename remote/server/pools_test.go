@@ -2,9 +2,11 @@ package server_test
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/gpumux/gpumux/remote/proto"
+	"github.com/gpumux/gpumux/remote/server"
 )
 
 // poolAttr reads a pool attribute or fails the test.
@@ -16,9 +18,20 @@ func poolAttr(t *testing.T, cl *proto.Client, ctx, pool proto.Handle, attr uint3
 }
 
 // TestStreamOrderedAllocation: cuMemAllocAsync from the session's own
-// default pool, within the quota, checked before the driver is asked.
+// default pool, within the quota, checked before the driver is asked; the
+// driver's pools, and a migrating server's own (poolwindow.go).
 func TestStreamOrderedAllocation(t *testing.T) {
-	e := start(t, envConfig{})
+	for _, migration := range []bool{false, true} {
+		t.Run(fmt.Sprint("migration ", migration), func(t *testing.T) { streamOrderedAllocation(t, migration) })
+	}
+}
+
+func streamOrderedAllocation(t *testing.T, migration bool) {
+	cfg := envConfig{}
+	if migration {
+		cfg.srv = []server.Option{server.WithSecret(testSecret), server.WithMigration()}
+	}
+	e := start(t, cfg)
 	const quota = 16 * mib
 	cl := e.dial(t, e.token(t, "job", quota))
 	ctx := primary(t, cl)
@@ -50,8 +63,11 @@ func TestStreamOrderedAllocation(t *testing.T) {
 	}
 	_, r, err = cl.MemAllocAsync(ctx, quota-4*mib+1, st)
 	is(t, "cuMemAllocAsync past the quota", proto.ErrOutOfMemory)(r, err)
-	if _, used := e.fake.PoolUsage(); used != 4*mib {
+	if _, used := e.fake.PoolUsage(); !migration && used != 4*mib {
 		t.Errorf("the backend's pools hold %d bytes, want %d: the driver was asked past the quota", used, 4*mib)
+	}
+	if st := e.fake.Stats(); migration && st.Physical != 1 {
+		t.Errorf("the backend holds %d physical allocations, want the one chunk: the driver was asked past the quota", st.Physical)
 	}
 	ok(t, "cuMemFreeAsync (sent)")(cl.MemFreeAsync(ctx, p, st))
 	ok(t, "cuMemFreeAsync")(cl.StreamSynchronize(ctx, st))

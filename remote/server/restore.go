@@ -78,13 +78,20 @@ func (s *session) restore(sn snapshot, r io.Reader) error {
 			}
 		}
 	}
+	if err := s.restorePools(sn, handle); err != nil {
+		return err
+	}
 	allocs := make([]*allocation, len(sn.allocs))
 	for i, sa := range sn.allocs {
 		c, err := ctxOf(sa.ctx)
 		if err != nil {
 			return err
 		}
-		a, err := s.restoreAlloc(c, sa)
+		restore := s.restoreAlloc
+		if sa.pool != 0 {
+			restore = s.restorePoolAlloc
+		}
+		a, err := restore(c, sa)
 		if err != nil {
 			return err
 		}

@@ -21,7 +21,7 @@ import (
 
 // snapshotVersion is the snapshot format; a target refuses another.
 // Version 2 added the client's own virtual memory.
-const snapshotVersion = 2
+const snapshotVersion = 3
 
 // maxState bounds a snapshot's encoded state.
 const maxState = 64 << 20
@@ -50,6 +50,8 @@ type snapshot struct {
 	reserved []snapReservation
 	phys     []snapPhys
 	mappings []snapMapping
+	// The session's memory pools (poolmigrate.go).
+	pools []snapPool
 }
 
 type snapReservation struct {
@@ -126,6 +128,7 @@ type snapAlloc struct {
 	ctx  proto.Handle
 	base proto.DevPtr
 	size uint64
+	pool proto.Handle // a stream-ordered allocation's pool, or 0
 }
 
 // migratable says why the session cannot be migrated, or nil.
@@ -140,8 +143,8 @@ func (s *session) migratable() error {
 		why = "its token has expired"
 	case len(s.graphs) > 0 || len(s.execs) > 0 || len(s.captures) > 0:
 		why = "it holds CUDA graphs or stream captures"
-	case len(s.pools.byHandle) > 0:
-		why = "it holds memory pools (stream-ordered allocation)"
+	default:
+		why = s.poolsMigratable()
 	}
 	for _, res := range s.virtual.reserved {
 		if why == "" && res.win == nil {
@@ -165,7 +168,7 @@ func (s *session) migratable() error {
 		case why != "" || a.mod != nil:
 		case a.phys != nil && a.accessPartial:
 			why = fmt.Sprintf("cuMemSetAccess set access on part of its mapping at %#x only", a.base)
-		case a.phys == nil && a.backed == nil:
+		case a.phys == nil && a.backed == nil && a.pool == nil:
 			why = fmt.Sprintf("its allocation at %#x is not backed by virtual memory", a.base)
 		}
 	}
@@ -229,9 +232,14 @@ func (s *session) snapshot() snapshot {
 		case a.phys != nil:
 			sn.mappings = append(sn.mappings, snapMapping{base: a.base, size: a.size, phys: a.phys.h, access: a.access})
 		case a.mod == nil:
-			sn.allocs = append(sn.allocs, snapAlloc{ctx: a.ctx.h, base: a.base, size: a.size})
+			sa := snapAlloc{ctx: a.ctx.h, base: a.base, size: a.size}
+			if a.pool != nil {
+				sa.pool = a.pool.h
+			}
+			sn.allocs = append(sn.allocs, sa)
 		}
 	}
+	sn.pools = s.snapPools()
 	for _, res := range s.virtual.reserved {
 		sn.reserved = append(sn.reserved, snapReservation{base: res.base, size: res.size})
 	}
@@ -311,6 +319,7 @@ func (sn snapshot) encode() []byte {
 		e.U64(uint64(a.ctx))
 		e.U64(uint64(a.base))
 		e.U64(a.size)
+		e.U64(uint64(a.pool))
 	}
 	e.U32(uint32(len(sn.reserved)))
 	for _, r := range sn.reserved {
@@ -334,6 +343,24 @@ func (sn snapshot) encode() []byte {
 			e.U32(a.LocType)
 			e.I32(a.LocID)
 			e.U32(a.Flags)
+		}
+	}
+	e.U32(uint32(len(sn.pools)))
+	for _, p := range sn.pools {
+		e.U64(uint64(p.h))
+		e.I32(p.dev)
+		e.U32(b2u(p.dflt))
+		e.U32(b2u(p.current))
+		e.U64(p.threshold)
+		for _, v := range p.reuse {
+			e.U64(v)
+		}
+		e.U64(p.maxSize)
+		e.U32(uint32(len(p.chunks)))
+		for _, c := range p.chunks {
+			e.U64(uint64(c.base))
+			e.U64(c.size)
+			e.U64(c.slot)
 		}
 	}
 	return e.Payload()
@@ -399,8 +426,8 @@ func decodeSnapshot(p []byte) (snapshot, error) {
 	for range count(d, 20) {
 		sn.events = append(sn.events, snapEvent{h: proto.Handle(d.U64()), ctx: proto.Handle(d.U64()), flags: d.U32()})
 	}
-	for range count(d, 24) {
-		sn.allocs = append(sn.allocs, snapAlloc{ctx: proto.Handle(d.U64()), base: proto.DevPtr(d.U64()), size: d.U64()})
+	for range count(d, 32) {
+		sn.allocs = append(sn.allocs, snapAlloc{ctx: proto.Handle(d.U64()), base: proto.DevPtr(d.U64()), size: d.U64(), pool: proto.Handle(d.U64())})
 	}
 	for range count(d, 16) {
 		sn.reserved = append(sn.reserved, snapReservation{base: proto.DevPtr(d.U64()), size: d.U64()})
@@ -414,6 +441,17 @@ func decodeSnapshot(p []byte) (snapshot, error) {
 			m.access = append(m.access, proto.MemAccessDesc{LocType: d.U32(), LocID: d.I32(), Flags: d.U32()})
 		}
 		sn.mappings = append(sn.mappings, m)
+	}
+	for range count(d, 64) {
+		p := snapPool{h: proto.Handle(d.U64()), dev: d.I32(), dflt: d.U32() != 0, current: d.U32() != 0, threshold: d.U64()}
+		for i := range p.reuse {
+			p.reuse[i] = d.U64()
+		}
+		p.maxSize = d.U64()
+		for range count(d, 24) {
+			p.chunks = append(p.chunks, snapChunk{base: proto.DevPtr(d.U64()), size: d.U64(), slot: d.U64()})
+		}
+		sn.pools = append(sn.pools, p)
 	}
 	if err := d.Finish(); err != nil {
 		return snapshot{}, fmt.Errorf("snapshot: %w", err)

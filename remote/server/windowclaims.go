@@ -106,7 +106,7 @@ func (c *windowClaims) releaseAll(s *session) {
 }
 
 // windowBases are the bases of the windows a snapshot's session needs:
-// those of its allocations and of its own reservations.
+// those of its allocations, its pools' memory and its own reservations.
 func (sn snapshot) windowBases() []proto.DevPtr {
 	seen := map[proto.DevPtr]bool{}
 	var out []proto.DevPtr
@@ -121,6 +121,11 @@ func (sn snapshot) windowBases() []proto.DevPtr {
 	}
 	for _, r := range sn.reserved {
 		add(r.base)
+	}
+	for _, p := range sn.pools {
+		for _, c := range p.chunks {
+			add(c.base)
+		}
 	}
 	return out
 }

@@ -22,7 +22,8 @@
 # 30 s a 16 or 40 GiB move would be taken for a lost server). PYTORCH_CUDA_ALLOC_CONF is
 # the programs' ALLOC_CONF (unset by default: PyTorch's plain caching allocator);
 # ALLOC_CONF=expandable_segments:True moves the program's own virtual memory
-# (cuMemCreate), backend:cudaMallocAsync (pools) makes a session unmovable. Logs and outputs go to $OUT (default: a
+# (cuMemCreate), backend:cudaMallocAsync moves its memory pools (the server's own on a
+# --migratable server). Logs and outputs go to $OUT (default: a
 # temporary directory, printed). Two gpumux-remoted (backend cuda, --migratable; each
 # tenant in a worker process of its own, TENANT_PROCESSES=false: one process each) serve the one GPU on 127.0.0.1 and private unix
 # sockets, with a fresh pool secret; both are stopped on exit. It changes no GPU setting.

@@ -1,0 +1,186 @@
+package server
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gpumux/gpumux/remote/proto"
+)
+
+// A migration carries a session's window pools (poolwindow.go): each
+// pool's settings and the chunks that hold live allocations, which the
+// target backs again at their addresses before it puts the allocations
+// back in their slots. Chunks with nothing in them, kept for reuse, stay
+// behind.
+
+type snapPool struct {
+	h             proto.Handle
+	dev           int32 // the client's device
+	dflt, current bool
+	threshold     uint64 // as the client set it
+	reuse         [3]uint64
+	maxSize       uint64
+	chunks        []snapChunk
+}
+
+type snapChunk struct {
+	base       proto.DevPtr
+	size, slot uint64
+}
+
+// poolsMigratable says why the session's pools cannot move, or "". The
+// session is quiesced: what was freed in stream order is done.
+func (s *session) poolsMigratable() string {
+	for _, h := range sortedHandles(s.pools.byHandle) {
+		w, ok := s.pools.byHandle[h].mem.(*windowPool)
+		if !ok {
+			return "it holds memory pools of the driver"
+		}
+		if w.poll(); len(w.pending) > 0 {
+			return "a stream-ordered free of its pool is not done"
+		}
+		if len(w.fromDriver) > 0 {
+			return "it holds memory allocated while a stream capture was under way"
+		}
+	}
+	for _, a := range s.allocs {
+		if a.pool != nil && a.pool.destroyed {
+			return fmt.Sprintf("its allocation at %#x is from a memory pool it destroyed", a.base)
+		}
+	}
+	return ""
+}
+
+// snapPools describes the session's pools (poolsMigratable said yes).
+func (s *session) snapPools() []snapPool {
+	var out []snapPool
+	for _, h := range sortedHandles(s.pools.byHandle) {
+		p := s.pools.byHandle[h]
+		w := p.mem.(*windowPool)
+		sp := snapPool{h: h, dev: p.dev, dflt: p.dflt, current: s.pools.current[p.dev] == p,
+			threshold: p.threshold, reuse: w.reuse, maxSize: w.maxSize}
+		for _, c := range w.chunks {
+			if c.live > 0 {
+				sp.chunks = append(sp.chunks, snapChunk{base: c.base, size: c.size(), slot: c.slot})
+			}
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+// restorePools makes a snapshot's pools and backs their chunks at their
+// addresses.
+func (s *session) restorePools(sn snapshot, handle func(proto.Handle) error) error {
+	for _, sp := range sn.pools {
+		if err := handle(sp.h); err != nil {
+			return err
+		}
+		real, r := s.device(sp.dev)
+		switch {
+		case r != ok:
+			return fmt.Errorf("%w: pool %#x on device %d: %v", proto.ErrMalformed, sp.h, sp.dev, r)
+		case sp.dflt && s.pools.dflt[sp.dev] != nil, !sp.dflt && s.pools.created >= maxPools,
+			sp.current && s.pools.current[sp.dev] != nil, slices.ContainsFunc(sp.reuse[:], func(v uint64) bool { return v > 1 }):
+			return fmt.Errorf("%w: pool %#x", proto.ErrMalformed, sp.h)
+		}
+		w, r := newWindowPool(s, real, proto.MemPoolProps{AllocType: proto.MemAllocationTypePinned, MaxSize: sp.maxSize,
+			LocType: proto.MemLocationTypeDevice, LocID: real})
+		if r != ok {
+			return fmt.Errorf("cuMemPoolCreate: %v", r)
+		}
+		w.reuse = sp.reuse
+		w.threshold = sp.threshold
+		if limit, _ := s.quota.left(); limit > 0 {
+			w.threshold = min(w.threshold, limit) // as cuMemPoolSetAttribute sets it
+		}
+		p := &poolState{h: sp.h, mem: w, dev: sp.dev, dflt: sp.dflt, threshold: sp.threshold}
+		s.pools.byHandle[sp.h] = p
+		if sp.dflt {
+			s.pools.dflt[sp.dev] = p
+		} else {
+			s.pools.created++
+		}
+		if sp.current {
+			s.pools.current[sp.dev] = p
+		}
+		for _, sc := range sp.chunks {
+			if err := s.restoreChunk(w, sp, sc); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// restoreChunk backs a pool's chunk at its address.
+func (s *session) restoreChunk(w *windowPool, sp snapPool, sc snapChunk) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: pool %#x: chunk of %d bytes at %#x in slots of %d: %s", proto.ErrMalformed, sp.h, sc.size, sc.base, sc.slot, why)
+	}
+	slab := sc.slot >= minSlot && sc.slot <= maxSlot && sc.slot&(sc.slot-1) == 0
+	switch {
+	case sc.size == 0 || sc.size > windowSize || sc.slot == 0 || sc.size%sc.slot != 0 || sc.slot != sc.size && !slab:
+		return bad("not a chunk a pool makes")
+	case w.maxSize != 0 && w.reserved+sc.size > w.maxSize:
+		return bad("beyond the pool's maximum size")
+	case len(w.chunks) >= maxSnapObjects:
+		return bad("too many chunks")
+	}
+	c := s.ctxOn(sp.dev)
+	if c == nil {
+		return bad("no context of the session on its device")
+	}
+	if err := s.enterCtx(c); err != nil {
+		return err
+	}
+	for _, o := range w.chunks {
+		if sc.base < o.base+proto.DevPtr(o.size()) && o.base < sc.base+proto.DevPtr(sc.size) {
+			return bad("overlapping another")
+		}
+	}
+	p, b, r := s.allocBacked(w.dev, sc.size, sc.base)
+	if r != ok {
+		return fmt.Errorf("backing pool %#x's %d bytes at %#x: %v", sp.h, sc.size, sc.base, r)
+	}
+	w.add(p, b, sc.slot)
+	if b.size != sc.size {
+		return bad("not a multiple of the device's granularity")
+	}
+	return nil
+}
+
+// restorePoolAlloc puts a stream-ordered allocation back in its pool's
+// slot and charges it to the quota.
+func (s *session) restorePoolAlloc(ctx *ctxState, sa snapAlloc) (*allocation, error) {
+	bad := fmt.Errorf("%w: allocation of %d bytes at %#x from pool %#x", proto.ErrMalformed, sa.size, sa.base, sa.pool)
+	p := s.pools.byHandle[sa.pool]
+	if p == nil || p.dev != ctx.dev || sa.size == 0 || !s.vacant(sa.base, sa.size) {
+		return nil, bad
+	}
+	w := p.mem.(*windowPool) // restorePools made it
+	i := slices.IndexFunc(w.chunks, func(c *poolChunk) bool {
+		return sa.base >= c.base && sa.base < c.base+proto.DevPtr(c.size())
+	})
+	if i < 0 {
+		return nil, bad
+	}
+	c := w.chunks[i]
+	off := uint64(sa.base - c.base)
+	slot := slices.Index(c.free, off)
+	if off%c.slot != 0 || sa.size > c.slot || slot < 0 {
+		return nil, bad
+	}
+	if !s.charge(sa.size) {
+		limit, left := s.quota.left()
+		return nil, fmt.Errorf("allocation of %d bytes at %#x: beyond the quota (%d, %d left)", sa.size, sa.base, limit, left)
+	}
+	c.free = slices.Delete(c.free, slot, slot+1)
+	c.live++
+	w.blocks[sa.base] = &poolBlock{chunk: c, off: off}
+	w.take(c.slot)
+	a := &allocation{base: sa.base, size: sa.size, ctx: ctx, pool: p}
+	s.addAlloc(a) // vacant above
+	p.allocs++
+	return a, nil
+}
