@@ -19,12 +19,14 @@ func sampleSnapshot() snapshot {
 			globals: []snapGlobal{{name: "g", base: 0x7f0000000000, size: 64}}}},
 		streams:  []snapStream{{h: 0x1003, ctx: 0x1000, flags: 1, priority: -1, withPriority: true}},
 		events:   []snapEvent{{h: 0x1004, ctx: 0x1000, flags: 2}},
-		allocs:   []snapAlloc{{ctx: 0x1000, base: 0x7f0000200000, size: 4096}},
+		allocs:   []snapAlloc{{ctx: 0x1000, base: 0x7f0000200000, size: 4096}, {ctx: 0x1000, base: 0x2000_0020_0000, size: 100, pool: 0x1006}},
 		reserved: []snapReservation{{base: 0x3000_0000_0000, size: 8 << 20}},
 		phys: []snapPhys{{h: 0x1005, size: 2 << 20, refs: 1,
 			prop: proto.MemProp{Type: proto.MemAllocationTypePinned, LocType: proto.MemLocationTypeDevice, HandleTypes: 1}}},
 		mappings: []snapMapping{{base: 0x3000_0000_0000, size: 2 << 20, phys: 0x1005,
 			access: []proto.MemAccessDesc{{LocType: proto.MemLocationTypeDevice, Flags: proto.MemAccessReadWrite}}}},
+		pools: []snapPool{{h: 0x1006, dev: 0, dflt: true, current: true, threshold: 1 << 30, reuse: [3]uint64{1, 0, 1}, maxSize: 64 << 20,
+			chunks: []snapChunk{{base: 0x2000_0020_0000, size: 2 << 20, slot: 512}}}},
 	}
 }
 
