@@ -8,6 +8,8 @@
 #   e2e/gpu/remote/migrate.sh train   # migrate_train.py train: once without moves, once with
 #                                     # MOVES moves A->B->A... triggered from its STEP lines;
 #                                     # the STEP/PARAMS lines must be identical
+#   e2e/gpu/remote/migrate.sh pipeline # the same with migrate_train.py pipeline: torch.compile,
+#                                     # bf16 autocast, DataLoader workers with pinned batches
 #   e2e/gpu/remote/migrate.sh hold    # migrate_train.py hold GIB for each of SIZES: one move
 #                                     # mid-run; the pause the program saw (GAP_MS), the
 #                                     # command's time and the servers' pause, in a table
@@ -106,27 +108,29 @@ wait_line() {
 start a
 start b
 
+# train [MODE]: migrate_train.py MODE (train) once without moves, once with.
 train() {
-	echo "== train: $steps steps, unmigrated"
-	remote train-plain "${addr[a]}" "$py" "$prog" train "$steps" >"$out/train.plain.txt" 2>"$out/train.plain.err"
-	echo "== train: $steps steps, $moves moves"
-	remote train "${addr[a]}" "$py" "$prog" train "$steps" >"$out/train.moved.txt" 2>"$out/train.moved.err" &
+	local m=${1:-train}
+	echo "== $m: $steps steps, unmigrated"
+	remote "$m-plain" "${addr[a]}" "$py" "$prog" "$m" "$steps" >"$out/$m.plain.txt" 2>"$out/$m.plain.err"
+	echo "== $m: $steps steps, $moves moves"
+	remote "$m" "${addr[a]}" "$py" "$prog" "$m" "$steps" >"$out/$m.moved.txt" 2>"$out/$m.moved.err" &
 	local p=$! at=a to=b failed=0
 	for k in $(seq "$moves"); do
 		local s=$((k * steps / (moves + 1)))
-		wait_line "$out/train.moved.txt" "^STEP $s " "$p" || break
-		if ms=$(move train "$at" "$to"); then
+		wait_line "$out/$m.moved.txt" "^STEP $s " "$p" || break
+		if ms=$(move "$m" "$at" "$to"); then
 			echo "move $k at step $s: $at -> $to, $ms ms"
 			local t=$at; at=$to; to=$t
 		else
 			echo "move $k at step $s: $at -> $to FAILED (moves.log)"; failed=1
 		fi
 	done
-	wait "$p" || { echo "the migrated run exited $? (train.moved.err)"; failed=1; }
-	if diff <(grep -E '^(STEP|PARAMS)' "$out/train.plain.txt") <(grep -E '^(STEP|PARAMS)' "$out/train.moved.txt") >"$out/train.diff"; then
-		echo "train: loss sequence and parameters identical with $moves moves"
+	wait "$p" || { echo "the migrated run exited $? ($m.moved.err)"; failed=1; }
+	if diff <(grep -E '^(STEP|PARAMS)' "$out/$m.plain.txt") <(grep -E '^(STEP|PARAMS)' "$out/$m.moved.txt") >"$out/$m.diff"; then
+		echo "$m: loss sequence and parameters identical with $moves moves"
 	else
-		echo "train: outputs DIFFER ($out/train.diff)"; failed=1
+		echo "$m: outputs DIFFER ($out/$m.diff)"; failed=1
 	fi
 	return $failed
 }
@@ -156,13 +160,14 @@ hold() {
 rc=0
 case $mode in
 train) train || rc=1 ;;
+pipeline) train pipeline || rc=1 ;;
 hold) hold || rc=1 ;;
 all)
 	train || rc=1
 	hold || rc=1
 	;;
 *)
-	echo "usage: $0 train|hold|all" >&2
+	echo "usage: $0 train|pipeline|hold|all" >&2
 	exit 2
 	;;
 esac

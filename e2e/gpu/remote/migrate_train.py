@@ -1,6 +1,7 @@
 """A PyTorch program that a live migration must not disturb (migrate.sh).
 
 Usage: python3 migrate_train.py train STEPS
+       python3 migrate_train.py pipeline STEPS
        python3 migrate_train.py hold GIB STEPS
 
 train: seeds everything, asks for deterministic algorithms and trains a
@@ -8,6 +9,10 @@ small convolutional network (cuDNN) with a transformer block (cuBLAS) and
 AdamW for STEPS steps, printing "STEP i LOSS <float.hex>" after every step
 (flushed: migrate.sh triggers moves from these lines) and the parameters'
 checksum at the end. Runs with and without moves must print the same lines.
+
+pipeline: the same network and a head compiled by torch.compile (Inductor:
+Triton kernels) trained under bf16 autocast on batches that a DataLoader's
+worker processes make and pin, copied without blocking; printed as train.
 
 hold: fills GIB GiB of device memory with a seeded pattern, then runs STEPS
 small steps (a kernel and a synchronizing .item(), 50 ms apart), printing
@@ -66,6 +71,36 @@ def train(steps):
     say(f"PARAMS {s.hex()}")
 
 
+class Batches(torch.utils.data.Dataset):
+    """Seeded images and labels, made in the DataLoader's worker processes."""
+
+    def __len__(self):
+        return 1 << 20
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(3, 32, 32, generator=g), int(torch.randint(0, 10, (1,), generator=g))
+
+
+def pipeline(steps):
+    model = Net().to(dev)
+    head = nn.Sequential(nn.Linear(10, 64), nn.GELU(), nn.Linear(64, 10)).to(dev)
+    chead = torch.compile(head)
+    opt = torch.optim.AdamW(list(model.parameters()) + list(head.parameters()), lr=1e-3)
+    dl = torch.utils.data.DataLoader(Batches(), batch_size=32, num_workers=2, pin_memory=True)
+    for i, (x, y) in zip(range(steps), dl):
+        assert x.is_pinned(), "the DataLoader did not pin the batch"
+        x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(chead(model(x)).float(), y)
+        loss.backward()
+        opt.step()
+        say(f"STEP {i} LOSS {loss.item().hex()}")
+    s = sum(p.detach().double().sum().item() for p in list(model.parameters()) + list(head.parameters()))
+    say(f"PARAMS {s.hex()}")
+
+
 def hold(gib, steps):
     n = int(gib * (1 << 30)) // 4
     g = torch.Generator(device=dev).manual_seed(2)
@@ -91,6 +126,8 @@ def hold(gib, steps):
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "train":
         train(int(sys.argv[2]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "pipeline":
+        pipeline(int(sys.argv[2]))
     elif len(sys.argv) == 4 and sys.argv[1] == "hold":
         hold(float(sys.argv[2]), int(sys.argv[3]))
     else:
