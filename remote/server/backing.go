@@ -129,19 +129,25 @@ func (s *session) windowFor(dev int32, want proto.DevPtr) (*window, proto.Result
 	}
 	failed := proto.ErrAlreadyMapped
 	for _, base := range bases {
-		if !s.held.try(s, base) {
-			continue // another session's, here
+		held, made := s.held.try(s, base)
+		if !held || !made && want == 0 {
+			continue // another session's here, or another window of this one
+		}
+		unclaim := func() {
+			if made {
+				s.held.release(s, base)
+			}
 		}
 		p, r := s.be.MemAddressReserve(windowSize, 0, base, 0)
 		if r != ok {
 			// Out of addresses where the driver would have put it
 			// instead: another base may still be free.
-			s.held.release(s, base)
+			unclaim()
 			failed = r
 			continue
 		}
 		if p != base {
-			s.held.release(s, base)
+			unclaim()
 			s.warn("cuMemAddressFree", s.be.MemAddressFree(p, windowSize))
 			if want != 0 {
 				s.log.Warn("a migrated window's base is taken in this process", "base", fmt.Sprintf("%#x", base),
@@ -256,16 +262,20 @@ func (s *session) memAlloc(ctx *ctxState, a *allocation) (proto.DevPtr, proto.Re
 	return p, r
 }
 
-// memFree frees a cuMemAlloc allocation; its context is current.
-func (s *session) memFree(a *allocation) proto.Result {
-	switch {
-	case a.pool != nil:
-		return a.pool.mem.freeNow(a.base)
-	case a.backed != nil:
+// memFree frees a cuMemAlloc or pool allocation; its context is current,
+// and its work done if waited (a context's end: freed whatever that said).
+func (s *session) memFree(a *allocation, waited bool) proto.Result {
+	_, windowed := a.poolMem().(*windowPool)
+	if !waited && (a.backed != nil || windowed) {
 		// cuMemFree waits for the context's work; unmapping would not.
 		if r := s.be.CtxSynchronize(); r != ok {
 			return r
 		}
+	}
+	switch {
+	case a.pool != nil:
+		return a.pool.mem.freeNow(a.base)
+	case a.backed != nil:
 		return s.freeBacked(a.base, a.backed)
 	}
 	return s.be.MemFree(a.base)

@@ -218,7 +218,7 @@ func (s *session) MemAllocV2(c *proto.Call, n uint64) (proto.DevPtr, proto.Resul
 	}
 	a := &allocation{size: n, ctx: ctx}
 	return s.allocate(a, func() (proto.DevPtr, proto.Result) { return s.memAlloc(ctx, a) },
-		func(proto.DevPtr) proto.Result { return s.memFree(a) })
+		func(proto.DevPtr) proto.Result { return s.memFree(a, true) })
 }
 
 // allocate charges a's size to the quota, has the backend allocate it
@@ -263,7 +263,7 @@ func (s *session) MemFreeV2(c *proto.Call, p proto.DevPtr) proto.Result {
 	if r := s.use(a.ctx); r != ok {
 		return r
 	}
-	if r := s.memFree(a); r != ok {
+	if r := s.memFree(a, false); r != ok {
 		return r
 	}
 	s.forget(a)

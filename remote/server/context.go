@@ -90,12 +90,13 @@ func (s *session) destroyCtx(ctx *ctxState) freed {
 	if r == proto.Success {
 		warn("cuCtxSynchronize", s.be.CtxSynchronize())
 	}
+	s.poolsForget(ctx)
 	for _, a := range append([]*allocation(nil), s.allocs...) {
 		if a.ctx != ctx || !a.charged() {
 			continue
 		}
 		if s.curOK && s.cur == ctx.raw {
-			warn("cuMemFree", s.memFree(a))
+			warn("cuMemFree", s.memFree(a, true))
 		}
 		s.forget(a)
 		f.allocs++

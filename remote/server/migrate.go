@@ -165,6 +165,8 @@ func (sess *session) move(m *moveReq, f frame) error {
 		m.done <- err
 		return nil
 	}
+	sess.held.leave(sess) // committed: a move back waits for this session's cleanup
+
 	sess.deferred = proto.Moved
 	sess.wire.op, sess.wire.seq = f.h.Op, f.h.Seq
 	c := &proto.Call{Op: f.h.Op, Seq: f.h.Seq, Ctx: f.h.Ctx, T: &sess.wire, Deferred: &sess.deferred}

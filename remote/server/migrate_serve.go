@@ -116,6 +116,23 @@ func (s *Server) Move(ctx context.Context, id uint64, target string) error {
 // id to move it, with a control request over a socket pair handed to the
 // worker as a CLI's connection would be.
 func (s *Server) moveInWorker(ctx context.Context, id uint64, target string) error {
+	for {
+		err := s.askWorkerToMove(ctx, id, target)
+		if !errors.Is(err, errNoSession) || s.workerOf(id) == "" {
+			return err
+		}
+		// The worker does not serve it yet: a session being restored
+		// there, or waiting for its client, is the front's already.
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: session %d is not served yet: %w", ErrMigration, id, context.Cause(ctx))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// askWorkerToMove sends the worker of session id one request to move it.
+func (s *Server) askWorkerToMove(ctx context.Context, id uint64, target string) error {
 	key := s.workerOf(id)
 	if key == "" {
 		return fmt.Errorf("%w: session %d: %w", ErrMigration, id, errNoSession)

@@ -657,10 +657,14 @@ func TestMigrateControl(t *testing.T) {
 // needs at the same bases, instead of being refused.
 func TestMigrateBackAtOnce(t *testing.T) {
 	release := make(chan struct{})
-	var held atomic.Bool
+	var held, restoring atomic.Bool
 	hook := server.WithMigrationHook(func(step string) error {
-		if step == server.StepLeft && held.CompareAndSwap(false, true) {
-			<-release // the first session that left stays in its cleanup
+		switch {
+		case step == server.StepLeft && held.CompareAndSwap(false, true):
+			<-release // the session that left stays in its cleanup...
+		case step == server.StepRestore && restoring.CompareAndSwap(false, true):
+			// ...until the move back has begun to restore it here.
+			time.AfterFunc(100*time.Millisecond, func() { close(release) })
 		}
 		return nil
 	})
@@ -671,40 +675,11 @@ func TestMigrateBackAtOnce(t *testing.T) {
 	if err := moveWhileRunning(t, w, rng, envs[0], envs[1]); err != nil {
 		t.Fatalf("the move out: %v", err)
 	}
-	// The move back starts at the client's next call while the source is
-	// held in its cleanup, which is let go of a moment later.
-	var released atomic.Bool
-	time.AfterFunc(300*time.Millisecond, func() {
-		released.Store(true)
-		close(release)
-	})
-	type result struct {
-		err   error
-		early bool // it ended while the old session still held its windows
-	}
-	back := make(chan result, 1)
-	id := sessionOf(t, envs[1])
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		err := envs[1].srv.Move(ctx, id, envs[0].addr)
-		back <- result{err, !released.Load()}
-	}()
-	var res result
-	for done := false; !done; {
-		select {
-		case res = <-back:
-			done = true
-		default:
-			w.step(rng)
-		}
-	}
-	err := res.err
-	if res.early {
-		t.Fatalf("the move back ended while the old session still held its windows: %v", err)
-	}
-	if err != nil {
+	if err := moveWhileRunning(t, w, rng, envs[1], envs[0]); err != nil {
 		t.Fatalf("the move back: %v", err)
+	}
+	if !strings.Contains(envs[0].logs.String(), "waited for the session that left here to let go of its windows") {
+		t.Errorf("the move back did not wait for the old session:\n%s", envs[0].logs.String())
 	}
 	if sessionOf(t, envs[1]) != 0 || sessionOf(t, envs[0]) == 0 {
 		t.Fatal("the session is not back on the first server alone")

@@ -28,35 +28,42 @@ type snapChunk struct {
 	size, slot uint64
 }
 
-// poolsMigratable says why the session's pools cannot move, or "". The
-// session is quiesced: what was freed in stream order is done.
+// poolsMigratable says why the session's pools cannot move, or "". Asked
+// when a move is requested and again once the session is quiesced, it
+// looks at what lasts: frees in stream order under way are done by then.
 func (s *session) poolsMigratable() string {
 	for _, h := range sortedHandles(s.pools.byHandle) {
-		w, ok := s.pools.byHandle[h].mem.(*windowPool)
-		if !ok {
+		p := s.pools.byHandle[h]
+		w, ok := p.mem.(*windowPool)
+		switch {
+		case !ok:
 			return "it holds memory pools of the driver"
-		}
-		if w.poll(); len(w.pending) > 0 {
-			return "a stream-ordered free of its pool is not done"
-		}
-		if len(w.fromDriver) > 0 {
+		case len(w.fromDriver) > 0:
 			return "it holds memory allocated while a stream capture was under way"
+		case len(w.blocks) > 0 && s.ctxOn(p.dev) == nil:
+			return fmt.Sprintf("its memory pool on GPU %d has allocations but the session no context there to copy them through", p.dev)
 		}
 	}
 	for _, a := range s.allocs {
-		if a.pool != nil && a.pool.destroyed {
+		switch {
+		case a.pool == nil:
+		case a.pool.destroyed:
 			return fmt.Sprintf("its allocation at %#x is from a memory pool it destroyed", a.base)
+		case a.pool.dev != a.ctx.dev:
+			return fmt.Sprintf("its allocation at %#x is from a pool of GPU %d on a context of GPU %d", a.base, a.pool.dev, a.ctx.dev)
 		}
 	}
 	return ""
 }
 
-// snapPools describes the session's pools (poolsMigratable said yes).
+// snapPools describes the session's pools (poolsMigratable said yes); the
+// session is quiesced, so what was freed in stream order is done.
 func (s *session) snapPools() []snapPool {
 	var out []snapPool
 	for _, h := range sortedHandles(s.pools.byHandle) {
 		p := s.pools.byHandle[h]
 		w := p.mem.(*windowPool)
+		w.wait()
 		sp := snapPool{h: h, dev: p.dev, dflt: p.dflt, current: s.pools.current[p.dev] == p,
 			threshold: p.threshold, reuse: w.reuse, maxSize: w.maxSize}
 		for _, c := range w.chunks {
@@ -77,14 +84,27 @@ func (s *session) restorePools(sn snapshot, handle func(proto.Handle) error) err
 			return err
 		}
 		real, r := s.device(sp.dev)
+		why := ""
 		switch {
 		case r != ok:
-			return fmt.Errorf("%w: pool %#x on device %d: %v", proto.ErrMalformed, sp.h, sp.dev, r)
-		case sp.dflt && s.pools.dflt[sp.dev] != nil, !sp.dflt && s.pools.created >= maxPools,
-			sp.current && s.pools.current[sp.dev] != nil, slices.ContainsFunc(sp.reuse[:], func(v uint64) bool { return v > 1 }):
-			return fmt.Errorf("%w: pool %#x", proto.ErrMalformed, sp.h)
+			why = fmt.Sprintf("device %d: %v", sp.dev, r)
+		case sp.dflt && s.pools.dflt[sp.dev] != nil:
+			why = fmt.Sprintf("a second default pool of device %d", sp.dev)
+		case !sp.dflt && s.pools.created >= maxPools:
+			why = fmt.Sprintf("more than %d pools", maxPools)
+		case sp.current && s.pools.current[sp.dev] != nil:
+			why = fmt.Sprintf("a second current pool of device %d", sp.dev)
+		case slices.ContainsFunc(sp.reuse[:], func(v uint64) bool { return v > 1 }):
+			why = fmt.Sprintf("reuse policies %v, not 0 or 1", sp.reuse)
 		}
-		w, r := newWindowPool(s, real, proto.MemPoolProps{AllocType: proto.MemAllocationTypePinned, MaxSize: sp.maxSize,
+		if why != "" {
+			return fmt.Errorf("%w: pool %#x: %s", proto.ErrMalformed, sp.h, why)
+		}
+		maxSize := sp.maxSize
+		if limit := s.poolCap(); limit > 0 && (maxSize == 0 || maxSize > limit) {
+			maxSize = limit // as newPool makes it
+		}
+		w, r := newWindowPool(s, real, proto.MemPoolProps{AllocType: proto.MemAllocationTypePinned, MaxSize: maxSize,
 			LocType: proto.MemLocationTypeDevice, LocID: real})
 		if r != ok {
 			return fmt.Errorf("cuMemPoolCreate: %v", r)
@@ -118,9 +138,13 @@ func (s *session) restoreChunk(w *windowPool, sp snapPool, sc snapChunk) error {
 	bad := func(why string) error {
 		return fmt.Errorf("%w: pool %#x: chunk of %d bytes at %#x in slots of %d: %s", proto.ErrMalformed, sp.h, sc.size, sc.base, sc.slot, why)
 	}
-	slab := sc.slot >= minSlot && sc.slot <= maxSlot && sc.slot&(sc.slot-1) == 0
+	gran, r := s.be.MemGetAllocationGranularity(devProp(w.dev), proto.MemGranularityMinimum)
+	if r != ok {
+		return fmt.Errorf("cuMemGetAllocationGranularity: %v", r)
+	}
+	slab := sc.slot >= minSlot && sc.slot <= maxSlot && sc.slot&(sc.slot-1) == 0 && sc.size == max(slabSize, gran)
 	switch {
-	case sc.size == 0 || sc.size > windowSize || sc.slot == 0 || sc.size%sc.slot != 0 || sc.slot != sc.size && !slab:
+	case sc.size == 0 || sc.size > windowSize || sc.slot == 0 || sc.slot != sc.size && !slab:
 		return bad("not a chunk a pool makes")
 	case w.maxSize != 0 && w.reserved+sc.size > w.maxSize:
 		return bad("beyond the pool's maximum size")

@@ -39,10 +39,15 @@ func TestRestorePoolsRefusesMalformed(t *testing.T) {
 		{"a chunk of no size", func(sn *snapshot) { sn.pools[0].chunks[0].size = 0 }, "not a chunk a pool makes"},
 		{"overlapping chunks", func(sn *snapshot) { sn.pools[0].chunks[1].base = base + 4096*16 }, "overlapping"},
 		{"past the pool's maximum", func(sn *snapshot) { sn.pools[0].maxSize = slab }, "maximum size"},
-		{"a reuse policy of 2", func(sn *snapshot) { sn.pools[0].reuse[1] = 2 }, "pool"},
+		{"a slab larger than a slab", func(sn *snapshot) { sn.pools[0].chunks[0].size = 64 << 20 }, "not a chunk a pool makes"},
+		{"a reuse policy of 2", func(sn *snapshot) { sn.pools[0].reuse[1] = 2 }, "reuse policies [1 2 1], not 0 or 1"},
 		{"two default pools of a device", func(sn *snapshot) {
 			sn.pools = append(sn.pools, snapPool{h: poolH + 1, dev: 0, dflt: true})
-		}, "pool"},
+		}, "a second default pool of device 0"},
+		{"two current pools of a device", func(sn *snapshot) {
+			sn.pools[0].current = true
+			sn.pools = append(sn.pools, snapPool{h: poolH + 1, dev: 0, current: true})
+		}, "a second current pool of device 0"},
 		{"a pool of a device the client lacks", func(sn *snapshot) { sn.pools[0].dev = 3 }, "device 3"},
 		{"an allocation of an unknown pool", func(sn *snapshot) { sn.allocs[0].pool = poolH + 5 }, "allocation"},
 		{"an allocation outside every chunk", func(sn *snapshot) { sn.allocs[0].base = base - 4096 }, "allocation"},

@@ -509,6 +509,16 @@ func (s *session) synced(r proto.Result) proto.Result {
 	return r
 }
 
+// poolsForget vacates what was freed in stream order on ctx's streams: it
+// is going, its work done.
+func (s *session) poolsForget(ctx *ctxState) {
+	for _, h := range sortedHandles(s.pools.byHandle) {
+		if w, ok := s.pools.byHandle[h].mem.(*windowPool); ok {
+			w.forgetCtx(ctx)
+		}
+	}
+}
+
 // destroyPools destroys the session's pools (cleanup); allocations still
 // live in them are freed with their contexts.
 func (s *session) destroyPools() int {

@@ -209,8 +209,11 @@ func (w *windowPool) take(slot uint64) {
 // free frees p in stream order on st, a stream of the current context ctx.
 func (w *windowPool) free(ctx *ctxState, p proto.DevPtr, st uintptr) proto.Result {
 	if w.fromDriver[p] {
-		delete(w.fromDriver, p)
-		return w.driver.free(ctx, p, st)
+		r := w.driver.free(ctx, p, st)
+		if r == ok {
+			delete(w.fromDriver, p)
+		}
+		return r
 	}
 	b := w.blocks[p]
 	if b == nil || b.ev != 0 {
@@ -219,10 +222,13 @@ func (w *windowPool) free(ctx *ctxState, p proto.DevPtr, st uintptr) proto.Resul
 	if w.s.capturing(st) {
 		return proto.ErrStreamCaptureUnsupported
 	}
-	ev, r := w.s.be.EventCreate(eventDisableTiming)
-	if r == ok {
-		if r = w.s.be.EventRecord(ev, st); r != ok {
-			w.s.warn("cuEventDestroy", w.s.be.EventDestroy(ev))
+	var ev uintptr
+	r := proto.ErrNotSupported // a destroyed pool is polled no more: it waits
+	if !w.destroyed {
+		if ev, r = w.s.be.EventCreate(eventDisableTiming); r == ok {
+			if r = w.s.be.EventRecord(ev, st); r != ok {
+				w.s.warn("cuEventDestroy", w.s.be.EventDestroy(ev))
+			}
 		}
 	}
 	if r != ok {
@@ -240,19 +246,18 @@ func (w *windowPool) free(ctx *ctxState, p proto.DevPtr, st uintptr) proto.Resul
 	return ok
 }
 
-// freeNow frees p, whose work is done (cuMemFree's, which waits for the
-// context; a context's end).
+// freeNow frees p, whose work is done (memFree waited for its context).
 func (w *windowPool) freeNow(p proto.DevPtr) proto.Result {
 	if w.fromDriver[p] {
-		delete(w.fromDriver, p)
-		return w.driver.freeNow(p)
+		r := w.driver.freeNow(p)
+		if r == ok {
+			delete(w.fromDriver, p)
+		}
+		return r
 	}
 	b := w.blocks[p]
 	if b == nil || b.ev != 0 {
 		return proto.ErrInvalidValue
-	}
-	if r := w.s.be.CtxSynchronize(); r != ok {
-		return r
 	}
 	w.used -= b.chunk.slot
 	w.vacate(p, b)
@@ -273,24 +278,36 @@ func (w *windowPool) vacate(p proto.DevPtr, b *poolBlock) {
 
 // poll vacates the slots whose stream's work is done.
 func (w *windowPool) poll() {
-	w.pending = slices.DeleteFunc(w.pending, func(b *poolBlock) bool {
-		if w.s.be.EventQuery(b.ev) != ok {
-			return false
-		}
-		w.s.warn("cuEventDestroy", w.s.be.EventDestroy(b.ev))
-		b.ev = 0
-		w.vacate(b.chunk.base+proto.DevPtr(b.off), b)
+	w.vacatePending(func(b *poolBlock) bool { return w.s.be.EventQuery(b.ev) == ok })
+}
+
+// wait vacates every slot freed in stream order once its stream's work is
+// done (or failed).
+func (w *windowPool) wait() {
+	w.vacatePending(func(b *poolBlock) bool {
+		w.s.warn("cuEventSynchronize", w.s.be.EventSynchronize(b.ev))
 		return true
 	})
 }
 
-// wait vacates every slot freed in stream order once its stream's work is
-// done.
-func (w *windowPool) wait() {
-	for _, b := range w.pending {
-		w.s.warn("cuEventSynchronize", w.s.be.EventSynchronize(b.ev))
-	}
-	w.poll()
+// forgetCtx vacates the slots freed in stream order on streams of ctx,
+// whose work is done: the context is going, and its events with it.
+func (w *windowPool) forgetCtx(ctx *ctxState) {
+	w.vacatePending(func(b *poolBlock) bool { return b.ctx == ctx })
+}
+
+// vacatePending vacates the pending slots done says are, destroying their
+// events.
+func (w *windowPool) vacatePending(done func(*poolBlock) bool) {
+	w.pending = slices.DeleteFunc(w.pending, func(b *poolBlock) bool {
+		if !done(b) {
+			return false
+		}
+		w.s.warn("cuEventDestroy", w.s.be.EventDestroy(b.ev))
+		b.ev, b.st, b.ctx = 0, 0, nil
+		w.vacate(b.chunk.base+proto.DevPtr(b.off), b)
+		return true
+	})
 }
 
 // release releases chunks with nothing in them, the last made first,
@@ -352,6 +369,9 @@ func (w *windowPool) setAttribute(attr uint32, v uint64) proto.Result {
 }
 
 func (w *windowPool) trimTo(keep uint64) proto.Result {
+	if len(w.s.captures) > 0 {
+		return ok // no event queries or unmapping on a capturing thread; the next trim
+	}
 	w.poll()
 	w.release(keep)
 	return ok

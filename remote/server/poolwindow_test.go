@@ -13,18 +13,23 @@ import (
 	"github.com/gpumux/gpumux/remote/server"
 )
 
-// heldEvents is a backend whose events are not done while it is set, as
-// if their streams' work ran on.
+// heldEvents is a backend whose events are not done while held is set,
+// as if their streams' work ran on.
 type heldEvents struct {
 	server.Backend
-	atomic.Bool
+	held *atomic.Bool
 }
 
-func (h *heldEvents) EventQuery(ev uintptr) proto.Result {
-	if h.Load() {
+func (h heldEvents) EventQuery(ev uintptr) proto.Result {
+	if h.held.Load() {
 		return proto.ErrNotReady
 	}
 	return h.Backend.EventQuery(ev)
+}
+
+// holdingEvents is an env's wrap that holds its events while held is set.
+func holdingEvents(held *atomic.Bool) func(server.Backend) server.Backend {
+	return func(be server.Backend) server.Backend { return heldEvents{be, held} }
 }
 
 // TestWindowPool: on a server WithMigration a session's pool is its own
@@ -34,10 +39,9 @@ func (h *heldEvents) EventQuery(ev uintptr) proto.Result {
 // unused goes at the next synchronizing call unless the release threshold
 // keeps it, or at cuMemPoolTrimTo; the attributes count it all.
 func TestWindowPool(t *testing.T) {
-	var held heldEvents
+	var held atomic.Bool
 	e := start(t, envConfig{tcp: true, fake: []fakecuda.Option{fakecuda.WithMemory(1 << 30)},
-		srv:  []server.Option{server.WithSecret(testSecret), server.WithMigration()},
-		wrap: func(be server.Backend) server.Backend { held.Backend = be; return &held }})
+		srv: []server.Option{server.WithSecret(testSecret), server.WithMigration()}, wrap: holdingEvents(&held)})
 	cl := e.dial(t, jobToken(t))
 	ctx := primary(t, cl)
 	st, r, err := cl.StreamCreate(ctx, 0)
@@ -275,5 +279,78 @@ func TestWindowPoolInCapture(t *testing.T) {
 		default:
 			ok(t, "cuCtxSynchronize")(cl.CtxSynchronize(ctx))
 		}
+	}
+}
+
+// TestWindowPoolFreesInFlight: what is freed in stream order while its
+// stream's work runs on does not hold a session back from moving (the
+// move waits for the work), is let go of with a context the client
+// destroys, and is released at once from a pool the client destroyed.
+func TestWindowPoolFreesInFlight(t *testing.T) {
+	var held atomic.Bool
+	mk := func() *env {
+		return start(t, envConfig{tcp: true, fake: []fakecuda.Option{fakecuda.WithMemory(1 << 30)},
+			srv: []server.Option{server.WithSecret(testSecret), server.WithMigration()}, wrap: holdingEvents(&held)})
+	}
+	envs := [2]*env{mk(), mk()}
+	cl := envs[0].dial(t, jobToken(t))
+	ctx := primary(t, cl)
+	st, r, err := cl.StreamCreate(ctx, 0)
+	ok(t, "cuStreamCreate")(r, err)
+	pool, r, err := cl.DeviceGetDefaultMemPool(ctx, 0)
+	ok(t, "cuDeviceGetDefaultMemPool")(r, err)
+	reserved := func() uint64 { return poolAttr(t, cl, ctx, pool, proto.MemPoolReservedMemCurrent) }
+
+	// A free whose work is not done, then a move.
+	keep, r, err := cl.MemAllocAsync(ctx, 100, st)
+	ok(t, "cuMemAllocAsync")(r, err)
+	gone, r, err := cl.MemAllocAsync(ctx, 3*mib, st)
+	ok(t, "cuMemAllocAsync")(r, err)
+	held.Store(true)
+	ok(t, "cuMemFreeAsync")(cl.MemFreeAsync(ctx, gone, st))
+	done := make(chan error, 1)
+	go func() { done <- envs[0].srv.Move(t.Context(), sessionOf(t, envs[0]), envs[1].addr) }()
+	for moved := false; !moved; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("a move with a free in flight: %v", err)
+			}
+			moved = true
+		default:
+			ok(t, "cuCtxSynchronize")(cl.CtxSynchronize(ctx))
+		}
+	}
+	if got := reserved(); got != 2<<20 {
+		t.Errorf("reserved %d after the move, want the slab of the live allocation only", got)
+	}
+
+	// A context destroyed with a free in flight on one of its streams.
+	other, r, err := cl.CtxCreateV2(ctx, 0, 0)
+	ok(t, "cuCtxCreate")(r, err)
+	ost, r, err := cl.StreamCreate(other, 0)
+	ok(t, "cuStreamCreate")(r, err)
+	p, r, err := cl.MemAllocAsync(other, 3*mib, ost)
+	ok(t, "cuMemAllocAsync")(r, err)
+	ok(t, "cuMemFreeAsync")(cl.MemFreeAsync(other, p, ost))
+	ok(t, "cuCtxDestroy")(cl.CtxDestroyV2(ctx, other))
+	held.Store(false)
+	ok(t, "cuCtxSynchronize")(cl.CtxSynchronize(ctx))
+	if got := reserved(); got != 2<<20 {
+		t.Errorf("reserved %d after the context went with a free in flight, want the slab of the live allocation only", got)
+	}
+
+	// A pool destroyed with an allocation live: its free releases it.
+	own, r, err := cl.MemPoolCreate(ctx, proto.MemAllocationTypePinned, 0, proto.MemLocationTypeDevice, 0, 0, 0)
+	ok(t, "cuMemPoolCreate")(r, err)
+	q, r, err := cl.MemAllocFromPoolAsync(ctx, 100, own, st)
+	ok(t, "cuMemAllocFromPoolAsync")(r, err)
+	ok(t, "cuMemPoolDestroy")(cl.MemPoolDestroy(ctx, own))
+	held.Store(true)
+	ok(t, "cuMemFreeAsync")(cl.MemFreeAsync(ctx, q, st))
+	ok(t, "cuMemFree")(cl.MemFreeV2(ctx, keep))
+	ok(t, "cuMemPoolTrimTo")(cl.MemPoolTrimTo(ctx, pool, 0))
+	if st := envs[1].fake.Stats(); st.Physical != 0 {
+		t.Errorf("the GPU holds %d physical allocations once everything is freed", st.Physical)
 	}
 }

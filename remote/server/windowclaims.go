@@ -31,16 +31,16 @@ func newWindowClaims() *windowClaims {
 	return &windowClaims{by: map[proto.DevPtr]*windowClaim{}}
 }
 
-// try claims base for s if nobody else holds it, and reports whether s
-// holds it.
-func (c *windowClaims) try(s *session, base proto.DevPtr) bool {
+// try claims base for s if nobody holds it, and reports whether s holds
+// it now and whether this call made the claim.
+func (c *windowClaims) try(s *session, base proto.DevPtr) (held, made bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if w := c.by[base]; w != nil {
-		return w.owner == s
+		return w.owner == s, false
 	}
 	c.by[base] = &windowClaim{owner: s, gone: make(chan struct{})}
-	return true
+	return true, true
 }
 
 // await claims bases for s, waiting for sessions that are ending to let go

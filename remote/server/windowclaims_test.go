@@ -15,8 +15,11 @@ func TestWindowClaims(t *testing.T) {
 	a, b := &session{id: 1}, &session{id: 2}
 
 	c := newWindowClaims()
-	if !c.try(a, base) || !c.try(a, base) || c.try(b, base) {
-		t.Fatal("try: a base is its first claimer's alone")
+	held1, made1 := c.try(a, base)
+	held2, made2 := c.try(a, base)
+	held3, _ := c.try(b, base)
+	if !held1 || !made1 || !held2 || made2 || held3 {
+		t.Fatal("try: a base is its first claimer's alone, claimed once")
 	}
 	// A live holder: an error at once, naming it.
 	_, err := c.await(context.Background(), b, []proto.DevPtr{base})
@@ -42,8 +45,11 @@ func TestWindowClaims(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("await after the release: %v", err)
 	}
-	if c.try(a, base) || c.try(a, base+windowSize) {
-		t.Fatal("await did not claim both bases")
+	if held, _ := c.try(a, base); held {
+		t.Fatal("await did not claim the first base")
+	}
+	if held, _ := c.try(a, base+windowSize); held {
+		t.Fatal("await did not claim the second base")
 	}
 	// ...until its context ends.
 	c.leave(b)
@@ -53,7 +59,10 @@ func TestWindowClaims(t *testing.T) {
 		t.Fatalf("await past its context: %v", err)
 	}
 	c.release(b, base)
-	if !c.try(a, base) || c.try(a, base+windowSize) {
-		t.Fatal("release gives back the one base")
+	if held, _ := c.try(a, base); !held {
+		t.Fatal("release did not give back the base")
+	}
+	if held, _ := c.try(a, base+windowSize); held {
+		t.Fatal("release gave back another base")
 	}
 }
