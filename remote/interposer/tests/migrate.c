@@ -3,11 +3,12 @@
  * move each byte it wrote and each handle it holds is what it was.
  *
  * "migrate": sets up device memory (filled by a kernel launch with the
- * pointer among its parameters and by host-to-device copies), streams
- * (one with a priority), events and a module, prints READY, then runs
- * rounds until a line arrives on stdin. Every round writes (a launch, a
- * multi-chunk copy, a module load and unload: calls a move may hold) and
- * checks everything, then prints "ROUND n". A second thread copies to and
+ * pointer among its parameters and by host-to-device copies, one of them
+ * a stream-ordered allocation from the default pool), streams (one with a
+ * priority), events and a module, prints READY, then runs rounds until a
+ * line arrives on stdin. Every round writes (a launch, a multi-chunk copy,
+ * a module load and unload, a stream-ordered allocation and free: calls a
+ * move may hold) and checks everything, then prints "ROUND n". A second thread copies to and
  * from memory of its own all the while. */
 #include <poll.h>
 #include <pthread.h>
@@ -17,12 +18,15 @@
 
 CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority);
 CUresult cuStreamGetPriority(CUstream hStream, int *priority);
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
 
 #define A_WORDS (16u << 10)
 #define B_BYTES ((3u << 20) + 123u) /* more than one data frame */
 #define C_BYTES 4096u
 #define D_WORDS 1000u
 #define T_BYTES (256u << 10)
+#define E_WORDS 700u
 
 static CUcontext ctx;
 static CUmodule mod;
@@ -30,7 +34,7 @@ static CUfunction fill;
 static CUstream s1, s2;
 static int prio2;
 static CUevent e1, e2;
-static CUdeviceptr a, b, c, d;
+static CUdeviceptr a, b, c, d, e;
 static unsigned char *hb, *hb2, cpat[C_BYTES];
 static uint32_t *ha;
 static volatile int stop;
@@ -85,6 +89,8 @@ static void setup(void)
 		cpat[i] = (unsigned char)(i * 7 + 3);
 	CHECK(cuMemcpyHtoD_v2(c, cpat, C_BYTES));
 	launch_fill(d, 0xD00Du, D_WORDS, s2);
+	REQUIRE(cuMemAllocAsync(&e, E_WORDS * 4, s2));
+	launch_fill(e, 0xE00Eu, E_WORDS, s2);
 	CHECK(cuStreamSynchronize(s2));
 }
 
@@ -133,6 +139,16 @@ static void round_(int r)
 		t_failures++;
 	}
 	check_words(d, D_WORDS, 0xD00Du, "d (kernel at the start)", r);
+	check_words(e, E_WORDS, 0xE00Eu, "e (pool, kernel at the start)", r);
+
+	/* A stream-ordered allocation, used and freed on a stream. */
+	CUdeviceptr x;
+	uint32_t vx = 0x5000u | (uint32_t)r;
+	CHECK(cuMemAllocAsync(&x, 3000, s2));
+	launch_fill(x, vx, 750, s2);
+	CHECK(cuStreamSynchronize(s2));
+	check_words(x, 750, vx, "x (pool, this round)", r);
+	CHECK(cuMemFreeAsync(x, s2));
 
 	/* Handles. */
 	CUcontext cur = NULL;
