@@ -340,18 +340,7 @@ func TestMigrateRefused(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(t, cl, ctx)
 			}
-			done := make(chan error, 1)
-			go func() { done <- src.srv.Move(context.Background(), sessionOf(t, src), dst.addr) }()
-			var err error
-			for err == nil {
-				select {
-				case err = <-done:
-				default:
-					ok(t, "cuCtxSynchronize")(cl.CtxSynchronize(ctx))
-					continue
-				}
-				break
-			}
+			err := moveSyncing(t, cl, ctx, src, dst)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("Move: %v, want an error saying %q", err, tc.wantErr)
 			}

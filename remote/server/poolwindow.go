@@ -209,14 +209,10 @@ func (w *windowPool) take(slot uint64) {
 // free frees p in stream order on st, a stream of the current context ctx.
 func (w *windowPool) free(ctx *ctxState, p proto.DevPtr, st uintptr) proto.Result {
 	if w.fromDriver[p] {
-		r := w.driver.free(ctx, p, st)
-		if r == ok {
-			delete(w.fromDriver, p)
-		}
-		return r
+		return w.freeDriver(p, func() proto.Result { return w.driver.free(ctx, p, st) })
 	}
-	b := w.blocks[p]
-	if b == nil || b.ev != 0 {
+	b := w.live(p)
+	if b == nil {
 		return proto.ErrInvalidValue
 	}
 	if w.s.capturing(st) {
@@ -249,19 +245,32 @@ func (w *windowPool) free(ctx *ctxState, p proto.DevPtr, st uintptr) proto.Resul
 // freeNow frees p, whose work is done (memFree waited for its context).
 func (w *windowPool) freeNow(p proto.DevPtr) proto.Result {
 	if w.fromDriver[p] {
-		r := w.driver.freeNow(p)
-		if r == ok {
-			delete(w.fromDriver, p)
-		}
-		return r
+		return w.freeDriver(p, func() proto.Result { return w.driver.freeNow(p) })
 	}
-	b := w.blocks[p]
-	if b == nil || b.ev != 0 {
+	b := w.live(p)
+	if b == nil {
 		return proto.ErrInvalidValue
 	}
 	w.used -= b.chunk.slot
 	w.vacate(p, b)
 	return ok
+}
+
+// live is the block of allocation p, not freed; or nil.
+func (w *windowPool) live(p proto.DevPtr) *poolBlock {
+	if b := w.blocks[p]; b != nil && b.ev == 0 {
+		return b
+	}
+	return nil
+}
+
+// freeDriver frees p, an allocation of the driver's pool, with free.
+func (w *windowPool) freeDriver(p proto.DevPtr, free func() proto.Result) proto.Result {
+	r := free()
+	if r == ok {
+		delete(w.fromDriver, p)
+	}
+	return r
 }
 
 // vacate gives a block's slot back to its chunk; a destroyed pool

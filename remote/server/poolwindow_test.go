@@ -267,15 +267,21 @@ func TestWindowPoolInCapture(t *testing.T) {
 	}
 	ok(t, "cuMemFreeAsync of the driver pool's allocation")(cl.MemFreeAsync(ctx, q, other))
 	ok(t, "cuStreamSynchronize")(cl.StreamSynchronize(ctx, other))
+	if err := moveSyncing(t, cl, ctx, e, envs[1]); err != nil {
+		t.Fatalf("Move once it is freed: %v", err)
+	}
+}
+
+// moveSyncing moves the client's one session from one server to the
+// other while the client synchronizes ctx, and returns the move's error.
+func moveSyncing(t *testing.T, cl *proto.Client, ctx proto.Handle, from, to *env) error {
+	t.Helper()
 	done := make(chan error, 1)
-	go func() { done <- e.srv.Move(t.Context(), sessionOf(t, e), envs[1].addr) }()
-	for moved := false; !moved; {
+	go func() { done <- from.srv.Move(t.Context(), sessionOf(t, from), to.addr) }()
+	for {
 		select {
 		case err := <-done:
-			if err != nil {
-				t.Fatalf("Move once it is freed: %v", err)
-			}
-			moved = true
+			return err
 		default:
 			ok(t, "cuCtxSynchronize")(cl.CtxSynchronize(ctx))
 		}
@@ -308,18 +314,8 @@ func TestWindowPoolFreesInFlight(t *testing.T) {
 	ok(t, "cuMemAllocAsync")(r, err)
 	held.Store(true)
 	ok(t, "cuMemFreeAsync")(cl.MemFreeAsync(ctx, gone, st))
-	done := make(chan error, 1)
-	go func() { done <- envs[0].srv.Move(t.Context(), sessionOf(t, envs[0]), envs[1].addr) }()
-	for moved := false; !moved; {
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("a move with a free in flight: %v", err)
-			}
-			moved = true
-		default:
-			ok(t, "cuCtxSynchronize")(cl.CtxSynchronize(ctx))
-		}
+	if err := moveSyncing(t, cl, ctx, envs[0], envs[1]); err != nil {
+		t.Fatalf("a move with a free in flight: %v", err)
 	}
 	if got := reserved(); got != 2<<20 {
 		t.Errorf("reserved %d after the move, want the slab of the live allocation only", got)
