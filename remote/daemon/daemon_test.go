@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,12 +45,43 @@ func shortDir(t *testing.T) string {
 
 // TestMain lets the test binary be gpumux-remoted's tenant worker: the
 // daemon started by run re-executes its own executable, which here is this
-// binary, with --tenant-worker.
+// binary, with --tenant-worker. Its context ends at SIGTERM or SIGINT, as
+// cmd/gpumux-remoted's does.
 func TestMain(m *testing.M) {
 	if slices.Contains(os.Args[1:], "--tenant-worker") {
-		os.Exit(Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
+}
+
+// TestWorkerIgnoresSignals: a tenant worker lives as long as its front
+// wants it: a SIGTERM or SIGINT that reaches it (a process group's, as a
+// terminal's ^C or a service manager sends) leaves its sessions running,
+// for a front with --drain-to to move them.
+func TestWorkerIgnoresSignals(t *testing.T) {
+	secretFile, secret := drainSecret(t)
+	a := freeAddr(t)
+	stderr, _ := serveFake(t, "--listen", a, "--token-file", secretFile, "--backend", "fake")
+	cl, ctx, p, want := jobSession(t, a, secret, "signal")
+	m := regexp.MustCompile(`msg="tenant worker started" tenant=job pid=(\d+)`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("no worker of the job in the log:\n%s", stderr.String())
+	}
+	pid, _ := strconv.Atoi(m[1])
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		if err := syscall.Kill(pid, sig); err != nil {
+			t.Fatalf("kill %d: %v", pid, err)
+		}
+	}
+	got := make([]byte, len(want))
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); {
+		if r, err := cl.MemcpyDtoHV2(ctx, got, p, uint64(len(got))); err != nil || r != proto.Success || !bytes.Equal(got, want) {
+			t.Fatalf("cuMemcpyDtoH after the worker got SIGTERM and SIGINT: %v %v\n%s", r, err, stderr.String())
+		}
+	}
 }
 
 func TestBadCommandLines(t *testing.T) {
