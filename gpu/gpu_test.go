@@ -285,9 +285,25 @@ func (d countingDevice) GetNumGpuCores() (int, nvml.Return) {
 	return d.Device.GetNumGpuCores()
 }
 
+func (d countingDevice) GetName() (string, nvml.Return) {
+	*d.reads++
+	return d.Device.GetName()
+}
+
+func (d countingDevice) GetPciInfo() (nvml.PciInfo, nvml.Return) {
+	*d.reads++
+	return d.Device.GetPciInfo()
+}
+
+func (d countingDevice) GetMemoryInfo() (nvml.Memory, nvml.Return) {
+	*d.reads++
+	return d.Device.GetMemoryInfo()
+}
+
 // TestFixedHardwareReadOnce: what the hardware fixes (the maximum clocks
-// and the core count among it, slow to read on an H200) is read once per
-// GPU, not at every inventory, and every inventory reports it.
+// and the core count among it, slow to read on an H200; the name, PCI
+// address and memory size) is read once per GPU, not at every inventory,
+// and every inventory reports it.
 func TestFixedHardwareReadOnce(t *testing.T) {
 	s, err := sim.Open("dgxh200", t.TempDir())
 	if err != nil {
@@ -304,9 +320,12 @@ func TestFixedHardwareReadOnce(t *testing.T) {
 		if g.Hardware.MaxCoresClockMHz == 0 || g.Hardware.MaxMemoryClockMHz == 0 || g.Hardware.PCIeWidth == 0 || g.SMCount != 132 {
 			t.Fatalf("GPU %d: hardware %+v, %d SMs; want its maximum clocks, PCIe link and 132 SMs", g.Index, g.Hardware, g.SMCount)
 		}
+		if g.Model == "" || g.PCIBusID == "" || g.MemoryMiB == 0 || g.ComputeCapability != "9.0" {
+			t.Fatalf("GPU %d: %q at %q, %d MiB, compute capability %q", g.Index, g.Model, g.PCIBusID, g.MemoryMiB, g.ComputeCapability)
+		}
 	})
-	if want := 3 * gpus; reads != want {
-		t.Errorf("%d maximum-clock and core-count reads over 3 inventories of %d GPUs; want %d (once per GPU and value)", reads, gpus, want)
+	if want := 6 * gpus; reads != want {
+		t.Errorf("%d maximum-clock, core-count, name, PCI and memory reads over 3 inventories of %d GPUs; want %d (once per GPU and value)", reads, gpus, want)
 	}
 }
 

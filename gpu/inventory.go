@@ -64,36 +64,14 @@ func (h *Host) readGPU(index int, minors migMinors) (GPU, error) {
 		return GPU{}, fmt.Errorf("handle: %w", nvmlError(ret))
 	}
 	g := GPU{Index: index}
-	var err error
-	read := func(what string, f func() nvml.Return) {
-		if err == nil {
-			if ret := f(); ret != nvml.SUCCESS {
-				err = fmt.Errorf("reading %s: %w", what, nvmlError(ret))
-			}
-		}
+	if g.UUID, ret = dev.GetUUID(); ret != nvml.SUCCESS {
+		return GPU{}, fmt.Errorf("reading UUID: %w", nvmlError(ret))
 	}
-	read("UUID", func() (r nvml.Return) { g.UUID, r = dev.GetUUID(); return })
-	read("minor number", func() (r nvml.Return) { g.Minor, r = dev.GetMinorNumber(); return })
-	read("name", func() (r nvml.Return) { g.Model, r = dev.GetName(); return })
-	read("PCI info", func() nvml.Return {
-		pci, r := dev.GetPciInfo()
-		g.PCIBusID = busID(pci)
-		return r
-	})
-	read("memory", func() nvml.Return {
-		mem, r := dev.GetMemoryInfo()
-		g.MemoryMiB = mem.Total >> 20
-		return r
-	})
-	read("compute capability", func() nvml.Return {
-		major, minor, r := dev.GetCudaComputeCapability()
-		g.ComputeCapability = fmt.Sprintf("%d.%d", major, minor)
-		return r
-	})
+	fixed, err := h.cachedFixed(dev, g.UUID)
 	if err != nil {
 		return GPU{}, err
 	}
-	fixed := h.cachedFixed(dev, g.UUID, g.ComputeCapability)
+	g.Minor, g.Model, g.PCIBusID, g.MemoryMiB, g.ComputeCapability = fixed.minor, fixed.model, fixed.pciBusID, fixed.memoryMiB, fixed.cc
 	g.SMCount = fixed.smCount
 	g.Hardware = h.cachedSettings(dev, g.UUID, fixed.hardware)
 	current, pending, ret := dev.GetMigMode()
@@ -262,25 +240,61 @@ func readFixedHardware(dev nvml.Device) Hardware {
 }
 
 // fixed is what the hardware fixes of a whole GPU that an inventory
-// reports: its SM count (nvmlDeviceGetNumGpuCores, 0.4 ms a call on an
-// H200) and readFixedHardware's fields.
+// reports: its identity (minor number, name, PCI bus ID, memory, compute
+// capability: five NVML calls per GPU and inventory otherwise), its SM
+// count (nvmlDeviceGetNumGpuCores, 0.4 ms a call on an H200) and
+// readFixedHardware's fields.
 type fixed struct {
-	hardware Hardware
-	smCount  int
+	minor               int
+	model, pciBusID, cc string
+	memoryMiB           uint64
+	hardware            Hardware
+	smCount             int
 }
 
-// cachedFixed reads a GPU's fixed values once.
-func (h *Host) cachedFixed(dev nvml.Device, uuid, cc string) fixed {
+// cachedFixed reads the fixed values of the GPU of UUID uuid once.
+func (h *Host) cachedFixed(dev nvml.Device, uuid string) (fixed, error) {
 	h.cacheMu.Lock()
-	defer h.cacheMu.Unlock()
 	f, ok := h.fixed[uuid]
-	if !ok {
-		f = fixed{hardware: readFixedHardware(dev), smCount: smCount(dev, cc)}
-		if f.smCount > 0 { // a read that failed is tried again next time
-			h.fixed[uuid] = f
+	h.cacheMu.Unlock()
+	if ok {
+		return f, nil
+	}
+	var err error
+	read := func(what string, fn func() nvml.Return) {
+		if err == nil {
+			if ret := fn(); ret != nvml.SUCCESS {
+				err = fmt.Errorf("reading %s: %w", what, nvmlError(ret))
+			}
 		}
 	}
-	return f
+	read("minor number", func() (r nvml.Return) { f.minor, r = dev.GetMinorNumber(); return })
+	read("name", func() (r nvml.Return) { f.model, r = dev.GetName(); return })
+	read("PCI info", func() nvml.Return {
+		pci, r := dev.GetPciInfo()
+		f.pciBusID = busID(pci)
+		return r
+	})
+	read("memory", func() nvml.Return {
+		mem, r := dev.GetMemoryInfo()
+		f.memoryMiB = mem.Total >> 20
+		return r
+	})
+	read("compute capability", func() nvml.Return {
+		major, minor, r := dev.GetCudaComputeCapability()
+		f.cc = fmt.Sprintf("%d.%d", major, minor)
+		return r
+	})
+	if err != nil {
+		return fixed{}, err
+	}
+	f.hardware, f.smCount = readFixedHardware(dev), smCount(dev, f.cc)
+	if f.smCount > 0 { // a read that failed is tried again next time
+		h.cacheMu.Lock()
+		h.fixed[uuid] = f
+		h.cacheMu.Unlock()
+	}
+	return f, nil
 }
 
 func stateOf(s nvml.EnableState) State {
