@@ -286,8 +286,24 @@ func (w *windowPool) vacate(p proto.DevPtr, b *poolBlock) {
 }
 
 // poll vacates the slots whose stream's work is done.
+//
+// A stream's work completes in order, and its frees are pending in the
+// order they were made: once one is not done, none after it on that
+// stream is asked about (a driver call each; a program that frees many
+// tensors between synchronizations has many pending).
 func (w *windowPool) poll() {
-	w.vacatePending(func(b *poolBlock) bool { return w.s.be.EventQuery(b.ev) == ok })
+	var busy []streamKey // few streams: a slice
+	w.vacatePending(func(b *poolBlock) bool {
+		k := streamKey{b.ctx, b.st}
+		if slices.Contains(busy, k) {
+			return false
+		}
+		if w.s.be.EventQuery(b.ev) == ok {
+			return true
+		}
+		busy = append(busy, k)
+		return false
+	})
 }
 
 // wait vacates every slot freed in stream order once its stream's work is

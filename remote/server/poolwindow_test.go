@@ -14,13 +14,15 @@ import (
 )
 
 // heldEvents is a backend whose events are not done while held is set,
-// as if their streams' work ran on.
+// as if their streams' work ran on; it counts the queries.
 type heldEvents struct {
 	server.Backend
-	held *atomic.Bool
+	held    *atomic.Bool
+	queries *atomic.Int64
 }
 
 func (h heldEvents) EventQuery(ev uintptr) proto.Result {
+	h.queries.Add(1)
 	if h.held.Load() {
 		return proto.ErrNotReady
 	}
@@ -29,7 +31,12 @@ func (h heldEvents) EventQuery(ev uintptr) proto.Result {
 
 // holdingEvents is an env's wrap that holds its events while held is set.
 func holdingEvents(held *atomic.Bool) func(server.Backend) server.Backend {
-	return func(be server.Backend) server.Backend { return heldEvents{be, held} }
+	return countingEvents(held, new(atomic.Int64))
+}
+
+// countingEvents is holdingEvents that counts the queries in queries.
+func countingEvents(held *atomic.Bool, queries *atomic.Int64) func(server.Backend) server.Backend {
+	return func(be server.Backend) server.Backend { return heldEvents{be, held, queries} }
 }
 
 // TestWindowPool: on a server WithMigration a session's pool is its own
@@ -186,7 +193,11 @@ func TestMigratePools(t *testing.T) {
 	before := attrs()
 	for i := range 4 {
 		from, to := envs[i%2], envs[(i+1)%2]
-		if err := moveWhileRunning(t, w, rng, from, to); err != nil {
+		move := func() error { return moveWhileRunning(t, w, rng, from, to) }
+		if i == 0 { // nothing else runs: the pool's figures are compared
+			move = func() error { return moveSyncing(t, cl, w.ctx, from, to) }
+		}
+		if err := move(); err != nil {
 			t.Fatalf("move %d: %v", i, err)
 		}
 		drained(t, from)
@@ -349,4 +360,38 @@ func TestWindowPoolFreesInFlight(t *testing.T) {
 	if st := envs[1].fake.Stats(); st.Physical != 0 {
 		t.Errorf("the GPU holds %d physical allocations once everything is freed", st.Physical)
 	}
+}
+
+// TestWindowPoolPollsInStreamOrder: with many frees pending on a stream
+// whose work is not done, an allocation asks the driver about the oldest
+// only: a stream's work completes in order.
+func TestWindowPoolPollsInStreamOrder(t *testing.T) {
+	var held atomic.Bool
+	var queries atomic.Int64
+	e := start(t, envConfig{tcp: true, fake: []fakecuda.Option{fakecuda.WithMemory(1 << 30)},
+		srv: []server.Option{server.WithSecret(testSecret), server.WithMigration()}, wrap: countingEvents(&held, &queries)})
+	cl := e.dial(t, jobToken(t))
+	ctx := primary(t, cl)
+	st, r, err := cl.StreamCreate(ctx, 0)
+	ok(t, "cuStreamCreate")(r, err)
+	other, r, err := cl.StreamCreate(ctx, 0)
+	ok(t, "cuStreamCreate")(r, err)
+	var ps []proto.DevPtr
+	for range 64 {
+		p, r, err := cl.MemAllocAsync(ctx, 4096, st)
+		ok(t, "cuMemAllocAsync")(r, err)
+		ps = append(ps, p)
+	}
+	held.Store(true)
+	for _, p := range ps {
+		ok(t, "cuMemFreeAsync")(cl.MemFreeAsync(ctx, p, st))
+	}
+	queries.Store(0)
+	_, r, err = cl.MemAllocAsync(ctx, 100000, other)
+	ok(t, "cuMemAllocAsync on another stream")(r, err)
+	if n := queries.Load(); n != 1 {
+		t.Errorf("%d event queries for 64 frees pending on one stream, want 1", n)
+	}
+	held.Store(false)
+	ok(t, "cuCtxSynchronize")(cl.CtxSynchronize(ctx))
 }
