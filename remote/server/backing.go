@@ -265,7 +265,10 @@ func (s *session) memAlloc(ctx *ctxState, a *allocation) (proto.DevPtr, proto.Re
 // memFree frees a cuMemAlloc or pool allocation; its context is current,
 // and its work done if waited (a context's end: freed whatever that said).
 func (s *session) memFree(a *allocation, waited bool) proto.Result {
-	_, windowed := a.poolMem().(*windowPool)
+	windowed := false
+	if a.pool != nil {
+		_, windowed = a.pool.mem.(*windowPool)
+	}
 	if !waited && (a.backed != nil || windowed) {
 		// cuMemFree waits for the context's work; unmapping would not.
 		if r := s.be.CtxSynchronize(); r != ok {

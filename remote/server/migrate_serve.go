@@ -281,8 +281,22 @@ func (s *Server) moveToOne(ctx context.Context, id uint64, targets []string) (st
 func (s *Server) receive(ctx context.Context, conn net.Conn, id uint64, peer, tenant string, client proto.Hello) {
 	runtime.LockOSThread()
 	conn.SetDeadline(time.Now().Add(moveTimeout))
+	check := s.checkClient // the front logged it in and admitted it
+	if tenant == "" {
+		check = s.checkIn
+	}
+	claims, why, err := check(client)
+	if err != nil {
+		s.counts.refused[why].Add(1)
+		s.log.Warn("migration refused", "conn", id, "peer", peer, "err", err)
+		refuseControl(conn, proto.ErrNotPermitted, fmt.Errorf("the session's client: %w", err))
+		return
+	}
+	if tenant == "" {
+		defer s.logout(claims.ID)
+	}
 	r := &chunkReader{br: bufio.NewReaderSize(conn, 64<<10)}
-	sn, claims, err := s.readSnapshot(r)
+	sn, err := readSnapshot(r)
 	switch {
 	case err != nil:
 	case sn.token != client.Token || sn.version != client.Version:
@@ -294,14 +308,6 @@ func (s *Server) receive(ctx context.Context, conn net.Conn, id uint64, peer, te
 		s.log.Warn("migration refused", "conn", id, "peer", peer, "err", err)
 		refuseControl(conn, proto.ErrInvalidValue, err)
 		return
-	}
-	if tenant == "" {
-		if _, why, err := s.checkIn(proto.Hello{Version: sn.version, Token: sn.token}); err != nil {
-			s.counts.refused[why].Add(1)
-			refuseControl(conn, proto.ErrNotPermitted, err)
-			return
-		}
-		defer s.logout(claims.ID)
 	}
 	q := s.joinQuota(claims)
 	defer s.leaveQuota(q)
@@ -361,30 +367,22 @@ func (s *Server) receive(ctx context.Context, conn net.Conn, id uint64, peer, te
 	sess.serve(rc.conn, rc.br)
 }
 
-// readSnapshot reads a snapshot's state and checks the client's token in
-// it as a handshake would.
-func (s *Server) readSnapshot(r io.Reader) (snapshot, token.Claims, error) {
+// readSnapshot reads a snapshot's state (its client is checked against the
+// request's, which receive checked as a handshake).
+func readSnapshot(r io.Reader) (snapshot, error) {
 	var n [8]byte
 	if _, err := io.ReadFull(r, n[:]); err != nil {
-		return snapshot{}, token.Claims{}, fmt.Errorf("reading the snapshot: %w", err)
+		return snapshot{}, fmt.Errorf("reading the snapshot: %w", err)
 	}
 	size := proto.NewDecoder(n[:]).U64()
 	if size > maxState {
-		return snapshot{}, token.Claims{}, fmt.Errorf("%w: a snapshot state of %d bytes", proto.ErrMalformed, size)
+		return snapshot{}, fmt.Errorf("%w: a snapshot state of %d bytes", proto.ErrMalformed, size)
 	}
 	st := make([]byte, size)
 	if _, err := io.ReadFull(r, st); err != nil {
-		return snapshot{}, token.Claims{}, fmt.Errorf("reading the snapshot: %w", err)
+		return snapshot{}, fmt.Errorf("reading the snapshot: %w", err)
 	}
-	sn, err := decodeSnapshot(st)
-	if err != nil {
-		return snapshot{}, token.Claims{}, err
-	}
-	claims, _, err := s.checkClient(proto.Hello{Version: sn.version, Token: sn.token})
-	if err != nil {
-		return snapshot{}, token.Claims{}, fmt.Errorf("the session's client: %w", err)
-	}
-	return sn, claims, nil
+	return decodeSnapshot(st)
 }
 
 // restoreParked restores a session, answers the source with a ticket and

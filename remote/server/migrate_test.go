@@ -25,11 +25,15 @@ import (
 // pair is two migrating servers of one pool, on fake GPUs of their own.
 func pair(t *testing.T, srcOpts []server.Option, dstOpts ...server.Option) [2]*env {
 	t.Helper()
-	mk := func(extra []server.Option) *env {
-		return start(t, envConfig{tcp: true, fake: []fakecuda.Option{fakecuda.WithMemory(1 << 30)},
-			srv: append([]server.Option{server.WithSecret(testSecret), server.WithMigration()}, extra...)})
-	}
-	return [2]*env{mk(srcOpts), mk(dstOpts)}
+	return [2]*env{migrating(t, nil, srcOpts...), migrating(t, nil, dstOpts...)}
+}
+
+// migrating is a migrating server of the pool on a fake GPU of its own,
+// with extra options; wrap, if not nil, wraps the fake (envConfig.wrap).
+func migrating(t *testing.T, wrap func(server.Backend) server.Backend, extra ...server.Option) *env {
+	t.Helper()
+	return start(t, envConfig{tcp: true, fake: []fakecuda.Option{fakecuda.WithMemory(1 << 30)}, wrap: wrap,
+		srv: append([]server.Option{server.WithSecret(testSecret), server.WithMigration()}, extra...)})
 }
 
 // only is server.Option... for one side of a pair.
@@ -539,11 +543,7 @@ func TestMigrateOverTLS(t *testing.T) {
 // one target and starts each tenant at another target; a target that
 // refuses (here: gone) is passed over for the next.
 func TestDrainSpreadsTenants(t *testing.T) {
-	mk := func() *env {
-		return start(t, envConfig{tcp: true, fake: []fakecuda.Option{fakecuda.WithMemory(1 << 30)},
-			srv: []server.Option{server.WithSecret(testSecret), server.WithMigration()}})
-	}
-	src, a, b := mk(), mk(), mk()
+	src, a, b := migrating(t, nil), migrating(t, nil), migrating(t, nil)
 	tok := func(id string) string {
 		return mint(t, testSecret, token.Claims{ID: id, Quota: 64 << 20, Expires: time.Now().Add(time.Hour)})
 	}

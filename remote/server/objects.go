@@ -145,14 +145,6 @@ type allocation struct {
 	at proto.DevPtr
 }
 
-// poolMem is the memory of the allocation's pool, or nil.
-func (a *allocation) poolMem() memPool {
-	if a.pool == nil {
-		return nil
-	}
-	return a.pool.mem
-}
-
 // charged reports whether the allocation's size is charged to the quota
 // by itself (a mapping's memory is charged with its physical allocation).
 func (a *allocation) charged() bool { return a.mod == nil && a.phys == nil }

@@ -67,7 +67,7 @@ func (s *session) snapPools() []snapPool {
 		sp := snapPool{h: h, dev: p.dev, dflt: p.dflt, current: s.pools.current[p.dev] == p,
 			threshold: p.threshold, reuse: w.reuse, maxSize: w.maxSize}
 		for _, c := range w.chunks {
-			if c.live > 0 {
+			if !c.empty() {
 				sp.chunks = append(sp.chunks, snapChunk{base: c.base, size: c.size(), slot: c.slot})
 			}
 		}
@@ -200,7 +200,6 @@ func (s *session) restorePoolAlloc(ctx *ctxState, sa snapAlloc) (*allocation, er
 		return nil, fmt.Errorf("allocation of %d bytes at %#x: beyond the quota (%d, %d left)", sa.size, sa.base, limit, left)
 	}
 	c.free = slices.Delete(c.free, slot, slot+1)
-	c.live++
 	w.blocks[sa.base] = &poolBlock{chunk: c, off: off}
 	w.take(c.slot)
 	a := &allocation{base: sa.base, size: sa.size, ctx: ctx, pool: p}

@@ -502,8 +502,8 @@ func (s *session) capturing(st uintptr) bool {
 // r, and returns r.
 func (s *session) synced(r proto.Result) proto.Result {
 	if r == ok {
-		for _, h := range sortedHandles(s.pools.byHandle) {
-			s.pools.byHandle[h].mem.synced()
+		for _, p := range s.pools.byHandle { // in any order: each its own
+			p.mem.synced()
 		}
 	}
 	return r

@@ -62,11 +62,13 @@ type poolChunk struct {
 	base proto.DevPtr
 	b    *backing
 	slot uint64   // the size of its slots (a chunk of one allocation: its size)
-	free []uint64 // offsets of its free slots
-	live int      // slots taken or pending
+	free []uint64 // offsets of its free slots (not taken, not pending)
 }
 
 func (c *poolChunk) size() uint64 { return c.b.size }
+
+// empty reports whether every slot of c is free.
+func (c *poolChunk) empty() bool { return uint64(len(c.free))*c.slot == c.size() }
 
 // poolBlock is one allocation from a pool.
 type poolBlock struct {
@@ -137,7 +139,7 @@ func (w *windowPool) alloc(ctx *ctxState, n uint64, st uintptr) (proto.DevPtr, p
 	}
 	for _, c := range w.chunks {
 		if c.slot == slot && len(c.free) > 0 {
-			return w.place(c, slot), ok
+			return w.place(c), ok
 		}
 	}
 	size := slot
@@ -148,7 +150,7 @@ func (w *windowPool) alloc(ctx *ctxState, n uint64, st uintptr) (proto.DevPtr, p
 	if r != ok {
 		return 0, r
 	}
-	return w.place(c, slot), ok
+	return w.place(c), ok
 }
 
 // grow adds a chunk of size bytes cut into slots of slot bytes, releasing
@@ -191,13 +193,12 @@ func (w *windowPool) add(p proto.DevPtr, b *backing, slot uint64) *poolChunk {
 }
 
 // place takes the free slot of c at the lowest offset.
-func (w *windowPool) place(c *poolChunk, slot uint64) proto.DevPtr {
+func (w *windowPool) place(c *poolChunk) proto.DevPtr {
 	off := c.free[len(c.free)-1]
 	c.free = c.free[:len(c.free)-1]
-	c.live++
 	p := c.base + proto.DevPtr(off)
 	w.blocks[p] = &poolBlock{chunk: c, off: off}
-	w.take(slot)
+	w.take(c.slot)
 	return p
 }
 
@@ -218,28 +219,35 @@ func (w *windowPool) free(ctx *ctxState, p proto.DevPtr, st uintptr) proto.Resul
 	if w.s.capturing(st) {
 		return proto.ErrStreamCaptureUnsupported
 	}
-	var ev uintptr
-	r := proto.ErrNotSupported // a destroyed pool is polled no more: it waits
-	if !w.destroyed {
-		if ev, r = w.s.be.EventCreate(eventDisableTiming); r == ok {
-			if r = w.s.be.EventRecord(ev, st); r != ok {
-				w.s.warn("cuEventDestroy", w.s.be.EventDestroy(ev))
-			}
-		}
-	}
+	ev, r := w.afterWork(st)
 	if r != ok {
-		// No event: wait for the stream instead.
-		if r := w.s.be.StreamSynchronize(st); r != ok {
-			return r
-		}
-		w.used -= b.chunk.slot
+		return r
+	}
+	w.used -= b.chunk.slot
+	if ev == 0 {
 		w.vacate(p, b)
 		return ok
 	}
-	w.used -= b.chunk.slot
 	b.ev, b.st, b.ctx = ev, st, ctx
 	w.pending = append(w.pending, b)
 	return ok
+}
+
+// afterWork returns an event recorded on stream st, which says when the
+// work queued there so far is done; or 0 once that work is done, waited
+// for where no event could be recorded or the pool is destroyed (it is
+// polled no more).
+func (w *windowPool) afterWork(st uintptr) (uintptr, proto.Result) {
+	if !w.destroyed {
+		ev, r := w.s.be.EventCreate(eventDisableTiming)
+		if r == ok {
+			if r = w.s.be.EventRecord(ev, st); r == ok {
+				return ev, ok
+			}
+			w.s.warn("cuEventDestroy", w.s.be.EventDestroy(ev))
+		}
+	}
+	return 0, w.s.be.StreamSynchronize(st)
 }
 
 // freeNow frees p, whose work is done (memFree waited for its context).
@@ -279,8 +287,7 @@ func (w *windowPool) vacate(p proto.DevPtr, b *poolBlock) {
 	delete(w.blocks, p)
 	c := b.chunk
 	c.free = append(c.free, b.off)
-	c.live--
-	if c.live == 0 && w.destroyed {
+	if w.destroyed && c.empty() {
 		w.drop(c)
 	}
 }
@@ -339,7 +346,7 @@ func (w *windowPool) vacatePending(done func(*poolBlock) bool) {
 // until the pool reserves at most keep bytes.
 func (w *windowPool) release(keep uint64) {
 	for i := len(w.chunks) - 1; i >= 0 && w.reserved > keep; i-- {
-		if c := w.chunks[i]; c.live == 0 {
+		if c := w.chunks[i]; c.empty() {
 			w.drop(c)
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/gpumux/gpumux/remote/fakecuda"
 	"github.com/gpumux/gpumux/remote/proto"
 	"github.com/gpumux/gpumux/remote/server"
 )
@@ -29,6 +28,23 @@ func (h heldEvents) EventQuery(ev uintptr) proto.Result {
 	return h.Backend.EventQuery(ev)
 }
 
+// poolClient dials e as the job: the client, its primary context, two
+// streams of flags and the default pool of device 0.
+func poolClient(t *testing.T, e *env, flags uint32) (cl *proto.Client, ctx, st, other, pool proto.Handle) {
+	t.Helper()
+	cl = e.dial(t, jobToken(t))
+	ctx = primary(t, cl)
+	var r proto.Result
+	var err error
+	st, r, err = cl.StreamCreate(ctx, flags)
+	ok(t, "cuStreamCreate")(r, err)
+	other, r, err = cl.StreamCreate(ctx, flags)
+	ok(t, "cuStreamCreate")(r, err)
+	pool, r, err = cl.DeviceGetDefaultMemPool(ctx, 0)
+	ok(t, "cuDeviceGetDefaultMemPool")(r, err)
+	return cl, ctx, st, other, pool
+}
+
 // holdingEvents is an env's wrap that holds its events while held is set.
 func holdingEvents(held *atomic.Bool) func(server.Backend) server.Backend {
 	return countingEvents(held, new(atomic.Int64))
@@ -47,16 +63,8 @@ func countingEvents(held *atomic.Bool, queries *atomic.Int64) func(server.Backen
 // keeps it, or at cuMemPoolTrimTo; the attributes count it all.
 func TestWindowPool(t *testing.T) {
 	var held atomic.Bool
-	e := start(t, envConfig{tcp: true, fake: []fakecuda.Option{fakecuda.WithMemory(1 << 30)},
-		srv: []server.Option{server.WithSecret(testSecret), server.WithMigration()}, wrap: holdingEvents(&held)})
-	cl := e.dial(t, jobToken(t))
-	ctx := primary(t, cl)
-	st, r, err := cl.StreamCreate(ctx, 0)
-	ok(t, "cuStreamCreate")(r, err)
-	other, r, err := cl.StreamCreate(ctx, 0)
-	ok(t, "cuStreamCreate")(r, err)
-	pool, r, err := cl.DeviceGetDefaultMemPool(ctx, 0)
-	ok(t, "cuDeviceGetDefaultMemPool")(r, err)
+	e := migrating(t, holdingEvents(&held))
+	cl, ctx, st, other, pool := poolClient(t, e, 0)
 	allocAsync := func(n uint64) proto.DevPtr {
 		t.Helper()
 		p, r, err := cl.MemAllocAsync(ctx, n, st)
@@ -244,14 +252,7 @@ func TestMigratePools(t *testing.T) {
 func TestWindowPoolInCapture(t *testing.T) {
 	envs := pair(t, nil)
 	e := envs[0]
-	cl := e.dial(t, jobToken(t))
-	ctx := primary(t, cl)
-	st, r, err := cl.StreamCreate(ctx, 1)
-	ok(t, "cuStreamCreate")(r, err)
-	other, r, err := cl.StreamCreate(ctx, 1)
-	ok(t, "cuStreamCreate")(r, err)
-	pool, r, err := cl.DeviceGetDefaultMemPool(ctx, 0)
-	ok(t, "cuDeviceGetDefaultMemPool")(r, err)
+	cl, ctx, st, other, pool := poolClient(t, e, 1)
 	before, r, err := cl.MemAllocAsync(ctx, 4096, st)
 	ok(t, "cuMemAllocAsync")(r, err)
 
@@ -305,17 +306,8 @@ func moveSyncing(t *testing.T, cl *proto.Client, ctx proto.Handle, from, to *env
 // destroys, and is released at once from a pool the client destroyed.
 func TestWindowPoolFreesInFlight(t *testing.T) {
 	var held atomic.Bool
-	mk := func() *env {
-		return start(t, envConfig{tcp: true, fake: []fakecuda.Option{fakecuda.WithMemory(1 << 30)},
-			srv: []server.Option{server.WithSecret(testSecret), server.WithMigration()}, wrap: holdingEvents(&held)})
-	}
-	envs := [2]*env{mk(), mk()}
-	cl := envs[0].dial(t, jobToken(t))
-	ctx := primary(t, cl)
-	st, r, err := cl.StreamCreate(ctx, 0)
-	ok(t, "cuStreamCreate")(r, err)
-	pool, r, err := cl.DeviceGetDefaultMemPool(ctx, 0)
-	ok(t, "cuDeviceGetDefaultMemPool")(r, err)
+	envs := [2]*env{migrating(t, holdingEvents(&held)), migrating(t, holdingEvents(&held))}
+	cl, ctx, st, _, pool := poolClient(t, envs[0], 0)
 	reserved := func() uint64 { return poolAttr(t, cl, ctx, pool, proto.MemPoolReservedMemCurrent) }
 
 	// A free whose work is not done, then a move.
@@ -368,14 +360,7 @@ func TestWindowPoolFreesInFlight(t *testing.T) {
 func TestWindowPoolPollsInStreamOrder(t *testing.T) {
 	var held atomic.Bool
 	var queries atomic.Int64
-	e := start(t, envConfig{tcp: true, fake: []fakecuda.Option{fakecuda.WithMemory(1 << 30)},
-		srv: []server.Option{server.WithSecret(testSecret), server.WithMigration()}, wrap: countingEvents(&held, &queries)})
-	cl := e.dial(t, jobToken(t))
-	ctx := primary(t, cl)
-	st, r, err := cl.StreamCreate(ctx, 0)
-	ok(t, "cuStreamCreate")(r, err)
-	other, r, err := cl.StreamCreate(ctx, 0)
-	ok(t, "cuStreamCreate")(r, err)
+	cl, ctx, st, other, _ := poolClient(t, migrating(t, countingEvents(&held, &queries)), 0)
 	var ps []proto.DevPtr
 	for range 64 {
 		p, r, err := cl.MemAllocAsync(ctx, 4096, st)
@@ -387,7 +372,7 @@ func TestWindowPoolPollsInStreamOrder(t *testing.T) {
 		ok(t, "cuMemFreeAsync")(cl.MemFreeAsync(ctx, p, st))
 	}
 	queries.Store(0)
-	_, r, err = cl.MemAllocAsync(ctx, 100000, other)
+	_, r, err := cl.MemAllocAsync(ctx, 100000, other)
 	ok(t, "cuMemAllocAsync on another stream")(r, err)
 	if n := queries.Load(); n != 1 {
 		t.Errorf("%d event queries for 64 frees pending on one stream, want 1", n)
