@@ -332,9 +332,10 @@ func taskOutput(t *testing.T, ctx context.Context, a *nomadagent.Agent, alloc st
 	}
 }
 
-// waitNoLeases waits until the node holds no lease: gpumux-runtime's
-// poststop hook releases a container's shares when its task is deleted,
-// which Docker does as the container exits.
+// waitNoLeases waits until the node holds no lease: a container's shares
+// go back when runc deletes it (the agent watching runc's root, or
+// gpumux-runtime's poststop hook), which Docker does as the container
+// exits.
 func waitNoLeases(t *testing.T, ctx context.Context, stateDir string) {
 	t.Helper()
 	for {

@@ -67,9 +67,9 @@ func (a agentSwitch) use(on bool) error {
 // socket in containerd's environment, as a node's unit file would set it,
 // or at its default path), a create that asks is prepared by the agent:
 // the container gets its share as through the core, the agent's log names
-// the container and the poststop hook it did for it (its linker cache
-// written at create, no update-ldcache hook),
-// the share is given back when the container is deleted, and a request
+// the container (its linker cache written at create, no update-ldcache
+// hook), the share is given back when runc deletes the container (the
+// agent watches runc's root: no poststop hook), and a request
 // the agent refuses fails the create with its reason.
 func TestRuntimeAsksTheAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -91,21 +91,21 @@ func TestRuntimeAsksTheAgent(t *testing.T) {
 			t.Fatalf("the agent's log does not show it prepared %s:\n%s", id, log)
 		}
 	}
-	// Each container was deleted by d.Run: its poststop hook gave its
-	// share back (the agent answers the hook, then releases).
+	// Each container was deleted by d.Run: the agent, told by the kernel
+	// that runc removed its state, gave its share back.
 	waitNoLeases(t, ctx, stateDir)
-	// Its poststop hook: gpumux-runtime asked the agent, which did it. No
-	// update-ldcache hook: the agent wrote the container's linker cache at
-	// create (checkShareProbe found the driver's libraries in it).
 	for _, mech := range []string{"exclusive", "mps", "timeslice"} {
-		line := "did a container's hook: hook=poststop container=agent-" + mech
-		waitFor(t, ctx, time.Minute, "the agent's log of agent-"+mech+"'s poststop hook", func() (bool, string) {
+		line := "gave a deleted container's shares back: container=agent-" + mech + " by=runc-delete"
+		waitFor(t, ctx, time.Minute, "the agent's log of agent-"+mech+"'s release", func() (bool, string) {
 			log := a.log.String()
 			return strings.Contains(log, line), log
 		})
 	}
-	if log := a.log.String(); strings.Contains(log, "hook=update-ldcache") {
-		t.Errorf("an update-ldcache hook ran for a create the agent prepared:\n%s", log)
+	// No hook: the agent wrote the container's linker cache at create
+	// (checkShareProbe found the driver's libraries in it), and watched
+	// runc's delete.
+	if log := a.log.String(); strings.Contains(log, "hook=update-ldcache") || strings.Contains(log, "by=poststop-hook") {
+		t.Errorf("a hook ran for a create the agent prepared:\n%s", log)
 	}
 	_, err := d.Run(ctx, "agent-refused", ctrd.RunOpts{BinaryName: runtime, Annotations: map[string]string{"gpumux.io/mechanism": "warp"}})
 	if err == nil || !strings.Contains(err.Error(), "warp") {

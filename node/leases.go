@@ -81,3 +81,13 @@ func (l Leases) Held(ctx context.Context, container string) ([]string, error) {
 	}
 	return ids, nil
 }
+
+// Records returns the store's leases, one record per container.
+func (l Leases) Records(ctx context.Context) ([]lease.Record, error) {
+	s, err := l.open()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return s.Records(ctx)
+}

@@ -76,6 +76,9 @@ type Create struct {
 	// environment.
 	HookBinary string
 	HookEnv    []string
+	// NoPoststop leaves the poststop hook out: the caller gives the
+	// shares back itself when runc deletes the container (the agent).
+	NoPoststop bool
 	// Alive tells whether a lease's container still exists, for the stale
 	// leases reclaimed before the lease (node.RuncAlive).
 	Alive func(lease.Record) (bool, error)
@@ -125,7 +128,9 @@ func (b *Bundle) Prepare(ctx context.Context, n Node, c Create) (err error) {
 	if err := cacheAtCreate(spec, filepath.Dir(b.path), c.Peer); err != nil && c.Logger != nil {
 		c.Logger.Debug("left update-ldcache to the container's hook", "container", c.ID, "reason", err)
 	}
-	addPoststop(spec, c)
+	if !c.NoPoststop {
+		addPoststop(spec, c)
+	}
 	return writeSpec(b.path, spec)
 }
 

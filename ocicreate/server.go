@@ -66,8 +66,14 @@ type Server struct {
 	// release, which would otherwise give back the new lease.
 	relMu     sync.Mutex
 	releasing map[string]chan struct{}
-	// beforeRelease, when set, runs before each poststop release (tests).
+	// deletes tells of the deletes of the containers prepared here (nil
+	// where the kernel cannot: their poststop hooks give them back).
+	deletes *deletes
+	// beforeRelease, when set, runs before each release after a delete;
+	// holdDeletes, when set, holds the watching of deletes back until it
+	// is closed, leaving them to the creates' sync (tests).
 	beforeRelease func()
+	holdDeletes   chan struct{}
 }
 
 // ServerOption configures a Server.
@@ -140,10 +146,12 @@ func Listen(path string) (*net.UnixListener, error) {
 }
 
 // Serve answers each connection on ln until ctx ends, then closes ln and
-// waits for the connections it is answering.
+// waits for the connections it is answering and the releases it started.
 func (s *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
-	var wg sync.WaitGroup
 	defer s.after.Wait()
+	s.watchDeletes(ctx)
+	defer s.deletes.close()
+	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer ln.Close()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
@@ -242,9 +250,9 @@ func (s *Server) answer(ctx context.Context, c *net.UnixConn) string {
 //
 // Poststop is answered at once and the leases given back after (runc
 // waits for its hooks; the release's commit to disk is not the deleted
-// container's business). A release that fails is logged; the leases of a
-// container runc no longer knows are reclaimed anyway, at the next create
-// and at the agent's every period.
+// container's business). The creates the server prepares have no poststop
+// hook where it watches runc's deletes (deletes); those of
+// gpumux-runtime-core and of an agent that could not watch do.
 func (s *Server) hook(ctx context.Context, req request, pid int) string {
 	var st specs.State
 	if len(req.args) < 2 || req.args[0] != "hook" || json.Unmarshal(req.state, &st) != nil || st.ID == "" {
@@ -258,22 +266,30 @@ func (s *Server) hook(ctx context.Context, req request, pid int) string {
 		}
 		s.logger.Debug("did a container's hook", "hook", name, "container", st.ID)
 	case name == ociruntime.HookPoststop && len(req.args) == 2 && filepath.Clean(req.stateDir) == filepath.Clean(s.stateDir):
-		done := s.releaseStarts(st.ID)
-		s.after.Go(func() {
-			defer done()
-			if s.beforeRelease != nil {
-				s.beforeRelease()
-			}
-			if _, err := node.LeasesIn(s.stateDir).Release(context.WithoutCancel(ctx), st.ID); err != nil {
-				s.logger.Warn("giving a deleted container's shares back; they are reclaimed later", "container", st.ID, "error", err)
-				return
-			}
-			s.logger.Debug("did a container's hook", "hook", name, "container", st.ID)
-		})
+		s.releaseAfter(ctx, st.ID, "poststop-hook")
 	default:
 		return answerFallback
 	}
 	return answerOK
+}
+
+// releaseAfter gives container id's leases back after the answer, told
+// of its delete by why (logged). A release that fails is logged; the leases of a
+// container runc no longer knows are reclaimed anyway, at the next create
+// and at the agent's every period.
+func (s *Server) releaseAfter(ctx context.Context, id, why string) {
+	done := s.releaseStarts(id)
+	s.after.Go(func() {
+		defer done()
+		if s.beforeRelease != nil {
+			s.beforeRelease()
+		}
+		if _, err := node.LeasesIn(s.stateDir).Release(context.WithoutCancel(ctx), id); err != nil {
+			s.logger.Warn("giving a deleted container's shares back; they are reclaimed later", "container", id, "error", err)
+			return
+		}
+		s.logger.Debug("gave a deleted container's shares back", "container", id, "by", why)
+	})
 }
 
 // releaseStarts records a release of container id's leases as pending,
@@ -370,9 +386,16 @@ func (s *Server) prepare(ctx context.Context, inv ociruntime.Invocation, req req
 	if err != nil || !b.Asks() {
 		return err
 	}
+	// A delete of the same ID just before (Docker's restart) has its
+	// release started by now, and waited for.
+	s.deletes.sync()
 	s.awaitRelease(ctx, inv.ID)
+	wd, watchErr := s.watchRoot(inv.Root, pid)
+	if watchErr != nil {
+		s.logger.Debug("a poststop hook gives the container's shares back", "container", inv.ID, "reason", watchErr)
+	}
 	err = b.Prepare(ctx, s.node, Create{
-		ID: inv.ID, RuncRoot: inv.Root, StateDir: s.stateDir,
+		ID: inv.ID, RuncRoot: inv.Root, StateDir: s.stateDir, NoPoststop: watchErr == nil,
 		// gpumux-runtime itself, which asks this agent to give the
 		// shares back (gpumux-runtime-hook where none answers).
 		HookBinary: strings.TrimSuffix(req.entry, " (deleted)"), // replaced since it started
@@ -384,9 +407,73 @@ func (s *Server) prepare(ctx context.Context, inv ociruntime.Invocation, req req
 		Peer:       pid,
 	})
 	if err == nil {
+		if watchErr == nil {
+			s.deletes.expect(wd, inv.ID)
+		}
 		s.logger.Debug("prepared a container's create", "container", inv.ID)
 	}
 	return err
+}
+
+// watchDeletes starts telling the server of runc's deletes (deletes):
+// the runc roots of the node's leases whose containers still exist are
+// watched at once, so that the containers an agent before this one
+// prepared go back as they are deleted too. Where the kernel cannot
+// watch, the creates keep their poststop hooks.
+func (s *Server) watchDeletes(ctx context.Context) {
+	d, err := newDeletes(func(id string) { s.releaseAfter(ctx, id, "runc-delete") })
+	if err != nil {
+		s.logger.Warn("runc's deletes cannot be watched: containers' poststop hooks give their shares back", "error", err)
+		return
+	}
+	s.deletes = d
+	recs, err := node.LeasesIn(s.stateDir).Records(ctx)
+	if err != nil {
+		s.logger.Warn("reading the leases to watch their containers' deletes; the reclaim gives them back", "error", err)
+	}
+	for _, r := range recs {
+		if r.Root == "" {
+			continue
+		}
+		// Watched first: a delete from here on is queued, and no event is
+		// read before the containers are expected (run starts below).
+		wd, err := d.watch(r.Root)
+		if err != nil {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(r.Root, r.Container)); err == nil {
+			d.expect(wd, r.Container)
+		}
+	}
+	go func() {
+		if s.holdDeletes != nil {
+			<-s.holdDeletes
+		}
+		d.run()
+	}()
+}
+
+// watchRoot watches runc's root for a create's container, asked by
+// process pid: not runc's default root (which runc it is, the agent cannot
+// tell), nor one the asking runtime sees otherwise (another mount
+// namespace). A root that does not exist yet is made as runc makes it at
+// its first container (0700).
+func (s *Server) watchRoot(root string, pid int) (int32, error) {
+	if root == "" {
+		return 0, errors.New("runc's default root")
+	}
+	if _, err := os.Lstat(root); errors.Is(err, os.ErrNotExist) {
+		if err := sameMountNamespace(pid); err != nil {
+			return 0, err
+		}
+		if err := os.MkdirAll(root, 0o700); err != nil {
+			return 0, err
+		}
+	}
+	if err := sameAsPeer(pid, root); err != nil {
+		return 0, err
+	}
+	return s.deletes.watch(root)
 }
 
 // ours says whether gpumux-runtime would have read this agent's config and

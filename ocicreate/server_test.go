@@ -67,11 +67,23 @@ func newServerMatching(t testing.TB, body string, byContent bool, extra ...Serve
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	s := &server{socket: filepath.Join(dir, "run", "runtime.sock"), config: filepath.Join(dir, "node.hcl"), state: filepath.Join(dir, "state")}
-	src := body + "state_dir = \"" + s.state + "\"\n"
-	if err := os.WriteFile(s.config, []byte(src), 0o644); err != nil {
+	if err := os.WriteFile(s.config, []byte(body+"state_dir = \""+s.state+"\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := nodeconfig.ParseConfig([]byte(src))
+	s.serve(t, byContent, extra...)
+	return s
+}
+
+// serve opens s's node and serves it on s's socket until the test ends or
+// s.stop; after a stop, serve starts another server on the same node, as
+// an agent started again.
+func (s *server) serve(t testing.TB, byContent bool, opts ...ServerOption) {
+	t.Helper()
+	src, err := os.ReadFile(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := nodeconfig.ParseConfig(src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +101,7 @@ func newServerMatching(t testing.TB, body string, byContent bool, extra ...Serve
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	file, opts := s.config, extra
+	file := s.config
 	if byContent {
 		file, opts = "", append(opts, MatchConfig(cfg))
 	}
@@ -100,12 +112,17 @@ func newServerMatching(t testing.TB, body string, byContent bool, extra ...Serve
 		cancel()
 		return <-done
 	})
+	stop := s.stop
 	t.Cleanup(func() {
-		if err := s.stop(); err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return s
+	// Answered once Serve accepts, after what it does before (the leases'
+	// containers watched).
+	if got := s.ask(t, []byte("hello\x00")); got != answerCore {
+		t.Fatalf("a request of no protocol: %q", got)
+	}
 }
 
 // records are the node's leases.
@@ -220,30 +237,41 @@ func readSpec(t testing.TB, dir string) specs.Spec {
 
 // TestServerPreparesACreate: a create that asks gets its share leased (the
 // asking process its owner, runc's root and the bundle recorded) and its
-// edits and poststop hook in the bundle, and the answer to run runc.
+// edits in the bundle, and the answer to run runc. Under runc's default
+// root (no --root) its spec also gets the poststop hook that gives the
+// share back (elsewhere the server watches runc's deletes:
+// TestReleaseAtRuncDelete).
 func TestServerPreparesACreate(t *testing.T) {
 	s := newServer(t)
-	b := bundle(t, map[string]string{node.AnnotationMechanism: "timeslice"})
 	const entryPath = "/opt/gpumux/bin/gpumux-runtime"
-	got, pid := s.askFromAnotherProcess(t, encodeRequest(s.config, "", entryPath, "--root", "/run/runc-test", "create", "--bundle", b, "c1"))
-	if got != answerRunc {
-		t.Fatalf("answer %q, want %q", got, answerRunc)
-	}
-	recs := s.records(t)
-	if len(recs) != 1 {
-		t.Fatalf("leases %+v; want one", recs)
-	}
-	r := recs[0]
-	if r.Container != "c1" || r.Root != "/run/runc-test" || r.Bundle != b || r.Owner == nil || r.Owner.PID != pid {
-		t.Errorf("lease %+v (owner %+v); want c1's, runc root and bundle recorded, the asking process (%d) its owner", r, r.Owner, pid)
-	}
-	spec := readSpec(t, b)
-	if !slices.ContainsFunc(spec.Process.Env, func(kv string) bool { return strings.HasPrefix(kv, "GPUMUX_SHARES=") }) {
-		t.Errorf("the spec's env lacks GPUMUX_SHARES: %q", spec.Process.Env)
-	}
-	if spec.Hooks == nil || len(spec.Hooks.Poststop) != 1 || spec.Hooks.Poststop[0].Path != entryPath ||
-		!slices.Contains(spec.Hooks.Poststop[0].Env, ociruntime.EnvStateDir+"="+s.state) {
-		t.Errorf("poststop hooks %+v; want the entry, which asks the agent, with the state directory", spec.Hooks)
+	root := filepath.Join(t.TempDir(), "runc")
+	for _, tc := range []struct {
+		id   string
+		root []string
+	}{{"c1", []string{"--root", root}}, {"c2", nil}} {
+		b := bundle(t, map[string]string{node.AnnotationMechanism: "timeslice"})
+		args := append(append([]string{s.config, "", entryPath}, tc.root...), "create", "--bundle", b, tc.id)
+		got, pid := s.askFromAnotherProcess(t, encodeRequest(args...))
+		if got != answerRunc {
+			t.Fatalf("%s: answer %q, want %q", tc.id, got, answerRunc)
+		}
+		i := slices.IndexFunc(s.records(t), func(r lease.Record) bool { return r.Container == tc.id })
+		if i < 0 {
+			t.Fatalf("%s: no lease: %+v", tc.id, s.records(t))
+		}
+		r := s.records(t)[i]
+		if wantRoot := strings.Join(tc.root[min(1, len(tc.root)):], ""); r.Root != wantRoot || r.Bundle != b || r.Owner == nil || r.Owner.PID != pid {
+			t.Errorf("lease %+v (owner %+v); want %s's, runc root %q and bundle recorded, the asking process (%d) its owner", r, r.Owner, tc.id, wantRoot, pid)
+		}
+		spec := readSpec(t, b)
+		if !slices.ContainsFunc(spec.Process.Env, func(kv string) bool { return strings.HasPrefix(kv, "GPUMUX_SHARES=") }) {
+			t.Errorf("%s: the spec's env lacks GPUMUX_SHARES: %q", tc.id, spec.Process.Env)
+		}
+		hooked := spec.Hooks != nil && len(spec.Hooks.Poststop) == 1 && spec.Hooks.Poststop[0].Path == entryPath &&
+			slices.Contains(spec.Hooks.Poststop[0].Env, ociruntime.EnvStateDir+"="+s.state)
+		if hooked != (tc.root == nil) {
+			t.Errorf("%s: poststop hooks %+v; want the entry, which asks the agent, with the state directory, only under runc's default root", tc.id, spec.Hooks)
+		}
 	}
 }
 

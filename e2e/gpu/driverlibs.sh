@@ -11,8 +11,8 @@
 # which the container must keep beside the driver's. The same container
 # through plain runc must fail. The replica runs again with gpumux agent
 # serving gpumux-runtime (GPUMUX: the gpumux CLI, default beside RUNTIME):
-# the agent decides its create, writes its linker cache at create and does
-# its poststop hook. Changes no card setting. Usage, from the
+# the agent decides its create, writes its linker cache at create and
+# gives the share back when runc deletes the container (no poststop hook). Changes no card setting. Usage, from the
 # repository root, as root, after make build:
 #
 #   RUNTIME=bin/gpumux-runtime RUNC=runc LIMITER=bin/limiter bash e2e/gpu/driverlibs.sh
@@ -114,11 +114,12 @@ bundle_sh agent '{"gpumux.io/mechanism": "timeslice"}' "$check"
 GPUMUX_RUNTIME_SOCKET="$work/rt.sock" GPUMUX_CONFIG="$work/replica.hcl" run agent "$RUNTIME" | tee "$work/agent.txt"
 grep -q "prepared a container's create.*container=agent" "$work/agent.log" || { cat "$work/agent.log"; fail "the agent did not prepare the create"; }
 # The linker cache written at create (the output's cache checks below):
-# no update-ldcache hook ran; the poststop hook's release follows its
-# answer.
+# no update-ldcache hook ran; the share went back at runc's delete, which
+# the agent watches (no poststop hook).
 grep -q "hook=update-ldcache" "$work/agent.log" && { cat "$work/agent.log"; fail "an update-ldcache hook ran for a create the agent prepared"; }
-for _ in $(seq 50); do grep -q "did a container's hook: hook=poststop container=agent" "$work/agent.log" && break; sleep 0.1; done
-grep -q "did a container's hook: hook=poststop container=agent" "$work/agent.log" || { cat "$work/agent.log"; fail "the agent did not do the poststop hook"; }
+released="gave a deleted container's shares back: container=agent by=runc-delete"
+for _ in $(seq 50); do grep -q "$released" "$work/agent.log" && break; sleep 0.1; done
+grep -q "$released" "$work/agent.log" || { cat "$work/agent.log"; fail "the agent did not give the share back at runc's delete"; }
 for c in whole replica agent; do
 	grep -qE "libc\.so\.6 \(" "$work/$c.txt" || fail "$c: the image's libraries left the container's cache"
 done
