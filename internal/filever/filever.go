@@ -1,6 +1,7 @@
 package filever
 
 import (
+	"io/fs"
 	"os"
 	"syscall"
 )
@@ -18,6 +19,13 @@ func Of(f *os.File) (Version, bool) {
 	if err != nil || !fi.Mode().IsRegular() {
 		return Version{}, false
 	}
+	return OfInfo(fi)
+}
+
+// OfInfo is the version of what fi describes (a regular file, or a
+// directory: adding, removing or renaming an entry changes its times);
+// false where fi does not tell.
+func OfInfo(fi fs.FileInfo) (Version, bool) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return Version{}, false

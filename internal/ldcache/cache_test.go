@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -399,5 +400,51 @@ func TestScanRemembersOnlyTheSameFile(t *testing.T) {
 	}
 	if got := scan(); got != "libx.so.3" {
 		t.Errorf("after a replacement: %s, want libx.so.3", got)
+	}
+}
+
+// TestScanRemembersTheDirectory: a directory scanned again is what it
+// holds now: a library added, one removed, a dangling link that now
+// leads to a library (scanned with the root, so never remembered).
+func TestScanRemembersTheDirectory(t *testing.T) {
+	root := t.TempDir()
+	build(t, root, "lib", libraries{"libx.so.9": "libx.so.1"}, map[string]string{"liby.so.1": "../other/liby.so.9"})
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	keys := func() []string {
+		t.Helper()
+		e, err := Scan(r, "/lib")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var k []string
+		for _, x := range e {
+			k = append(k, x.Key)
+		}
+		slices.Sort(k)
+		return k
+	}
+	for _, step := range []struct {
+		name string
+		do   func()
+		want []string
+	}{
+		{"first", func() {}, []string{"libx.so.1"}},
+		{"again", func() {}, []string{"libx.so.1"}},
+		{"the dangling link leads to a library", func() { build(t, root, "other", libraries{"liby.so.9": "liby.so.1"}, nil) }, []string{"libx.so.1", "liby.so.1"}},
+		{"a library added", func() { build(t, root, "lib", libraries{"libz.so.9": "libz.so.1"}, nil) }, []string{"libx.so.1", "liby.so.1", "libz.so.1"}},
+		{"a library removed", func() {
+			if err := os.Remove(filepath.Join(root, "lib/libx.so.9")); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"liby.so.1", "libz.so.1"}},
+	} {
+		step.do()
+		if got := keys(); !slices.Equal(got, step.want) {
+			t.Errorf("%s: %q, want %q", step.name, got, step.want)
+		}
 	}
 }

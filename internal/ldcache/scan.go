@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 
@@ -38,12 +39,39 @@ func Scan(root *os.Root, dir string) ([]Entry, error) {
 		return nil, err
 	}
 	defer d.Close()
+	key := scanKey{dir: dir}
+	keyed := false
+	if fi, err := d.Stat("."); err == nil {
+		key.version, keyed = filever.OfInfo(fi)
+	}
+	if keyed {
+		if found, ok := scans.get(key, d); ok {
+			return found, nil
+		}
+	}
 	ents, err := fs.ReadDir(d.FS(), ".")
 	if err != nil {
 		return nil, err
 	}
-	stat := func(name string) (fs.FileInfo, error) { return inDirOrRoot(d, root, rel, name, (*os.Root).Stat) }
-	open := func(name string) (*os.File, error) { return inDirOrRoot(d, root, rel, name, (*os.Root).Open) }
+	// What a lookup from root found (a link out of the directory, a link
+	// that leads nowhere) depends on the root, not the directory alone:
+	// such a scan is not remembered. Each file found in the directory is
+	// remembered with its version, checked again before what was read of
+	// it is used.
+	outside := false
+	var files []fileSeen
+	stat := func(name string) (fs.FileInfo, error) {
+		fi, err := inDirOrRoot(d, root, rel, name, (*os.Root).Stat, &outside)
+		if err == nil {
+			v, ok := filever.OfInfo(fi)
+			outside = outside || !ok
+			files = append(files, fileSeen{name, v})
+		}
+		return fi, err
+	}
+	open := func(name string) (*os.File, error) {
+		return inDirOrRoot(d, root, rel, name, (*os.Root).Open, &outside)
+	}
 	type lib struct {
 		name   string
 		flags  int32
@@ -104,14 +132,18 @@ func Scan(root *os.Root, dir string) ([]Entry, error) {
 	for i, l := range libs {
 		out[i] = Entry{Key: l.name, Value: path.Join(dir, l.name), Flags: l.flags}
 	}
+	if keyed && !outside {
+		scans.put(key, scanned{out, files})
+	}
 	return out, nil
 }
 
 // inDirOrRoot is op on name in d, the directory rel of root opened, and
-// where that fails on rel/name in root.
-func inDirOrRoot[T any](d, root *os.Root, rel, name string, op func(*os.Root, string) (T, error)) (T, error) {
+// where that fails on rel/name in root (outside set).
+func inDirOrRoot[T any](d, root *os.Root, rel, name string, op func(*os.Root, string) (T, error), outside *bool) (T, error) {
 	v, err := op(d, name)
 	if err != nil {
+		*outside = true
 		v, err = op(root, path.Join(rel, name))
 	}
 	return v, err
@@ -208,6 +240,71 @@ var sonames = &elfCache{m: map[filever.Version]elfResult{}}
 
 // maxRemembered bounds sonames: a driver has tens of libraries.
 const maxRemembered = 4096
+
+// scans remembers Scan's result for a directory, by the directory's
+// identity and the path it is scanned as, with the version of each file
+// it found there: the driver's library directory gpumux staged is scanned
+// for every container, and a stat of each of its files (checked against
+// what was remembered: a file rewritten in place changes its times)
+// replaces an open, a read and a close of each (on the H200 node the scan
+// was most of the hook's 0.75 ms, docs/benchmarks.md). An entry added,
+// removed or renamed changes the directory's times.
+var scans = &scanCache{m: map[scanKey]scanned{}}
+
+// maxScans bounds scans: a node has a driver tree or two, each a
+// directory or two.
+const maxScans = 64
+
+type scanKey struct {
+	version filever.Version
+	dir     string
+}
+
+// scanned is a directory's scan: its entries, and the files it stat'ed.
+type scanned struct {
+	found []Entry
+	files []fileSeen
+}
+
+type fileSeen struct {
+	name    string
+	version filever.Version
+}
+
+type scanCache struct {
+	mu sync.Mutex
+	m  map[scanKey]scanned
+}
+
+// get returns a copy of the entries remembered for k, if every file they
+// came from is still the version seen, in d.
+func (c *scanCache) get(k scanKey, d *os.Root) ([]Entry, bool) {
+	c.mu.Lock()
+	s, ok := c.m[k]
+	c.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	for _, f := range s.files {
+		fi, err := d.Stat(f.name)
+		if err != nil {
+			return nil, false
+		}
+		if v, ok := filever.OfInfo(fi); !ok || v != f.version {
+			return nil, false
+		}
+	}
+	return slices.Clone(s.found), true
+}
+
+func (c *scanCache) put(k scanKey, s scanned) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= maxScans {
+		clear(c.m)
+	}
+	c.m[k] = scanned{slices.Clone(s.found), s.files}
+}
 
 type elfResult struct {
 	soname string
