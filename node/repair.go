@@ -167,10 +167,18 @@ func RuncLeases(ctx context.Context, runc string, roots []string) (leases []leas
 	return leases, unreadable, nil
 }
 
+// AnnotationLeased marks a spec gpumux-runtime prepared whose shares go
+// back when runc deletes the container (gpumux agent watches runc's
+// root), not by a poststop hook: Repair finds the containers gpumux
+// leased shares for by either. Its value is the node's state directory.
+// It is not under AnnotationPrefix: it asks for nothing.
+const AnnotationLeased = "io.gpumux.leased"
+
 // leasedIn returns the shares a bundle's spec says gpumux-runtime leased
 // for it: its GPUMUX_SHARES, when the spec has gpumux-runtime's poststop
-// hook (a spec with GPUMUX_SHARES but no such hook asks for shares, or
-// carries a Nomad reservation without gpumux-runtime: no lease of its own).
+// hook or AnnotationLeased (a spec with GPUMUX_SHARES but neither asks for
+// shares, or carries a Nomad reservation without gpumux-runtime: no lease
+// of its own).
 func leasedIn(bundle string) ([]string, error) {
 	raw, err := os.ReadFile(filepath.Join(bundle, "config.json"))
 	if err != nil {
@@ -180,7 +188,8 @@ func leasedIn(bundle string) ([]string, error) {
 	if err := json.Unmarshal(raw, &spec); err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(bundle, "config.json"), err)
 	}
-	if spec.Process == nil || spec.Hooks == nil || !slices.ContainsFunc(spec.Hooks.Poststop, isReleaseHook) {
+	_, marked := spec.Annotations[AnnotationLeased]
+	if spec.Process == nil || !marked && (spec.Hooks == nil || !slices.ContainsFunc(spec.Hooks.Poststop, isReleaseHook)) {
 		return nil, nil
 	}
 	var ids []string

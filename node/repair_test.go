@@ -42,15 +42,27 @@ cat "$2/list.json"
 	return n
 }
 
+// How a container's spec says gpumux-runtime prepared it.
+type preparedBy int
+
+const (
+	notPrepared   preparedBy = iota
+	preparedHook             // its poststop hook
+	preparedAgent            // node.AnnotationLeased: the agent watches runc's delete
+)
+
 // container adds a container runc knows, with a bundle whose spec has env
-// and, when prepared, gpumux-runtime's hooks; bundle "" leaves the bundle
-// out (a container whose spec cannot be read).
-func (n *runcNode) container(t *testing.T, id string, prepared bool, env ...string) {
+// and what prepared says; no env leaves the bundle out (a container whose
+// spec cannot be read).
+func (n *runcNode) container(t *testing.T, id string, prepared preparedBy, env ...string) {
 	t.Helper()
 	bundle := filepath.Join(filepath.Dir(n.root), "bundles", id)
 	spec := specs.Spec{Version: specs.Version, Process: &specs.Process{Args: []string{"/probe"}, Env: append([]string{"PATH=/bin"}, env...)}}
-	if prepared {
+	switch prepared {
+	case preparedHook:
 		spec.Hooks = &specs.Hooks{Poststop: []specs.Hook{{Path: "/usr/bin/gpumux-runtime", Args: []string{"gpumux-runtime", "hook", "poststop"}}}}
+	case preparedAgent:
+		spec.Annotations = map[string]string{node.AnnotationLeased: n.stateDir}
 	}
 	if env != nil {
 		os.MkdirAll(bundle, 0o755)
@@ -123,12 +135,13 @@ func TestRepairRebuildsFromRunc(t *testing.T) {
 	for name, damage := range damage {
 		t.Run(name, func(t *testing.T) {
 			n := newRuncNode(t)
-			n.container(t, "web-1", true, "GPUMUX_SHARES=MIG-aaaa::0,MIG-aaaa::1", "NVIDIA_VISIBLE_DEVICES=MIG-aaaa")
-			n.container(t, "train", true, "GPUMUX_SHARES=GPU-bbbb")
-			n.container(t, "asks-only", false, "GPUMUX_SHARES=GPU-cccc") // not prepared: no lease
-			n.container(t, "no-gpu", true, "PATH=/usr/bin")              // prepared hooks, no shares
-			n.container(t, "bundle-gone", true)                          // its spec cannot be read
-			held := map[string]string{"MIG-aaaa::0": "web-1", "MIG-aaaa::1": "web-1", "GPU-bbbb": "train", "GPU-dddd": "exited-long-ago"}
+			n.container(t, "web-1", preparedHook, "GPUMUX_SHARES=MIG-aaaa::0,MIG-aaaa::1", "NVIDIA_VISIBLE_DEVICES=MIG-aaaa")
+			n.container(t, "train", preparedHook, "GPUMUX_SHARES=GPU-bbbb")
+			n.container(t, "infer", preparedAgent, "GPUMUX_SHARES=GPU-eeee/timeslice/1")
+			n.container(t, "asks-only", notPrepared, "GPUMUX_SHARES=GPU-cccc") // not prepared: no lease
+			n.container(t, "no-gpu", preparedHook, "PATH=/usr/bin")              // prepared hooks, no shares
+			n.container(t, "bundle-gone", preparedHook)                          // its spec cannot be read
+			held := map[string]string{"MIG-aaaa::0": "web-1", "MIG-aaaa::1": "web-1", "GPU-bbbb": "train", "GPU-eeee/timeslice/1": "infer", "GPU-dddd": "exited-long-ago"}
 			for i := range 60 { // enough leases for a store of several pages
 				held["GPU-filler-"+strings.Repeat("f", 40)+string(rune('A'+i))] = "gone-" + strings.Repeat("g", 50) + string(rune('A'+i))
 			}
@@ -164,7 +177,7 @@ func TestRepairRebuildsFromRunc(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := map[string]string{"MIG-aaaa::0": "web-1", "MIG-aaaa::1": "web-1", "GPU-bbbb": "train"}
+			want := map[string]string{"MIG-aaaa::0": "web-1", "MIG-aaaa::1": "web-1", "GPU-bbbb": "train", "GPU-eeee/timeslice/1": "infer"}
 			if !maps.Equal(got, want) {
 				t.Errorf("rebuilt leases %v, want %v", got, want)
 			}
@@ -192,8 +205,8 @@ func TestRepairRebuildsFromRunc(t *testing.T) {
 // are reported, and the first one keeps it.
 func TestRepairReportsConflicts(t *testing.T) {
 	n := newRuncNode(t)
-	n.container(t, "a", true, "GPUMUX_SHARES=GPU-x")
-	n.container(t, "b", true, "GPUMUX_SHARES=GPU-x")
+	n.container(t, "a", preparedHook, "GPUMUX_SHARES=GPU-x")
+	n.container(t, "b", preparedHook, "GPUMUX_SHARES=GPU-x")
 	rep := n.repair(t, false) // there is no store at all: built from runc
 	if rep.Damage != "there is no lease store" || len(rep.Skipped) != 1 || !strings.Contains(rep.Skipped[0], "container b") {
 		t.Fatalf("repair: %+v", rep)

@@ -52,8 +52,8 @@ func TestReleaseAtRuncDelete(t *testing.T) {
 	s := newServer(t)
 	root := t.TempDir()
 	b := s.createUnder(t, root, "c1")
-	if spec := readSpec(t, b); spec.Hooks != nil && len(spec.Hooks.Poststop) > 0 {
-		t.Errorf("poststop hooks %+v; want none (the server watches runc's root)", spec.Hooks.Poststop)
+	if spec := readSpec(t, b); spec.Hooks != nil && len(spec.Hooks.Poststop) > 0 || spec.Annotations[node.AnnotationLeased] != s.state {
+		t.Errorf("hooks %+v, annotations %v; want no poststop hook, and the spec marked leased for repair (the server watches runc's root)", spec.Hooks, spec.Annotations)
 	}
 	for _, d := range []string{"c1", "other"} { // as runc create makes them
 		if err := os.Mkdir(filepath.Join(root, d), 0o700); err != nil {

@@ -77,7 +77,8 @@ type Create struct {
 	HookBinary string
 	HookEnv    []string
 	// NoPoststop leaves the poststop hook out: the caller gives the
-	// shares back itself when runc deletes the container (the agent).
+	// shares back itself when runc deletes the container (the agent). The
+	// spec is marked node.AnnotationLeased instead, for node.Repair.
 	NoPoststop bool
 	// Alive tells whether a lease's container still exists, for the stale
 	// leases reclaimed before the lease (node.RuncAlive).
@@ -128,7 +129,12 @@ func (b *Bundle) Prepare(ctx context.Context, n Node, c Create) (err error) {
 	if err := cacheAtCreate(spec, filepath.Dir(b.path), c.Peer); err != nil && c.Logger != nil {
 		c.Logger.Debug("left update-ldcache to the container's hook", "container", c.ID, "reason", err)
 	}
-	if !c.NoPoststop {
+	if c.NoPoststop {
+		if spec.Annotations == nil {
+			spec.Annotations = map[string]string{}
+		}
+		spec.Annotations[node.AnnotationLeased] = c.StateDir
+	} else {
 		addPoststop(spec, c)
 	}
 	return writeSpec(b.path, spec)
