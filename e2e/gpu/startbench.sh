@@ -16,19 +16,23 @@
 #                           same share (its edits and hooks already in it):
 #                           what an engine that applies a CDI device or an
 #                           NRI adjustment runs
+#   agent-before-<share>    with BEFORE=an earlier build's gpumux CLI: the
+#                           same as agent-<share>, that build's agent
+#                           deciding (a before and after in one run)
 #
 # for a whole GPU and a time-slice replica behind the limiter. ABLATE=1
 # adds the replica's spec with parts taken out, to see where its cost goes:
 #
 #   edits-timeslice-nolimiter   without the limiter's mounts
 #   edits-timeslice-nohook      without its createContainer (update-ldcache) hook
-#   edits-timeslice-nopoststop  without its poststop hook
 #   edits-timeslice-truehook    its createContainer hook replaced by /bin/true
 #
 # Prints each
 # way's median milliseconds and its ratio to runc's, per round and over all.
-# Changes no card setting. Usage, from the repository root, as root, after
-# make build (GPUMUX: the CLI, default beside RUNTIME):
+# WAYS, a regular expression (grep -E), keeps only the ways it matches
+# (runc always). Changes no card setting. Usage, from the repository root,
+# as root, after make build (GPUMUX: the CLI, default beside RUNTIME;
+# BEFORE: see above):
 #
 #   RUNTIME=bin/gpumux-runtime RUNC=runc LIMITER=bin/limiter ROUNDS=5 N=40 bash e2e/gpu/startbench.sh
 set -euo pipefail
@@ -103,16 +107,26 @@ once() {
 
 export GPUMUX_RUNC=$RUNC
 agents=()
-for share in exclusive timeslice; do
-	"$GPUMUX" agent --config "$work/$share.hcl" --runc "$RUNC" --runtime-socket "$work/$share.sock" >"$work/agent-$share.log" 2>&1 &
+# serve CLI NAME: gpumux agent of CLI on NAME.hcl, serving NAME.sock.
+serve() {
+	"$1" agent --config "$work/$2.hcl" --runc "$RUNC" --runtime-socket "$work/$2.sock" >"$work/agent-$2.log" 2>&1 &
 	agents+=($!)
-	for _ in $(seq 300); do grep -q "serving gpumux-runtime" "$work/agent-$share.log" && break; sleep 0.1; done
-	grep -q "serving gpumux-runtime" "$work/agent-$share.log" || { cat "$work/agent-$share.log"; echo "FAIL: gpumux agent ($share) does not serve gpumux-runtime"; exit 1; }
+	for _ in $(seq 300); do grep -q "serving gpumux-runtime" "$work/agent-$2.log" && break; sleep 0.1; done
+	grep -q "serving gpumux-runtime" "$work/agent-$2.log" || { cat "$work/agent-$2.log"; echo "FAIL: gpumux agent ($2) does not serve gpumux-runtime"; exit 1; }
+}
+for share in exclusive timeslice; do
+	serve "$GPUMUX" "$share"
+	if [[ -n ${BEFORE:-} ]]; then
+		# A node of its own (an agent locks its state directory).
+		sed "s|state-$share|state-$share-before|" "$work/$share.hcl" >"$work/$share-before.hcl"
+		serve "$(realpath "$BEFORE")" "$share-before"
+	fi
 done
 # env_of WAY [agent]: the environment of a way's gpumux-runtime.
 env_of() {
-	local share=${1#*-} sock=$work/none.sock
-	[[ $1 == no-GPU ]] && share=exclusive
+	local share=exclusive sock=$work/none.sock
+	[[ $1 == *timeslice* ]] && share=timeslice
+	[[ $1 == *-before-* ]] && share=$share-before
 	[[ ${2:-} == agent ]] && sock=$work/$share.sock
 	echo "GPUMUX_CONFIG=$work/$share.hcl GPUMUX_RUNTIME_SOCKET=$sock"
 }
@@ -122,7 +136,7 @@ bundle runc '{}'
 bundle no-GPU '{}'
 for share in exclusive timeslice; do
 	ann="{\"gpumux.io/mechanism\": \"$share\"}"
-	for w in core agent edits; do bundle "$w-$share" "$ann"; ways+=("$w-$share"); done
+	for w in core agent edits ${BEFORE:+agent-before}; do bundle "$w-$share" "$ann"; ways+=("$w-$share"); done
 	# The edits: the spec the agent writes for this share, taken once, as a
 	# CDI device or the NRI plugin gives it: with the update-ldcache hook,
 	# which the agent keeps in the spec where it cannot write the cache at
@@ -163,8 +177,11 @@ PY
 if [[ ${ABLATE:-} == 1 ]]; then
 	ablate edits-timeslice-nolimiter edits-timeslice 'spec["mounts"] = [m for m in spec["mounts"] if not m["destination"].startswith("/run/gpumux/limiter")]'
 	ablate edits-timeslice-nohook edits-timeslice 'spec["hooks"].pop("createContainer")'
-	ablate edits-timeslice-nopoststop edits-timeslice 'spec["hooks"].pop("poststop")'
 	ablate edits-timeslice-truehook edits-timeslice 'spec["hooks"]["createContainer"] = [{"path": "/bin/true", "args": ["true"]}]'
+fi
+
+if [[ -n ${WAYS:-} ]]; then
+	mapfile -t ways < <(printf '%s\n' "${ways[@]}" | grep -E -e '^runc$' -e "$WAYS")
 fi
 
 run_way() { # run_way WAY: one container of that way
