@@ -95,7 +95,7 @@ func Repair(ctx context.Context, stateDir string, o RepairOptions) (*RepairRepor
 		return nil, err
 	}
 	var err error
-	if rep.Leases, rep.Unreadable, err = RuncLeases(ctx, o.Runc, o.Roots); err != nil {
+	if rep.Leases, rep.Unreadable, err = RuncLeases(ctx, o.Runc, o.Roots, stateDir); err != nil {
 		return nil, err
 	}
 	ho := holdersOptions{nomadAddr: NomadOff}
@@ -128,13 +128,15 @@ type runcContainer struct {
 	Bundle string `json:"bundle"`
 }
 
-// RuncLeases returns the leases gpumux-runtime took for the containers runc
-// (binary runc) knows under roots, as their specs record them: a spec that
-// gpumux-runtime prepared has GPUMUX_SHARES, the shares it leased, in its
-// process env and gpumux-runtime's poststop hook, which releases them.
+// RuncLeases returns the leases gpumux-runtime took on the node of
+// stateDir for the containers runc (binary runc) knows under roots, as
+// their bundles record them: a spec that gpumux-runtime prepared has
+// GPUMUX_SHARES, the shares it leased, in its process env, and
+// gpumux-runtime's poststop hook, which releases them, or the bundle
+// LeasedMarker of stateDir (gpumux agent releases them).
 // Containers whose spec cannot be read are listed in unreadable, with why.
 // A root runc cannot list is an error.
-func RuncLeases(ctx context.Context, runc string, roots []string) (leases []lease.Record, unreadable []string, err error) {
+func RuncLeases(ctx context.Context, runc string, roots []string, stateDir string) (leases []lease.Record, unreadable []string, err error) {
 	if runc == "" {
 		runc = "runc"
 	}
@@ -153,7 +155,7 @@ func RuncLeases(ctx context.Context, runc string, roots []string) (leases []leas
 			return nil, nil, fmt.Errorf("%s --root %s list: %w", runc, root, err)
 		}
 		for _, c := range list {
-			ids, err := leasedIn(c.Bundle)
+			ids, err := leasedIn(c.Bundle, stateDir)
 			if err != nil {
 				unreadable = append(unreadable, fmt.Sprintf("%s (runc root %s): %v", c.ID, root, err))
 				continue
@@ -167,19 +169,26 @@ func RuncLeases(ctx context.Context, runc string, roots []string) (leases []leas
 	return leases, unreadable, nil
 }
 
-// AnnotationLeased marks a spec gpumux-runtime prepared whose shares go
-// back when runc deletes the container (gpumux agent watches runc's
-// root), not by a poststop hook: Repair finds the containers gpumux
-// leased shares for by either. Its value is the node's state directory.
-// It is not under AnnotationPrefix: it asks for nothing.
-const AnnotationLeased = "io.gpumux.leased"
+// LeasedMarker is the file gpumux agent writes into the bundle of a
+// container whose shares it gives back when runc deletes it, not by a
+// poststop hook: Repair finds the containers gpumux leased shares for by
+// either. It holds the node's state directory. A file in the bundle, not
+// an annotation of the spec: a container's user sets annotations (docker
+// run --annotation, a pod's), never the bundle's files, nor its hooks.
+const LeasedMarker = "gpumux-leased"
+
+// LeasedBy says whether bundle's LeasedMarker names stateDir.
+func LeasedBy(bundle, stateDir string) bool {
+	b, err := os.ReadFile(filepath.Join(bundle, LeasedMarker))
+	return err == nil && filepath.Clean(string(b)) == filepath.Clean(stateDir)
+}
 
 // leasedIn returns the shares a bundle's spec says gpumux-runtime leased
-// for it: its GPUMUX_SHARES, when the spec has gpumux-runtime's poststop
-// hook or AnnotationLeased (a spec with GPUMUX_SHARES but neither asks for
-// shares, or carries a Nomad reservation without gpumux-runtime: no lease
-// of its own).
-func leasedIn(bundle string) ([]string, error) {
+// for it on the node of stateDir: its GPUMUX_SHARES, when the spec has
+// gpumux-runtime's poststop hook or the bundle LeasedMarker of stateDir (a
+// spec with GPUMUX_SHARES but neither asks for shares, or carries a Nomad
+// reservation without gpumux-runtime: no lease of its own).
+func leasedIn(bundle, stateDir string) ([]string, error) {
 	raw, err := os.ReadFile(filepath.Join(bundle, "config.json"))
 	if err != nil {
 		return nil, err
@@ -188,7 +197,7 @@ func leasedIn(bundle string) ([]string, error) {
 	if err := json.Unmarshal(raw, &spec); err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(bundle, "config.json"), err)
 	}
-	_, marked := spec.Annotations[AnnotationLeased]
+	marked := LeasedBy(bundle, stateDir)
 	if spec.Process == nil || !marked && (spec.Hooks == nil || !slices.ContainsFunc(spec.Hooks.Poststop, isReleaseHook)) {
 		return nil, nil
 	}

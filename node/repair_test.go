@@ -46,9 +46,11 @@ cat "$2/list.json"
 type preparedBy int
 
 const (
-	notPrepared   preparedBy = iota
-	preparedHook             // its poststop hook
-	preparedAgent            // node.AnnotationLeased: the agent watches runc's delete
+	notPrepared       preparedBy = iota
+	preparedHook                 // its poststop hook
+	preparedAgent                // node.LeasedMarker of its node: the agent watches runc's delete
+	preparedElsewhere            // node.LeasedMarker of another node's state directory
+	forged                       // what its user can set: the marker's name as an annotation
 )
 
 // container adds a container runc knows, with a bundle whose spec has env
@@ -61,14 +63,20 @@ func (n *runcNode) container(t *testing.T, id string, prepared preparedBy, env .
 	switch prepared {
 	case preparedHook:
 		spec.Hooks = &specs.Hooks{Poststop: []specs.Hook{{Path: "/usr/bin/gpumux-runtime", Args: []string{"gpumux-runtime", "hook", "poststop"}}}}
-	case preparedAgent:
-		spec.Annotations = map[string]string{node.AnnotationLeased: n.stateDir}
+	case forged:
+		spec.Annotations = map[string]string{node.LeasedMarker: n.stateDir, "io.gpumux.leased": n.stateDir}
 	}
 	if env != nil {
 		os.MkdirAll(bundle, 0o755)
 		b, _ := json.Marshal(spec)
 		if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
 			t.Fatal(err)
+		}
+		marker := map[preparedBy]string{preparedAgent: n.stateDir, preparedElsewhere: n.stateDir + "-other"}[prepared]
+		if marker != "" {
+			if err := os.WriteFile(filepath.Join(bundle, node.LeasedMarker), []byte(marker), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	n.list = append(n.list, map[string]any{"ociVersion": "1.0.2", "id": id, "pid": 1234, "status": "running", "bundle": bundle, "created": "2026-01-01T00:00:00Z", "owner": "root"})
@@ -138,9 +146,11 @@ func TestRepairRebuildsFromRunc(t *testing.T) {
 			n.container(t, "web-1", preparedHook, "GPUMUX_SHARES=MIG-aaaa::0,MIG-aaaa::1", "NVIDIA_VISIBLE_DEVICES=MIG-aaaa")
 			n.container(t, "train", preparedHook, "GPUMUX_SHARES=GPU-bbbb")
 			n.container(t, "infer", preparedAgent, "GPUMUX_SHARES=GPU-eeee/timeslice/1")
-			n.container(t, "asks-only", notPrepared, "GPUMUX_SHARES=GPU-cccc") // not prepared: no lease
-			n.container(t, "no-gpu", preparedHook, "PATH=/usr/bin")              // prepared hooks, no shares
-			n.container(t, "bundle-gone", preparedHook)                          // its spec cannot be read
+			n.container(t, "other-node", preparedElsewhere, "GPUMUX_SHARES=GPU-ffff") // another node's: no lease here
+			n.container(t, "forger", forged, "GPUMUX_SHARES=GPU-bbbb")                // asks, names train's share: no lease
+			n.container(t, "asks-only", notPrepared, "GPUMUX_SHARES=GPU-cccc")        // not prepared: no lease
+			n.container(t, "no-gpu", preparedHook, "PATH=/usr/bin")                   // prepared hooks, no shares
+			n.container(t, "bundle-gone", preparedHook)                               // its spec cannot be read
 			held := map[string]string{"MIG-aaaa::0": "web-1", "MIG-aaaa::1": "web-1", "GPU-bbbb": "train", "GPU-eeee/timeslice/1": "infer", "GPU-dddd": "exited-long-ago"}
 			for i := range 60 { // enough leases for a store of several pages
 				held["GPU-filler-"+strings.Repeat("f", 40)+string(rune('A'+i))] = "gone-" + strings.Repeat("g", 50) + string(rune('A'+i))

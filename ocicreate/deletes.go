@@ -30,18 +30,22 @@ import (
 // finds the old container's release started and waits for it.
 //
 // What no event reaches (the queue overflowed, a root removed or
-// unmounted) is checked at once: a container whose state directory is
-// gone is gone. What the server never saw (the agent was not running when
-// runc deleted the container) the lease store's reclaim gives back at the
-// next create and at the agent's every period.
+// unmounted) is checked at once: a container whose state directory was
+// seen (IN_CREATE, or there when it was expected) and is gone is gone; one
+// runc has not made yet is left alone. What the server never saw (the
+// agent was not running when runc deleted the container, a root that
+// went) the lease store's reclaim gives back at the next create and at
+// the agent's every period.
 type deletes struct {
 	mu     sync.Mutex
 	fd     int // the inotify instance, non-blocking; -1 once closed
 	file   *os.File
 	conn   syscall.RawConn
 	roots  map[int32]string // watch → the runc root it watches
-	byRoot map[string]int32
-	want   map[watched]bool // the containers prepared here, by root's watch and ID
+	byRoot map[string]rootWatch
+	// want are the containers prepared here, by root's watch and ID: true
+	// once runc made the container's state directory.
+	want map[watched]bool
 	// gone is told of a prepared container runc deleted, under the lock
 	// (it must start the release before the next sync returns).
 	gone func(id string)
@@ -54,8 +58,15 @@ type watched struct {
 	id string
 }
 
-// watchMask: a directory in the runc root removed.
-const watchMask = unix.IN_DELETE | unix.IN_ONLYDIR
+// rootWatch is a root's watch and the directory it watches (a path that
+// names another directory since is watched anew).
+type rootWatch struct {
+	wd       int32
+	dev, ino uint64
+}
+
+// watchMask: a directory in the runc root made or removed.
+const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_ONLYDIR
 
 func newDeletes(gone func(id string)) (*deletes, error) {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
@@ -69,7 +80,7 @@ func newDeletes(gone func(id string)) (*deletes, error) {
 		return nil, fmt.Errorf("inotify: %w", err)
 	}
 	return &deletes{
-		fd: fd, file: f, conn: conn, roots: map[int32]string{}, byRoot: map[string]int32{}, want: map[watched]bool{},
+		fd: fd, file: f, conn: conn, roots: map[int32]string{}, byRoot: map[string]rootWatch{}, want: map[watched]bool{},
 		gone: gone, buf: make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1)),
 	}, nil
 }
@@ -135,17 +146,26 @@ func (d *deletes) handleLocked(b []byte) {
 			d.checkLocked(func(watched) bool { return true })
 		case ev.Mask&unix.IN_IGNORED != 0:
 			// The root went (removed, unmounted), and its containers' state
-			// with it.
+			// with it; what is left there cannot be watched: the reclaim's.
 			d.checkLocked(func(w watched) bool { return w.wd == ev.Wd })
-			for root, wd := range d.byRoot {
-				if wd == ev.Wd {
+			for w := range d.want {
+				if w.wd == ev.Wd {
+					delete(d.want, w)
+				}
+			}
+			for root, rw := range d.byRoot {
+				if rw.wd == ev.Wd {
 					delete(d.byRoot, root)
 				}
 			}
 			delete(d.roots, ev.Wd)
-		case ev.Mask&unix.IN_DELETE != 0 && ev.Mask&unix.IN_ISDIR != 0:
-			w := watched{ev.Wd, name}
-			if d.want[w] {
+		case ev.Mask&unix.IN_ISDIR == 0:
+		case ev.Mask&unix.IN_CREATE != 0:
+			if w := (watched{ev.Wd, name}); d.hasLocked(w) {
+				d.want[w] = true
+			}
+		case ev.Mask&unix.IN_DELETE != 0:
+			if w := (watched{ev.Wd, name}); d.hasLocked(w) {
 				delete(d.want, w)
 				d.gone(name)
 			}
@@ -153,14 +173,24 @@ func (d *deletes) handleLocked(b []byte) {
 	}
 }
 
-// checkLocked tells gone of the containers of which whose state directory
-// no longer exists.
+func (d *deletes) hasLocked(w watched) bool {
+	_, ok := d.want[w]
+	return ok
+}
+
+// checkLocked looks at the containers of which: one whose state directory
+// was seen and is gone is told to gone; one whose directory is there now
+// is marked seen.
 func (d *deletes) checkLocked(which func(watched) bool) {
-	for w := range d.want {
+	for w, seen := range d.want {
 		if !which(w) {
 			continue
 		}
-		if _, err := os.Lstat(filepath.Join(d.roots[w.wd], w.id)); errors.Is(err, os.ErrNotExist) {
+		_, err := os.Lstat(filepath.Join(d.roots[w.wd], w.id))
+		switch {
+		case err == nil:
+			d.want[w] = true
+		case seen && errors.Is(err, os.ErrNotExist):
 			delete(d.want, w)
 			d.gone(w.id)
 		}
@@ -179,8 +209,12 @@ func (d *deletes) watch(root string) (int32, error) {
 	if d.fd < 0 {
 		return 0, errors.New("closed")
 	}
-	if wd, ok := d.byRoot[root]; ok {
-		return wd, nil
+	var st unix.Stat_t
+	if err := unix.Stat(root, &st); err != nil {
+		return 0, fmt.Errorf("watching runc's root %s: %w", root, err)
+	}
+	if rw, ok := d.byRoot[root]; ok && rw.dev == st.Dev && rw.ino == st.Ino {
+		return rw.wd, nil
 	}
 	wd, err := unix.InotifyAddWatch(d.fd, root, watchMask)
 	if err != nil {
@@ -191,17 +225,18 @@ func (d *deletes) watch(root string) (int32, error) {
 	if _, ok := d.roots[int32(wd)]; !ok {
 		d.roots[int32(wd)] = root
 	}
-	d.byRoot[root] = int32(wd)
+	d.byRoot[root] = rootWatch{int32(wd), st.Dev, st.Ino}
 	return int32(wd), nil
 }
 
-// expect records container id, prepared under the root of watch wd: its
-// delete is told to gone.
-func (d *deletes) expect(wd int32, id string) {
+// expect records container id, prepared under the root of watch wd
+// (seen: its state directory is there already): its delete is told to
+// gone.
+func (d *deletes) expect(wd int32, id string, seen bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.fd >= 0 {
-		d.want[watched{wd, id}] = true
+		d.want[watched{wd, id}] = seen
 	}
 }
 

@@ -14,10 +14,11 @@ import (
 )
 
 // createUnder asks s to prepare container id of a new bundle that asks for
-// a time-slice replica, runc's root being root; it returns the bundle.
-func (s *server) createUnder(t *testing.T, root, id string) string {
+// a time-slice replica (or mechanism[0]), runc's root being root; it
+// returns the bundle.
+func (s *server) createUnder(t *testing.T, root, id string, mechanism ...string) string {
 	t.Helper()
-	b := bundle(t, map[string]string{node.AnnotationMechanism: "timeslice"})
+	b := bundle(t, map[string]string{node.AnnotationMechanism: append(mechanism, "timeslice")[0]})
 	if got := s.ask(t, encodeRequest(s.config, "", "/usr/bin/gpumux-runtime", "--root", root, "create", "--bundle", b, id)); got != answerRunc {
 		t.Fatalf("create %s: answer %q", id, got)
 	}
@@ -52,8 +53,8 @@ func TestReleaseAtRuncDelete(t *testing.T) {
 	s := newServer(t)
 	root := t.TempDir()
 	b := s.createUnder(t, root, "c1")
-	if spec := readSpec(t, b); spec.Hooks != nil && len(spec.Hooks.Poststop) > 0 || spec.Annotations[node.AnnotationLeased] != s.state {
-		t.Errorf("hooks %+v, annotations %v; want no poststop hook, and the spec marked leased for repair (the server watches runc's root)", spec.Hooks, spec.Annotations)
+	if spec := readSpec(t, b); spec.Hooks != nil && len(spec.Hooks.Poststop) > 0 || !node.LeasedBy(b, s.state) {
+		t.Errorf("hooks %+v, marked %v; want no poststop hook, and the bundle marked leased for repair (the server watches runc's root)", spec.Hooks, node.LeasedBy(b, s.state))
 	}
 	for _, d := range []string{"c1", "other"} { // as runc create makes them
 		if err := os.Mkdir(filepath.Join(root, d), 0o700); err != nil {
@@ -63,11 +64,19 @@ func TestReleaseAtRuncDelete(t *testing.T) {
 	if err := os.Remove(filepath.Join(root, "other")); err != nil {
 		t.Fatal(err)
 	}
-	s.waitLeases(t, "c1")
+	s.createUnder(t, root, "c0") // its create reads the events queued
+	s.waitLeases(t, "c0", "c1")
 	if err := os.Remove(filepath.Join(root, "c1")); err != nil { // runc delete
 		t.Fatal(err)
 	}
-	s.waitLeases(t)
+	s.waitLeases(t, "c0")
+	// c0's runc create never made its state directory: its lease is the
+	// reclaim's, not gone with a delete never seen.
+	b0 := bundle(t, nil)
+	if got := s.ask(t, encodeRequest(s.config, "", "/usr/bin/gpumux-runtime", "--root", root, "create", "--bundle", b0, "x")); got != answerRunc {
+		t.Fatalf("create x: answer %q", got)
+	}
+	s.waitLeases(t, "c0")
 
 	notYet := filepath.Join(root, "not", "yet")
 	b = s.createUnder(t, notYet, "c2")
@@ -83,7 +92,7 @@ func TestReleaseAtRuncDelete(t *testing.T) {
 	if err := os.Remove(filepath.Join(notYet, "c2")); err != nil {
 		t.Fatal(err)
 	}
-	s.waitLeases(t)
+	s.waitLeases(t, "c0")
 
 	b = bundle(t, map[string]string{node.AnnotationMechanism: "timeslice"})
 	if got := s.ask(t, encodeRequest(s.config, "", "/usr/bin/gpumux-runtime", "create", "--bundle", b, "c3")); got != answerRunc {
@@ -122,30 +131,53 @@ func TestCreateAfterRuncDeleteOfTheSameID(t *testing.T) {
 }
 
 // TestReleaseAtRuncDeleteAfterARestart: an agent started again watches
-// the containers of the leases it finds whose state directories exist,
-// and gives them back as runc deletes them.
+// the containers of the leases it finds that it prepared without a
+// poststop hook (their bundles marked) and whose state runc still has,
+// and gives them back as runc deletes them; one with a hook (here: its
+// mark gone) is left to its hook.
 func TestReleaseAtRuncDeleteAfterARestart(t *testing.T) {
 	s := newServer(t)
 	root := t.TempDir()
 	s.createUnder(t, root, "c1")
 	s.createUnder(t, root, "c2")
-	if err := os.Mkdir(filepath.Join(root, "c1"), 0o700); err != nil {
+	hooked := s.createUnder(t, root, "c3", "exclusive")
+	if err := os.Remove(filepath.Join(hooked, node.LeasedMarker)); err != nil {
 		t.Fatal(err)
+	}
+	for _, id := range []string{"c1", "c3"} { // runc's state of each
+		if err := os.Mkdir(filepath.Join(root, id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, id, "state.json"), []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := s.stop(); err != nil {
 		t.Fatal(err)
 	}
 	// c2's runc create never made its state: the reclaim's to give back.
 	s.serve(t, false)
-	if err := os.Remove(filepath.Join(root, "c1")); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{"c1", "c3"} {
+		if err := os.RemoveAll(filepath.Join(root, id)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	s.waitLeases(t, "c2")
+	s.createUnder(t, root, "c4", "exclusive") // reads the events queued
+	s.waitLeases(t, "c2", "c3", "c4")
+}
+
+// event is an inotify event of watch wd with mask and no name.
+func event(wd int32, mask uint32) []byte {
+	b := make([]byte, unix.SizeofInotifyEvent)
+	ev := (*unix.InotifyEvent)(unsafe.Pointer(&b[0]))
+	ev.Wd, ev.Mask = wd, mask
+	return b
 }
 
 // TestDeletesLostEvents: where events are lost (the queue overflowed) or
-// a root goes, each container expected there whose state directory is
-// gone is told, and no other.
+// a root's watch ends, each container expected there whose state
+// directory was seen and is gone is told, and no other: not one runc has
+// not made yet, nor one still there.
 func TestDeletesLostEvents(t *testing.T) {
 	var gone []string
 	d, err := newDeletes(func(id string) { gone = append(gone, id) })
@@ -158,35 +190,52 @@ func TestDeletesLostEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"kept", "lost"} {
-		d.expect(wd, id)
+	for _, id := range []string{"kept", "lost", "not-yet"} {
+		d.expect(wd, id, false)
 	}
-	if err := os.Mkdir(filepath.Join(root, "kept"), 0o700); err != nil {
+	for _, id := range []string{"kept", "lost"} { // runc create
+		if err := os.Mkdir(filepath.Join(root, id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.sync() // their IN_CREATE: seen
+	if err := os.Remove(filepath.Join(root, "lost")); err != nil {
 		t.Fatal(err)
 	}
-	overflow := make([]byte, unix.SizeofInotifyEvent)
-	(*unix.InotifyEvent)(unsafe.Pointer(&overflow[0])).Mask = unix.IN_Q_OVERFLOW
 	d.mu.Lock()
-	d.handleLocked(overflow)
+	if n, err := unix.Read(d.fd, d.buf); n <= 0 || err != nil { // the delete's event, lost in an overflow
+		t.Fatalf("reading the delete's event: %d, %v", n, err)
+	}
+	d.handleLocked(event(0, unix.IN_Q_OVERFLOW))
 	d.mu.Unlock()
 	if !slices.Equal(gone, []string{"lost"}) {
 		t.Fatalf("told of %q after an overflow; want [lost]", gone)
 	}
 
-	// The root removed: "kept" goes with it (its own event, and the
-	// root's watch ends); the root made again is watched anew.
+	// The root's watch ends (an unmount): "kept" is still there, and
+	// left to the reclaim; "not-yet" too.
 	gone = nil
-	if err := os.RemoveAll(root); err != nil {
+	d.mu.Lock()
+	d.handleLocked(event(wd, unix.IN_IGNORED))
+	d.mu.Unlock()
+	if len(gone) != 0 || len(d.want) != 0 || len(d.roots) != 0 || len(d.byRoot) != 0 {
+		t.Fatalf("told of %q, still expecting %v, watching %v; want nothing told and nothing left", gone, d.want, d.roots)
+	}
+	// The same path watched again is a new watch once it is another
+	// directory.
+	again, err := d.watch(root)
+	if err != nil {
 		t.Fatal(err)
 	}
-	d.sync()
-	if !slices.Equal(gone, []string{"kept"}) || len(d.want) != 0 || len(d.roots) != 0 || len(d.byRoot) != 0 {
-		t.Fatalf("told of %q, still expecting %v, watching %v; want [kept] told and nothing left", gone, d.want, d.roots)
+	other := root + ".moved"
+	if err := os.Rename(root, other); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.Mkdir(root, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := d.watch(root); err != nil || again == wd {
-		t.Errorf("watching the root made again: watch %d (%v); want a new one", again, err)
+	if third, err := d.watch(root); err != nil || third == again {
+		t.Errorf("watching the root made again: watch %d (%v); want a new one", third, err)
 	}
+	os.RemoveAll(other)
 }

@@ -78,7 +78,7 @@ type Create struct {
 	HookEnv    []string
 	// NoPoststop leaves the poststop hook out: the caller gives the
 	// shares back itself when runc deletes the container (the agent). The
-	// spec is marked node.AnnotationLeased instead, for node.Repair.
+	// bundle gets node.LeasedMarker instead, for node.Repair.
 	NoPoststop bool
 	// Alive tells whether a lease's container still exists, for the stale
 	// leases reclaimed before the lease (node.RuncAlive).
@@ -130,10 +130,10 @@ func (b *Bundle) Prepare(ctx context.Context, n Node, c Create) (err error) {
 		c.Logger.Debug("left update-ldcache to the container's hook", "container", c.ID, "reason", err)
 	}
 	if c.NoPoststop {
-		if spec.Annotations == nil {
-			spec.Annotations = map[string]string{}
+		marker := filepath.Join(filepath.Dir(b.path), node.LeasedMarker)
+		if err := os.WriteFile(marker, []byte(c.StateDir), fileMode); err != nil {
+			return fmt.Errorf("marking the bundle leased: %w", err)
 		}
-		spec.Annotations[node.AnnotationLeased] = c.StateDir
 	} else {
 		addPoststop(spec, c)
 	}

@@ -58,14 +58,15 @@ type Server struct {
 	// match, when set, answers for any node config file that decodes to
 	// its config (MatchConfig) instead of configFile alone.
 	match *configMatch
-	// after holds the work done after an answer (the poststop hook's
-	// release); Serve waits for it.
+	// after holds the work done after an answer (the release after a
+	// delete); Serve waits for it.
 	after sync.WaitGroup
-	// releasing are the poststop releases not yet done, by container ID:
-	// a create of the same ID (docker restart reuses it) waits for its
-	// release, which would otherwise give back the new lease.
+	// releasing are the releases after a delete (runc's, seen by
+	// deletes, or a poststop hook's) not yet done, by container ID: a
+	// create of the same ID (docker restart reuses it) waits for them,
+	// which would otherwise give back the new lease.
 	relMu     sync.Mutex
-	releasing map[string]chan struct{}
+	releasing map[string]*pending
 	// deletes tells of the deletes of the containers prepared here (nil
 	// where the kernel cannot: their poststop hooks give them back).
 	deletes *deletes
@@ -274,9 +275,9 @@ func (s *Server) hook(ctx context.Context, req request, pid int) string {
 }
 
 // releaseAfter gives container id's leases back after the answer, told
-// of its delete by why (logged). A release that fails is logged; the leases of a
-// container runc no longer knows are reclaimed anyway, at the next create
-// and at the agent's every period.
+// of its delete by why (logged). A release that fails is logged; the
+// leases of a container runc no longer knows are reclaimed anyway, at the
+// next create (and at gpumux agent's every period).
 func (s *Server) releaseAfter(ctx context.Context, id, why string) {
 	done := s.releaseStarts(id)
 	s.after.Go(func() {
@@ -284,12 +285,23 @@ func (s *Server) releaseAfter(ctx context.Context, id, why string) {
 		if s.beforeRelease != nil {
 			s.beforeRelease()
 		}
-		if _, err := node.LeasesIn(s.stateDir).Release(context.WithoutCancel(ctx), id); err != nil {
+		ids, err := node.LeasesIn(s.stateDir).Release(context.WithoutCancel(ctx), id)
+		switch {
+		case err != nil:
 			s.logger.Warn("giving a deleted container's shares back; they are reclaimed later", "container", id, "error", err)
-			return
+		case len(ids) == 0:
+			s.logger.Debug("a deleted container held no shares", "container", id, "by", why)
+		default:
+			s.logger.Debug("gave a deleted container's shares back", "container", id, "by", why, "shares", strings.Join(ids, ","))
 		}
-		s.logger.Debug("gave a deleted container's shares back", "container", id, "by", why)
 	})
+}
+
+// pending are the releases of one container ID under way; done is
+// closed when the last ends.
+type pending struct {
+	n    int
+	done chan struct{}
 }
 
 // releaseStarts records a release of container id's leases as pending,
@@ -298,29 +310,33 @@ func (s *Server) releaseStarts(id string) (done func()) {
 	s.relMu.Lock()
 	defer s.relMu.Unlock()
 	if s.releasing == nil {
-		s.releasing = map[string]chan struct{}{}
+		s.releasing = map[string]*pending{}
 	}
-	ch := make(chan struct{})
-	s.releasing[id] = ch
+	p := s.releasing[id]
+	if p == nil {
+		p = &pending{done: make(chan struct{})}
+		s.releasing[id] = p
+	}
+	p.n++
 	return func() {
 		s.relMu.Lock()
-		if s.releasing[id] == ch {
+		defer s.relMu.Unlock()
+		if p.n--; p.n == 0 {
 			delete(s.releasing, id)
+			close(p.done)
 		}
-		s.relMu.Unlock()
-		close(ch)
 	}
 }
 
-// awaitRelease waits for a pending release of container id's leases, or
-// for ctx to end.
+// awaitRelease waits for the pending releases of container id's leases,
+// or for ctx to end.
 func (s *Server) awaitRelease(ctx context.Context, id string) {
 	s.relMu.Lock()
-	ch := s.releasing[id]
+	p := s.releasing[id]
 	s.relMu.Unlock()
-	if ch != nil {
+	if p != nil {
 		select {
-		case <-ch:
+		case <-p.done:
 		case <-ctx.Done():
 		}
 	}
@@ -408,7 +424,7 @@ func (s *Server) prepare(ctx context.Context, inv ociruntime.Invocation, req req
 	})
 	if err == nil {
 		if watchErr == nil {
-			s.deletes.expect(wd, inv.ID)
+			s.deletes.expect(wd, inv.ID, false)
 		}
 		s.logger.Debug("prepared a container's create", "container", inv.ID)
 	}
@@ -432,7 +448,10 @@ func (s *Server) watchDeletes(ctx context.Context) {
 		s.logger.Warn("reading the leases to watch their containers' deletes; the reclaim gives them back", "error", err)
 	}
 	for _, r := range recs {
-		if r.Root == "" {
+		// Only those the agent prepared without a poststop hook (which
+		// would release them too, later maybe than a create of the same
+		// ID), whose containers runc still has.
+		if r.Root == "" || r.Bundle == "" || !node.LeasedBy(r.Bundle, s.stateDir) || !validID(r.Container) {
 			continue
 		}
 		// Watched first: a delete from here on is queued, and no event is
@@ -441,8 +460,8 @@ func (s *Server) watchDeletes(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if _, err := os.Lstat(filepath.Join(r.Root, r.Container)); err == nil {
-			d.expect(wd, r.Container)
+		if _, err := os.Lstat(filepath.Join(r.Root, r.Container, "state.json")); err == nil {
+			d.expect(wd, r.Container, true)
 		}
 	}
 	go func() {
@@ -459,11 +478,19 @@ func (s *Server) watchDeletes(ctx context.Context) {
 // namespace). A root that does not exist yet is made as runc makes it at
 // its first container (0700).
 func (s *Server) watchRoot(root string, pid int) (int32, error) {
-	if root == "" {
+	switch {
+	case root == "":
 		return 0, errors.New("runc's default root")
+	case pid <= 0:
+		return 0, errors.New("the asking process is not in this PID namespace")
 	}
 	if _, err := os.Lstat(root); errors.Is(err, os.ErrNotExist) {
-		if err := sameMountNamespace(pid); err != nil {
+		// The nearest directory there must be the peer's too.
+		there := filepath.Dir(root)
+		for _, err := os.Lstat(there); errors.Is(err, os.ErrNotExist) && there != "/"; _, err = os.Lstat(there) {
+			there = filepath.Dir(there)
+		}
+		if err := sameAsPeer(pid, there); err != nil {
 			return 0, err
 		}
 		if err := os.MkdirAll(root, 0o700); err != nil {
@@ -474,6 +501,14 @@ func (s *Server) watchRoot(root string, pid int) (int32, error) {
 		return 0, err
 	}
 	return s.deletes.watch(root)
+}
+
+// validID says whether id is a container ID runc accepts (letters, digits
+// and "_+-.", not "." or ".."): a name in runc's root.
+func validID(id string) bool {
+	return id != "" && id != "." && id != ".." && strings.IndexFunc(id, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("_+-.", c))
+	}) < 0
 }
 
 // ours says whether gpumux-runtime would have read this agent's config and

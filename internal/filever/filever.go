@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
+	"time"
 )
 
 // Version is a file's version.
@@ -32,3 +33,6 @@ func OfInfo(fi fs.FileInfo) (Version, bool) {
 	}
 	return Version{uint64(st.Dev), uint64(st.Ino), uint64(st.Size), st.Mtim.Nano(), st.Ctim.Nano()}, true
 }
+
+// Changed is when the file last changed (its ctime).
+func (v Version) Changed() time.Time { return time.Unix(0, v.ctimeNs) }

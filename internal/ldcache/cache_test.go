@@ -351,6 +351,8 @@ func TestAddToCacheRefusesOddFiles(t *testing.T) {
 // for that file only: a library rewritten in place (same inode, same size)
 // or replaced by another file is read again.
 func TestScanRemembersOnlyTheSameFile(t *testing.T) {
+	defer func(d time.Duration) { scanSettle = d }(scanSettle)
+	scanSettle = 0 // the directory's scan remembered too: each file checked
 	root := t.TempDir()
 	build(t, root, "lib", libraries{"libx.so.9": "libx.so.1"}, nil)
 	other := t.TempDir()
@@ -403,20 +405,23 @@ func TestScanRemembersOnlyTheSameFile(t *testing.T) {
 	}
 }
 
-// TestScanRemembersTheDirectory: a directory scanned again is what it
-// holds now: a library added, one removed, a dangling link that now
-// leads to a library (scanned with the root, so never remembered).
+// TestScanRemembersTheDirectory: a directory's scan is remembered, and a
+// directory scanned again is what it holds now: a library added, one
+// removed; a scan that looked outside the directory (a dangling link that
+// later leads to a library) is not remembered, nor one of a directory
+// that changed a moment ago.
 func TestScanRemembersTheDirectory(t *testing.T) {
 	root := t.TempDir()
-	build(t, root, "lib", libraries{"libx.so.9": "libx.so.1"}, map[string]string{"liby.so.1": "../other/liby.so.9"})
+	build(t, root, "lib", libraries{"libx.so.9": "libx.so.1"}, nil)
+	build(t, root, "dangling", nil, map[string]string{"liby.so.1": "../other/liby.so.9"})
 	r, err := os.OpenRoot(root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	keys := func() []string {
+	keys := func(dir string) []string {
 		t.Helper()
-		e, err := Scan(r, "/lib")
+		e, err := Scan(r, dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -427,24 +432,46 @@ func TestScanRemembersTheDirectory(t *testing.T) {
 		slices.Sort(k)
 		return k
 	}
+	remembered := func(dir string) bool {
+		scans.mu.Lock()
+		defer scans.mu.Unlock()
+		for k := range scans.m {
+			if k.dir == dir {
+				return true
+			}
+		}
+		return false
+	}
+	scans.mu.Lock()
+	clear(scans.m)
+	scans.mu.Unlock()
+	if got := keys("/lib"); !slices.Equal(got, []string{"libx.so.1"}) || remembered("/lib") {
+		t.Fatalf("a directory changed a moment ago: %q, remembered %v; want [libx.so.1], not remembered", got, remembered("/lib"))
+	}
+	defer func(d time.Duration) { scanSettle = d }(scanSettle)
+	scanSettle = 0
 	for _, step := range []struct {
-		name string
-		do   func()
-		want []string
+		name, dir string
+		do        func()
+		want      []string
 	}{
-		{"first", func() {}, []string{"libx.so.1"}},
-		{"again", func() {}, []string{"libx.so.1"}},
-		{"the dangling link leads to a library", func() { build(t, root, "other", libraries{"liby.so.9": "liby.so.1"}, nil) }, []string{"libx.so.1", "liby.so.1"}},
-		{"a library added", func() { build(t, root, "lib", libraries{"libz.so.9": "libz.so.1"}, nil) }, []string{"libx.so.1", "liby.so.1", "libz.so.1"}},
-		{"a library removed", func() {
+		{"first", "/lib", func() {}, []string{"libx.so.1"}},
+		{"again", "/lib", func() {}, []string{"libx.so.1"}},
+		{"a library added", "/lib", func() { build(t, root, "lib", libraries{"libz.so.9": "libz.so.1"}, nil) }, []string{"libx.so.1", "libz.so.1"}},
+		{"a library removed", "/lib", func() {
 			if err := os.Remove(filepath.Join(root, "lib/libx.so.9")); err != nil {
 				t.Fatal(err)
 			}
-		}, []string{"liby.so.1", "libz.so.1"}},
+		}, []string{"libz.so.1"}},
+		{"a dangling link", "/dangling", func() {}, nil},
+		{"the dangling link leads to a library", "/dangling", func() { build(t, root, "other", libraries{"liby.so.9": "liby.so.1"}, nil) }, []string{"liby.so.1"}},
 	} {
 		step.do()
-		if got := keys(); !slices.Equal(got, step.want) {
+		if got := keys(step.dir); !slices.Equal(got, step.want) {
 			t.Errorf("%s: %q, want %q", step.name, got, step.want)
 		}
+	}
+	if !remembered("/lib") || remembered("/dangling") {
+		t.Errorf("remembered /lib %v, /dangling %v; want /lib only", remembered("/lib"), remembered("/dangling"))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gpumux/gpumux/internal/filever"
 )
@@ -43,6 +44,9 @@ func Scan(root *os.Root, dir string) ([]Entry, error) {
 	keyed := false
 	if fi, err := d.Stat("."); err == nil {
 		key.version, keyed = filever.OfInfo(fi)
+		// A directory's times move by the kernel's clock tick: one changed
+		// a moment ago may change again without new times.
+		keyed = keyed && time.Since(key.version.Changed()) >= scanSettle
 	}
 	if keyed {
 		if found, ok := scans.get(key, d); ok {
@@ -254,6 +258,10 @@ var scans = &scanCache{m: map[scanKey]scanned{}}
 // maxScans bounds scans: a node has a driver tree or two, each a
 // directory or two.
 const maxScans = 64
+
+// scanSettle is how long ago a directory must have changed for its scan
+// to be remembered (a variable for the tests).
+var scanSettle = time.Second
 
 type scanKey struct {
 	version filever.Version
