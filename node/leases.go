@@ -91,3 +91,14 @@ func (l Leases) Records(ctx context.Context) ([]lease.Record, error) {
 	defer s.Close()
 	return s.Records(ctx)
 }
+
+// Reclaim releases the leases of containers that are gone (see
+// lease.Store.Reclaim) and returns the share IDs it released.
+func (l Leases) Reclaim(ctx context.Context, alive func(lease.Record) (bool, error)) ([]string, error) {
+	s, err := l.open()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return s.Reclaim(ctx, alive)
+}

@@ -65,10 +65,5 @@ func runcStateFile(root, id string) bool {
 // lease.Store.Reclaim) and returns the share IDs it released. A store that
 // does not exist yet has nothing to reclaim.
 func (n *Node) Reclaim(ctx context.Context, alive func(lease.Record) (bool, error)) ([]string, error) {
-	st, err := lease.Open(n.LeasePath())
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	return st.Reclaim(ctx, alive)
+	return LeasesIn(n.cfg.StateDir).Reclaim(ctx, alive)
 }

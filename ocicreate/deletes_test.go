@@ -1,6 +1,7 @@
 package ocicreate
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,12 +15,12 @@ import (
 )
 
 // createUnder asks s to prepare container id of a new bundle that asks for
-// a time-slice replica (or mechanism[0]), runc's root being root; it
-// returns the bundle.
+// a time-slice replica (or mechanism[0]), runc's root being root, from a
+// process that exits then, as runc create does; it returns the bundle.
 func (s *server) createUnder(t *testing.T, root, id string, mechanism ...string) string {
 	t.Helper()
 	b := bundle(t, map[string]string{node.AnnotationMechanism: append(mechanism, "timeslice")[0]})
-	if got := s.ask(t, encodeRequest(s.config, "", "/usr/bin/gpumux-runtime", "--root", root, "create", "--bundle", b, id)); got != answerRunc {
+	if got, _ := s.askFromAnotherProcess(t, encodeRequest(s.config, "", "/usr/bin/gpumux-runtime", "--root", root, "create", "--bundle", b, id)); got != answerRunc {
 		t.Fatalf("create %s: answer %q", id, got)
 	}
 	return b
@@ -238,4 +239,42 @@ func TestDeletesLostEvents(t *testing.T) {
 		t.Errorf("watching the root made again: watch %d (%v); want a new one", third, err)
 	}
 	os.RemoveAll(other)
+}
+
+// TestRuncDeleteSeenLateKeepsTheNextLease: a release after runc's delete
+// that comes late (a delete seen twice: two servers, a restart) leaves
+// the lease of the ID's next container, whether runc has made it (its
+// state directory there) or its create is still under way (the asking
+// process running).
+func TestRuncDeleteSeenLateKeepsTheNextLease(t *testing.T) {
+	s := newServer(t)
+	root := t.TempDir()
+	late := func() []string {
+		t.Helper()
+		ids, err := node.LeasesIn(s.state).Reclaim(context.Background(), deletedByRunc("c1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	s.createUnder(t, root, "c1") // its runc create made its state: the next container's
+	if err := os.Mkdir(filepath.Join(root, "c1"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if got := late(); len(got) != 0 {
+		t.Errorf("a late release gave back %q of a container runc has", got)
+	}
+	if err := os.Remove(filepath.Join(root, "c1")); err != nil {
+		t.Fatal(err)
+	}
+	s.waitLeases(t)
+	// Asked from this process, which keeps running: a create under way.
+	b := bundle(t, map[string]string{node.AnnotationMechanism: "timeslice"})
+	if got := s.ask(t, encodeRequest(s.config, "", "/usr/bin/gpumux-runtime", "--root", root, "create", "--bundle", b, "c1")); got != answerRunc {
+		t.Fatalf("create: %q", got)
+	}
+	if got := late(); len(got) != 0 {
+		t.Errorf("a late release gave back %q of a create under way", got)
+	}
+	s.waitLeases(t, "c1")
 }

@@ -267,7 +267,7 @@ func (s *Server) hook(ctx context.Context, req request, pid int) string {
 		}
 		s.logger.Debug("did a container's hook", "hook", name, "container", st.ID)
 	case name == ociruntime.HookPoststop && len(req.args) == 2 && filepath.Clean(req.stateDir) == filepath.Clean(s.stateDir):
-		s.releaseAfter(ctx, st.ID, "poststop-hook")
+		s.releaseAfter(ctx, st.ID, "poststop-hook", func(ctx context.Context, l node.Leases) ([]string, error) { return l.Release(ctx, st.ID) })
 	default:
 		return answerFallback
 	}
@@ -275,17 +275,17 @@ func (s *Server) hook(ctx context.Context, req request, pid int) string {
 }
 
 // releaseAfter gives container id's leases back after the answer, told
-// of its delete by why (logged). A release that fails is logged; the
-// leases of a container runc no longer knows are reclaimed anyway, at the
-// next create (and at gpumux agent's every period).
-func (s *Server) releaseAfter(ctx context.Context, id, why string) {
+// of its delete by why (logged), by release. A release that fails is
+// logged; the leases of a container runc no longer knows are reclaimed
+// anyway, at the next create (and at gpumux agent's every period).
+func (s *Server) releaseAfter(ctx context.Context, id, why string, release func(context.Context, node.Leases) ([]string, error)) {
 	done := s.releaseStarts(id)
 	s.after.Go(func() {
 		defer done()
 		if s.beforeRelease != nil {
 			s.beforeRelease()
 		}
-		ids, err := node.LeasesIn(s.stateDir).Release(context.WithoutCancel(ctx), id)
+		ids, err := release(context.WithoutCancel(ctx), node.LeasesIn(s.stateDir))
 		switch {
 		case err != nil:
 			s.logger.Warn("giving a deleted container's shares back; they are reclaimed later", "container", id, "error", err)
@@ -437,7 +437,9 @@ func (s *Server) prepare(ctx context.Context, inv ociruntime.Invocation, req req
 // prepared go back as they are deleted too. Where the kernel cannot
 // watch, the creates keep their poststop hooks.
 func (s *Server) watchDeletes(ctx context.Context) {
-	d, err := newDeletes(func(id string) { s.releaseAfter(ctx, id, "runc-delete") })
+	d, err := newDeletes(func(id string) {
+		s.releaseAfter(ctx, id, "runc-delete", func(ctx context.Context, l node.Leases) ([]string, error) { return l.Reclaim(ctx, deletedByRunc(id)) })
+	})
 	if err != nil {
 		s.logger.Warn("runc's deletes cannot be watched: containers' poststop hooks give their shares back", "error", err)
 		return
@@ -470,6 +472,23 @@ func (s *Server) watchDeletes(ctx context.Context) {
 		}
 		d.run()
 	}()
+}
+
+// deletedByRunc is the reclaim's check of container id, which runc
+// deleted: its lease goes only while its state directory is gone (a
+// container of the same ID made since keeps it) and, the reclaim's own
+// rule, no process that took it still runs (a create of the same ID under
+// way). Any other container's lease is not this release's to judge: were
+// a delete seen twice (two servers, a restart), the second finds the
+// lease of the ID's next container and leaves it.
+func deletedByRunc(id string) func(lease.Record) (bool, error) {
+	return func(r lease.Record) (bool, error) {
+		if r.Container != id || r.Root == "" {
+			return true, nil
+		}
+		_, err := os.Lstat(filepath.Join(r.Root, r.Container))
+		return !errors.Is(err, os.ErrNotExist), nil
+	}
 }
 
 // watchRoot watches runc's root for a create's container, asked by
