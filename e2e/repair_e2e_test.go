@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -14,27 +15,42 @@ import (
 
 	"github.com/gpumux/gpumux/e2e/ctrd"
 	"github.com/gpumux/gpumux/node/lease"
+	"github.com/gpumux/gpumux/ocicreate"
 )
 
 // TestRepairRebuildsLeasesOfRunningContainers: containers started through
-// gpumux-runtime by a real containerd and runc hold whole GPUs; the lease
-// store is then emptied (the finding: an empty leases.db once reset the
-// store silently). Every user of the store refuses it, and `gpumux repair`
-// asks the real runc what runs and gives each container its leases back,
-// keeping the damaged file.
+// gpumux-runtime by a real containerd and runc hold whole GPUs, one
+// prepared by gpumux agent (its bundle marked, no poststop hook), one by
+// gpumux-runtime-core (its poststop hook); the lease store is then emptied
+// (the finding: an empty leases.db once reset the store silently). Every
+// user of the store refuses it, and `gpumux repair` asks the real runc
+// what runs and gives each container its leases back, keeping the
+// damaged file.
 func TestRepairRebuildsLeasesOfRunningContainers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	stateDir, config := runtimeNode(t)
-	d, runtime := startContainerd(t, ctx, config)
+	a, socket := agentRuntimeSocket(t, ctx, config)
+	d, runtime := startContainerd(t, ctx, config, ctrd.WithEnv(ocicreate.EnvSocket+"="+socket))
 	whole := ctrd.RunOpts{BinaryName: runtime, Args: []string{ctrd.ProbePath, "-sleep"}, Annotations: map[string]string{"gpumux.io/mechanism": "exclusive"}}
 	for _, id := range []string{"first", "second"} {
+		if id == "second" { // no agent: the core's create
+			if err := (agentSwitch{socket}).use(false); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if err := d.Create(ctx, id, whole); err != nil {
 			t.Fatalf("create %s: %v", id, err)
 		}
 		if err := d.Start(ctx, id); err != nil {
 			t.Fatalf("start %s: %v", id, err)
 		}
+	}
+	if err := (agentSwitch{socket}).use(true); err != nil {
+		t.Fatal(err)
+	}
+	if log := a.log.String(); !strings.Contains(log, "prepared a container's create: container=first") || strings.Contains(log, "container=second") {
+		t.Fatalf("the agent's log does not show it prepared first, and only first:\n%s", log)
 	}
 	before := leases(t, ctx, stateDir)
 	if len(before) != 2 {
@@ -77,11 +93,13 @@ func TestRepairRebuildsLeasesOfRunningContainers(t *testing.T) {
 	if kept, _ := filepath.Glob(path + ".damaged-*"); len(kept) != 1 {
 		t.Errorf("damaged files kept: %v, want one", kept)
 	}
-	// The rebuilt store works: a released container gives its GPU back.
+	// The rebuilt store works: a released container gives its GPU back
+	// (the agent's, at runc's delete: a moment after).
 	if _, err := d.Delete(ctx, "first"); err != nil {
 		t.Fatal(err)
 	}
-	if after := leases(t, ctx, stateDir); len(after) != 1 {
-		t.Errorf("leases after deleting one container: %v, want the other's only", after)
-	}
+	waitFor(t, ctx, time.Minute, "first's lease given back", func() (bool, string) {
+		after := leases(t, ctx, stateDir)
+		return len(after) == 1, fmt.Sprint(after)
+	})
 }
