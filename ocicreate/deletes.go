@@ -20,9 +20,8 @@ import (
 // hooks. The server watches each runc root it prepares a container under
 // (inotify, IN_DELETE of a directory) and is told of the IDs it prepared
 // there; the kernel queues the event as runc removes the directory, and
-// the container's start pays for no hook process (on the H200 node the
-// poststop hook's process was a few milliseconds of a container's start,
-// docs/benchmarks.md).
+// runc starts no hook process for the container (up to a few
+// milliseconds of a container's start, by the machine: docs/benchmarks.md).
 //
 // Events are read and acted on under one lock, so sync sees every event
 // the kernel queued before it was called: a create of a container ID that

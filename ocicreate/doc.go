@@ -1,7 +1,9 @@
 // Package ocicreate prepares the create of a container that asks for GPU
 // shares: its bundle's config.json read, the request found in it
 // (node.ParseRequest), the shares leased, their edits and gpumux's
-// poststop hook written into the spec. gpumux-runtime-core (package
+// poststop hook written into the spec; where gpumux agent prepared it and
+// watches runc's root, no hook: the agent gives the shares back when runc
+// deletes the container (deletes.go). gpumux-runtime-core (package
 // runtimehook: a process per create) and gpumux agent (package cli: a
 // node agent that has the node open already) both use it.
 //
