@@ -239,6 +239,20 @@ func (d *deletes) expect(wd int32, id string, seen bool) {
 	}
 }
 
+// present says whether container id, under runc root root, is one
+// prepared here whose state directory runc made and whose delete has not
+// been read: alive, without a look at runc's state (a delete queued since
+// is acted on at the next read, and gives its shares back then).
+func (d *deletes) present(root, id string) bool {
+	if d == nil {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rw, ok := d.byRoot[root]
+	return ok && d.want[watched{rw.wd, id}]
+}
+
 // close stops the watching; run returns.
 func (d *deletes) close() {
 	if d == nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpumux/gpumux/node"
+	"github.com/gpumux/gpumux/node/lease"
 )
 
 // createUnder asks s to prepare container id of a new bundle that asks for
@@ -277,4 +279,36 @@ func TestRuncDeleteSeenLateKeepsTheNextLease(t *testing.T) {
 		t.Errorf("a late release gave back %q of a create under way", got)
 	}
 	s.waitLeases(t, "c1")
+}
+
+// TestReclaimTrustsWatchedContainers: a create's reclaim asks nothing of
+// runc about a container the server watches and saw runc make; one it
+// does not watch is asked about as before.
+func TestReclaimTrustsWatchedContainers(t *testing.T) {
+	var mu sync.Mutex
+	asked := map[string]int{}
+	s := newServerMatching(t, timesliceNode, false, func(s *Server) {
+		inner := s.alive
+		s.alive = func(r lease.Record) (bool, error) {
+			mu.Lock()
+			asked[r.Container]++
+			mu.Unlock()
+			return inner(r)
+		}
+	})
+	root := t.TempDir()
+	s.createUnder(t, root, "watched")
+	if err := os.Mkdir(filepath.Join(root, "watched"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b := bundle(t, map[string]string{node.AnnotationMechanism: "exclusive"})
+	if got, _ := s.askFromAnotherProcess(t, encodeRequest(s.config, "", "/usr/bin/gpumux-runtime", "create", "--bundle", b, "unwatched")); got != answerRunc {
+		t.Fatalf("create unwatched: %q", got)
+	}
+	s.createUnder(t, root, "third", "exclusive")
+	mu.Lock()
+	defer mu.Unlock()
+	if asked["watched"] != 0 || asked["unwatched"] == 0 {
+		t.Errorf("runc asked about %v; want never about the watched container, at least once about the unwatched one", asked)
+	}
 }

@@ -416,7 +416,7 @@ func (s *Server) prepare(ctx context.Context, inv ociruntime.Invocation, req req
 		// shares back (gpumux-runtime-hook where none answers).
 		HookBinary: strings.TrimSuffix(req.entry, " (deleted)"), // replaced since it started
 		HookEnv:    append([]string{"GPUMUX_CONFIG=" + s.hookConfig(req)}, s.hookEnv...),
-		Alive:      s.alive,
+		Alive:      s.aliveOrWatched,
 		Warn:       s.logger.StandardWriter(&hclog.StandardLoggerOptions{ForceLevel: hclog.Warn}),
 		Record:     []lease.AcquireOption{lease.WithOwner(pid)},
 		Logger:     s.logger,
@@ -472,6 +472,17 @@ func (s *Server) watchDeletes(ctx context.Context) {
 		}
 		d.run()
 	}()
+}
+
+// aliveOrWatched is the reclaim's check of a lease's container before a
+// create: a container the server watches runc's deletes of, and whose
+// state directory runc made, is alive without a look at runc's state (on
+// a node of many containers, each create checks every other one's lease).
+func (s *Server) aliveOrWatched(r lease.Record) (bool, error) {
+	if s.deletes.present(r.Root, r.Container) {
+		return true, nil
+	}
+	return s.alive(r)
 }
 
 // deletedByRunc is the reclaim's check of container id, which runc

@@ -511,9 +511,53 @@ func TestServerHooks(t *testing.T) {
 // is the same create in a fresh process). Profile it with
 //
 //	go test -run '^$' -bench ServerCreate -cpuprofile /tmp/agent.prof ./ocicreate/
+//
+// "busy" is a whole GPU's create on a node where 60 other containers hold
+// leases (the reclaim before each create checks every one of them: the
+// processes that took them have ended, runc has their state).
 func BenchmarkServerCreate(b *testing.B) {
 	for _, mech := range []string{"exclusive", "timeslice"} {
 		b.Run(mech, func(b *testing.B) { benchCreate(b, newServer(b), mech) })
+	}
+	b.Run("busy", func(b *testing.B) {
+		s := newServer(b)
+		others(b, s, 60)
+		benchCreate(b, s, "exclusive")
+	})
+}
+
+// others leases a share each to n containers runc has (their state under
+// a root of their own), taken by processes that have ended.
+func others(b *testing.B, s *server, n int) {
+	root := b.TempDir()
+	st, err := lease.Open(lease.PathIn(s.state))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	for i := range n {
+		id := fmt.Sprintf("other-%d", i)
+		if err := os.MkdirAll(filepath.Join(root, id), 0o700); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, id, "state.json"), []byte("{}"), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		ended := exec.Command("true")
+		if err := ended.Start(); err != nil {
+			b.Fatal(err)
+		}
+		var r lease.Record
+		lease.WithOwner(ended.Process.Pid)(&r) // read before it is reaped
+		ended.Wait()
+		owner := func(rec *lease.Record) { rec.Owner = r.Owner }
+		if r.Owner == nil {
+			b.Fatal("no owner read")
+		}
+		choose := func(map[string]string) ([]string, error) { return []string{"share-of-" + id}, nil }
+		if _, err := st.Acquire(context.Background(), id, choose, lease.WithRuncRoot(root), owner); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

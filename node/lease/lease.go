@@ -690,11 +690,8 @@ func checkContainer(c string) error {
 
 // selfOwner describes this process, or is nil where /proc cannot tell;
 // read once (a long-lived agent opens the store for every create).
-var selfOwner = sync.OnceValue(func() *Owner { return ownerOf(os.Getpid()) })
-
-// ownerOf describes process pid (of this process's PID namespace), or is
-// nil where /proc cannot tell.
-func ownerOf(pid int) *Owner {
+var selfOwner = sync.OnceValue(func() *Owner {
+	pid := os.Getpid()
 	start, err := processStart(pid)
 	if err != nil {
 		return nil
@@ -708,6 +705,47 @@ func ownerOf(pid int) *Owner {
 		return nil
 	}
 	return &Owner{PID: pid, Start: start, BootID: string(bytes.TrimSpace(boot)), PIDNamespace: ns}
+})
+
+// ownerOf describes process pid (of this process's PID namespace), or is
+// nil where /proc cannot tell: its start, and this process's boot and PID
+// namespace (read once).
+func ownerOf(pid int) *Owner {
+	self := selfOwner()
+	if self == nil {
+		return nil
+	}
+	start, err := processStart(pid)
+	if err != nil {
+		return nil
+	}
+	return &Owner{PID: pid, Start: start, BootID: self.BootID, PIDNamespace: self.PIDNamespace}
+}
+
+// ended remembers owners seen gone: a process that has ended never runs
+// again (another process of its PID has another start time), and a
+// long-lived agent checks the owner of every lease at every create.
+var ended = struct {
+	sync.Mutex
+	m map[Owner]bool
+}{m: map[Owner]bool{}}
+
+// maxEnded bounds ended: a node runs a few thousand containers at most.
+const maxEnded = 8192
+
+func endedBefore(o Owner) bool {
+	ended.Lock()
+	defer ended.Unlock()
+	return ended.m[o]
+}
+
+func endedNow(o Owner) {
+	ended.Lock()
+	defer ended.Unlock()
+	if len(ended.m) >= maxEnded {
+		clear(ended.m)
+	}
+	ended.m[o] = true
 }
 
 // processRunning reports whether o still runs, and whether that could be
@@ -723,14 +761,18 @@ func processRunning(o *Owner) (running, known bool) {
 	if o.PIDNamespace != self.PIDNamespace {
 		return false, false
 	}
-	start, err := processStart(o.PID)
-	if errors.Is(err, os.ErrNotExist) {
+	if endedBefore(*o) {
 		return false, true
 	}
-	if err != nil {
+	start, err := processStart(o.PID)
+	switch {
+	case errors.Is(err, os.ErrNotExist), err == nil && start != o.Start:
+		endedNow(*o)
+		return false, true
+	case err != nil:
 		return false, false
 	}
-	return start == o.Start, true
+	return true, true
 }
 
 // processStart reads a process's start time (clock ticks after boot) from

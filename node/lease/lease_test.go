@@ -369,9 +369,17 @@ func TestProcessRunning(t *testing.T) {
 		{"other pid namespace", &otherNS, false, false},
 		{"no owner", nil, false, false},
 	} {
-		if r, k := processRunning(tt.o); r != tt.running || k != tt.known {
-			t.Errorf("%s: running %v known %v, want %v %v", tt.name, r, k, tt.running, tt.known)
+		for range 2 { // the second time an ended owner is remembered
+			if r, k := processRunning(tt.o); r != tt.running || k != tt.known {
+				t.Errorf("%s: running %v known %v, want %v %v", tt.name, r, k, tt.running, tt.known)
+			}
 		}
+	}
+	if !endedBefore(gone) || !endedBefore(reused) || endedBefore(*self) {
+		t.Errorf("remembered as ended: exited %v, pid reused %v, self %v; want the first two only", endedBefore(gone), endedBefore(reused), endedBefore(*self))
+	}
+	if o := ownerOf(os.Getpid()); o == nil || *o != *self {
+		t.Errorf("ownerOf(self) = %+v, want %+v", o, self)
 	}
 }
 
