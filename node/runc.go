@@ -28,7 +28,7 @@ func RuncAlive(ctx context.Context, runc, root string) func(lease.Record) (bool,
 		if dir == "" {
 			dir = root
 		}
-		if dir != "" && runcStateFile(dir, r.Container) {
+		if dir != "" && RuncStateFile(dir, r.Container) {
 			return true, nil
 		}
 		var args []string
@@ -48,10 +48,10 @@ func RuncAlive(ctx context.Context, runc, root string) func(lease.Record) (bool,
 	}
 }
 
-// runcStateFile says whether runc keeps a state file for container id
-// under root. An ID that runc would refuse (it allows letters, digits and
-// "_+-.", not "." or "..") is never found here.
-func runcStateFile(root, id string) bool {
+// RuncStateFile says whether runc keeps a state file for container id
+// under root (ROOT/ID/state.json). An ID that runc would refuse (it allows
+// letters, digits and "_+-.", not "." or "..") is never found here.
+func RuncStateFile(root, id string) bool {
 	if id == "" || id == "." || id == ".." || strings.IndexFunc(id, func(c rune) bool {
 		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("_+-.", c))
 	}) >= 0 {

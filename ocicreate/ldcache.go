@@ -175,26 +175,6 @@ func sameAsPeer(pid int, path string) error {
 	return nil
 }
 
-// sameMountNamespace says whether process pid is in this process's mount
-// namespace (pid 0: this process).
-func sameMountNamespace(pid int) error {
-	if pid == 0 {
-		return nil
-	}
-	mine, err := os.Readlink("/proc/self/ns/mnt")
-	if err != nil {
-		return err
-	}
-	theirs, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
-	if err != nil {
-		return err
-	}
-	if mine != theirs {
-		return fmt.Errorf("the runtime is in another mount namespace (%s, not %s)", theirs, mine)
-	}
-	return nil
-}
-
 // noLinkOnTheWay checks that no component of dir, a clean absolute path
 // in r, is a symbolic link.
 func noLinkOnTheWay(r *os.Root, dir string) error {

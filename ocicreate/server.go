@@ -453,7 +453,7 @@ func (s *Server) watchDeletes(ctx context.Context) {
 		// Only those the agent prepared without a poststop hook (which
 		// would release them too, later maybe than a create of the same
 		// ID), whose containers runc still has.
-		if r.Root == "" || r.Bundle == "" || !node.LeasedBy(r.Bundle, s.stateDir) || !validID(r.Container) {
+		if r.Root == "" || r.Bundle == "" || !node.LeasedBy(r.Bundle, s.stateDir) {
 			continue
 		}
 		// Watched first: a delete from here on is queued, and no event is
@@ -462,7 +462,7 @@ func (s *Server) watchDeletes(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if _, err := os.Lstat(filepath.Join(r.Root, r.Container, "state.json")); err == nil {
+		if node.RuncStateFile(r.Root, r.Container) {
 			d.expect(wd, r.Container, true)
 		}
 	}
@@ -514,7 +514,8 @@ func (s *Server) watchRoot(root string, pid int) (int32, error) {
 	case pid <= 0:
 		return 0, errors.New("the asking process is not in this PID namespace")
 	}
-	if _, err := os.Lstat(root); errors.Is(err, os.ErrNotExist) {
+	err := sameAsPeer(pid, root)
+	if errors.Is(err, os.ErrNotExist) {
 		// The nearest directory there must be the peer's too.
 		there := filepath.Dir(root)
 		for _, err := os.Lstat(there); errors.Is(err, os.ErrNotExist) && there != "/"; _, err = os.Lstat(there) {
@@ -526,19 +527,12 @@ func (s *Server) watchRoot(root string, pid int) (int32, error) {
 		if err := os.MkdirAll(root, 0o700); err != nil {
 			return 0, err
 		}
+		err = sameAsPeer(pid, root)
 	}
-	if err := sameAsPeer(pid, root); err != nil {
+	if err != nil {
 		return 0, err
 	}
 	return s.deletes.watch(root)
-}
-
-// validID says whether id is a container ID runc accepts (letters, digits
-// and "_+-.", not "." or ".."): a name in runc's root.
-func validID(id string) bool {
-	return id != "" && id != "." && id != ".." && strings.IndexFunc(id, func(c rune) bool {
-		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("_+-.", c))
-	}) < 0
 }
 
 // ours says whether gpumux-runtime would have read this agent's config and

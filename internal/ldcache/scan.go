@@ -49,8 +49,10 @@ func Scan(root *os.Root, dir string) ([]Entry, error) {
 		keyed = keyed && time.Since(key.version.Changed()) >= scanSettle
 	}
 	if keyed {
-		if found, ok := scans.get(key, d); ok {
-			return found, nil
+		if s, ok := scans.get(key); ok {
+			if found, ok := s.current(d); ok {
+				return found, nil
+			}
 		}
 	}
 	ents, err := fs.ReadDir(d.FS(), ".")
@@ -137,7 +139,7 @@ func Scan(root *os.Root, dir string) ([]Entry, error) {
 		out[i] = Entry{Key: l.name, Value: path.Join(dir, l.name), Flags: l.flags}
 	}
 	if keyed && !outside {
-		scans.put(key, scanned{out, files})
+		scans.put(key, scanned{slices.Clone(out), files})
 	}
 	return out, nil
 }
@@ -240,10 +242,14 @@ func isPrelinkTemp(name string) bool {
 // every container) reads a driver's libraries once, not at every
 // container (on the H200 node: 0.28 of the hook's 1.3 ms). A file
 // rewritten in place changes its ctime; a file replaced is another inode.
-var sonames = &elfCache{m: map[filever.Version]elfResult{}}
+// A driver has tens of libraries.
+var sonames = newRemembered[filever.Version, elfResult](4096)
 
-// maxRemembered bounds sonames: a driver has tens of libraries.
-const maxRemembered = 4096
+type elfResult struct {
+	soname string
+	flags  int32
+	err    error // nil or errNotLibrary
+}
 
 // scans remembers Scan's result for a directory, by the directory's
 // identity and the path it is scanned as, with the version of each file
@@ -252,12 +258,9 @@ const maxRemembered = 4096
 // what was remembered: a file rewritten in place changes its times)
 // replaces an open, a read and a close of each (on the H200 node the scan
 // was most of the hook's 0.75 ms, docs/benchmarks.md). An entry added,
-// removed or renamed changes the directory's times.
-var scans = &scanCache{m: map[scanKey]scanned{}}
-
-// maxScans bounds scans: a node has a driver tree or two, each a
-// directory or two.
-const maxScans = 64
+// removed or renamed changes the directory's times. A node has a driver
+// tree or two, each a directory or two.
+var scans = newRemembered[scanKey, scanned](64)
 
 // scanSettle is how long ago a directory must have changed for its scan
 // to be remembered (a variable for the tests).
@@ -279,20 +282,9 @@ type fileSeen struct {
 	version filever.Version
 }
 
-type scanCache struct {
-	mu sync.Mutex
-	m  map[scanKey]scanned
-}
-
-// get returns a copy of the entries remembered for k, if every file they
-// came from is still the version seen, in d.
-func (c *scanCache) get(k scanKey, d *os.Root) ([]Entry, bool) {
-	c.mu.Lock()
-	s, ok := c.m[k]
-	c.mu.Unlock()
-	if !ok {
-		return nil, false
-	}
+// current returns a copy of s's entries if every file they came from is
+// still the version seen, in d.
+func (s scanned) current(d *os.Root) ([]Entry, bool) {
 	for _, f := range s.files {
 		fi, err := d.Stat(f.name)
 		if err != nil {
@@ -305,38 +297,30 @@ func (c *scanCache) get(k scanKey, d *os.Root) ([]Entry, bool) {
 	return slices.Clone(s.found), true
 }
 
-func (c *scanCache) put(k scanKey, s scanned) {
+// remembered is a map of at most max entries, safe for concurrent use,
+// emptied when full.
+type remembered[K comparable, V any] struct {
+	mu  sync.Mutex
+	m   map[K]V
+	max int
+}
+
+func newRemembered[K comparable, V any](max int) *remembered[K, V] {
+	return &remembered[K, V]{m: map[K]V{}, max: max}
+}
+
+func (c *remembered[K, V]) get(k K) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.m) >= maxScans {
+	v, ok := c.m[k]
+	return v, ok
+}
+
+func (c *remembered[K, V]) put(k K, v V) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= c.max {
 		clear(c.m)
 	}
-	c.m[k] = scanned{slices.Clone(s.found), s.files}
-}
-
-type elfResult struct {
-	soname string
-	flags  int32
-	err    error // nil or errNotLibrary
-}
-
-type elfCache struct {
-	mu sync.Mutex
-	m  map[filever.Version]elfResult
-}
-
-func (c *elfCache) get(k filever.Version) (elfResult, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r, ok := c.m[k]
-	return r, ok
-}
-
-func (c *elfCache) put(k filever.Version, r elfResult) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.m) >= maxRemembered {
-		clear(c.m)
-	}
-	c.m[k] = r
+	c.m[k] = v
 }

@@ -110,11 +110,10 @@ func (s *session) restorePools(sn snapshot, handle func(proto.Handle) error) err
 			return fmt.Errorf("cuMemPoolCreate: %v", r)
 		}
 		w.reuse = sp.reuse
-		w.threshold = sp.threshold
-		if limit, _ := s.quota.left(); limit > 0 {
-			w.threshold = min(w.threshold, limit) // as cuMemPoolSetAttribute sets it
+		p := &poolState{h: sp.h, mem: w, dev: sp.dev, dflt: sp.dflt}
+		if r := s.setThreshold(p, sp.threshold); r != ok {
+			return fmt.Errorf("cuMemPoolSetAttribute: %v", r)
 		}
-		p := &poolState{h: sp.h, mem: w, dev: sp.dev, dflt: sp.dflt, threshold: sp.threshold}
 		s.pools.byHandle[sp.h] = p
 		if sp.dflt {
 			s.pools.dflt[sp.dev] = p
@@ -142,10 +141,13 @@ func (s *session) restoreChunk(w *windowPool, sp snapPool, sc snapChunk) error {
 	if r != ok {
 		return fmt.Errorf("cuMemGetAllocationGranularity: %v", r)
 	}
-	slab := sc.slot >= minSlot && sc.slot <= maxSlot && sc.slot&(sc.slot-1) == 0 && sc.size == max(slabSize, gran)
+	slot, isSlab := slotFor(sc.slot, gran) // a slab's slot is one slotFor gives
+	slab := isSlab && slot == sc.slot && sc.size == max(slabSize, gran)
 	switch {
 	case sc.size == 0 || sc.size > windowSize || sc.slot == 0 || sc.slot != sc.size && !slab:
 		return bad("not a chunk a pool makes")
+	case sc.size%gran != 0:
+		return bad("not a multiple of the device's granularity")
 	case w.maxSize != 0 && w.reserved+sc.size > w.maxSize:
 		return bad("beyond the pool's maximum size")
 	case len(w.chunks) >= maxSnapObjects:
@@ -168,9 +170,6 @@ func (s *session) restoreChunk(w *windowPool, sp snapPool, sc snapChunk) error {
 		return fmt.Errorf("backing pool %#x's %d bytes at %#x: %v", sp.h, sc.size, sc.base, r)
 	}
 	w.add(p, b, sc.slot)
-	if b.size != sc.size {
-		return bad("not a multiple of the device's granularity")
-	}
 	return nil
 }
 

@@ -47,8 +47,10 @@ type memPool interface {
 	alloc(ctx *ctxState, n uint64, st uintptr) (proto.DevPtr, proto.Result)
 	free(ctx *ctxState, p proto.DevPtr, st uintptr) proto.Result
 	freeNow(p proto.DevPtr) proto.Result
-	// synced is told of the client's synchronizing calls.
+	// synced is told of the client's synchronizing calls; forgetCtx that
+	// ctx is going, its work done.
 	synced()
+	forgetCtx(ctx *ctxState)
 	attribute(attr uint32) (uint64, proto.Result)
 	setAttribute(attr uint32, v uint64) proto.Result
 	trimTo(keep uint64) proto.Result
@@ -73,6 +75,7 @@ func (d driverPool) free(_ *ctxState, p proto.DevPtr, st uintptr) proto.Result {
 }
 func (d driverPool) freeNow(p proto.DevPtr) proto.Result { return d.be.MemFree(p) }
 func (d driverPool) synced()                             {}
+func (d driverPool) forgetCtx(*ctxState)                 {}
 func (d driverPool) attribute(attr uint32) (uint64, proto.Result) {
 	return d.be.MemPoolGetAttribute(d.raw, attr)
 }
@@ -408,15 +411,7 @@ func (s *session) MemPoolSetAttribute(c *proto.Call, h proto.Handle, attr uint32
 		}
 		return p.mem.setAttribute(attr, value)
 	case proto.MemPoolReleaseThreshold:
-		v := value
-		if limit, _ := s.quota.left(); limit > 0 {
-			v = min(v, limit)
-		}
-		if r := p.mem.setAttribute(attr, v); r != ok {
-			return r
-		}
-		p.threshold = value
-		return ok
+		return s.setThreshold(p, value)
 	case proto.MemPoolReservedMemHigh, proto.MemPoolUsedMemHigh:
 		if value != 0 { // only a reset
 			return proto.ErrInvalidValue
@@ -424,6 +419,20 @@ func (s *session) MemPoolSetAttribute(c *proto.Call, h proto.Handle, attr uint32
 		return p.mem.setAttribute(attr, value)
 	}
 	return proto.ErrInvalidValue
+}
+
+// setThreshold sets p's release threshold to v as the client sees it, at
+// most the quota left as the pool honours it.
+func (s *session) setThreshold(p *poolState, v uint64) proto.Result {
+	honoured := v
+	if limit, _ := s.quota.left(); limit > 0 {
+		honoured = min(v, limit)
+	}
+	if r := p.mem.setAttribute(proto.MemPoolReleaseThreshold, honoured); r != ok {
+		return r
+	}
+	p.threshold = v
+	return ok
 }
 
 // MemPoolGetAttribute answers the release threshold as the client set it,
@@ -512,10 +521,8 @@ func (s *session) synced(r proto.Result) proto.Result {
 // poolsForget vacates what was freed in stream order on ctx's streams: it
 // is going, its work done.
 func (s *session) poolsForget(ctx *ctxState) {
-	for _, h := range sortedHandles(s.pools.byHandle) {
-		if w, ok := s.pools.byHandle[h].mem.(*windowPool); ok {
-			w.forgetCtx(ctx)
-		}
+	for _, p := range s.pools.byHandle { // in any order: each its own
+		p.mem.forgetCtx(ctx)
 	}
 }
 

@@ -370,8 +370,6 @@ func (w *windowPool) attribute(attr uint32) (uint64, proto.Result) {
 	switch attr {
 	case proto.MemPoolReuseFollowEventDependencies, proto.MemPoolReuseAllowOpportunistic, proto.MemPoolReuseAllowInternalDependencies:
 		return w.reuse[attr-proto.MemPoolReuseFollowEventDependencies], ok
-	case proto.MemPoolReleaseThreshold:
-		return w.threshold, ok
 	case proto.MemPoolReservedMemCurrent:
 		return w.reserved, ok
 	case proto.MemPoolReservedMemHigh:
