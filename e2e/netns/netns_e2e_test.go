@@ -193,6 +193,20 @@ func TestNewRemovesStale(t *testing.T) {
 	if err := stale.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// nsenter enters the namespace after it starts: New looks for what
+	// runs there, so wait until the process is in it.
+	var ns syscall.Stat_t
+	if err := syscall.Stat(hostcheck.NetNSDir+"/"+Prefix+"s-x", &ns); err != nil {
+		t.Fatal(err)
+	}
+	for in := fmt.Sprintf("net:[%d]", ns.Ino); ; time.Sleep(5 * time.Millisecond) {
+		if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", stale.Process.Pid)); l == in {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the process never entered the stale namespace")
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- stale.Wait() }()
 	t.Cleanup(func() { stale.Process.Kill() })
