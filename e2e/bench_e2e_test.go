@@ -3,6 +3,8 @@
 package e2e
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -19,25 +21,45 @@ var mechanismVariants = []struct{ name, mechanism string }{
 	{"timeslice", "timeslice"},
 }
 
-// benchInterleaved runs variant 0 (plain runc, the baseline) and then each
-// of the others (named by names) once per iteration, so that drift of a
-// shared machine hits them alike, and reports runc's milliseconds per
-// container and each other variant as a ratio to it ("mps/runc").
+// benchInterleaved runs variant 0 (plain runc, the baseline) and each of
+// the others (named by names) once per iteration, so that drift of a
+// shared machine hits them alike, in an order of its own each iteration:
+// what a container leaves behind (its cgroup's and mounts' teardown, a
+// release) falls on the one after it, so no variant always follows the
+// same one. It reports runc's median milliseconds per container and each
+// other variant's median as a ratio to runc's ("mps/runc"): medians, as a
+// container's start is, where a mean would follow the stalls of a busy
+// 2-core machine (one 300 ms stall in 10 containers moves a mean by 30 ms).
 func benchInterleaved(b *testing.B, names []string, run func(i, variant int) error) {
-	took := make([]time.Duration, 1+len(names))
+	took := make([][]time.Duration, 1+len(names))
+	order := make([]int, len(took))
+	for j := range order {
+		order[j] = j
+	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		for j := range took {
+		rand.Shuffle(len(order), func(x, y int) { order[x], order[y] = order[y], order[x] })
+		for _, j := range order {
 			start := time.Now()
 			if err := run(i, j); err != nil {
 				b.Fatal(err)
 			}
-			took[j] += time.Since(start)
+			took[j] = append(took[j], time.Since(start))
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(took[0].Seconds()*1000/float64(b.N), "runc-ms/op")
+	runc := median(took[0])
+	b.ReportMetric(float64(runc)/float64(time.Millisecond), "runc-ms/op")
 	for j, name := range names {
-		b.ReportMetric(float64(took[j+1])/float64(took[0]), name+"/runc")
+		b.ReportMetric(float64(median(took[j+1]))/float64(runc), name+"/runc")
 	}
+}
+
+// median is the median of d (the mean of the middle two of an even count).
+func median(d []time.Duration) time.Duration {
+	s := slices.Sorted(slices.Values(d))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }

@@ -29,9 +29,9 @@ import (
 // the time-slice replica's CDI device taken apart (cdiAblations: without
 // its hook, mounts, device nodes, env only, and other ways tried out:
 // cdi_ablation_e2e_test.go), applied by containerd with plain runc
-// ("cdi-no-hooks", ...). It reports runc's milliseconds per container and
-// each other way as a ratio to it (docs/benchmarks.md has runs of 10x and,
-// for the ablation, of 20x):
+// ("cdi-no-hooks", ...). It reports runc's median milliseconds per
+// container and each other way's median as a ratio to it
+// (docs/benchmarks.md has runs of 10x and, for the ablation, of 20x):
 //
 //	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench CRILifecycle -benchtime 10x -count 5 ./e2e/
 func BenchmarkCRILifecycle(b *testing.B) {

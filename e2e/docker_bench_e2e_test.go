@@ -18,8 +18,8 @@ import (
 // each mechanism (mechanismVariants, asked for by GPUMUX_MECHANISM) of a
 // simulated H200 node, its create decided by gpumux-runtime-core, and for
 // each share again with gpumux agent serving gpumux-runtime ("agent-…"),
-// interleaved in one run. It reports runc's milliseconds per container and
-// each gpumux-runtime variant as a ratio to it:
+// interleaved in one run. It reports runc's median milliseconds per
+// container and each gpumux-runtime variant's median as a ratio to it:
 //
 //	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench DockerRun -benchtime 10x -count 5 ./e2e/
 func BenchmarkDockerRun(b *testing.B) {

@@ -27,8 +27,8 @@ const EnvBenchRuntimeBefore = "GPUMUX_BENCH_RUNTIME_BEFORE"
 // gpumux agent serving gpumux-runtime ("agent-exclusive", ...: the agent
 // decides), interleaved in one run; the agent's socket is renamed away for
 // the variants through the core, as on a node without an agent. It reports
-// runc's milliseconds per container and each gpumux-runtime variant as a
-// ratio to it:
+// runc's median milliseconds per container and each gpumux-runtime
+// variant's median as a ratio to it:
 //
 //	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench ContainerLifecycle -benchtime 10x -count 5 ./e2e/
 func BenchmarkContainerLifecycle(b *testing.B) {
