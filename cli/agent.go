@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -155,13 +154,7 @@ func agent(ctx context.Context, o *agentOptions, logger hclog.Logger) error {
 			logger.Info("shares", "groups", s)
 			last = s
 		}
-		released, err := n.Reclaim(ctx, alive)
-		if len(released) > 0 {
-			logger.Info("released the leases of containers runc no longer knows", "shares", strings.Join(released, ","))
-		}
-		if err != nil && !errors.Is(err, context.Canceled) {
-			logger.Warn("some leases were kept: runc could not tell whether their containers exist", "error", err)
-		}
+		n.ReclaimLogged(ctx, alive)
 	}
 	logger.Info("stopping; MPS daemons and MIG instances stay for the next agent")
 	return nil

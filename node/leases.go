@@ -2,8 +2,11 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 
 	"github.com/gpumux/gpumux/node/lease"
 )
@@ -93,8 +96,12 @@ func (l Leases) Records(ctx context.Context) ([]lease.Record, error) {
 }
 
 // Reclaim releases the leases of containers that are gone (see
-// lease.Store.Reclaim) and returns the share IDs it released.
+// lease.Store.Reclaim) and returns the share IDs it released. A store not
+// made yet has none, and is not made.
 func (l Leases) Reclaim(ctx context.Context, alive func(lease.Record) (bool, error)) ([]string, error) {
+	if _, err := os.Lstat(l.Path); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	s, err := l.open()
 	if err != nil {
 		return nil, err

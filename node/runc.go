@@ -63,7 +63,22 @@ func RuncStateFile(root, id string) bool {
 
 // Reclaim releases the leases of containers that are gone (see
 // lease.Store.Reclaim) and returns the share IDs it released. A store that
-// does not exist yet has nothing to reclaim.
+// does not exist yet has nothing to reclaim, and is not made.
 func (n *Node) Reclaim(ctx context.Context, alive func(lease.Record) (bool, error)) ([]string, error) {
 	return LeasesIn(n.cfg.StateDir).Reclaim(ctx, alive)
+}
+
+// ReclaimLogged is Reclaim as the node's long-lived process (gpumux agent,
+// the Nomad plugin) runs it every period, so that a container deleted
+// while nothing watched is given back without waiting for the next create:
+// what it released, and the leases it kept because runc could not tell,
+// go to the node's logger.
+func (n *Node) ReclaimLogged(ctx context.Context, alive func(lease.Record) (bool, error)) {
+	released, err := n.Reclaim(ctx, alive)
+	if len(released) > 0 {
+		n.logger.Info("released the leases of containers runc no longer knows", "shares", strings.Join(released, ","))
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		n.logger.Warn("some leases were kept: runc could not tell whether their containers exist", "error", err)
+	}
 }

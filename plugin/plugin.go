@@ -46,6 +46,7 @@ type OpenFunc = node.OpenFunc
 type Plugin struct {
 	logger hclog.Logger
 	open   OpenFunc
+	runc   string
 
 	mu   sync.Mutex
 	cfg  *nodeconfig.Config
@@ -60,9 +61,13 @@ type Option func(*Plugin)
 // WithOpen replaces how the plugin opens GPUs (tests).
 func WithOpen(f OpenFunc) Option { return func(p *Plugin) { p.open = f } }
 
+// WithRunc sets the runc the plugin asks whether a lease's container still
+// exists (default "runc", found on PATH).
+func WithRunc(path string) Option { return func(p *Plugin) { p.runc = path } }
+
 // New returns a plugin that logs to logger.
 func New(logger hclog.Logger, opts ...Option) *Plugin {
-	p := &Plugin{logger: logger.Named(Name)}
+	p := &Plugin{logger: logger.Named(Name), runc: "runc"}
 	for _, o := range opts {
 		o(p)
 	}
@@ -98,7 +103,8 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 // Fingerprint opens the node and runs it (see node.Node.Start: MIG layouts,
 // MPS daemons, XIDs), then sends the complete device list at once, every
 // fingerprint_period, and whenever a share's health changes. It serves the
-// node's metrics at metrics_addr while it runs.
+// node's metrics at metrics_addr while it runs, and after each fingerprint
+// gives back the leases of containers runc no longer knows.
 func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *device.FingerprintResponse, error) {
 	p.mu.Lock()
 	cfg := p.cfg
@@ -132,6 +138,7 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, cfg *nodeconfig.Config, ou
 		send(&device.FingerprintResponse{Error: err})
 		return
 	}
+	alive := node.RuncAlive(ctx, p.runc, "")
 	var last []*device.DeviceGroup // the last good fingerprint
 	for u := range n.Watch(ctx, cfg.Period()) {
 		var groups []*device.DeviceGroup
@@ -153,6 +160,10 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, cfg *nodeconfig.Config, ou
 		if !send(&device.FingerprintResponse{Devices: groups}) {
 			return
 		}
+		// As gpumux agent does: a container gone while nothing watched its
+		// delete (the runtime socket's agent was not running, a runc
+		// killed) gives its shares back now, not at the next create.
+		n.ReclaimLogged(ctx, alive)
 	}
 }
 
@@ -224,7 +235,7 @@ func (p *Plugin) serveRuntime(ctx context.Context, cfg *nodeconfig.Config) {
 		log.Warn("not serving gpumux-runtime: its creates start gpumux-runtime-core", "error", err)
 		return
 	}
-	srv := ocicreate.NewServer(rn, "", cfg.StateDir, node.RuncAlive(ctx, "runc", ""),
+	srv := ocicreate.NewServer(rn, "", cfg.StateDir, node.RuncAlive(ctx, p.runc, ""),
 		ocicreate.MatchConfig(cfg), ocicreate.WithLogger(log), ocicreate.WithHookEnv(env...))
 	go func() {
 		defer rn.Close()

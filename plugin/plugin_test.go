@@ -31,13 +31,13 @@ import (
 
 // dialPlugin serves a fresh plugin over go-plugin's in-process gRPC, as
 // Nomad talks to it, and returns the client side.
-func dialPlugin(t *testing.T) device.DevicePlugin {
+func dialPlugin(t *testing.T, opts ...plugin.Option) device.DevicePlugin {
 	t.Helper()
 	logger := hclog.NewNullLogger()
 	if os.Getenv("GPUMUX_TEST_LOG") != "" {
 		logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: os.Stderr})
 	}
-	impl := plugin.New(logger)
+	impl := plugin.New(logger, opts...)
 	client, _ := goplugin.TestPluginGRPCConn(t, true, map[string]goplugin.Plugin{
 		base.PluginTypeBase:   &base.PluginBase{Impl: impl},
 		base.PluginTypeDevice: &device.PluginDevice{Impl: impl},

@@ -1,0 +1,81 @@
+package plugin_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpumux/gpumux/node"
+	"github.com/gpumux/gpumux/node/lease"
+	"github.com/gpumux/gpumux/plugin"
+)
+
+// TestPeriodicReclaim: every fingerprint period the plugin gives back the
+// leases of containers runc no longer knows, as gpumux agent does, not
+// only at the next create; a container runc still has keeps its lease.
+func TestPeriodicReclaim(t *testing.T) {
+	ctx := context.Background()
+	stateDir, root := t.TempDir(), t.TempDir()
+	// A runc that knows no container: "gone" is asked about and is not
+	// there; "running" has runc's state file, which is enough.
+	runc := filepath.Join(t.TempDir(), "runc")
+	if err := os.WriteFile(runc, []byte("#!/bin/sh\necho \"container does not exist\" >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "running"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "running", "state.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Both taken by a process that has ended (a running one is spared).
+	ended := exec.Command("true")
+	if err := ended.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var taker lease.Record
+	lease.WithOwner(ended.Process.Pid)(&taker) // read before it is reaped
+	if err := ended.Wait(); err != nil || taker.Owner == nil {
+		t.Fatalf("the taking process: %v, owner %v", err, taker.Owner)
+	}
+	st, err := lease.Open(lease.PathIn(stateDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"gone", "running"} {
+		choose := func(map[string]string) ([]string, error) { return []string{"share-of-" + id}, nil }
+		if _, err := st.Acquire(ctx, id, choose, lease.WithRuncRoot(root), func(r *lease.Record) { r.Owner = taker.Owner }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close()
+
+	ch, _, cancel := fingerprintWith(t, dialPlugin(t, plugin.WithRunc(runc)), pluginConfig(nodeConfig, stateDir, stubLimiter(t)))
+	defer func() {
+		// The plugin's loop ends (and with it any reclaim in the state
+		// directory) before the directory is removed.
+		cancel()
+		for range ch {
+		}
+	}()
+	leases := node.LeasesIn(stateDir)
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		held, err := leases.Held(ctx, "gone")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(held) == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("20s of 1s fingerprint periods later, gone still holds %v", held)
+		}
+	}
+	if held, err := leases.Held(ctx, "running"); err != nil || !slices.Equal(held, []string{"share-of-running"}) {
+		t.Fatalf("running holds %v (%v); want its share kept", held, err)
+	}
+}
