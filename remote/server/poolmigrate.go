@@ -83,7 +83,7 @@ func (s *session) restorePools(sn snapshot, handle func(proto.Handle) error) err
 		if err := handle(sp.h); err != nil {
 			return err
 		}
-		real, r := s.device(sp.dev)
+		_, r := s.device(sp.dev)
 		why := ""
 		switch {
 		case r != ok:
@@ -100,21 +100,15 @@ func (s *session) restorePools(sn snapshot, handle func(proto.Handle) error) err
 		if why != "" {
 			return fmt.Errorf("%w: pool %#x: %s", proto.ErrMalformed, sp.h, why)
 		}
-		maxSize := sp.maxSize
-		if limit := s.poolCap(); limit > 0 && (maxSize == 0 || maxSize > limit) {
-			maxSize = limit // as newPool makes it
-		}
-		w, r := newWindowPool(s, real, proto.MemPoolProps{AllocType: proto.MemAllocationTypePinned, MaxSize: maxSize,
-			LocType: proto.MemLocationTypeDevice, LocID: real})
+		p, r := s.newPoolAt(sp.h, sp.dev, proto.MemPoolProps{AllocType: proto.MemAllocationTypePinned, MaxSize: sp.maxSize}, sp.dflt, true)
 		if r != ok {
 			return fmt.Errorf("cuMemPoolCreate: %v", r)
 		}
+		w := p.mem.(*windowPool)
 		w.reuse = sp.reuse
-		p := &poolState{h: sp.h, mem: w, dev: sp.dev, dflt: sp.dflt}
 		if r := s.setThreshold(p, sp.threshold); r != ok {
 			return fmt.Errorf("cuMemPoolSetAttribute: %v", r)
 		}
-		s.pools.byHandle[sp.h] = p
 		if sp.dflt {
 			s.pools.dflt[sp.dev] = p
 		} else {
@@ -198,9 +192,7 @@ func (s *session) restorePoolAlloc(ctx *ctxState, sa snapAlloc) (*allocation, er
 		limit, left := s.quota.left()
 		return nil, fmt.Errorf("allocation of %d bytes at %#x: beyond the quota (%d, %d left)", sa.size, sa.base, limit, left)
 	}
-	c.free = slices.Delete(c.free, slot, slot+1)
-	w.blocks[sa.base] = &poolBlock{chunk: c, off: off}
-	w.take(c.slot)
+	w.placeAt(c, slot)
 	a := &allocation{base: sa.base, size: sa.size, ctx: ctx, pool: p}
 	s.addAlloc(a) // vacant above
 	p.allocs++

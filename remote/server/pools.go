@@ -128,6 +128,14 @@ func (s *session) poolCap() uint64 {
 
 // newPool makes a pool on client device dev for the session.
 func (s *session) newPool(dev int32, props proto.MemPoolProps, dflt bool) (*poolState, proto.Result) {
+	return s.newPoolAt(s.handle(), dev, props, dflt, s.migration)
+}
+
+// newPoolAt is newPool with the pool's handle h (a restore's is the
+// snapshot's): its maximum size is capped by the session's quota, and
+// its memory is the session's own (windowPool) where window says (a
+// migratable server's, a restored one's), else a driver pool.
+func (s *session) newPoolAt(h proto.Handle, dev int32, props proto.MemPoolProps, dflt, window bool) (*poolState, proto.Result) {
 	real, r := s.device(dev)
 	if r != ok {
 		return nil, r
@@ -137,7 +145,7 @@ func (s *session) newPool(dev int32, props proto.MemPoolProps, dflt bool) (*pool
 		props.MaxSize = limit
 	}
 	var mem memPool
-	if s.migration {
+	if window {
 		w, r := newWindowPool(s, real, props)
 		if r != ok {
 			return nil, r
@@ -150,7 +158,7 @@ func (s *session) newPool(dev int32, props proto.MemPoolProps, dflt bool) (*pool
 		}
 		mem = driverPool{be: s.be, raw: raw}
 	}
-	p := &poolState{h: s.handle(), mem: mem, dev: dev, dflt: dflt}
+	p := &poolState{h: h, mem: mem, dev: dev, dflt: dflt}
 	s.pools.byHandle[p.h] = p
 	return p, ok
 }

@@ -194,8 +194,14 @@ func (w *windowPool) add(p proto.DevPtr, b *backing, slot uint64) *poolChunk {
 
 // place takes the free slot of c at the lowest offset.
 func (w *windowPool) place(c *poolChunk) proto.DevPtr {
-	off := c.free[len(c.free)-1]
-	c.free = c.free[:len(c.free)-1]
+	return w.placeAt(c, len(c.free)-1)
+}
+
+// placeAt takes chunk c's free slot c.free[i] (a restore names the one its
+// allocation was in) and returns its address.
+func (w *windowPool) placeAt(c *poolChunk, i int) proto.DevPtr {
+	off := c.free[i]
+	c.free = slices.Delete(c.free, i, i+1)
 	p := c.base + proto.DevPtr(off)
 	w.blocks[p] = &poolBlock{chunk: c, off: off}
 	w.take(c.slot)
