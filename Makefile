@@ -56,7 +56,7 @@ E2E_TIMEOUT ?= 40m
 # the /nomad cgroups (v1) and the machine has 2 cores.
 E2E_FLAGS ?= -v
 
-.PHONY: all build interposer remote-nvml nomad containerd2 docker-cdi deps test test-unit test-e2e bench demo gpu-bin clean fmt vet install dist dist-all deb version
+.PHONY: all build interposer remote-nvml nomad containerd2 docker-cdi deps test test-unit test-e2e bench demo gpu-bin engine-bin clean fmt vet install dist dist-all deb version
 
 all: build
 
@@ -299,6 +299,10 @@ nomad:
 ## containerd2: build containerd 2.x and its runc (for the CDI and NRI e2e tests) into $(GPUMUX_CACHE) if needed
 containerd2:
 	scripts/build-containerd.sh
+
+## engine-bin: pack the containerd benchmarks (test binary, probe, containerd 1.6 and 2.x, this build's binaries) into .devbin/engines.tar.xz, to run on a GPU machine (docs/benchmarks.md)
+engine-bin: build containerd2
+	scripts/pack-engines.sh
 
 ## docker-cdi: fetch Docker 26 (Debian 13's packages, for the e2e tests of Docker's CDI path) into $(GPUMUX_CACHE) if needed
 docker-cdi:

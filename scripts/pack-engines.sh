@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Packs what the containerd benchmarks (BenchmarkContainerLifecycle on
+# Debian's containerd 1.6, BenchmarkCRILifecycle on containerd 2.x) need to
+# run on a machine without Go or containerd, such as the GPU machine, into
+# one archive small enough to carry there (.devbin/engines.tar.xz, about
+# 80 MB less than its contents):
+#
+#   .devbin/e2e.test, .devbin/probe        the e2e tests and their probe
+#   .devbin/c16/{containerd,containerd-shim-runc-v2,runc,libseccomp.so.2}
+#                                          Debian's containerd 1.6 and runc
+#   .devbin/c2/{containerd,containerd-shim-runc-v2,runc}
+#                                          containerd 2.x (make containerd2)
+#   bin/{gpumux,gpumux-runtime,gpumux-runtime-core,gpumux-runtime-hook,
+#        gpumux-fake-mps-control,limiter}  this build's, as make build lays
+#                                          them out (stripped)
+#
+# Unpacked in a copy of the repository (the device tool's working tree),
+# from the repository root (docs/benchmarks.md has the commands):
+#
+#   tar -xJf .devbin/engines.tar.xz && cd e2e &&
+#     PATH=$PWD/../.devbin/c16:$PATH LD_LIBRARY_PATH=$PWD/../.devbin/c16 GPUMUX_PROBE_BIN=$PWD/../.devbin/probe \
+#     ../.devbin/e2e.test -test.run '^$' -test.bench ContainerLifecycle -test.benchtime 30x -test.count 5
+#
+# Run after make build containerd2, as root (Debian's containerd is found
+# on PATH).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+c2=${GPUMUX_CACHE:-$HOME/.cache/gpumux}/containerd-v2.2.9/bin
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/.devbin/c16" "$work/.devbin/c2" "$work/bin"
+
+go test -c -tags 'e2e no_dynamic_plugins' -ldflags='-s -w' -o "$work/.devbin/e2e.test" ./e2e/
+CGO_ENABLED=0 go build -trimpath -o "$work/.devbin/probe" ./e2e/probe
+for c in gpumux gpumux-runtime-core gpumux-runtime-hook gpumux-fake-mps-control; do
+	go build -ldflags='-s -w' -o "$work/bin/$c" "./cmd/$c"
+done
+cp bin/gpumux-runtime "$work/bin/"
+cp -r bin/limiter "$work/bin/"
+
+for b in containerd containerd-shim-runc-v2 runc; do
+	src=$(command -v "$b") || { echo "pack-engines: no $b on PATH (Debian packages containerd and runc: scripts/install-deps.sh)" >&2; exit 1; }
+	cp "$src" "$work/.devbin/c16/"
+	cp "$c2/$b" "$work/.devbin/c2/" || { echo "pack-engines: no $c2/$b (make containerd2)" >&2; exit 1; }
+done
+# Debian's runc links libseccomp, which a GPU machine may not have.
+seccomp=$(ldd "$work/.devbin/c16/runc" | awk '/libseccomp/ {print $3}')
+[[ -n $seccomp ]] && cp "$seccomp" "$work/.devbin/c16/"
+strip "$work"/.devbin/c16/{containerd,containerd-shim-runc-v2,runc} "$work"/.devbin/c2/*
+
+mkdir -p .devbin
+tar -C "$work" -cJf .devbin/engines.tar.xz .devbin bin
+ls -la .devbin/engines.tar.xz
