@@ -301,8 +301,8 @@ containerd2:
 	scripts/build-containerd.sh
 
 ## engine-bin: pack the containerd benchmarks (test binary, probe, containerd 1.6 and 2.x, this build's binaries) into .devbin/engines.tar.xz, to run on a GPU machine (docs/benchmarks.md)
-engine-bin: build containerd2
-	scripts/pack-engines.sh
+engine-bin: build
+	GO_BUILD_LDFLAGS='$(GO_LDFLAGS)' scripts/pack-engines.sh
 
 ## docker-cdi: fetch Docker 26 (Debian 13's packages, for the e2e tests of Docker's CDI path) into $(GPUMUX_CACHE) if needed
 docker-cdi:

@@ -8,9 +8,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/gpumux/gpumux/node/lease"
 )
+
+// runcStateTimeout bounds a `runc state`: the lease store stays open while
+// it runs, and a runc that hangs keeps the lease (an error) rather than the
+// store.
+const runcStateTimeout = 10 * time.Second
 
 // RuncAlive returns the check Reclaim needs: whether runc (binary runc,
 // under the lease's runc root, or root when the lease names none) still
@@ -35,6 +41,8 @@ func RuncAlive(ctx context.Context, runc, root string) func(lease.Record) (bool,
 		if dir != "" {
 			args = append(args, "--root", dir)
 		}
+		ctx, cancel := context.WithTimeout(ctx, runcStateTimeout)
+		defer cancel()
 		out, err := exec.CommandContext(ctx, runc, append(args, "state", r.Container)...).CombinedOutput()
 		var exit *exec.ExitError
 		switch {
@@ -79,6 +87,6 @@ func (n *Node) ReclaimLogged(ctx context.Context, alive func(lease.Record) (bool
 		n.logger.Info("released the leases of containers runc no longer knows", "shares", strings.Join(released, ","))
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
-		n.logger.Warn("some leases were kept: runc could not tell whether their containers exist", "error", err)
+		n.logger.Warn("reclaiming the leases of containers that are gone failed in part: those are kept, and looked at again next period", "error", err)
 	}
 }

@@ -1,12 +1,14 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 
+	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/internal/version"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
@@ -62,12 +65,13 @@ type Option func(*Plugin)
 func WithOpen(f OpenFunc) Option { return func(p *Plugin) { p.open = f } }
 
 // WithRunc sets the runc the plugin asks whether a lease's container still
-// exists (default "runc", found on PATH).
+// exists (default $GPUMUX_RUNC, as gpumux-runtime runs it, else "runc" on
+// PATH).
 func WithRunc(path string) Option { return func(p *Plugin) { p.runc = path } }
 
 // New returns a plugin that logs to logger.
 func New(logger hclog.Logger, opts ...Option) *Plugin {
-	p := &Plugin{logger: logger.Named(Name), runc: "runc"}
+	p := &Plugin{logger: logger.Named(Name), runc: cmp.Or(os.Getenv(ociruntime.EnvRunc), "runc")}
 	for _, o := range opts {
 		o(p)
 	}

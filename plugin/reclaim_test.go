@@ -19,7 +19,23 @@ import (
 // only at the next create; a container runc still has keeps its lease.
 func TestPeriodicReclaim(t *testing.T) {
 	ctx := context.Background()
-	stateDir, root := t.TempDir(), t.TempDir()
+	root := t.TempDir()
+	// Removed last, and again while the plugin's loop may still be
+	// reclaiming in it: the loop ends after the stream does, not with it.
+	stateDir, err := os.MkdirTemp("", "gmx-reclaim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if err := os.RemoveAll(stateDir); err == nil || time.Now().After(end) {
+				if err != nil {
+					t.Errorf("removing %s: %v", stateDir, err)
+				}
+				return
+			}
+		}
+	})
 	// A runc that knows no container: "gone" is asked about and is not
 	// there; "running" has runc's state file, which is enough.
 	runc := filepath.Join(t.TempDir(), "runc")
@@ -54,14 +70,7 @@ func TestPeriodicReclaim(t *testing.T) {
 	}
 	st.Close()
 
-	ch, _, cancel := fingerprintWith(t, dialPlugin(t, plugin.WithRunc(runc)), pluginConfig(nodeConfig, stateDir, stubLimiter(t)))
-	defer func() {
-		// The plugin's loop ends (and with it any reclaim in the state
-		// directory) before the directory is removed.
-		cancel()
-		for range ch {
-		}
-	}()
+	fingerprintWith(t, dialPlugin(t, plugin.WithRunc(runc)), pluginConfig(nodeConfig, stateDir, stubLimiter(t)))
 	leases := node.LeasesIn(stateDir)
 	for end := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		held, err := leases.Held(ctx, "gone")

@@ -21,19 +21,20 @@
 #     PATH=$PWD/../.devbin/c16:$PATH LD_LIBRARY_PATH=$PWD/../.devbin/c16 GPUMUX_PROBE_BIN=$PWD/../.devbin/probe \
 #     ../.devbin/e2e.test -test.run '^$' -test.bench ContainerLifecycle -test.benchtime 30x -test.count 5
 #
-# Run after make build containerd2, as root (Debian's containerd is found
-# on PATH).
+# Run by make engine-bin, after make build (GO_BUILD_LDFLAGS: the
+# version make stamps), as root; Debian's containerd is found on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-c2=${GPUMUX_CACHE:-$HOME/.cache/gpumux}/containerd-v2.2.9/bin
+c2=$(scripts/build-containerd.sh | tail -n 1) # builds it where it is not there yet
+ldflags="-s -w ${GO_BUILD_LDFLAGS:-}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/.devbin/c16" "$work/.devbin/c2" "$work/bin"
 
-go test -c -tags 'e2e no_dynamic_plugins' -ldflags='-s -w' -o "$work/.devbin/e2e.test" ./e2e/
+go test -c -tags 'e2e no_dynamic_plugins' -ldflags="$ldflags" -o "$work/.devbin/e2e.test" ./e2e/
 CGO_ENABLED=0 go build -trimpath -o "$work/.devbin/probe" ./e2e/probe
 for c in gpumux gpumux-runtime-core gpumux-runtime-hook gpumux-fake-mps-control; do
-	go build -ldflags='-s -w' -o "$work/bin/$c" "./cmd/$c"
+	go build -ldflags="$ldflags" -o "$work/bin/$c" "./cmd/$c"
 done
 cp bin/gpumux-runtime "$work/bin/"
 cp -r bin/limiter "$work/bin/"
@@ -43,7 +44,10 @@ for b in containerd containerd-shim-runc-v2 runc; do
 	cp "$src" "$work/.devbin/c16/"
 	cp "$c2/$b" "$work/.devbin/c2/" || { echo "pack-engines: no $c2/$b (make containerd2)" >&2; exit 1; }
 done
-# Debian's runc links libseccomp, which a GPU machine may not have.
+# Debian's runc links libseccomp: the copy serves runc where the machine
+# lacks it (LD_LIBRARY_PATH), not `runc init`, which runc starts with an
+# environment of its own: a machine without libseccomp needs it installed
+# (the GPU machine has it).
 seccomp=$(ldd "$work/.devbin/c16/runc" | awk '/libseccomp/ {print $3}')
 [[ -n $seccomp ]] && cp "$seccomp" "$work/.devbin/c16/"
 strip "$work"/.devbin/c16/{containerd,containerd-shim-runc-v2,runc} "$work"/.devbin/c2/*
