@@ -14,12 +14,25 @@
 #        gpumux-fake-mps-control,limiter}  this build's, as make build lays
 #                                          them out (stripped)
 #
+# and Docker 26 (make docker-cdi: dockerd, docker, and docker-proxy from
+# PATH, which dockerd wants on PATH even with no port to publish) into a
+# second one, .devbin/docker.tar.xz (about 30 MB), for
+# BenchmarkDockerCDIRun: the device tool carries 64 MiB a call, so it goes
+# in a call of its own just before (the machine keeps what the first
+# unpacked while it stays warm).
+#
 # Unpacked in a copy of the repository (the device tool's working tree),
 # from the repository root (docs/benchmarks.md has the commands):
 #
 #   tar -xJf .devbin/engines.tar.xz && cd e2e &&
 #     PATH=$PWD/../.devbin/c16:$PATH LD_LIBRARY_PATH=$PWD/../.devbin/c16 GPUMUX_PROBE_BIN=$PWD/../.devbin/probe \
 #     ../.devbin/e2e.test -test.run '^$' -test.bench ContainerLifecycle -test.benchtime 30x -test.count 5
+#
+# and, with .devbin/docker.tar.xz unpacked there too:
+#
+#   PATH=$PWD/../.devbin/c16:$PWD/../.devbin/d26:$PATH LD_LIBRARY_PATH=$PWD/../.devbin/c16 \
+#     GPUMUX_PROBE_BIN=$PWD/../.devbin/probe DOCKER_CDI_DIR=$PWD/../.devbin/d26 \
+#     ../.devbin/e2e.test -test.run '^$' -test.bench DockerCDIRun -test.benchtime 20x -test.count 4
 #
 # Run by make engine-bin, after make build (GO_BUILD_LDFLAGS: the
 # version make stamps), as root; Debian's containerd is found on PATH.
@@ -54,4 +67,12 @@ strip "$work"/.devbin/c16/{containerd,containerd-shim-runc-v2,runc} "$work"/.dev
 
 mkdir -p .devbin
 tar -C "$work" -cJf .devbin/engines.tar.xz .devbin bin
-ls -la .devbin/engines.tar.xz
+
+docker=$(scripts/fetch-docker.sh | tail -n 1)
+mkdir -p "$work/docker/.devbin/d26"
+cp "$docker/dockerd" "$docker/docker" "$work/docker/.devbin/d26/"
+proxy=$(command -v docker-proxy) || { echo "pack-engines: no docker-proxy on PATH (Debian package docker.io)" >&2; exit 1; }
+cp "$proxy" "$work/docker/.devbin/d26/"
+strip "$work"/docker/.devbin/d26/*
+tar -C "$work/docker" -cJf .devbin/docker.tar.xz .devbin
+ls -la .devbin/engines.tar.xz .devbin/docker.tar.xz
