@@ -79,8 +79,8 @@ func (n *Node) Reclaim(ctx context.Context, alive func(lease.Record) (bool, erro
 // ReclaimLogged is Reclaim as the node's long-lived process (gpumux agent,
 // the Nomad plugin) runs it every period, so that a container deleted
 // while nothing watched is given back without waiting for the next create:
-// what it released, and the leases it kept because runc could not tell,
-// go to the node's logger.
+// what it released, and why it kept some (runc could not tell, the store
+// could not be opened), go to the node's logger.
 func (n *Node) ReclaimLogged(ctx context.Context, alive func(lease.Record) (bool, error)) {
 	released, err := n.Reclaim(ctx, alive)
 	if len(released) > 0 {
