@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpumux/gpumux/node/lease"
+	"github.com/gpumux/gpumux/node/lease/leasetest"
 )
 
 // TestRuncAliveReadsTheStateFile: a container with runc's state file under
@@ -27,14 +28,10 @@ func TestRuncAliveReadsTheStateFile(t *testing.T) {
 	if err := os.WriteFile(runc, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"running", "half-made"} {
-		if err := os.MkdirAll(filepath.Join(root, id), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(root, "running", "state.json"), []byte("{}"), 0o600); err != nil {
+	if err := os.MkdirAll(filepath.Join(root, "half-made"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	leasetest.RuncState(t, root, "running")
 	for _, tc := range []struct {
 		name      string
 		rec       lease.Record
@@ -73,12 +70,7 @@ func BenchmarkRuncAlive(b *testing.B) {
 		b.Skip(err)
 	}
 	root := b.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "running"), 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "running", "state.json"), []byte("{}"), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	leasetest.RuncState(b, root, "running")
 	alive := RuncAlive(context.Background(), runc, root)
 	for _, bc := range []struct {
 		name, id string

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
+	"github.com/gpumux/gpumux/node/lease/leasetest"
 )
 
 // createUnder asks s to prepare container id of a new bundle that asks for
@@ -148,12 +149,7 @@ func TestReleaseAtRuncDeleteAfterARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"c1", "c3"} { // runc's state of each
-		if err := os.Mkdir(filepath.Join(root, id), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, id, "state.json"), []byte("{}"), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		leasetest.RuncState(t, root, id)
 	}
 	if err := s.stop(); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"github.com/gpumux/gpumux/internal/ociruntime"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
+	"github.com/gpumux/gpumux/node/lease/leasetest"
 	"github.com/gpumux/gpumux/nodeconfig"
 )
 
@@ -537,23 +538,8 @@ func others(b *testing.B, s *server, n int) {
 	defer st.Close()
 	for i := range n {
 		id := fmt.Sprintf("other-%d", i)
-		if err := os.MkdirAll(filepath.Join(root, id), 0o700); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, id, "state.json"), []byte("{}"), 0o600); err != nil {
-			b.Fatal(err)
-		}
-		ended := exec.Command("true")
-		if err := ended.Start(); err != nil {
-			b.Fatal(err)
-		}
-		var r lease.Record
-		lease.WithOwner(ended.Process.Pid)(&r) // read before it is reaped
-		ended.Wait()
-		owner := func(rec *lease.Record) { rec.Owner = r.Owner }
-		if r.Owner == nil {
-			b.Fatal("no owner read")
-		}
+		leasetest.RuncState(b, root, id)
+		owner := leasetest.EndedOwner(b)
 		choose := func(map[string]string) ([]string, error) { return []string{"share-of-" + id}, nil }
 		if _, err := st.Acquire(context.Background(), id, choose, lease.WithRuncRoot(root), owner); err != nil {
 			b.Fatal(err)

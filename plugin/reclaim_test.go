@@ -3,7 +3,6 @@ package plugin_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
+	"github.com/gpumux/gpumux/node/lease/leasetest"
 	"github.com/gpumux/gpumux/plugin"
 )
 
@@ -42,29 +42,16 @@ func TestPeriodicReclaim(t *testing.T) {
 	if err := os.WriteFile(runc, []byte("#!/bin/sh\necho \"container does not exist\" >&2\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Join(root, "running"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "running", "state.json"), []byte("{}"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	leasetest.RuncState(t, root, "running")
 	// Both taken by a process that has ended (a running one is spared).
-	ended := exec.Command("true")
-	if err := ended.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var taker lease.Record
-	lease.WithOwner(ended.Process.Pid)(&taker) // read before it is reaped
-	if err := ended.Wait(); err != nil || taker.Owner == nil {
-		t.Fatalf("the taking process: %v, owner %v", err, taker.Owner)
-	}
+	taker := leasetest.EndedOwner(t)
 	st, err := lease.Open(lease.PathIn(stateDir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"gone", "running"} {
 		choose := func(map[string]string) ([]string, error) { return []string{"share-of-" + id}, nil }
-		if _, err := st.Acquire(ctx, id, choose, lease.WithRuncRoot(root), func(r *lease.Record) { r.Owner = taker.Owner }); err != nil {
+		if _, err := st.Acquire(ctx, id, choose, lease.WithRuncRoot(root), taker); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -433,18 +433,9 @@ func TestScanRemembersTheDirectory(t *testing.T) {
 		return k
 	}
 	remembered := func(dir string) bool {
-		scans.mu.Lock()
-		defer scans.mu.Unlock()
-		for k := range scans.m {
-			if k.dir == dir {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(scans.Keys(), func(k scanKey) bool { return k.dir == dir })
 	}
-	scans.mu.Lock()
-	clear(scans.m)
-	scans.mu.Unlock()
+	scans.Clear()
 	if got := keys("/lib"); !slices.Equal(got, []string{"libx.so.1"}) || remembered("/lib") {
 		t.Fatalf("a directory changed a moment ago: %q, remembered %v; want [libx.so.1], not remembered", got, remembered("/lib"))
 	}

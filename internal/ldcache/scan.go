@@ -9,9 +9,9 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/gpumux/gpumux/internal/bounded"
 	"github.com/gpumux/gpumux/internal/filever"
 )
 
@@ -49,7 +49,7 @@ func Scan(root *os.Root, dir string) ([]Entry, error) {
 		keyed = keyed && time.Since(key.version.Changed()) >= scanSettle
 	}
 	if keyed {
-		if s, ok := scans.get(key); ok {
+		if s, ok := scans.Get(key); ok {
 			if found, ok := s.current(d); ok {
 				return found, nil
 			}
@@ -139,7 +139,7 @@ func Scan(root *os.Root, dir string) ([]Entry, error) {
 		out[i] = Entry{Key: l.name, Value: path.Join(dir, l.name), Flags: l.flags}
 	}
 	if keyed && !outside {
-		scans.put(key, scanned{slices.Clone(out), files})
+		scans.Put(key, scanned{slices.Clone(out), files})
 	}
 	return out, nil
 }
@@ -170,13 +170,13 @@ func readELF(open func(string) (*os.File, error), file string) (soname string, f
 	defer f.Close()
 	key, known := filever.Of(f)
 	if known {
-		if r, ok := sonames.get(key); ok {
+		if r, ok := sonames.Get(key); ok {
 			return r.soname, r.flags, r.err
 		}
 	}
 	soname, flags, err = parseELF(f)
 	if known && (err == nil || errors.Is(err, errNotLibrary)) {
-		sonames.put(key, elfResult{soname, flags, err})
+		sonames.Put(key, elfResult{soname, flags, err})
 	}
 	return soname, flags, err
 }
@@ -243,7 +243,7 @@ func isPrelinkTemp(name string) bool {
 // container (on the H200 node: 0.28 of the hook's 1.3 ms). A file
 // rewritten in place changes its ctime; a file replaced is another inode.
 // A driver has tens of libraries.
-var sonames = newRemembered[filever.Version, elfResult](4096)
+var sonames = bounded.New[filever.Version, elfResult](4096)
 
 type elfResult struct {
 	soname string
@@ -260,7 +260,7 @@ type elfResult struct {
 // was most of the hook's 0.75 ms, docs/benchmarks.md). An entry added,
 // removed or renamed changes the directory's times. A node has a driver
 // tree or two, each a directory or two.
-var scans = newRemembered[scanKey, scanned](64)
+var scans = bounded.New[scanKey, scanned](64)
 
 // scanSettle is how long ago a directory must have changed for its scan
 // to be remembered (a variable for the tests).
@@ -295,32 +295,4 @@ func (s scanned) current(d *os.Root) ([]Entry, bool) {
 		}
 	}
 	return slices.Clone(s.found), true
-}
-
-// remembered is a map of at most max entries, safe for concurrent use,
-// emptied when full.
-type remembered[K comparable, V any] struct {
-	mu  sync.Mutex
-	m   map[K]V
-	max int
-}
-
-func newRemembered[K comparable, V any](max int) *remembered[K, V] {
-	return &remembered[K, V]{m: map[K]V{}, max: max}
-}
-
-func (c *remembered[K, V]) get(k K) (V, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v, ok := c.m[k]
-	return v, ok
-}
-
-func (c *remembered[K, V]) put(k K, v V) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.m) >= c.max {
-		clear(c.m)
-	}
-	c.m[k] = v
 }

@@ -17,6 +17,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/gpumux/gpumux/internal/bounded"
 )
 
 // Schema is the version of the store's layout this package reads and writes.
@@ -724,28 +726,13 @@ func ownerOf(pid int) *Owner {
 
 // ended remembers owners seen gone: a process that has ended never runs
 // again (another process of its PID has another start time), and a
-// long-lived agent checks the owner of every lease at every create.
-var ended = struct {
-	sync.Mutex
-	m map[Owner]bool
-}{m: map[Owner]bool{}}
-
-// maxEnded bounds ended: a node runs a few thousand containers at most.
-const maxEnded = 8192
+// long-lived agent checks the owner of every lease at every create. A node
+// runs a few thousand containers at most.
+var ended = bounded.New[Owner, struct{}](8192)
 
 func endedBefore(o Owner) bool {
-	ended.Lock()
-	defer ended.Unlock()
-	return ended.m[o]
-}
-
-func endedNow(o Owner) {
-	ended.Lock()
-	defer ended.Unlock()
-	if len(ended.m) >= maxEnded {
-		clear(ended.m)
-	}
-	ended.m[o] = true
+	_, ok := ended.Get(o)
+	return ok
 }
 
 // processRunning reports whether o still runs, and whether that could be
@@ -767,7 +754,7 @@ func processRunning(o *Owner) (running, known bool) {
 	start, err := processStart(o.PID)
 	switch {
 	case errors.Is(err, os.ErrNotExist), err == nil && start != o.Start:
-		endedNow(*o)
+		ended.Put(*o, struct{}{})
 		return false, true
 	case err != nil:
 		return false, false
