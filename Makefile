@@ -300,7 +300,7 @@ nomad:
 containerd2:
 	scripts/build-containerd.sh
 
-## engine-bin: pack the containerd and Docker benchmarks (test binary, probe, containerd 1.6 and 2.x, this build's binaries; Docker 26 apart) into .devbin/engines.tar.xz and .devbin/docker.tar.xz, to run on a GPU machine (docs/benchmarks.md)
+## engine-bin: pack the containerd and Docker benchmarks (test binary, probe, containerd 1.6 and 2.x, this build's binaries; Docker 26 and Debian's 20.10 apart) into .devbin/engines.tar.xz and .devbin/docker.tar.xz, to run on a GPU machine (docs/benchmarks.md)
 engine-bin: build
 	GO_BUILD_LDFLAGS='$(GO_LDFLAGS)' scripts/pack-engines.sh
 

@@ -14,12 +14,22 @@
 #        gpumux-fake-mps-control,limiter}  this build's, as make build lays
 #                                          them out (stripped)
 #
-# and Docker 26 (make docker-cdi: dockerd, docker, and docker-proxy from
-# PATH, which dockerd wants on PATH even with no port to publish) into a
-# second one, .devbin/docker.tar.xz (about 30 MB), for
-# BenchmarkDockerCDIRun: the device tool carries 64 MiB a call, so it goes
-# in a call of its own just before (the machine keeps what the first
-# unpacked while it stays warm).
+# and Docker into a second one, .devbin/docker.tar.xz (about 60 MB): the device tool
+# carries 64 MiB a call, so it goes in a call of its own just before (the
+# machine keeps what the first unpacked while it stays warm):
+#
+#   .devbin/d26/{dockerd,docker,docker-proxy}
+#                                          Docker 26 (make docker-cdi), for
+#                                          BenchmarkDockerCDIRun, and
+#                                          docker-proxy from PATH, which
+#                                          dockerd wants on PATH even with
+#                                          no port to publish
+#   .devbin/d20/{dockerd,docker,lib*.so*}  Debian's Docker 20.10 (docker.io)
+#                                          for BenchmarkDockerRun, with the
+#                                          libraries its dockerd links
+#                                          other than glibc's (a machine
+#                                          without Debian's docker.io lacks
+#                                          libdevmapper)
 #
 # Unpacked in a copy of the repository (the device tool's working tree),
 # from the repository root (docs/benchmarks.md has the commands):
@@ -33,6 +43,9 @@
 #   PATH=$PWD/../.devbin/c16:$PWD/../.devbin/d26:$PATH LD_LIBRARY_PATH=$PWD/../.devbin/c16 \
 #     GPUMUX_PROBE_BIN=$PWD/../.devbin/probe DOCKER_CDI_DIR=$PWD/../.devbin/d26 \
 #     ../.devbin/e2e.test -test.run '^$' -test.bench DockerCDIRun -test.benchtime 20x -test.count 4
+#   PATH=$PWD/../.devbin/c16:$PWD/../.devbin/d26:$PATH LD_LIBRARY_PATH=$PWD/../.devbin/c16:$PWD/../.devbin/d20 \
+#     GPUMUX_PROBE_BIN=$PWD/../.devbin/probe DOCKERD_BIN=$PWD/../.devbin/d20/dockerd DOCKER_BIN=$PWD/../.devbin/d20/docker \
+#     ../.devbin/e2e.test -test.run '^$' -test.bench 'DockerRun$' -test.benchtime 20x -test.count 5
 #
 # Run by make engine-bin, after make build (GO_BUILD_LDFLAGS: the
 # version make stamps), as root; Debian's containerd is found on PATH.
@@ -74,5 +87,14 @@ cp "$docker/dockerd" "$docker/docker" "$work/docker/.devbin/d26/"
 proxy=$(command -v docker-proxy) || { echo "pack-engines: no docker-proxy on PATH (Debian package docker.io)" >&2; exit 1; }
 cp "$proxy" "$work/docker/.devbin/d26/"
 strip "$work"/docker/.devbin/d26/*
+mkdir -p "$work/docker/.devbin/d20"
+for b in dockerd docker; do
+	src=$(command -v "$b") || { echo "pack-engines: no $b on PATH (Debian package docker.io)" >&2; exit 1; }
+	# Debian's, not another docker on PATH before /usr/bin.
+	[[ $b == docker && -x /usr/bin/docker ]] && src=/usr/bin/docker
+	cp "$src" "$work/docker/.devbin/d20/"
+done
+ldd "$work/docker/.devbin/d20/dockerd" | awk '$3 ~ /^\// && $1 !~ /^(libc|libm|libpthread|libdl|librt)\.so/ {print $3}' |
+	xargs -r cp -L -t "$work/docker/.devbin/d20/"
 tar -C "$work/docker" -cJf .devbin/docker.tar.xz .devbin
 ls -la .devbin/engines.tar.xz .devbin/docker.tar.xz

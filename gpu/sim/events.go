@@ -1,10 +1,15 @@
 package sim
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"golang.org/x/sys/unix"
 )
 
 // Events are injected into the persisted event log (InjectXid,
@@ -12,12 +17,20 @@ import (
 // set receives the events of the GPUs it is registered on that were injected
 // after the registration, like NVML.
 
-// eventPoll is how often Wait rereads the state file.
+// eventPoll is how often Wait rereads the state file where it cannot be
+// told of the file's changes (no inotify instance to be had).
 const eventPoll = 20 * time.Millisecond
 
 type eventSet struct {
 	funcEventSet
 	n *Node
+	// changes tells Wait of the state file's replacements, so that it
+	// sleeps until one, as nvmlEventSetWait sleeps in the driver, where
+	// it would otherwise reread the file every eventPoll: 50 wakeups a
+	// second of a process that watches for XIDs (gpumux agent, the Nomad
+	// plugin), which cost a 2-core machine more CPU than the containers'
+	// creates they serve. nil: polling.
+	changes *fileChanges
 
 	mu     sync.Mutex
 	regs   map[int]registration // by GPU index
@@ -37,6 +50,7 @@ func (n *Node) eventSetCreate() (nvml.EventSet, nvml.Return) {
 		return nil, ret
 	}
 	es := &eventSet{n: n, regs: map[int]registration{}}
+	es.changes, _ = watchFile(n.statePath) // nil: Wait polls
 	es.WaitFunc = es.wait
 	es.FreeFunc = es.free
 	return es, nvml.SUCCESS
@@ -80,7 +94,9 @@ func (es *eventSet) wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 		if left <= 0 {
 			return nvml.EventData{}, nvml.ERROR_TIMEOUT
 		}
-		time.Sleep(min(left, eventPoll))
+		if es.changes == nil || !es.changes.wait(deadline) {
+			time.Sleep(min(left, eventPoll))
+		}
 	}
 }
 
@@ -122,5 +138,63 @@ func (es *eventSet) free() nvml.Return {
 		return nvml.ERROR_INVALID_ARGUMENT
 	}
 	es.freed = true
+	if es.changes != nil {
+		es.changes.close()
+	}
 	return nvml.SUCCESS
 }
+
+// fileChanges watches one file for replacements (a rename onto it, as
+// writeFileAtomic does) and writes, through an inotify instance on its
+// directory.
+type fileChanges struct {
+	f    *os.File // the inotify instance, non-blocking: read through the runtime's poller
+	name []byte
+	buf  []byte
+}
+
+// watchFile starts watching the file at path.
+func watchFile(path string) (*fileChanges, error) {
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "inotify")
+	if _, err := unix.InotifyAddWatch(fd, filepath.Dir(path), unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &fileChanges{f: f, name: []byte(filepath.Base(path)), buf: make([]byte, 16*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))}, nil
+}
+
+// wait returns true when the file changed since the last wait (or since
+// the watch began), false at deadline or when it cannot tell (the watch
+// closed, or failed): the caller then rereads the file as though it had.
+// Events of the directory's other files are read and passed over.
+func (c *fileChanges) wait(deadline time.Time) bool {
+	if c.f.SetReadDeadline(deadline) != nil {
+		return false
+	}
+	for {
+		n, err := c.f.Read(c.buf)
+		if err != nil {
+			return false
+		}
+		b := c.buf[:n]
+		for len(b) >= unix.SizeofInotifyEvent {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&b[0]))
+			end := unix.SizeofInotifyEvent + int(ev.Len)
+			if end > len(b) {
+				return true // cut short: reread
+			}
+			name := bytes.TrimRight(b[unix.SizeofInotifyEvent:end], "\x00")
+			if ev.Mask&unix.IN_Q_OVERFLOW != 0 || bytes.Equal(name, c.name) {
+				return true
+			}
+			b = b[end:]
+		}
+	}
+}
+
+// close ends the watch; a wait blocked on it returns.
+func (c *fileChanges) close() { c.f.Close() }
