@@ -43,9 +43,15 @@
 #   PATH=$PWD/../.devbin/c16:$PWD/../.devbin/d26:$PATH LD_LIBRARY_PATH=$PWD/../.devbin/c16 \
 #     GPUMUX_PROBE_BIN=$PWD/../.devbin/probe DOCKER_CDI_DIR=$PWD/../.devbin/d26 \
 #     ../.devbin/e2e.test -test.run '^$' -test.bench DockerCDIRun -test.benchtime 20x -test.count 4
-#   PATH=$PWD/../.devbin/c16:$PWD/../.devbin/d26:$PATH LD_LIBRARY_PATH=$PWD/../.devbin/c16:$PWD/../.devbin/d20 \
+#
+# and Docker 20.10, whose libraries go in the loader's cache (dockerd
+# starts its layer unpacker with an environment of its own, without
+# LD_LIBRARY_PATH; of them, the GPU machine lacks only libdevmapper):
+#
+#   echo "$PWD/../.devbin/d20" >/etc/ld.so.conf.d/zz-gpumux-bench-d20.conf && ldconfig
+#   PATH=$PWD/../.devbin/c16:$PWD/../.devbin/d26:$PATH LD_LIBRARY_PATH=$PWD/../.devbin/c16 \
 #     GPUMUX_PROBE_BIN=$PWD/../.devbin/probe DOCKERD_BIN=$PWD/../.devbin/d20/dockerd DOCKER_BIN=$PWD/../.devbin/d20/docker \
-#     ../.devbin/e2e.test -test.run '^$' -test.bench 'DockerRun$' -test.benchtime 20x -test.count 5
+#     ../.devbin/e2e.test -test.run '^$' -test.bench 'DockerRun$' -test.benchtime 20x -test.count 4
 #
 # Run by make engine-bin, after make build (GO_BUILD_LDFLAGS: the
 # version make stamps), as root; Debian's containerd is found on PATH.

@@ -28,7 +28,8 @@
 #   edits-timeslice-truehook    its createContainer hook replaced by /bin/true
 #
 # Prints each
-# way's median milliseconds and its ratio to runc's, per round and over all.
+# way's median milliseconds and its ratio to runc's, per round and over all,
+# and each agent's CPU time a container it served.
 # WAYS, a regular expression (grep -E), keeps only the ways it matches
 # (runc always). Changes no card setting. Usage, from the repository root,
 # as root, after make build (GPUMUX: the CLI, default beside RUNTIME;
@@ -107,10 +108,12 @@ once() {
 
 export GPUMUX_RUNC=$RUNC
 agents=()
+declare -A agent_of # NAME -> the PID of the agent serving NAME.sock
 # serve CLI NAME: gpumux agent of CLI on NAME.hcl, serving NAME.sock.
 serve() {
 	"$1" agent --config "$work/$2.hcl" --runc "$RUNC" --runtime-socket "$work/$2.sock" >"$work/agent-$2.log" 2>&1 &
 	agents+=($!)
+	agent_of[$2]=$!
 	for _ in $(seq 300); do grep -q "serving gpumux-runtime" "$work/agent-$2.log" && break; sleep 0.1; done
 	grep -q "serving gpumux-runtime" "$work/agent-$2.log" || { cat "$work/agent-$2.log"; echo "FAIL: gpumux agent ($2) does not serve gpumux-runtime"; exit 1; }
 }
@@ -193,6 +196,11 @@ run_way() { # run_way WAY: one container of that way
 	esac
 }
 
+# cpu_ticks PID: the CPU time (user + system, in clock ticks) of process PID.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+declare -A cpu_before
+for a in "${!agent_of[@]}"; do cpu_before[$a]=$(cpu_ticks "${agent_of[$a]}"); done
+
 # Each iteration runs every way once, in an order of its own: what a
 # container leaves behind (a cgroup's teardown) falls on the next one, so
 # no way is always after the same one.
@@ -202,6 +210,24 @@ for round in $(seq "$ROUNDS"); do
 		for w in "${order[@]}"; do echo "$round $i $w $(run_way "$w")"; done
 	done
 done >"$work/times"
+# Each agent's CPU over the run, a container it served: the creates of its
+# agent way and the update-ldcache hooks of the edits ways whose spec
+# names its socket (the CPU a share's container costs the node beside
+# runc's, which on a 2-core machine is taken from the engine and runc).
+for a in "${!agent_of[@]}"; do
+	ticks=$(($(cpu_ticks "${agent_of[$a]}") - ${cpu_before[$a]}))
+	served=0
+	for w in "${ways[@]}"; do
+		case $w in
+		agent-${a%-before}) [[ $a != *-before ]] || continue ;;
+		agent-before-${a%-before}) [[ $a == *-before ]] || continue ;;
+		edits-*) grep -q "\"GPUMUX_RUNTIME_SOCKET=$work/$a.sock\"" "$work/$w/config.orig" || continue ;;
+		*) continue ;;
+		esac
+		served=$((served + ROUNDS * N))
+	done
+	((served > 0)) && echo "gpumux agent ($a): $((ticks * 1000000 / $(getconf CLK_TCK) / served)) us of CPU a container it served ($served containers)"
+done
 # Per round, each way's median and its ratio to runc's; and, since the
 # node's noise moves whole iterations, the paired figures: each
 # iteration's time of the way less runc's in the same iteration, and that
