@@ -96,8 +96,9 @@ strip "$work"/docker/.devbin/d26/*
 mkdir -p "$work/docker/.devbin/d20"
 for b in dockerd docker; do
 	src=$(command -v "$b") || { echo "pack-engines: no $b on PATH (Debian package docker.io)" >&2; exit 1; }
-	# Debian's, not another docker on PATH before /usr/bin.
+	# Debian's, not another one on PATH before /usr/bin and /usr/sbin.
 	[[ $b == docker && -x /usr/bin/docker ]] && src=/usr/bin/docker
+	[[ $b == dockerd && -x /usr/sbin/dockerd ]] && src=/usr/sbin/dockerd
 	cp "$src" "$work/docker/.devbin/d20/"
 done
 ldd "$work/docker/.devbin/d20/dockerd" | awk '$3 ~ /^\// && $1 !~ /^(libc|libm|libpthread|libdl|librt)\.so/ {print $3}' |

@@ -197,7 +197,7 @@ run_way() { # run_way WAY: one container of that way
 }
 
 # cpu_ticks PID: the CPU time (user + system, in clock ticks) of process PID.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo -1; }
 declare -A cpu_before
 for a in "${!agent_of[@]}"; do cpu_before[$a]=$(cpu_ticks "${agent_of[$a]}"); done
 
@@ -210,24 +210,6 @@ for round in $(seq "$ROUNDS"); do
 		for w in "${order[@]}"; do echo "$round $i $w $(run_way "$w")"; done
 	done
 done >"$work/times"
-# Each agent's CPU over the run, a container it served: the creates of its
-# agent way and the update-ldcache hooks of the edits ways whose spec
-# names its socket (the CPU a share's container costs the node beside
-# runc's, which on a 2-core machine is taken from the engine and runc).
-for a in "${!agent_of[@]}"; do
-	ticks=$(($(cpu_ticks "${agent_of[$a]}") - ${cpu_before[$a]}))
-	served=0
-	for w in "${ways[@]}"; do
-		case $w in
-		agent-${a%-before}) [[ $a != *-before ]] || continue ;;
-		agent-before-${a%-before}) [[ $a == *-before ]] || continue ;;
-		edits-*) grep -q "\"GPUMUX_RUNTIME_SOCKET=$work/$a.sock\"" "$work/$w/config.orig" || continue ;;
-		*) continue ;;
-		esac
-		served=$((served + ROUNDS * N))
-	done
-	((served > 0)) && echo "gpumux agent ($a): $((ticks * 1000000 / $(getconf CLK_TCK) / served)) us of CPU a container it served ($served containers)"
-done
 # Per round, each way's median and its ratio to runc's; and, since the
 # node's noise moves whole iterations, the paired figures: each
 # iteration's time of the way less runc's in the same iteration, and that
@@ -248,4 +230,28 @@ for w in ways:
     pr = statistics.median(t[(r, i, w)] / t[(r, i, 'runc')] for r, i in iters)
     print(f"{w:28} {statistics.median(ms):8.2f} {statistics.median(ratio):9.3f} ({min(ratio):.3f}-{max(ratio):.3f}) {diff:12.2f} {pr:8.3f}")
 PY
+# Each agent's CPU over the run, a container it served: the creates of its
+# agent way and the update-ldcache hooks of the edits ways whose spec
+# names its socket (the CPU a share's container costs the node beside
+# runc's, which on a 2-core machine is taken from the engine and runc).
+for a in "${!agent_of[@]}"; do
+	after=$(cpu_ticks "${agent_of[$a]}")
+	((after >= 0)) || { echo "gpumux agent ($a) is gone: no CPU figure"; continue; }
+	served=0
+	for w in "${ways[@]}"; do
+		case $w in
+		agent-${a%-before}) [[ $a != *-before ]] || continue ;;
+		agent-before-${a%-before}) [[ $a == *-before ]] || continue ;;
+		edits-*)
+			grep -q '"update-ldcache"' "$work/$w/config.orig" || continue
+			grep -q "\"GPUMUX_RUNTIME_SOCKET=$work/$a.sock\"" "$work/$w/config.orig" || continue
+			;;
+		*) continue ;;
+		esac
+		served=$((served + ROUNDS * N))
+	done
+	if ((served > 0)); then
+		echo "gpumux agent ($a): $(((after - cpu_before[$a]) * 1000000 / $(getconf CLK_TCK) / served)) us of CPU a container it served ($served containers)"
+	fi
+done
 echo PASS

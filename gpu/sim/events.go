@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -18,8 +19,13 @@ import (
 // after the registration, like NVML.
 
 // eventPoll is how often Wait rereads the state file where it cannot be
-// told of the file's changes (no inotify instance to be had).
-const eventPoll = 20 * time.Millisecond
+// told of the file's changes (no inotify instance to be had, or another
+// Wait of the set has it); eventRecheck how often it rereads the file
+// when it can, should a change go untold.
+const (
+	eventPoll    = 20 * time.Millisecond
+	eventRecheck = time.Second
+)
 
 type eventSet struct {
 	funcEventSet
@@ -94,9 +100,10 @@ func (es *eventSet) wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 		if left <= 0 {
 			return nvml.EventData{}, nvml.ERROR_TIMEOUT
 		}
-		if es.changes == nil || !es.changes.wait(deadline) {
-			time.Sleep(min(left, eventPoll))
+		if es.changes != nil && es.changes.wait(time.Now().Add(min(left, eventRecheck))) {
+			continue // changed, or the time is up: reread
 		}
+		time.Sleep(min(left, eventPoll))
 	}
 }
 
@@ -150,7 +157,9 @@ func (es *eventSet) free() nvml.Return {
 type fileChanges struct {
 	f    *os.File // the inotify instance, non-blocking: read through the runtime's poller
 	name []byte
-	buf  []byte
+
+	mu  sync.Mutex // one wait at a time: the read deadline and buf are the wait's
+	buf []byte
 }
 
 // watchFile starts watching the file at path.
@@ -168,15 +177,23 @@ func watchFile(path string) (*fileChanges, error) {
 }
 
 // wait returns true when the file changed since the last wait (or since
-// the watch began), false at deadline or when it cannot tell (the watch
-// closed, or failed): the caller then rereads the file as though it had.
-// Events of the directory's other files are read and passed over.
+// the watch began), or at deadline: the caller rereads the file either
+// way. It returns false at once when it cannot tell (the watch closed or
+// failed, or another wait has it): the caller then polls. Events of the
+// directory's other files are read and passed over.
 func (c *fileChanges) wait(deadline time.Time) bool {
+	if !c.mu.TryLock() {
+		return false
+	}
+	defer c.mu.Unlock()
 	if c.f.SetReadDeadline(deadline) != nil {
 		return false
 	}
 	for {
 		n, err := c.f.Read(c.buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return true
+		}
 		if err != nil {
 			return false
 		}
