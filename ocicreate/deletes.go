@@ -7,9 +7,10 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpumux/gpumux/internal/inotify"
 )
 
 // deletes tells the server when runc deletes a container it prepared, so
@@ -80,7 +81,7 @@ func newDeletes(gone func(id string)) (*deletes, error) {
 	}
 	return &deletes{
 		fd: fd, file: f, conn: conn, roots: map[int32]string{}, byRoot: map[string]rootWatch{}, want: map[watched]bool{},
-		gone: gone, buf: make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1)),
+		gone: gone, buf: make([]byte, inotify.BufSize(64)),
 	}, nil
 }
 
@@ -127,47 +128,37 @@ func (d *deletes) drainLocked() bool {
 }
 
 // handleLocked acts on a read of inotify events.
-func (d *deletes) handleLocked(b []byte) {
-	for len(b) >= unix.SizeofInotifyEvent {
-		ev := (*unix.InotifyEvent)(unsafe.Pointer(&b[0]))
-		end := unix.SizeofInotifyEvent + int(ev.Len)
-		if end > len(b) {
-			return
-		}
-		name := string(b[unix.SizeofInotifyEvent:end])
-		for len(name) > 0 && name[len(name)-1] == 0 {
-			name = name[:len(name)-1]
-		}
-		b = b[end:]
-		switch {
-		case ev.Mask&unix.IN_Q_OVERFLOW != 0:
-			// Events were lost: look at every container prepared here.
-			d.checkLocked(func(watched) bool { return true })
-		case ev.Mask&unix.IN_IGNORED != 0:
-			// The root went (removed, unmounted), and its containers' state
-			// with it; what is left there cannot be watched: the reclaim's.
-			d.checkLocked(func(w watched) bool { return w.wd == ev.Wd })
-			for w := range d.want {
-				if w.wd == ev.Wd {
-					delete(d.want, w)
-				}
-			}
-			for root, rw := range d.byRoot {
-				if rw.wd == ev.Wd {
-					delete(d.byRoot, root)
-				}
-			}
-			delete(d.roots, ev.Wd)
-		case ev.Mask&unix.IN_ISDIR == 0:
-		case ev.Mask&unix.IN_CREATE != 0:
-			if w := (watched{ev.Wd, name}); d.hasLocked(w) {
-				d.want[w] = true
-			}
-		case ev.Mask&unix.IN_DELETE != 0:
-			if w := (watched{ev.Wd, name}); d.hasLocked(w) {
+func (d *deletes) handleLocked(b []byte) { inotify.Each(b, d.eventLocked) }
+
+func (d *deletes) eventLocked(ev inotify.Event) {
+	switch {
+	case ev.Mask&unix.IN_Q_OVERFLOW != 0:
+		// Events were lost: look at every container prepared here.
+		d.checkLocked(func(watched) bool { return true })
+	case ev.Mask&unix.IN_IGNORED != 0:
+		// The root went (removed, unmounted), and its containers' state
+		// with it; what is left there cannot be watched: the reclaim's.
+		d.checkLocked(func(w watched) bool { return w.wd == ev.Wd })
+		for w := range d.want {
+			if w.wd == ev.Wd {
 				delete(d.want, w)
-				d.gone(name)
 			}
+		}
+		for root, rw := range d.byRoot {
+			if rw.wd == ev.Wd {
+				delete(d.byRoot, root)
+			}
+		}
+		delete(d.roots, ev.Wd)
+	case ev.Mask&unix.IN_ISDIR == 0:
+	case ev.Mask&unix.IN_CREATE != 0:
+		if w := (watched{ev.Wd, ev.Name}); d.hasLocked(w) {
+			d.want[w] = true
+		}
+	case ev.Mask&unix.IN_DELETE != 0:
+		if w := (watched{ev.Wd, ev.Name}); d.hasLocked(w) {
+			delete(d.want, w)
+			d.gone(ev.Name)
 		}
 	}
 }

@@ -41,9 +41,9 @@ RUNTIME=$(realpath "${RUNTIME:?}") RUNC=$(command -v "${RUNC:-runc}") LIMITER=$(
 GPUMUX=$(realpath "${GPUMUX:-$(dirname "$RUNTIME")/gpumux}")
 ROUNDS=${ROUNDS:-5} N=${N:-40}
 work=$(mktemp -d /tmp/gmxsb.XXXX)
-agents=()
+declare -A agent_of # NAME -> the PID of the agent serving NAME.sock
 cleanup() {
-	for a in "${agents[@]}"; do kill "$a" 2>/dev/null && wait "$a" 2>/dev/null; done
+	for a in "${agent_of[@]}"; do kill "$a" 2>/dev/null && wait "$a" 2>/dev/null; done
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -107,12 +107,9 @@ once() {
 }
 
 export GPUMUX_RUNC=$RUNC
-agents=()
-declare -A agent_of # NAME -> the PID of the agent serving NAME.sock
 # serve CLI NAME: gpumux agent of CLI on NAME.hcl, serving NAME.sock.
 serve() {
 	"$1" agent --config "$work/$2.hcl" --runc "$RUNC" --runtime-socket "$work/$2.sock" >"$work/agent-$2.log" 2>&1 &
-	agents+=($!)
 	agent_of[$2]=$!
 	for _ in $(seq 300); do grep -q "serving gpumux-runtime" "$work/agent-$2.log" && break; sleep 0.1; done
 	grep -q "serving gpumux-runtime" "$work/agent-$2.log" || { cat "$work/agent-$2.log"; echo "FAIL: gpumux agent ($2) does not serve gpumux-runtime"; exit 1; }
@@ -237,18 +234,14 @@ PY
 for a in "${!agent_of[@]}"; do
 	after=$(cpu_ticks "${agent_of[$a]}")
 	((after >= 0)) || { echo "gpumux agent ($a) is gone: no CPU figure"; continue; }
+	mine=agent-$a # its way: agent-SHARE, or agent-before-SHARE for SHARE-before
+	[[ $a == *-before ]] && mine=agent-before-${a%-before}
 	served=0
 	for w in "${ways[@]}"; do
-		case $w in
-		agent-${a%-before}) [[ $a != *-before ]] || continue ;;
-		agent-before-${a%-before}) [[ $a == *-before ]] || continue ;;
-		edits-*)
-			grep -q '"update-ldcache"' "$work/$w/config.orig" || continue
-			grep -q "\"GPUMUX_RUNTIME_SOCKET=$work/$a.sock\"" "$work/$w/config.orig" || continue
-			;;
-		*) continue ;;
-		esac
-		served=$((served + ROUNDS * N))
+		if [[ $w == "$mine" ]] || { [[ $w == edits-* ]] && grep -q '"update-ldcache"' "$work/$w/config.orig" &&
+			grep -q "\"GPUMUX_RUNTIME_SOCKET=$work/$a.sock\"" "$work/$w/config.orig"; }; then
+			served=$((served + ROUNDS * N))
+		fi
 	done
 	if ((served > 0)); then
 		echo "gpumux agent ($a): $(((after - cpu_before[$a]) * 1000000 / $(getconf CLK_TCK) / served)) us of CPU a container it served ($served containers)"

@@ -1,16 +1,16 @@
 package sim
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpumux/gpumux/internal/inotify"
 )
 
 // Events are injected into the persisted event log (InjectXid,
@@ -156,7 +156,7 @@ func (es *eventSet) free() nvml.Return {
 // directory.
 type fileChanges struct {
 	f    *os.File // the inotify instance, non-blocking: read through the runtime's poller
-	name []byte
+	name string
 
 	mu  sync.Mutex // one wait at a time: the read deadline and buf are the wait's
 	buf []byte
@@ -173,7 +173,7 @@ func watchFile(path string) (*fileChanges, error) {
 		f.Close()
 		return nil, err
 	}
-	return &fileChanges{f: f, name: []byte(filepath.Base(path)), buf: make([]byte, 16*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))}, nil
+	return &fileChanges{f: f, name: filepath.Base(path), buf: make([]byte, inotify.BufSize(16))}, nil
 }
 
 // wait returns true when the file changed since the last wait (or since
@@ -197,18 +197,12 @@ func (c *fileChanges) wait(deadline time.Time) bool {
 		if err != nil {
 			return false
 		}
-		b := c.buf[:n]
-		for len(b) >= unix.SizeofInotifyEvent {
-			ev := (*unix.InotifyEvent)(unsafe.Pointer(&b[0]))
-			end := unix.SizeofInotifyEvent + int(ev.Len)
-			if end > len(b) {
-				return true // cut short: reread
-			}
-			name := bytes.TrimRight(b[unix.SizeofInotifyEvent:end], "\x00")
-			if ev.Mask&unix.IN_Q_OVERFLOW != 0 || bytes.Equal(name, c.name) {
-				return true
-			}
-			b = b[end:]
+		changed := false
+		inotify.Each(c.buf[:n], func(ev inotify.Event) {
+			changed = changed || ev.Mask&unix.IN_Q_OVERFLOW != 0 || ev.Name == c.name
+		})
+		if changed {
+			return true
 		}
 	}
 }
