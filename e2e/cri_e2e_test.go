@@ -14,6 +14,8 @@ import (
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gpumux/gpumux/e2e/ctrd"
+	"github.com/gpumux/gpumux/internal/ociruntime"
+	"github.com/gpumux/gpumux/ocicreate"
 )
 
 // startContainerd2 starts a private containerd 2.x with its CRI (and NRI,
@@ -31,43 +33,75 @@ func startContainerd2(t testing.TB, ctx context.Context, config string, opts ...
 // spec itself, through CRI's CDI devices, with plain runc: a container
 // given a whole GPU's, a time-slice replica's or an MPS share's device gets
 // exactly that share's device nodes, env and mounts (the driver's files and
-// the limiter's included), with no gpumux-runtime.
+// the limiter's included), with no gpumux-runtime. The spec's
+// update-ldcache hook is gpumux-runtime-hook, or gpumux-runtime asking
+// gpumux agent, which then writes the container's linker cache in the
+// hook's working directory, runc's state left unread (ocicreate/doc.go).
 func TestCDINativeOnContainerd2(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	_, config := runtimeNode(t)
 	d := startContainerd2(t, ctx, config)
-	devs := writeCDISpec(t, ctx, config, d.CDISpecDir, "gpumux-runtime-hook")
+	a, socket := agentRuntimeSocket(t, ctx, config)
 	pod, err := d.RunPod(ctx, "cdi", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		mechanism, idPattern string
-		mps                  bool
+	for _, hook := range []struct {
+		name  string
+		agent bool
 	}{
-		{"exclusive", `^GPU-[0-9a-f-]+$`, false},
-		{"timeslice", `^GPU-[0-9a-f-]+/timeslice/[0-3]$`, false},
-		{"mps", `^GPU-[0-9a-f-]+/mps/[0-3]$`, true},
+		{ociruntime.HookBinary, false},
+		{ociruntime.EntryBinary, true},
 	} {
-		t.Run(tc.mechanism, func(t *testing.T) {
-			dev, ok := devs[tc.mechanism]
-			if !ok {
-				t.Fatalf("the CDI spec has no %s device: %v", tc.mechanism, devs)
-			}
-			res, err := pod.Run(ctx, tc.mechanism, ctrd.CRIOpts{CDIDevices: []string{dev}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.ExitCode != 0 {
-				t.Fatalf("probe exit %d: %s", res.ExitCode, res.Stdout)
-			}
-			id := checkShareProbe(t, ctrd.ParseProbe(res.Stdout), regexp.MustCompile(tc.idPattern), false, tc.mps)
-			if want := strings.TrimPrefix(dev, "gpumux.io/share="); strings.ReplaceAll(id, "/", "_") != want {
-				t.Errorf("container got share %s, want the device's, %s", id, want)
-			}
-		})
+		devs := writeCDISpec(t, ctx, config, d.CDISpecDir, hook.name, ocicreate.EnvSocket+"="+socket)
+		for _, tc := range []struct {
+			mechanism, idPattern string
+			mps                  bool
+		}{
+			{"exclusive", `^GPU-[0-9a-f-]+$`, false},
+			{"timeslice", `^GPU-[0-9a-f-]+/timeslice/[0-3]$`, false},
+			{"mps", `^GPU-[0-9a-f-]+/mps/[0-3]$`, true},
+		} {
+			t.Run(hook.name+"/"+tc.mechanism, func(t *testing.T) {
+				dev, ok := devs[tc.mechanism]
+				if !ok {
+					t.Fatalf("the CDI spec has no %s device: %v", tc.mechanism, devs)
+				}
+				before := agentDidHooks(a)
+				res, err := pod.Run(ctx, hook.name+"-"+tc.mechanism, ctrd.CRIOpts{CDIDevices: []string{dev}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.ExitCode != 0 {
+					t.Fatalf("probe exit %d: %s", res.ExitCode, res.Stdout)
+				}
+				id := checkShareProbe(t, ctrd.ParseProbe(res.Stdout), regexp.MustCompile(tc.idPattern), false, tc.mps)
+				if want := strings.TrimPrefix(dev, "gpumux.io/share="); strings.ReplaceAll(id, "/", "_") != want {
+					t.Errorf("container got share %s, want the device's, %s", id, want)
+				}
+				want := 0
+				if hook.agent {
+					want = 1
+				}
+				if did := agentDidHooks(a) - before; did != want {
+					t.Errorf("gpumux agent did %d update-ldcache hooks in the hook's working directory for the container, want %d\n%s", did, want, a.log.String())
+				}
+			})
+		}
 	}
+}
+
+// agentDidHooks counts the update-ldcache hooks gpumux agent has done in
+// the root that was the hook's working directory (its debug log).
+func agentDidHooks(a *agentProc) int {
+	n := 0
+	for _, line := range strings.Split(a.log.String(), "\n") {
+		if strings.Contains(line, "did a container's hook") && strings.Contains(line, "the hook's working directory") {
+			n++
+		}
+	}
+	return n
 }
 
 // TestNRIPluginOnContainerd2: gpumux agent's NRI plugin serves containerd

@@ -30,11 +30,23 @@
 //	gpumux-hook/1  CONFIG  STATE_DIR  ENTRY  STATE  hook NAME ARG...
 //
 // The agent does update-ldcache in the container's root as the hook's
-// process sees it (/proc/PID/root: the hook runs in the container's mount
-// namespace, where the driver's tree is mounted) and poststop (the
-// container's leases given back) when the state directory is its own, and
-// answers "ok"; anything else, or anything that fails, is "fallback":
-// gpumux-runtime hands the hook to gpumux-runtime-hook with the same
-// stdin, as where no agent answers. Only root (or the agent's own user)
-// is served; anyone else is told "core" or "fallback".
+// process sees it (the hook runs in the container's mount namespace, where
+// the driver's tree is mounted: the bundle's root within /proc/PID/root)
+// and poststop (the container's leases given back) when the state
+// directory is its own, and answers "ok"; anything else, or anything that
+// fails, is "fallback": gpumux-runtime hands the hook to
+// gpumux-runtime-hook with the same stdin, as where no agent answers. Only
+// root (or the agent's own user) is served; anyone else is told "core" or
+// "fallback".
+//
+// An update-ldcache hook whose parent is runc's init ("runc:[2:INIT]")
+// sends an empty STATE and leaves stdin unread: runc runs createContainer
+// hooks from its init with the container's root as their working
+// directory, which is the root the agent then uses (/proc/PID/cwd). runc's
+// init writes the state from a goroutine of a process that runs one at a
+// time (GOMAXPROCS 1), which may not run until Go's monitor takes the
+// processor back from the goroutine waiting for the hook: a hook that
+// reads its stdin waited up to 10 ms for it (docs/benchmarks.md). Where
+// the agent leaves such a hook, gpumux-runtime-hook reads the state from
+// the same stdin, still unread.
 package ocicreate

@@ -243,11 +243,11 @@ func (s *Server) answer(ctx context.Context, c *net.UnixConn) string {
 
 // hook does one of the hooks gpumux-runtime runs for a container, asked by
 // gpumux-runtime as the hook (process pid): update-ldcache in the root of
-// the container, seen through the hook's own mount namespace
-// (/proc/PID/root), and poststop, the container's leases given back, when
-// they are in this agent's store. Anything else, and an update-ldcache
-// that fails, is gpumux-runtime-hook's to do (answerFallback), which
-// reports its own errors.
+// the container, seen through the hook's own mount namespace, and
+// poststop, the container's leases given back, when they are in this
+// agent's store. Anything else, and an update-ldcache that fails, is
+// gpumux-runtime-hook's to do (answerFallback), which reports its own
+// errors.
 //
 // Poststop is answered at once and the leases given back after (runc
 // waits for its hooks; the release's commit to disk is not the deleted
@@ -255,18 +255,23 @@ func (s *Server) answer(ctx context.Context, c *net.UnixConn) string {
 // hook where it watches runc's deletes (deletes); those of
 // gpumux-runtime-core and of an agent that could not watch do.
 func (s *Server) hook(ctx context.Context, req request, pid int) string {
-	var st specs.State
-	if len(req.args) < 2 || req.args[0] != "hook" || json.Unmarshal(req.state, &st) != nil || st.ID == "" {
+	if len(req.args) < 2 || req.args[0] != "hook" {
 		return answerFallback
 	}
+	var st specs.State
+	stated := json.Unmarshal(req.state, &st) == nil && st.ID != ""
 	switch name := req.args[1]; {
-	case name == ociruntime.HookUpdateLdcache:
-		if err := updateLdcache(st, req.args[2:], pid); err != nil {
-			s.logger.Debug("left a hook to gpumux-runtime-hook", "hook", name, "container", st.ID, "reason", err)
+	case name == ociruntime.HookUpdateLdcache && (stated && st.Bundle != "" || len(req.state) == 0):
+		root := "the state's bundle"
+		if st.Bundle == "" {
+			root = "the hook's working directory"
+		}
+		if err := updateLdcache(st.Bundle, req.args[2:], pid); err != nil {
+			s.logger.Debug("left a hook to gpumux-runtime-hook", "hook", name, "container", st.ID, "root", root, "reason", err)
 			return answerFallback
 		}
-		s.logger.Debug("did a container's hook", "hook", name, "container", st.ID)
-	case name == ociruntime.HookPoststop && len(req.args) == 2 && filepath.Clean(req.stateDir) == filepath.Clean(s.stateDir):
+		s.logger.Debug("did a container's hook", "hook", name, "container", st.ID, "root", root)
+	case name == ociruntime.HookPoststop && stated && len(req.args) == 2 && filepath.Clean(req.stateDir) == filepath.Clean(s.stateDir):
 		s.releaseAfter(ctx, st.ID, "poststop-hook", func(ctx context.Context, l node.Leases) ([]string, error) { return l.Release(ctx, st.ID) })
 	default:
 		return answerFallback
@@ -343,13 +348,14 @@ func (s *Server) awaitRelease(ctx context.Context, id string) {
 }
 
 // updateLdcache is the update-ldcache hook (ldcache.UpdateRoot) in the
-// container's root as the hook process pid sees it.
-func updateLdcache(st specs.State, args []string, pid int) error {
+// container's root as the hook process pid sees it: the root of bundle
+// within the process's root, or, where gpumux-runtime sent no state
+// (bundle empty), the process's working directory. The entry sends none
+// when runc's init runs it, which runs createContainer hooks in the
+// container's mount namespace with the container's root as their working
+// directory (doc.go).
+func updateLdcache(bundle string, args []string, pid int) error {
 	links, dirs, err := ldcache.ParseArgs(args)
-	if err != nil {
-		return err
-	}
-	root, err := ociruntime.ContainerRoot(st.Bundle)
 	if err != nil {
 		return err
 	}
@@ -360,7 +366,7 @@ func updateLdcache(st specs.State, args []string, pid int) error {
 		return err
 	}
 	defer ns.Close()
-	r, err := ns.OpenRoot(strings.TrimPrefix(root, "/"))
+	r, err := containerRoot(ns, bundle, pid)
 	if err != nil {
 		return err
 	}
@@ -385,6 +391,20 @@ func updateLdcache(st specs.State, args []string, pid int) error {
 		}
 	}
 	return ldcache.UpdateIn(r, links, dirs)
+}
+
+// containerRoot opens the container's root for updateLdcache: the root of
+// bundle within ns, the hook process's root, or without a bundle the
+// process's working directory.
+func containerRoot(ns *os.Root, bundle string, pid int) (*os.Root, error) {
+	if bundle == "" {
+		return os.OpenRoot(fmt.Sprintf("/proc/%d/cwd", pid))
+	}
+	root, err := ociruntime.ContainerRoot(bundle)
+	if err != nil {
+		return nil, err
+	}
+	return ns.OpenRoot(strings.TrimPrefix(root, "/"))
 }
 
 // hookConfig is the node config file the poststop hook names: the one

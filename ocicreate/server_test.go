@@ -171,7 +171,19 @@ func askSocket(socket string, req []byte) (string, error) {
 // process's PID.
 func (s *server) askFromAnotherProcess(t *testing.T, req []byte) (string, int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAskingProcess$")
+	return s.askFromProcessIn(t, "", req)
+}
+
+// askFromProcessIn is askFromAnotherProcess from a process whose working
+// directory is dir ("": this one's).
+func (s *server) askFromProcessIn(t *testing.T, dir string, req []byte) (string, int) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run=^TestAskingProcess$")
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GPUMUX_TEST_ASK_SOCKET="+s.socket)
 	cmd.Stdin = bytes.NewReader(req)
 	out, err := cmd.Output()
@@ -384,8 +396,14 @@ func FuzzParseRequest(f *testing.F) {
 // encodeHook is the request gpumux-runtime run as a hook sends (doc.go).
 func encodeHook(stateDir string, st specs.State, args ...string) []byte {
 	state, _ := json.Marshal(st)
+	return encodeHookState(stateDir, string(state), args...)
+}
+
+// encodeHookState is encodeHook with the state as sent: "" where runc's
+// init runs the hook.
+func encodeHookState(stateDir, state string, args ...string) []byte {
 	var b bytes.Buffer
-	for _, f := range append([]string{protocolHook, "/etc/gpumux/node.hcl", stateDir, "/usr/bin/gpumux-runtime", string(state), "hook"}, args...) {
+	for _, f := range append([]string{protocolHook, "/etc/gpumux/node.hcl", stateDir, "/usr/bin/gpumux-runtime", state, "hook"}, args...) {
 		b.WriteString(f)
 		b.WriteByte(0)
 	}
@@ -432,30 +450,53 @@ func hookBundle(t testing.TB, conf bool) (bundleDir, rootfs string) {
 }
 
 // TestServerHooks: the agent does update-ldcache in the root the hook's
-// process sees (links and the cache written) and gives a container's
-// shares back at poststop when the state directory is its own; what it
-// would need ldconfig for, another state directory, another hook or a
-// state it cannot read is left to gpumux-runtime-hook.
+// process sees (links and the cache written), the state's bundle's or,
+// where runc's init runs the hook and the state is not sent, its working
+// directory, and gives a container's shares back at poststop when the
+// state directory is its own; what it would need ldconfig for, another
+// state directory, another hook or a state it cannot read is left to
+// gpumux-runtime-hook.
 func TestServerHooks(t *testing.T) {
 	s := newServer(t)
 	ldArgs := []string{ociruntime.HookUpdateLdcache, ldcache.LinkFlag, "/usr/bin/nvidia-smi=/usr/local/nvidia/bin/nvidia-smi", "/usr/local/nvidia/lib64"}
 
-	b, rootfs := hookBundle(t, false)
-	if got, _ := s.askFromAnotherProcess(t, encodeHook("", specs.State{ID: "c1", Bundle: b}, ldArgs...)); got != answerOK {
-		t.Fatalf("update-ldcache: answer %q, want %q", got, answerOK)
+	b, _ := hookBundle(t, false)
+	for _, way := range []struct {
+		name string
+		ask  func(bundle, rootfs string) string
+	}{
+		{"the state's bundle", func(bundle, _ string) string {
+			got, _ := s.askFromAnotherProcess(t, encodeHook("", specs.State{ID: "c1", Bundle: bundle}, ldArgs...))
+			return got
+		}},
+		{"no state: the working directory", func(_, rootfs string) string {
+			got, _ := s.askFromProcessIn(t, rootfs, encodeHookState("", "", ldArgs...))
+			return got
+		}},
+	} {
+		bundle, rootfs := hookBundle(t, false)
+		if got := way.ask(bundle, rootfs); got != answerOK {
+			t.Fatalf("update-ldcache, %s: answer %q, want %q", way.name, got, answerOK)
+		}
+		raw, err := os.ReadFile(filepath.Join(rootfs, "etc/ld.so.cache"))
+		if err != nil {
+			t.Fatalf("update-ldcache, %s: %v", way.name, err)
+		}
+		c, err := ldcache.Parse(raw)
+		if err != nil || !slices.ContainsFunc(c.Entries, func(e ldcache.Entry) bool {
+			return e.Key == "libcuda.so.1" && e.Value == "/usr/local/nvidia/lib64/libcuda.so.1"
+		}) {
+			t.Errorf("update-ldcache, %s: the container's cache: %+v, %v; want libcuda.so.1 in /usr/local/nvidia/lib64", way.name, c, err)
+		}
+		if target, err := os.Readlink(filepath.Join(rootfs, "usr/bin/nvidia-smi")); err != nil || target != "/usr/local/nvidia/bin/nvidia-smi" {
+			t.Errorf("update-ldcache, %s: /usr/bin/nvidia-smi -> %q (%v)", way.name, target, err)
+		}
 	}
-	raw, err := os.ReadFile(filepath.Join(rootfs, "etc/ld.so.cache"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := ldcache.Parse(raw)
-	if err != nil || !slices.ContainsFunc(c.Entries, func(e ldcache.Entry) bool {
-		return e.Key == "libcuda.so.1" && e.Value == "/usr/local/nvidia/lib64/libcuda.so.1"
-	}) {
-		t.Errorf("the container's cache: %+v, %v; want libcuda.so.1 in /usr/local/nvidia/lib64", c, err)
-	}
-	if target, err := os.Readlink(filepath.Join(rootfs, "usr/bin/nvidia-smi")); err != nil || target != "/usr/local/nvidia/bin/nvidia-smi" {
-		t.Errorf("/usr/bin/nvidia-smi -> %q (%v)", target, err)
+	// The host's root, this process's, is left as it is (the driver's
+	// directory is not in it: were the root not seen as the host's, the
+	// answer would be "fallback").
+	if got, _ := s.askFromProcessIn(t, "/", encodeHookState("", "", ldArgs...)); got != answerOK {
+		t.Errorf("update-ldcache from the host's root: answer %q, want %q", got, answerOK)
 	}
 
 	confBundle, confRoot := hookBundle(t, true)
@@ -483,6 +524,8 @@ func TestServerHooks(t *testing.T) {
 		{"poststop of another state directory", encodeHook("/var/lib/other", specs.State{ID: "c2"}, ociruntime.HookPoststop), answerFallback},
 		{"another hook", encodeHook(s.state, specs.State{ID: "c2"}, "prestart"), answerFallback},
 		{"no state", encodeHook(s.state, specs.State{}, ociruntime.HookPoststop), answerFallback},
+		{"poststop, the state not sent", encodeHookState(s.state, "", ociruntime.HookPoststop), answerFallback},
+		{"update-ldcache, a state without a bundle", encodeHook("", specs.State{ID: "c3"}, ldArgs...), answerFallback},
 		{"poststop", encodeHook(s.state, specs.State{ID: "c2"}, ociruntime.HookPoststop), answerOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,9 +23,12 @@
  *                                 untouched)
  *   hook update-ldcache ...       the node agent, asked over its socket
  *   hook poststop (with           with the container's state read from
- *     $GPUMUX_STATE_DIR set)      stdin; where no agent answers, or it
- *                                 leaves the hook to it: gpumux-runtime-hook,
- *                                 beside this program, with the same stdin
+ *     $GPUMUX_STATE_DIR set)      stdin (run by runc's init, update-ldcache
+ *                                 sends none and leaves stdin unread: its
+ *                                 working directory is the root); where no
+ *                                 agent answers, or it leaves the hook to
+ *                                 it: gpumux-runtime-hook, beside this
+ *                                 program, with the same stdin
  *   hook anything else            gpumux-runtime-core
  *   --version                     gpumux's version, then runc's
  *
@@ -369,12 +372,56 @@ static int create_via_agent(const char *config, char **args, int n, char **rargs
 }
 
 /*
+ * run_by_runc_init says whether this process's parent is runc's init,
+ * which runs createContainer hooks with the container's root as their
+ * working directory. The hook runs in the container's PID namespace, where
+ * getppid() is 1, and sees the host's /proc: the parent's PID there is in
+ * /proc/self/stat.
+ */
+static int run_by_runc_init(void)
+{
+	static const char init[] = "runc:[2:INIT]\n";
+	char buf[512];
+	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t r = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (r <= 0)
+		return 0;
+	buf[r] = 0;
+	/* PID (COMM) STATE PPID ...: COMM may hold anything, ')' too. */
+	char *end = strrchr(buf, ')');
+	int ppid;
+	if (!end || sscanf(end + 1, " %*c %d", &ppid) != 1 || ppid <= 0)
+		return 0;
+	char path[64], comm[sizeof init + 1];
+	snprintf(path, sizeof path, "/proc/%d/comm", ppid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	r = read(fd, comm, sizeof comm - 1);
+	close(fd);
+	return r == (ssize_t)(sizeof init - 1) && memcmp(comm, init, sizeof init - 1) == 0;
+}
+
+/*
  * hook_via_agent: a hook goes to the agent with the state on stdin; where
  * the agent does not do it (no agent, "fallback", an error, no answer),
- * gpumux-runtime-hook gets the same stdin.
+ * gpumux-runtime-hook gets the same stdin. An update-ldcache hook run by
+ * runc's init leaves stdin unread and sends no state: the agent takes the
+ * root from this process's working directory (runc's init writes the state
+ * from a goroutine that may wait up to 10 ms for its only processor;
+ * ocicreate/doc.go).
  */
 static int hook_via_agent(const char *config, char **rargs, int rn)
 {
+	if (strcmp(rargs[1], "update-ldcache") == 0 && run_by_runc_init()) {
+		char why[512];
+		if (ask_agent(PROTOCOL_HOOK, config, "", rargs, rn, why, sizeof why) == AGENT_OK)
+			return 0;
+		return sibling(HOOK, rargs, rn);
+	}
 	size_t got = 0, cap = 64 << 10;
 	char *state = malloc(cap);
 	for (;;) {

@@ -27,7 +27,8 @@ import (
 
 // entryDir builds gpumux-runtime once per test binary and returns a
 // directory with it and stand-ins of gpumux-runtime-core and
-// gpumux-runtime-hook beside it, and a runc stand-in.
+// gpumux-runtime-hook beside it, a runc stand-in, and a stand-in of runc's
+// init (initStandIn).
 var entryDir = sync.OnceValues(func() (string, error) {
 	env, err := cbuild.Setup()
 	if err != nil {
@@ -51,21 +52,31 @@ var entryDir = sync.OnceValues(func() (string, error) {
 			return "", err
 		}
 	}
+	// Its name is its process's comm, which the entry reads as its parent.
+	if err := os.WriteFile(filepath.Join(dir, initStandIn), []byte("#!/bin/sh\n\"$@\"\nexit $?\n"), 0o755); err != nil {
+		return "", err
+	}
 	return dir, nil
 })
+
+// initStandIn runs its arguments as a child, as runc's init runs a
+// createContainer hook.
+const initStandIn = "runc:[2:INIT]"
 
 // route runs gpumux-runtime with args and env ("K=V") and returns the
 // stand-in it handed over to and the arguments that one got, or its exit
 // code and output when it handed over to nothing.
 func route(t *testing.T, args []string, env ...string) (to string, argv []string, code int, out string) {
 	t.Helper()
-	to, argv, code, out, _ = routeWithStdin(t, "", args, env...)
+	to, argv, code, out, _ = routeWithStdin(t, "", "", args, env...)
 	return to, argv, code, out
 }
 
 // routeWithStdin is route with stdin given, and also returns what the
-// stand-in handed over to read on its stdin.
-func routeWithStdin(t *testing.T, stdin string, args []string, env ...string) (to string, argv []string, code int, out, gotStdin string) {
+// stand-in handed over to read on its stdin; with a working directory
+// given, gpumux-runtime runs there, as the child of a stand-in of runc's
+// init.
+func routeWithStdin(t *testing.T, stdin, initDir string, args []string, env ...string) (to string, argv []string, code int, out, gotStdin string) {
 	t.Helper()
 	dir, err := entryDir()
 	if err != nil {
@@ -73,6 +84,10 @@ func routeWithStdin(t *testing.T, stdin string, args []string, env ...string) (t
 	}
 	record := filepath.Join(t.TempDir(), "route")
 	cmd := exec.Command(filepath.Join(dir, ociruntime.EntryBinary), args...)
+	if initDir != "" {
+		cmd = exec.Command(filepath.Join(dir, initStandIn), append([]string{cmd.Path}, args...)...)
+		cmd.Dir = initDir
+	}
 	// No node agent unless env names one (the default socket is the
 	// machine's).
 	noAgent := "GPUMUX_RUNTIME_SOCKET=" + filepath.Join(t.TempDir(), "no-agent.sock")
@@ -359,7 +374,9 @@ func TestCEntryAsksTheAgent(t *testing.T) {
 // TestCEntryHooksAskTheAgent: the update-ldcache and poststop hooks go to
 // the node agent with the container's state read from stdin; the agent's
 // "ok" ends them, and where it leaves the hook ("fallback"), breaks off or
-// is not there, gpumux-runtime-hook runs it with the same stdin.
+// is not there, gpumux-runtime-hook runs it with the same stdin. An
+// update-ldcache hook run by runc's init sends no state and leaves stdin
+// for gpumux-runtime-hook.
 func TestCEntryHooksAskTheAgent(t *testing.T) {
 	dir, err := entryDir()
 	if err != nil {
@@ -368,23 +385,29 @@ func TestCEntryHooksAskTheAgent(t *testing.T) {
 	const state = `{"ociVersion":"1.2.0","id":"c1","status":"creating","bundle":"/b"}`
 	ld := []string{"hook", ociruntime.HookUpdateLdcache, "/usr/local/nvidia/lib64"}
 	post := []string{"hook", ociruntime.HookPoststop}
+	request := func(state string, args []string) []string {
+		return append([]string{"gpumux-hook/1", "/etc/gpumux/node.hcl", "/var/lib/g", filepath.Join(dir, ociruntime.EntryBinary), state}, args...)
+	}
 	for _, tc := range []struct {
-		name    string
-		answer  string // "-": no agent
-		args    []string
-		to      string
-		code    int
-		request []string
+		name     string
+		answer   string // "-": no agent
+		args     []string
+		fromInit bool
+		to       string
+		code     int
+		request  []string
 	}{
-		{"done by the agent", "ok", ld, "", 0,
-			append([]string{"gpumux-hook/1", "/etc/gpumux/node.hcl", "/var/lib/g", filepath.Join(dir, ociruntime.EntryBinary), state}, ld...)},
-		{"poststop done by the agent", "ok", post, "", 0,
-			append([]string{"gpumux-hook/1", "/etc/gpumux/node.hcl", "/var/lib/g", filepath.Join(dir, ociruntime.EntryBinary), state}, post...)},
-		{"left to gpumux-runtime-hook", "fallback", ld, ociruntime.HookBinary, 0, nil},
-		{"the agent breaks off", "", post, ociruntime.HookBinary, 0, nil},
-		{"an answer it does not know", "maybe", ld, ociruntime.HookBinary, 0, nil},
-		{"an error: left to gpumux-runtime-hook", "error gpumux agent: internal error", ld, ociruntime.HookBinary, 0, nil},
-		{"no agent", "-", ld, ociruntime.HookBinary, 0, nil},
+		{"done by the agent", "ok", ld, false, "", 0, request(state, ld)},
+		{"poststop done by the agent", "ok", post, false, "", 0, request(state, post)},
+		{"left to gpumux-runtime-hook", "fallback", ld, false, ociruntime.HookBinary, 0, request(state, ld)},
+		{"the agent breaks off", "", post, false, ociruntime.HookBinary, 0, nil},
+		{"an answer it does not know", "maybe", ld, false, ociruntime.HookBinary, 0, nil},
+		{"an error: left to gpumux-runtime-hook", "error gpumux agent: internal error", ld, false, ociruntime.HookBinary, 0, nil},
+		{"no agent", "-", ld, false, ociruntime.HookBinary, 0, nil},
+		{"from runc's init: done by the agent without the state", "ok", ld, true, "", 0, request("", ld)},
+		{"from runc's init: left to gpumux-runtime-hook, stdin unread", "fallback", ld, true, ociruntime.HookBinary, 0, request("", ld)},
+		{"from runc's init, no agent", "-", ld, true, ociruntime.HookBinary, 0, nil},
+		{"poststop from runc's init: the state sent", "ok", post, true, "", 0, request(state, post)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := []string{ociruntime.EnvStateDir + "=/var/lib/g"}
@@ -394,7 +417,11 @@ func TestCEntryHooksAskTheAgent(t *testing.T) {
 				socket, got = agentStandIn(t, tc.answer)
 				env = append(env, "GPUMUX_RUNTIME_SOCKET="+socket)
 			}
-			to, argv, code, out, stdin := routeWithStdin(t, state, tc.args, env...)
+			initDir := ""
+			if tc.fromInit {
+				initDir = t.TempDir()
+			}
+			to, argv, code, out, stdin := routeWithStdin(t, state, initDir, tc.args, env...)
 			if to != tc.to || code != tc.code || (to != "" && (!slices.Equal(argv, tc.args) || stdin != state)) {
 				t.Errorf("handed over to %q %q with stdin %q, exit %d (%q); want %q, exit %d, the state on stdin", to, argv, stdin, code, out, tc.to, tc.code)
 			}
