@@ -41,12 +41,7 @@ func TestCDINativeOnContainerd2(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	_, config := runtimeNode(t)
-	d := startContainerd2(t, ctx, config)
 	a, socket := agentRuntimeSocket(t, ctx, config)
-	pod, err := d.RunPod(ctx, "cdi", "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, hook := range []struct {
 		name  string
 		agent bool
@@ -54,41 +49,51 @@ func TestCDINativeOnContainerd2(t *testing.T) {
 		{ociruntime.HookBinary, false},
 		{ociruntime.EntryBinary, true},
 	} {
-		devs := writeCDISpec(t, ctx, config, d.CDISpecDir, hook.name, ocicreate.EnvSocket+"="+socket)
-		for _, tc := range []struct {
-			mechanism, idPattern string
-			mps                  bool
-		}{
-			{"exclusive", `^GPU-[0-9a-f-]+$`, false},
-			{"timeslice", `^GPU-[0-9a-f-]+/timeslice/[0-3]$`, false},
-			{"mps", `^GPU-[0-9a-f-]+/mps/[0-3]$`, true},
-		} {
-			t.Run(hook.name+"/"+tc.mechanism, func(t *testing.T) {
-				dev, ok := devs[tc.mechanism]
-				if !ok {
-					t.Fatalf("the CDI spec has no %s device: %v", tc.mechanism, devs)
-				}
-				before := agentDidHooks(a)
-				res, err := pod.Run(ctx, hook.name+"-"+tc.mechanism, ctrd.CRIOpts{CDIDevices: []string{dev}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res.ExitCode != 0 {
-					t.Fatalf("probe exit %d: %s", res.ExitCode, res.Stdout)
-				}
-				id := checkShareProbe(t, ctrd.ParseProbe(res.Stdout), regexp.MustCompile(tc.idPattern), false, tc.mps)
-				if want := strings.TrimPrefix(dev, "gpumux.io/share="); strings.ReplaceAll(id, "/", "_") != want {
-					t.Errorf("container got share %s, want the device's, %s", id, want)
-				}
-				want := 0
-				if hook.agent {
-					want = 1
-				}
-				if did := agentDidHooks(a) - before; did != want {
-					t.Errorf("gpumux agent did %d update-ldcache hooks in the hook's working directory for the container, want %d\n%s", did, want, a.log.String())
-				}
-			})
-		}
+		// A containerd of its own for each spec, stopped at the subtest's
+		// end: a spec rewritten under a running containerd may not be read
+		// again before its next container.
+		t.Run(hook.name, func(t *testing.T) {
+			d := startContainerd2(t, ctx, config)
+			pod, err := d.RunPod(ctx, "cdi", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			devs := writeCDISpec(t, ctx, config, d.CDISpecDir, hook.name, ocicreate.EnvSocket+"="+socket)
+			for _, tc := range []struct {
+				mechanism, idPattern string
+				mps                  bool
+			}{
+				{"exclusive", `^GPU-[0-9a-f-]+$`, false},
+				{"timeslice", `^GPU-[0-9a-f-]+/timeslice/[0-3]$`, false},
+				{"mps", `^GPU-[0-9a-f-]+/mps/[0-3]$`, true},
+			} {
+				t.Run(tc.mechanism, func(t *testing.T) {
+					dev, ok := devs[tc.mechanism]
+					if !ok {
+						t.Fatalf("the CDI spec has no %s device: %v", tc.mechanism, devs)
+					}
+					before := agentDidHooks(a)
+					res, err := pod.Run(ctx, tc.mechanism, ctrd.CRIOpts{CDIDevices: []string{dev}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.ExitCode != 0 {
+						t.Fatalf("probe exit %d: %s", res.ExitCode, res.Stdout)
+					}
+					id := checkShareProbe(t, ctrd.ParseProbe(res.Stdout), regexp.MustCompile(tc.idPattern), false, tc.mps)
+					if want := strings.TrimPrefix(dev, "gpumux.io/share="); strings.ReplaceAll(id, "/", "_") != want {
+						t.Errorf("container got share %s, want the device's, %s", id, want)
+					}
+					want := 0
+					if hook.agent {
+						want = 1
+					}
+					if did := agentDidHooks(a) - before; did != want {
+						t.Errorf("gpumux agent did %d update-ldcache hooks in the hook's working directory for the container, want %d\n%s", did, want, a.log.String())
+					}
+				})
+			}
+		})
 	}
 }
 

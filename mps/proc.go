@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpumux/gpumux/internal/procstat"
 )
 
 // readPIDFile returns the pid in a pipe directory's pid file, 0 if none.
@@ -49,20 +51,8 @@ func procAlive(pid int) bool {
 
 // running reports whether a /proc stat file names a task that has not exited.
 func running(statFile string) bool {
-	b, err := os.ReadFile(statFile)
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return false
-	}
-	switch b[i+2] {
-	case 'Z', 'X', 'x':
-		return false
-	}
-	return true
+	st, err := procstat.ReadFile(statFile)
+	return err == nil && !st.Gone()
 }
 
 // daemonAlive reports whether the process in pipeDir's pid file is alive and

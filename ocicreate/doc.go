@@ -42,11 +42,14 @@
 // An update-ldcache hook whose parent is runc's init ("runc:[2:INIT]")
 // sends an empty STATE and leaves stdin unread: runc runs createContainer
 // hooks from its init with the container's root as their working
-// directory, which is the root the agent then uses (/proc/PID/cwd). runc's
-// init writes the state from a goroutine of a process that runs one at a
-// time (GOMAXPROCS 1), which may not run until Go's monitor takes the
-// processor back from the goroutine waiting for the hook: a hook that
-// reads its stdin waited up to 10 ms for it (docs/benchmarks.md). Where
-// the agent leaves such a hook, gpumux-runtime-hook reads the state from
-// the same stdin, still unread.
+// directory, which is the root the agent then uses (/proc/PID/cwd), once
+// it has checked the hook's parent itself and that the directory is not
+// the hook's root (a startContainer hook's, after the switch to the
+// container's root). runc's init writes the state from a goroutine of a
+// process that runs one goroutine at a time (GOMAXPROCS 1), which may not
+// run until Go's monitor takes the processor back from the goroutine
+// blocked waiting for the hook: a hook that read its stdin waited for it
+// (docs/benchmarks.md). Where the agent leaves such a hook,
+// gpumux-runtime-hook reads the state from the same stdin, still unread.
+// Any other hook with an empty stdin is gpumux-runtime-hook's, unasked.
 package ocicreate

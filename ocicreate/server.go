@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpumux/gpumux/internal/ldcache"
 	"github.com/gpumux/gpumux/internal/ociruntime"
+	"github.com/gpumux/gpumux/internal/procstat"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/nodeconfig"
@@ -267,10 +268,10 @@ func (s *Server) hook(ctx context.Context, req request, pid int) string {
 			root = "the hook's working directory"
 		}
 		if err := updateLdcache(st.Bundle, req.args[2:], pid); err != nil {
-			s.logger.Debug("left a hook to gpumux-runtime-hook", "hook", name, "container", st.ID, "root", root, "reason", err)
+			s.logger.Debug("left a hook to gpumux-runtime-hook", "hook", name, "container", st.ID, "pid", pid, "root", root, "reason", err)
 			return answerFallback
 		}
-		s.logger.Debug("did a container's hook", "hook", name, "container", st.ID, "root", root)
+		s.logger.Debug("did a container's hook", "hook", name, "container", st.ID, "pid", pid, "root", root)
 	case name == ociruntime.HookPoststop && stated && len(req.args) == 2 && filepath.Clean(req.stateDir) == filepath.Clean(s.stateDir):
 		s.releaseAfter(ctx, st.ID, "poststop-hook", func(ctx context.Context, l node.Leases) ([]string, error) { return l.Release(ctx, st.ID) })
 	default:
@@ -353,14 +354,16 @@ func (s *Server) awaitRelease(ctx context.Context, id string) {
 // (bundle empty), the process's working directory. The entry sends none
 // when runc's init runs it, which runs createContainer hooks in the
 // container's mount namespace with the container's root as their working
-// directory (doc.go).
+// directory (doc.go); the agent checks that parent itself.
 func updateLdcache(bundle string, args []string, pid int) error {
 	links, dirs, err := ldcache.ParseArgs(args)
 	if err != nil {
 		return err
 	}
-	// Everything through the hook's root: an absolute link on the way
-	// would lead into this process's mount namespace (os.Root refuses it).
+	// Everything through the hook's root or its working directory, both
+	// resolved by the kernel in the hook's mount namespace: an absolute
+	// link on the way from there would lead into this process's mount
+	// namespace (os.Root refuses it).
 	ns, err := os.OpenRoot(fmt.Sprintf("/proc/%d/root", pid))
 	if err != nil {
 		return err
@@ -379,7 +382,11 @@ func updateLdcache(bundle string, args []string, pid int) error {
 	if err != nil {
 		return err
 	}
-	if os.SameFile(in, top) {
+	switch {
+	case os.SameFile(in, top) && bundle == "":
+		// runc's startContainer hooks, after the switch to the root.
+		return errors.New("the hook's working directory is its root: not runc's createContainer hook")
+	case os.SameFile(in, top):
 		return nil // the host's own root: its cache is the host's
 	}
 	for _, d := range dirs {
@@ -395,9 +402,12 @@ func updateLdcache(bundle string, args []string, pid int) error {
 
 // containerRoot opens the container's root for updateLdcache: the root of
 // bundle within ns, the hook process's root, or without a bundle the
-// process's working directory.
+// working directory of the process, which runc's init must have started.
 func containerRoot(ns *os.Root, bundle string, pid int) (*os.Root, error) {
 	if bundle == "" {
+		if err := runByRuncInit(pid); err != nil {
+			return nil, err
+		}
 		return os.OpenRoot(fmt.Sprintf("/proc/%d/cwd", pid))
 	}
 	root, err := ociruntime.ContainerRoot(bundle)
@@ -405,6 +415,26 @@ func containerRoot(ns *os.Root, bundle string, pid int) (*os.Root, error) {
 		return nil, err
 	}
 	return ns.OpenRoot(strings.TrimPrefix(root, "/"))
+}
+
+// runcInit is the name runc's init process gives itself (runc's nsexec).
+const runcInit = "runc:[2:INIT]"
+
+// runByRuncInit checks that process pid's parent is runc's init: a hook
+// that sends no state is taken at its word only then.
+func runByRuncInit(pid int) error {
+	st, err := procstat.Read(pid)
+	if err != nil {
+		return err
+	}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", st.PPID))
+	if err != nil {
+		return err
+	}
+	if name := strings.TrimSuffix(string(comm), "\n"); name != runcInit {
+		return fmt.Errorf("the hook sent no state and its parent, %q (PID %d), is not runc's init", name, st.PPID)
+	}
+	return nil
 }
 
 // hookConfig is the node config file the poststop hook names: the one

@@ -21,6 +21,7 @@ import (
 	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/internal/ldcache"
 	"github.com/gpumux/gpumux/internal/ociruntime"
+	"github.com/gpumux/gpumux/internal/testbin"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
 	"github.com/gpumux/gpumux/node/lease/leasetest"
@@ -171,19 +172,31 @@ func askSocket(socket string, req []byte) (string, error) {
 // process's PID.
 func (s *server) askFromAnotherProcess(t *testing.T, req []byte) (string, int) {
 	t.Helper()
-	return s.askFromProcessIn(t, "", req)
+	return s.askFrom(t, exec.Command(os.Args[0], "-test.run=^TestAskingProcess$"), req)
 }
 
-// askFromProcessIn is askFromAnotherProcess from a process whose working
-// directory is dir ("": this one's).
-func (s *server) askFromProcessIn(t *testing.T, dir string, req []byte) (string, int) {
+// askFromRuncInit asks as askFromAnotherProcess does, from a child of a
+// stand-in of runc's init, both in directory dir, as runc's init runs a
+// createContainer hook in the container's root.
+func (s *server) askFromRuncInit(t *testing.T, dir string, req []byte) string {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self, "-test.run=^TestAskingProcess$")
+	init, err := testbin.RuncInit(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(init, self, "-test.run=^TestAskingProcess$")
 	cmd.Dir = dir
+	answer, _ := s.askFrom(t, cmd, req)
+	return answer
+}
+
+// askFrom asks as ask does, from cmd (running TestAskingProcess).
+func (s *server) askFrom(t *testing.T, cmd *exec.Cmd, req []byte) (string, int) {
+	t.Helper()
 	cmd.Env = append(os.Environ(), "GPUMUX_TEST_ASK_SOCKET="+s.socket)
 	cmd.Stdin = bytes.NewReader(req)
 	out, err := cmd.Output()
@@ -470,8 +483,7 @@ func TestServerHooks(t *testing.T) {
 			return got
 		}},
 		{"no state: the working directory", func(_, rootfs string) string {
-			got, _ := s.askFromProcessIn(t, rootfs, encodeHookState("", "", ldArgs...))
-			return got
+			return s.askFromRuncInit(t, rootfs, encodeHookState("", "", ldArgs...))
 		}},
 	} {
 		bundle, rootfs := hookBundle(t, false)
@@ -492,11 +504,29 @@ func TestServerHooks(t *testing.T) {
 			t.Errorf("update-ldcache, %s: /usr/bin/nvidia-smi -> %q (%v)", way.name, target, err)
 		}
 	}
-	// The host's root, this process's, is left as it is (the driver's
-	// directory is not in it: were the root not seen as the host's, the
-	// answer would be "fallback").
-	if got, _ := s.askFromProcessIn(t, "/", encodeHookState("", "", ldArgs...)); got != answerOK {
-		t.Errorf("update-ldcache from the host's root: answer %q, want %q", got, answerOK)
+	// No state where the working directory cannot be the container's
+	// root: the hook's own root (a startContainer hook of runc's, or the
+	// host's), a process that runc's init did not start, a directory
+	// without the driver's. Where a directory is not a container's, the
+	// driver's directory asked for is nowhere: nothing could be written.
+	nowhere := encodeHookState("", "", ociruntime.HookUpdateLdcache, "/nonexistent-gpumux-test/lib64")
+	for _, tc := range []struct {
+		name string
+		ask  func() string
+	}{
+		{"from runc's init in its root", func() string { return s.askFromRuncInit(t, "/", nowhere) }},
+		{"from a process runc's init did not start, in a container's root", func() string {
+			_, rootfs := hookBundle(t, false)
+			cmd := exec.Command(os.Args[0], "-test.run=^TestAskingProcess$")
+			cmd.Dir = rootfs
+			got, _ := s.askFrom(t, cmd, encodeHookState("", "", ldArgs...))
+			return got
+		}},
+		{"from runc's init, no driver there", func() string { return s.askFromRuncInit(t, t.TempDir(), nowhere) }},
+	} {
+		if got := tc.ask(); got != answerFallback {
+			t.Errorf("update-ldcache without a state %s: answer %q, want %q", tc.name, got, answerFallback)
+		}
 	}
 
 	confBundle, confRoot := hookBundle(t, true)

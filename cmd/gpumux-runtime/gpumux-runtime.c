@@ -374,9 +374,10 @@ static int create_via_agent(const char *config, char **args, int n, char **rargs
 /*
  * run_by_runc_init says whether this process's parent is runc's init,
  * which runs createContainer hooks with the container's root as their
- * working directory. The hook runs in the container's PID namespace, where
- * getppid() is 1, and sees the host's /proc: the parent's PID there is in
- * /proc/self/stat.
+ * working directory (and startContainer hooks after the switch to that
+ * root, which the agent tells apart). The hook runs in the container's PID
+ * namespace, where getppid() is 1, and sees the host's /proc: the parent's
+ * PID there is in /proc/self/stat.
  */
 static int run_by_runc_init(void)
 {
@@ -441,7 +442,9 @@ static int hook_via_agent(const char *config, char **rargs, int rn)
 	state[got] = 0;
 	int answer = AGENT_NONE;
 	char why[512];
-	if (got < MAX_STATE && memchr(state, 0, got) == NULL)
+	/* An empty state is the agent's sign of a hook run by runc's init:
+	 * none read is gpumux-runtime-hook's to report. */
+	if (got > 0 && got < MAX_STATE && memchr(state, 0, got) == NULL)
 		answer = ask_agent(PROTOCOL_HOOK, config, state, rargs, rn, why, sizeof why);
 	if (answer == AGENT_OK)
 		return 0;

@@ -57,3 +57,12 @@ func Main(m *testing.M) int {
 	}
 	return code
 }
+
+// RuncInit writes into dir a stand-in of runc's init and returns its path:
+// a script whose process has runc's init's name ("runc:[2:INIT]", its
+// comm, which is the script's name) and runs its arguments as a child, as
+// runc's init runs a createContainer hook.
+func RuncInit(dir string) (string, error) {
+	p := filepath.Join(dir, "runc:[2:INIT]")
+	return p, os.WriteFile(p, []byte("#!/bin/sh\n\"$@\"\nexit $?\n"), 0o755)
+}

@@ -19,6 +19,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/gpumux/gpumux/internal/bounded"
+	"github.com/gpumux/gpumux/internal/procstat"
 )
 
 // Schema is the version of the store's layout this package reads and writes.
@@ -765,20 +766,6 @@ func processRunning(o *Owner) (running, known bool) {
 // processStart reads a process's start time (clock ticks after boot) from
 // /proc/<pid>/stat.
 func processStart(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name, field 2, is in parentheses and may hold anything;
-	// fields 3 on follow the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	const startField = 22 - 3
-	if len(f) <= startField {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	return strconv.ParseUint(f[startField], 10, 64)
+	st, err := procstat.Read(pid)
+	return st.Start, err
 }

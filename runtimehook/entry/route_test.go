@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpumux/gpumux/internal/cbuild"
 	"github.com/gpumux/gpumux/internal/ociruntime"
+	"github.com/gpumux/gpumux/internal/testbin"
 	"github.com/gpumux/gpumux/node"
 )
 
@@ -28,7 +29,7 @@ import (
 // entryDir builds gpumux-runtime once per test binary and returns a
 // directory with it and stand-ins of gpumux-runtime-core and
 // gpumux-runtime-hook beside it, a runc stand-in, and a stand-in of runc's
-// init (initStandIn).
+// init (testbin.RuncInit).
 var entryDir = sync.OnceValues(func() (string, error) {
 	env, err := cbuild.Setup()
 	if err != nil {
@@ -52,16 +53,11 @@ var entryDir = sync.OnceValues(func() (string, error) {
 			return "", err
 		}
 	}
-	// Its name is its process's comm, which the entry reads as its parent.
-	if err := os.WriteFile(filepath.Join(dir, initStandIn), []byte("#!/bin/sh\n\"$@\"\nexit $?\n"), 0o755); err != nil {
+	if _, err := testbin.RuncInit(dir); err != nil {
 		return "", err
 	}
 	return dir, nil
 })
-
-// initStandIn runs its arguments as a child, as runc's init runs a
-// createContainer hook.
-const initStandIn = "runc:[2:INIT]"
 
 // route runs gpumux-runtime with args and env ("K=V") and returns the
 // stand-in it handed over to and the arguments that one got, or its exit
@@ -85,7 +81,12 @@ func routeWithStdin(t *testing.T, stdin, initDir string, args []string, env ...s
 	record := filepath.Join(t.TempDir(), "route")
 	cmd := exec.Command(filepath.Join(dir, ociruntime.EntryBinary), args...)
 	if initDir != "" {
-		cmd = exec.Command(filepath.Join(dir, initStandIn), append([]string{cmd.Path}, args...)...)
+		cmd = exec.Command(filepath.Join(dir, "runc:[2:INIT]"), append([]string{cmd.Path}, args...)...)
+		// As root, in a PID namespace of its own, as runc's init is: the
+		// entry's getppid() is 1 there, and its /proc the host's.
+		if unshare, err := exec.LookPath("unshare"); err == nil && os.Geteuid() == 0 {
+			cmd = exec.Command(unshare, append([]string{"--pid", "--fork"}, cmd.Args...)...)
+		}
 		cmd.Dir = initDir
 	}
 	// No node agent unless env names one (the default socket is the
