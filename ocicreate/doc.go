@@ -43,9 +43,10 @@
 // sends an empty STATE and leaves stdin unread: runc runs createContainer
 // hooks from its init with the container's root as their working
 // directory, which is the root the agent then uses (/proc/PID/cwd), once
-// it has checked the hook's parent itself and that the directory is not
-// the hook's root (a startContainer hook's, after the switch to the
-// container's root). runc's init writes the state from a goroutine of a
+// it has checked the hook's parent itself, that the hook's root is the
+// agent's (runc's init runs startContainer hooks too, after its switch to
+// the container's root) and that the directory is not that root. runc's
+// init writes the state from a goroutine of a
 // process that runs one goroutine at a time (GOMAXPROCS 1), which may not
 // run until Go's monitor takes the processor back from the goroutine
 // blocked waiting for the hook: a hook that read its stdin waited for it

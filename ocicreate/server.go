@@ -384,8 +384,9 @@ func updateLdcache(bundle string, args []string, pid int) error {
 	}
 	switch {
 	case os.SameFile(in, top) && bundle == "":
-		// runc's startContainer hooks, after the switch to the root.
-		return errors.New("the hook's working directory is its root: not runc's createContainer hook")
+		// Not a container's root: the host's, or a hook's that is not
+		// runc's createContainer hook.
+		return errors.New("the hook's working directory is its root")
 	case os.SameFile(in, top):
 		return nil // the host's own root: its cache is the host's
 	}
@@ -402,10 +403,14 @@ func updateLdcache(bundle string, args []string, pid int) error {
 
 // containerRoot opens the container's root for updateLdcache: the root of
 // bundle within ns, the hook process's root, or without a bundle the
-// working directory of the process, which runc's init must have started.
+// working directory of the process, which runc's init must have started
+// before its switch to the container's root (beforeSwitch).
 func containerRoot(ns *os.Root, bundle string, pid int) (*os.Root, error) {
 	if bundle == "" {
 		if err := runByRuncInit(pid); err != nil {
+			return nil, err
+		}
+		if err := beforeSwitch(ns); err != nil {
 			return nil, err
 		}
 		return os.OpenRoot(fmt.Sprintf("/proc/%d/cwd", pid))
@@ -433,6 +438,25 @@ func runByRuncInit(pid int) error {
 	}
 	if name := strings.TrimSuffix(string(comm), "\n"); name != runcInit {
 		return fmt.Errorf("the hook sent no state and its parent, %q (PID %d), is not runc's init", name, st.PPID)
+	}
+	return nil
+}
+
+// beforeSwitch checks that a hook's root, ns, is this process's: runc's
+// init runs createContainer hooks in the container's root before it
+// switches to that root, and its startContainer hooks after, in the
+// container process's working directory.
+func beforeSwitch(ns *os.Root) error {
+	hook, err := ns.Stat(".")
+	if err != nil {
+		return err
+	}
+	own, err := os.Stat("/")
+	if err != nil {
+		return err
+	}
+	if !os.SameFile(hook, own) {
+		return errors.New("the hook's root is not this agent's: runc's init has switched to the container's root (a startContainer hook), or the agent runs in a root of its own")
 	}
 	return nil
 }

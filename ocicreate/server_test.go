@@ -16,11 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/internal/ldcache"
 	"github.com/gpumux/gpumux/internal/ociruntime"
+	"github.com/gpumux/gpumux/internal/syncbuf"
 	"github.com/gpumux/gpumux/internal/testbin"
 	"github.com/gpumux/gpumux/node"
 	"github.com/gpumux/gpumux/node/lease"
@@ -172,7 +174,18 @@ func askSocket(socket string, req []byte) (string, error) {
 // process's PID.
 func (s *server) askFromAnotherProcess(t *testing.T, req []byte) (string, int) {
 	t.Helper()
-	return s.askFrom(t, exec.Command(os.Args[0], "-test.run=^TestAskingProcess$"), req)
+	return s.askFrom(t, askingProcess(t), req)
+}
+
+// askingProcess is the command of a process of this test binary that runs
+// TestAskingProcess (its path absolute: the command may run elsewhere).
+func askingProcess(t *testing.T) *exec.Cmd {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exec.Command(self, "-test.run=^TestAskingProcess$")
 }
 
 // askFromRuncInit asks as askFromAnotherProcess does, from a child of a
@@ -180,15 +193,12 @@ func (s *server) askFromAnotherProcess(t *testing.T, req []byte) (string, int) {
 // createContainer hook in the container's root.
 func (s *server) askFromRuncInit(t *testing.T, dir string, req []byte) string {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	init, err := testbin.RuncInit(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(init, self, "-test.run=^TestAskingProcess$")
+	cmd := askingProcess(t)
+	cmd = exec.Command(init, cmd.Args...)
 	cmd.Dir = dir
 	answer, _ := s.askFrom(t, cmd, req)
 	return answer
@@ -470,7 +480,8 @@ func hookBundle(t testing.TB, conf bool) (bundleDir, rootfs string) {
 // state directory, another hook or a state it cannot read is left to
 // gpumux-runtime-hook.
 func TestServerHooks(t *testing.T) {
-	s := newServer(t)
+	var logs syncbuf.Buffer
+	s := newServerMatching(t, timesliceNode, false, WithLogger(hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Debug})))
 	ldArgs := []string{ociruntime.HookUpdateLdcache, ldcache.LinkFlag, "/usr/bin/nvidia-smi=/usr/local/nvidia/bin/nvidia-smi", "/usr/local/nvidia/lib64"}
 
 	b, _ := hookBundle(t, false)
@@ -505,27 +516,33 @@ func TestServerHooks(t *testing.T) {
 		}
 	}
 	// No state where the working directory cannot be the container's
-	// root: the hook's own root (a startContainer hook of runc's, or the
-	// host's), a process that runc's init did not start, a directory
-	// without the driver's. Where a directory is not a container's, the
-	// driver's directory asked for is nowhere: nothing could be written.
+	// root: the hook's own root (the host's here), a process that runc's
+	// init did not start, a directory without the driver's. Where a
+	// directory is not a container's, the driver's directory asked for is
+	// nowhere: nothing could be written. (A hook whose root is not the
+	// agent's: TestBeforeSwitch.)
 	nowhere := encodeHookState("", "", ociruntime.HookUpdateLdcache, "/nonexistent-gpumux-test/lib64")
 	for _, tc := range []struct {
-		name string
-		ask  func() string
+		name, reason string
+		ask          func() string
 	}{
-		{"from runc's init in its root", func() string { return s.askFromRuncInit(t, "/", nowhere) }},
-		{"from a process runc's init did not start, in a container's root", func() string {
+		{"from runc's init in its root", "working directory is its root", func() string { return s.askFromRuncInit(t, "/", nowhere) }},
+		{"from a process runc's init did not start, in a container's root", "is not runc's init", func() string {
 			_, rootfs := hookBundle(t, false)
-			cmd := exec.Command(os.Args[0], "-test.run=^TestAskingProcess$")
+			cmd := askingProcess(t)
 			cmd.Dir = rootfs
 			got, _ := s.askFrom(t, cmd, encodeHookState("", "", ldArgs...))
 			return got
 		}},
-		{"from runc's init, no driver there", func() string { return s.askFromRuncInit(t, t.TempDir(), nowhere) }},
+		{"from runc's init, no driver there", "nonexistent-gpumux-test", func() string { return s.askFromRuncInit(t, t.TempDir(), nowhere) }},
 	} {
 		if got := tc.ask(); got != answerFallback {
 			t.Errorf("update-ldcache without a state %s: answer %q, want %q", tc.name, got, answerFallback)
+		}
+		// Answered after the log line: the last one is this ask's.
+		lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+		if last := lines[len(lines)-1]; !strings.Contains(last, "left a hook") || !strings.Contains(last, tc.reason) {
+			t.Errorf("update-ldcache without a state %s: the agent's log ends %q, want the hook left, %q", tc.name, last, tc.reason)
 		}
 	}
 
@@ -573,6 +590,27 @@ func TestServerHooks(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(confRoot, "etc/ld.so.cache")); err == nil {
 		t.Error("the agent wrote a cache where ldconfig was needed")
+	}
+}
+
+// TestBeforeSwitch: a hook's root that is the agent's is before runc's
+// switch to the container's root; another is not.
+func TestBeforeSwitch(t *testing.T) {
+	for _, tc := range []struct {
+		name, dir string
+		ok        bool
+	}{
+		{"the agent's root", "/", true},
+		{"a container's root", t.TempDir(), false},
+	} {
+		ns, err := os.OpenRoot(tc.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := beforeSwitch(ns); (err == nil) != tc.ok {
+			t.Errorf("%s: %v; want ok %v", tc.name, err, tc.ok)
+		}
+		ns.Close()
 	}
 }
 

@@ -374,7 +374,7 @@ static int create_via_agent(const char *config, char **args, int n, char **rargs
 /*
  * run_by_runc_init says whether this process's parent is runc's init,
  * which runs createContainer hooks with the container's root as their
- * working directory (and startContainer hooks after the switch to that
+ * working directory (and startContainer hooks after its switch to that
  * root, which the agent tells apart). The hook runs in the container's PID
  * namespace, where getppid() is 1, and sees the host's /proc: the parent's
  * PID there is in /proc/self/stat.
@@ -412,8 +412,7 @@ static int run_by_runc_init(void)
  * gpumux-runtime-hook gets the same stdin. An update-ldcache hook run by
  * runc's init leaves stdin unread and sends no state: the agent takes the
  * root from this process's working directory (runc's init writes the state
- * from a goroutine that may wait up to 10 ms for its only processor;
- * ocicreate/doc.go).
+ * from a goroutine that may wait for its only processor; ocicreate/doc.go).
  */
 static int hook_via_agent(const char *config, char **rargs, int rn)
 {

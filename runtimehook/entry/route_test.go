@@ -82,10 +82,13 @@ func routeWithStdin(t *testing.T, stdin, initDir string, args []string, env ...s
 	cmd := exec.Command(filepath.Join(dir, ociruntime.EntryBinary), args...)
 	if initDir != "" {
 		cmd = exec.Command(filepath.Join(dir, "runc:[2:INIT]"), append([]string{cmd.Path}, args...)...)
-		// As root, in a PID namespace of its own, as runc's init is: the
-		// entry's getppid() is 1 there, and its /proc the host's.
-		if unshare, err := exec.LookPath("unshare"); err == nil && os.Geteuid() == 0 {
+		// In a PID namespace of its own where one can be had, as runc's
+		// init is: the entry's getppid() is 1 there, and its /proc the
+		// host's.
+		if unshare := pidNamespace(); unshare != "" {
 			cmd = exec.Command(unshare, append([]string{"--pid", "--fork"}, cmd.Args...)...)
+		} else {
+			t.Log("runc's init stand-in runs in this PID namespace (no unshare --pid here)")
 		}
 		cmd.Dir = initDir
 	}
@@ -108,6 +111,16 @@ func routeWithStdin(t *testing.T, stdin, initDir string, args []string, env ...s
 	lines := strings.Split(strings.TrimSuffix(string(rec), "\n"), "\n")
 	return lines[0], lines[1:], code, string(b), string(in)
 }
+
+// pidNamespace is unshare, where `unshare --pid --fork` runs here (root,
+// and namespaces allowed); "" otherwise.
+var pidNamespace = sync.OnceValue(func() string {
+	unshare, err := exec.LookPath("unshare")
+	if err != nil || exec.Command(unshare, "--pid", "--fork", "true").Run() != nil {
+		return ""
+	}
+	return unshare
+})
 
 // bundleWith writes a bundle whose config.json is spec (nil: no
 // config.json) or raw as given.
@@ -397,18 +410,20 @@ func TestCEntryHooksAskTheAgent(t *testing.T) {
 		to       string
 		code     int
 		request  []string
+		noStdin  bool // stdin empty, where it is the state
 	}{
-		{"done by the agent", "ok", ld, false, "", 0, request(state, ld)},
-		{"poststop done by the agent", "ok", post, false, "", 0, request(state, post)},
-		{"left to gpumux-runtime-hook", "fallback", ld, false, ociruntime.HookBinary, 0, request(state, ld)},
-		{"the agent breaks off", "", post, false, ociruntime.HookBinary, 0, nil},
-		{"an answer it does not know", "maybe", ld, false, ociruntime.HookBinary, 0, nil},
-		{"an error: left to gpumux-runtime-hook", "error gpumux agent: internal error", ld, false, ociruntime.HookBinary, 0, nil},
-		{"no agent", "-", ld, false, ociruntime.HookBinary, 0, nil},
-		{"from runc's init: done by the agent without the state", "ok", ld, true, "", 0, request("", ld)},
-		{"from runc's init: left to gpumux-runtime-hook, stdin unread", "fallback", ld, true, ociruntime.HookBinary, 0, request("", ld)},
-		{"from runc's init, no agent", "-", ld, true, ociruntime.HookBinary, 0, nil},
-		{"poststop from runc's init: the state sent", "ok", post, true, "", 0, request(state, post)},
+		{"done by the agent", "ok", ld, false, "", 0, request(state, ld), false},
+		{"poststop done by the agent", "ok", post, false, "", 0, request(state, post), false},
+		{"left to gpumux-runtime-hook", "fallback", ld, false, ociruntime.HookBinary, 0, request(state, ld), false},
+		{"the agent breaks off", "", post, false, ociruntime.HookBinary, 0, nil, false},
+		{"an answer it does not know", "maybe", ld, false, ociruntime.HookBinary, 0, nil, false},
+		{"an error: left to gpumux-runtime-hook", "error gpumux agent: internal error", ld, false, ociruntime.HookBinary, 0, nil, false},
+		{"no agent", "-", ld, false, ociruntime.HookBinary, 0, nil, false},
+		{"from runc's init: done by the agent without the state", "ok", ld, true, "", 0, request("", ld), false},
+		{"from runc's init: left to gpumux-runtime-hook, stdin unread", "fallback", ld, true, ociruntime.HookBinary, 0, request("", ld), false},
+		{"from runc's init, no agent", "-", ld, true, ociruntime.HookBinary, 0, nil, false},
+		{"poststop from runc's init: the state sent", "ok", post, true, "", 0, request(state, post), false},
+		{"no state on stdin: gpumux-runtime-hook's, the agent not asked", "ok", ld, false, ociruntime.HookBinary, 0, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := []string{ociruntime.EnvStateDir + "=/var/lib/g"}
@@ -422,13 +437,24 @@ func TestCEntryHooksAskTheAgent(t *testing.T) {
 			if tc.fromInit {
 				initDir = t.TempDir()
 			}
-			to, argv, code, out, stdin := routeWithStdin(t, state, initDir, tc.args, env...)
-			if to != tc.to || code != tc.code || (to != "" && (!slices.Equal(argv, tc.args) || stdin != state)) {
-				t.Errorf("handed over to %q %q with stdin %q, exit %d (%q); want %q, exit %d, the state on stdin", to, argv, stdin, code, out, tc.to, tc.code)
+			in := state
+			if tc.noStdin {
+				in = ""
 			}
-			if tc.request != nil {
+			to, argv, code, out, stdin := routeWithStdin(t, in, initDir, tc.args, env...)
+			if to != tc.to || code != tc.code || (to != "" && (!slices.Equal(argv, tc.args) || stdin != in)) {
+				t.Errorf("handed over to %q %q with stdin %q, exit %d (%q); want %q, exit %d, stdin %q", to, argv, stdin, code, out, tc.to, tc.code, in)
+			}
+			switch {
+			case tc.request != nil:
 				if req := <-got; !slices.Equal(req, tc.request) {
 					t.Errorf("the agent got %q, want %q", req, tc.request)
+				}
+			case tc.noStdin:
+				select {
+				case req := <-got:
+					t.Errorf("the agent was asked: %q", req)
+				default:
 				}
 			}
 		})
