@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -369,16 +370,16 @@ func updateLdcache(bundle string, args []string, pid int) error {
 		return err
 	}
 	defer ns.Close()
-	r, err := containerRoot(ns, bundle, pid)
+	top, err := ns.Stat(".")
+	if err != nil {
+		return err
+	}
+	r, err := containerRoot(ns, top, bundle, pid)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
 	in, err := r.Stat(".")
-	if err != nil {
-		return err
-	}
-	top, err := ns.Stat(".")
 	if err != nil {
 		return err
 	}
@@ -402,15 +403,15 @@ func updateLdcache(bundle string, args []string, pid int) error {
 }
 
 // containerRoot opens the container's root for updateLdcache: the root of
-// bundle within ns, the hook process's root, or without a bundle the
-// working directory of the process, which runc's init must have started
-// before its switch to the container's root (beforeSwitch).
-func containerRoot(ns *os.Root, bundle string, pid int) (*os.Root, error) {
+// bundle within ns, the hook process's root (top: its "."), or without a
+// bundle the working directory of the process, which runc's init must
+// have started before its switch to the container's root (beforeSwitch).
+func containerRoot(ns *os.Root, top fs.FileInfo, bundle string, pid int) (*os.Root, error) {
 	if bundle == "" {
 		if err := runByRuncInit(pid); err != nil {
 			return nil, err
 		}
-		if err := beforeSwitch(ns); err != nil {
+		if err := beforeSwitch(top); err != nil {
 			return nil, err
 		}
 		return os.OpenRoot(fmt.Sprintf("/proc/%d/cwd", pid))
@@ -442,15 +443,11 @@ func runByRuncInit(pid int) error {
 	return nil
 }
 
-// beforeSwitch checks that a hook's root, ns, is this process's: runc's
-// init runs createContainer hooks in the container's root before it
-// switches to that root, and its startContainer hooks after, in the
-// container process's working directory.
-func beforeSwitch(ns *os.Root) error {
-	hook, err := ns.Stat(".")
-	if err != nil {
-		return err
-	}
+// beforeSwitch checks that a hook's root (hook: its "/") is this
+// process's: runc's init runs createContainer hooks in the container's
+// root before it switches to that root, and its startContainer hooks
+// after, in the container process's working directory.
+func beforeSwitch(hook fs.FileInfo) error {
 	own, err := os.Stat("/")
 	if err != nil {
 		return err
