@@ -3,11 +3,19 @@
 package e2e
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
+
+// envBenchSamples names a file to which benchInterleaved appends every
+// container's time, for e2e/benchratio to pool the counts of a run:
+// one line per container, "benchmark,run,round,variant,nanoseconds".
+const envBenchSamples = "GPUMUX_BENCH_SAMPLES"
 
 // mechanismVariants are the runtime benchmarks' containers besides plain
 // runc, in the order they run: one that asks for nothing, then one share of
@@ -30,6 +38,8 @@ var mechanismVariants = []struct{ name, mechanism string }{
 // other variant's median as a ratio to runc's ("mps/runc"): medians, as a
 // container's start is, where a mean would follow the stalls of a busy
 // 2-core machine (one 300 ms stall in 10 containers moves a mean by 30 ms).
+// With GPUMUX_BENCH_SAMPLES set it also writes every container's time
+// there, for e2e/benchratio's ratios of the counts pooled.
 func benchInterleaved(b *testing.B, names []string, run func(i, variant int) error) {
 	took := make([][]time.Duration, 1+len(names))
 	order := make([]int, len(took))
@@ -48,11 +58,44 @@ func benchInterleaved(b *testing.B, names []string, run func(i, variant int) err
 		}
 	}
 	b.StopTimer()
+	if err := writeSamples(b, os.Getenv(envBenchSamples), append([]string{"runc"}, names...), took); err != nil {
+		b.Fatal(err)
+	}
 	runc := median(took[0])
 	b.ReportMetric(float64(runc)/float64(time.Millisecond), "runc-ms/op")
 	for j, name := range names {
 		b.ReportMetric(float64(median(took[j+1]))/float64(runc), name+"/runc")
 	}
+}
+
+// writeSamples appends took, each variant's times by round, to the file
+// at path (envBenchSamples), one line per container; nothing where path is
+// empty, or for the one-iteration run with which a benchmark starts. The
+// run is named by when it ended, so that the counts of one command, which
+// restart the rounds at 0, stay apart.
+func writeSamples(b *testing.B, path string, names []string, took [][]time.Duration) error {
+	if path == "" || b.N < 2 {
+		return nil
+	}
+	var sb strings.Builder
+	run := time.Now().UnixNano()
+	for j, d := range took {
+		for i, t := range d {
+			fmt.Fprintf(&sb, "%s,%d,%d,%s,%d\n", b.Name(), run, i, names[j], t.Nanoseconds())
+		}
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("%s: %w", envBenchSamples, err)
+	}
+	_, err = f.WriteString(sb.String())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", envBenchSamples, err)
+	}
+	return nil
 }
 
 // median is the median of d (the mean of the middle two of an even count).

@@ -14,6 +14,7 @@ import (
 	"github.com/gpumux/gpumux/gpu/driverfiles"
 	"github.com/gpumux/gpumux/gpu/sim"
 	"github.com/gpumux/gpumux/internal/ldcache"
+	"github.com/gpumux/gpumux/share"
 )
 
 // cdiAblationKind is the CDI kind of cdiAblations' devices.
@@ -43,7 +44,9 @@ type cdiAblation struct {
 // everything in one directory); and the same 23 binds with their
 // mountpoints on tmpfs (tmpfs-mounts: a tmpfs on each directory that
 // receives them, so that runc creates the mountpoints there and not in
-// the container's root file system).
+// the container's root file system); the driver's files one bind each, as
+// before the staged tree (file-mounts); and without the limiter's mounts
+// (no-limiter-mounts: the mounts of a whole GPU's device).
 var cdiAblations = []cdiAblation{
 	{"no-hooks", func(_ testing.TB, e map[string]any) { delete(e, "hooks") }},
 	{"no-mounts", func(_ testing.TB, e map[string]any) { delete(e, "mounts") }},
@@ -72,6 +75,26 @@ var cdiAblations = []cdiAblation{
 	}},
 	{"tmpfs-mounts", tmpfsMounts},
 	{"file-mounts", fileMounts},
+	{"no-limiter-mounts", noLimiterMounts},
+}
+
+// noLimiterMounts drops the mounts under gpumux's scratch directory (the
+// limiter's four and the scratch tmpfs they are made on), leaving the
+// mounts a whole GPU's device has: what the replica's own mounts cost
+// over a whole GPU's.
+func noLimiterMounts(t testing.TB, e map[string]any) {
+	t.Helper()
+	mounts, _ := e["mounts"].([]any)
+	var out []any
+	for _, m := range mounts {
+		if p := m.(map[string]any)["containerPath"].(string); p != share.ScratchDir && !strings.HasPrefix(p, share.ScratchDir+"/") {
+			out = append(out, m)
+		}
+	}
+	if len(out) == len(mounts) {
+		t.Fatalf("the time-slice replica's CDI device has no mounts under %s", share.ScratchDir)
+	}
+	e["mounts"] = out
 }
 
 // eachHook is an ablation that rewrites each of the device's hooks with

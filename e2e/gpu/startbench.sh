@@ -29,7 +29,10 @@
 #
 # Prints each
 # way's median milliseconds and its ratio to runc's, per round and over all,
-# and each agent's CPU time a container it served.
+# and each agent's CPU time a container it served. AGENT_LOG=debug runs the
+# agents at that log level and checks that they did every update-ldcache
+# hook of the edits ways themselves, from the hook's working directory
+# (runc's init runs those hooks; none left to gpumux-runtime-hook).
 # WAYS, a regular expression (grep -E), keeps only the ways it matches
 # (runc always). Changes no card setting. Usage, from the repository root,
 # as root, after make build (GPUMUX: the CLI, default beside RUNTIME;
@@ -109,7 +112,7 @@ once() {
 export GPUMUX_RUNC=$RUNC
 # serve CLI NAME: gpumux agent of CLI on NAME.hcl, serving NAME.sock.
 serve() {
-	"$1" agent --config "$work/$2.hcl" --runc "$RUNC" --runtime-socket "$work/$2.sock" >"$work/agent-$2.log" 2>&1 &
+	"$1" agent --config "$work/$2.hcl" --runc "$RUNC" --runtime-socket "$work/$2.sock" --log-level "${AGENT_LOG:-info}" >"$work/agent-$2.log" 2>&1 &
 	agent_of[$2]=$!
 	for _ in $(seq 300); do grep -q "serving gpumux-runtime" "$work/agent-$2.log" && break; sleep 0.1; done
 	grep -q "serving gpumux-runtime" "$work/agent-$2.log" || { cat "$work/agent-$2.log"; echo "FAIL: gpumux agent ($2) does not serve gpumux-runtime"; exit 1; }
@@ -236,15 +239,26 @@ for a in "${!agent_of[@]}"; do
 	((after >= 0)) || { echo "gpumux agent ($a) is gone: no CPU figure"; continue; }
 	mine=agent-$a # its way: agent-SHARE, or agent-before-SHARE for SHARE-before
 	[[ $a == *-before ]] && mine=agent-before-${a%-before}
-	served=0
+	served=0 hooks=0
 	for w in "${ways[@]}"; do
-		if [[ $w == "$mine" ]] || { [[ $w == edits-* ]] && grep -q '"update-ldcache"' "$work/$w/config.orig" &&
-			grep -q "\"GPUMUX_RUNTIME_SOCKET=$work/$a.sock\"" "$work/$w/config.orig"; }; then
-			served=$((served + ROUNDS * N))
+		if [[ $w == edits-* ]] && grep -q '"update-ldcache"' "$work/$w/config.orig" &&
+			grep -q "\"GPUMUX_RUNTIME_SOCKET=$work/$a.sock\"" "$work/$w/config.orig"; then
+			hooks=$((hooks + ROUNDS * N))
 		fi
+		[[ $w == "$mine" ]] && served=$((served + ROUNDS * N))
 	done
+	served=$((served + hooks))
 	if ((served > 0)); then
 		echo "gpumux agent ($a): $(((after - cpu_before[$a]) * 1000000 / $(getconf CLK_TCK) / served)) us of CPU a container it served ($served containers)"
+	fi
+	# With AGENT_LOG=debug the agent logs each hook it did and each it
+	# left to gpumux-runtime-hook: runc's init runs the edits ways' hooks,
+	# whose root the agent takes from the hook's working directory.
+	if [[ ${AGENT_LOG:-} == debug ]]; then
+		did=$(grep -c "did a container's hook.*the hook's working directory" "$work/agent-$a.log" || true)
+		left=$(grep -c "left a hook to gpumux-runtime-hook" "$work/agent-$a.log" || true)
+		echo "gpumux agent ($a): did $did of the edits ways' $hooks update-ldcache hooks from the hook's working directory, left $left to gpumux-runtime-hook"
+		((did == hooks && left == 0)) || { grep "left a hook" "$work/agent-$a.log" | head -3; echo "FAIL: gpumux agent ($a) did not do every hook from the hook's working directory"; exit 1; }
 	fi
 done
 echo PASS

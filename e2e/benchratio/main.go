@@ -1,0 +1,58 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+)
+
+func main() {
+	resamples := flag.Int("resamples", 2000, "how many times to resample the rounds for the 95% interval (0: none)")
+	seed := flag.Uint64("seed", 1, "the resampling's seed")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: benchratio [flags] SAMPLES-FILE...\n\nPools the containers an engine benchmark wrote to GPUMUX_BENCH_SAMPLES and prints each way's ratio to runc.\n\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() == 0 || *resamples < 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err := run(os.Stdout, flag.Args(), *resamples, *seed); err != nil {
+		fmt.Fprintln(os.Stderr, "benchratio:", err)
+		os.Exit(1)
+	}
+}
+
+func run(w io.Writer, files []string, resamples int, seed uint64) error {
+	var samples []Sample
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		s, err := Parse(f, name)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		samples = append(samples, s...)
+	}
+	sums, err := Summarize(samples, resamples, seed)
+	if err != nil {
+		return err
+	}
+	for _, s := range sums {
+		fmt.Fprintf(w, "%s: %d rounds in %d runs; runc's median container %.1f ms\n", s.Benchmark, s.Rounds, s.Runs, s.BaselineMedian/1e6)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "way\t× runc, pooled\t95% interval\tthe runs' ratios")
+		for _, r := range s.Ratios {
+			fmt.Fprintf(tw, "%s\t%.3f\t%.3f–%.3f\t%.3f–%.3f\n", r.Variant, r.Pooled, r.Low, r.High, r.RunLow, r.RunMax)
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
+	return nil
+}

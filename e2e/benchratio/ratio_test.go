@@ -1,0 +1,130 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// samples writes runs of rounds where runc takes base(run, round) and each
+// other variant that times its factor.
+func samples(runs, rounds int, base func(run, round int) int64, factors map[string]float64) string {
+	var sb strings.Builder
+	for r := range runs {
+		for i := range rounds {
+			b := base(r, i)
+			fmt.Fprintf(&sb, "BenchmarkX,%d,%d,runc,%d\n", r, i, b)
+			for v, f := range factors {
+				fmt.Fprintf(&sb, "BenchmarkX,%d,%d,%s,%d\n", r, i, v, int64(float64(b)*f))
+			}
+		}
+	}
+	return sb.String()
+}
+
+func TestSummarize(t *testing.T) {
+	// runc drifts from run to run, and within a run; a way that is always
+	// 1.08 of the same round's runc is 1.08 however it is pooled.
+	drift := func(run, round int) int64 { return int64(80e6 + 10e6*run + 1e5*((round*7)%13)) }
+	in := samples(3, 30, drift, map[string]float64{"cdi": 1.08, "same": 1})
+	got, err := Summarize(mustParse(t, in), 500, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Runs != 3 || got[0].Rounds != 90 || len(got[0].Ratios) != 2 {
+		t.Fatalf("got %+v; want one benchmark of 3 runs, 90 rounds, 2 ways", got)
+	}
+	for _, r := range got[0].Ratios {
+		want := map[string]float64{"cdi": 1.08, "same": 1}[r.Variant]
+		for what, x := range map[string]float64{"pooled": r.Pooled, "low": r.Low, "high": r.High, "runs' least": r.RunLow, "runs' most": r.RunMax} {
+			if math.Abs(x-want) > 0.001 {
+				t.Errorf("%s: %s %.4f; want %.2f", r.Variant, what, x, want)
+			}
+		}
+	}
+}
+
+// TestSummarizeInterval: a way whose time varies round to round gets an
+// interval around its pooled ratio that narrows with more rounds.
+func TestSummarizeInterval(t *testing.T) {
+	width := func(rounds int) float64 {
+		var sb strings.Builder
+		for i := range rounds {
+			jitter := int64((i*7919)%21 - 10) // -10..10 ms
+			fmt.Fprintf(&sb, "B,1,%d,runc,%d\nB,1,%d,way,%d\n", i, 100_000_000, i, 110_000_000+jitter*1_000_000)
+		}
+		s, err := Summarize(mustParse(t, sb.String()), 1000, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := s[0].Ratios[0]
+		if !(r.Low <= r.Pooled && r.Pooled <= r.High) || r.High-r.Low <= 0 {
+			t.Fatalf("%d rounds: %.3f not within %.3f–%.3f, or no width", rounds, r.Pooled, r.Low, r.High)
+		}
+		return r.High - r.Low
+	}
+	if few, many := width(21), width(21*20); many >= few {
+		t.Errorf("the interval of 420 rounds (%.4f) is not narrower than of 21 (%.4f)", many, few)
+	}
+}
+
+func TestSummarizeRefuses(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"no baseline", "B,1,0,cdi,5\n", "no runc samples"},
+		{"a round short of a way", "B,1,0,runc,5\nB,1,0,cdi,6\nB,1,1,runc,5\n", "run 1 round 1 has 1 of the 2 variants"},
+		{"a way twice in a round", "B,1,0,runc,5\nB,1,0,runc,6\n", "has runc twice"},
+		{"nothing", "", "no samples"},
+	} {
+		_, err := Summarize(mustParse(t, tc.in), 10, 1)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want an error with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestParseRefuses(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"B,1,0,runc\n", "s:1: 4 fields"},
+		{"B,1,x,runc,5\n", `s:1: round "x"`},
+		{"B,1,-1,runc,5\n", `s:1: round "-1"`},
+		{"B,1,0,runc,5\nB,1,0,cdi,0\n", `s:2: nanoseconds "0"`},
+		{"B,1,0,,5\n", "s:1: empty benchmark, run or variant"},
+	} {
+		if _, err := Parse(strings.NewReader(tc.in), "s"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v; want an error with %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+// TestRun prints what a file of samples says.
+func TestRun(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "samples.csv")
+	flat := func(int, int) int64 { return 90e6 }
+	if err := os.WriteFile(path, []byte(samples(2, 5, flat, map[string]float64{"agent-exclusive": 1.1})), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := run(&out, []string{path}, 100, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"BenchmarkX: 10 rounds in 2 runs; runc's median container 90.0 ms", "agent-exclusive  1.100", "1.100–1.100"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if err := run(&out, []string{filepath.Join(t.TempDir(), "none.csv")}, 100, 1); err == nil {
+		t.Error("a file that is not there: no error")
+	}
+}
+
+func mustParse(t *testing.T, in string) []Sample {
+	t.Helper()
+	s, err := Parse(strings.NewReader(in), "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
