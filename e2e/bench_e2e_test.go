@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -40,12 +41,12 @@ var mechanismVariants = []struct{ name, mechanism string }{
 // 2-core machine (one 300 ms stall in 10 containers moves a mean by 30 ms).
 // With GPUMUX_BENCH_SAMPLES set it also writes every container's time
 // there, for e2e/benchratio's ratios of the counts pooled.
-func benchInterleaved(b *testing.B, names []string, run func(i, variant int) error) {
+// GPUMUX_BENCH_WAYS, a regular expression, keeps only the variants whose
+// names it matches (runc always), for many rounds of a few ways in the
+// time of a run. It returns whether each of names ran.
+func benchInterleaved(b *testing.B, names []string, run func(i, variant int) error) (ran map[string]bool) {
+	order, ran := selectedWays(b, names)
 	took := make([][]time.Duration, 1+len(names))
-	order := make([]int, len(took))
-	for j := range order {
-		order[j] = j
-	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		rand.Shuffle(len(order), func(x, y int) { order[x], order[y] = order[y], order[x] })
@@ -64,8 +65,39 @@ func benchInterleaved(b *testing.B, names []string, run func(i, variant int) err
 	runc := median(took[0])
 	b.ReportMetric(float64(runc)/float64(time.Millisecond), "runc-ms/op")
 	for j, name := range names {
-		b.ReportMetric(float64(median(took[j+1]))/float64(runc), name+"/runc")
+		if ran[name] {
+			b.ReportMetric(float64(median(took[j+1]))/float64(runc), name+"/runc")
+		}
 	}
+	return ran
+}
+
+// envBenchWays is a regular expression of the variants a benchmark runs
+// besides runc (benchInterleaved); all where unset.
+const envBenchWays = "GPUMUX_BENCH_WAYS"
+
+// selectedWays is the variants (indexes into runc and names) that
+// GPUMUX_BENCH_WAYS keeps, and whether each of names is one.
+func selectedWays(b *testing.B, names []string) ([]int, map[string]bool) {
+	var re *regexp.Regexp
+	if expr := os.Getenv(envBenchWays); expr != "" {
+		var err error
+		if re, err = regexp.Compile(expr); err != nil {
+			b.Fatalf("%s=%s: %v", envBenchWays, expr, err)
+		}
+	}
+	order := []int{0}
+	ran := map[string]bool{}
+	for j, name := range names {
+		if re == nil || re.MatchString(name) {
+			order = append(order, j+1)
+			ran[name] = true
+		}
+	}
+	if len(order) == 1 {
+		b.Fatalf("%s=%s matches none of %v", envBenchWays, re, names)
+	}
+	return order, ran
 }
 
 // writeSamples appends took, each variant's times by round, to the file
@@ -80,7 +112,7 @@ func writeSamples(b *testing.B, path string, names []string, took [][]time.Durat
 	var sb strings.Builder
 	run := time.Now().UnixNano()
 	for j, d := range took {
-		for i, t := range d {
+		for i, t := range d { // none for a variant that did not run
 			fmt.Fprintf(&sb, "%s,%d,%d,%s,%d\n", b.Name(), run, i, names[j], t.Nanoseconds())
 		}
 	}

@@ -45,7 +45,7 @@ func run(w io.Writer, files []string, resamples int, seed uint64) error {
 		return err
 	}
 	for _, s := range sums {
-		fmt.Fprintf(w, "%s: %d rounds in %d runs; runc's median container %.1f ms\n", s.Benchmark, s.Rounds, s.Runs, s.BaselineMedian/1e6)
+		fmt.Fprintf(w, "%s: %d rounds in %d run(s); runc's median container %.1f ms\n", s.Benchmark, s.Rounds, s.Runs, s.BaselineMedian/1e6)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "way\t× runc, pooled\t95% interval\tthe runs' ratios")
 		for _, r := range s.Ratios {

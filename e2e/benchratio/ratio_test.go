@@ -110,7 +110,7 @@ func TestRun(t *testing.T) {
 	if err := run(&out, []string{path}, 100, 1); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"BenchmarkX: 10 rounds in 2 runs; runc's median container 90.0 ms", "agent-exclusive  1.100", "1.100–1.100"} {
+	for _, want := range []string{"BenchmarkX: 10 rounds in 2 run(s); runc's median container 90.0 ms", "agent-exclusive  1.100", "1.100–1.100"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
