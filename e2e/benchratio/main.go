@@ -11,6 +11,7 @@ import (
 func main() {
 	resamples := flag.Int("resamples", 2000, "how many times to resample the rounds for the 95% interval (0: none)")
 	seed := flag.Uint64("seed", 1, "the resampling's seed")
+	pair := flag.String("paired", "", "also print each way's time less `WAY`'s in the same round (milliseconds, median and 95% interval)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: benchratio [flags] SAMPLES-FILE...\n\nPools the containers an engine benchmark wrote to GPUMUX_BENCH_SAMPLES and prints each way's ratio to runc.\n\n")
 		flag.PrintDefaults()
@@ -20,13 +21,13 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(os.Stdout, flag.Args(), *resamples, *seed); err != nil {
+	if err := run(os.Stdout, flag.Args(), Options{Resamples: *resamples, Seed: *seed, Paired: *pair}); err != nil {
 		fmt.Fprintln(os.Stderr, "benchratio:", err)
 		os.Exit(1)
 	}
 }
 
-func run(w io.Writer, files []string, resamples int, seed uint64) error {
+func run(w io.Writer, files []string, o Options) error {
 	var samples []Sample
 	for _, name := range files {
 		f, err := os.Open(name)
@@ -40,7 +41,7 @@ func run(w io.Writer, files []string, resamples int, seed uint64) error {
 		}
 		samples = append(samples, s...)
 	}
-	sums, err := Summarize(samples, resamples, seed)
+	sums, err := Summarize(samples, o)
 	if err != nil {
 		return err
 	}
@@ -52,6 +53,15 @@ func run(w io.Writer, files []string, resamples int, seed uint64) error {
 			fmt.Fprintf(tw, "%s\t%.3f\t%.3f–%.3f\t%.3f–%.3f\n", r.Variant, r.Pooled, r.Low, r.High, r.RunLow, r.RunMax)
 		}
 		tw.Flush()
+		if len(s.Paired) > 0 {
+			fmt.Fprintf(w, "\npaired with %s, the same round's (ms):\n", o.Paired)
+			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintf(tw, "way\t− %s\t95%% interval\n", o.Paired)
+			for _, d := range s.Paired {
+				fmt.Fprintf(tw, "%s\t%+.2f\t%+.2f–%+.2f\n", d.Variant, d.Median/1e6, d.Low/1e6, d.High/1e6)
+			}
+			tw.Flush()
+		}
 		fmt.Fprintln(w)
 	}
 	return nil

@@ -65,12 +65,30 @@ type Ratio struct {
 	RunLow, RunMax float64 // the runs' own ratios of medians: least, most
 }
 
+// Diff is one variant's time less a reference variant's in the same
+// round: the median over the rounds and its 95% interval, nanoseconds.
+type Diff struct {
+	Variant   string
+	Median    float64
+	Low, High float64
+}
+
 // Summary is one benchmark's figures.
 type Summary struct {
 	Benchmark      string
 	Runs, Rounds   int
 	BaselineMedian float64 // nanoseconds
 	Ratios         []Ratio // in the order the variants first appear
+	// Paired, where Options.Paired names a variant, is each other
+	// variant's Diff to it.
+	Paired []Diff
+}
+
+// Options are Summarize's.
+type Options struct {
+	Resamples int    // for the 95% intervals (0: none)
+	Seed      uint64 // the resampling's
+	Paired    string // a variant to give every other one's Diff to ("": none)
 }
 
 // round is one iteration of one run: each variant's time in it.
@@ -79,7 +97,7 @@ type round map[string]float64
 // Summarize pools each benchmark's samples. A round that lacks a variant
 // some other round of its benchmark has (a count that failed part way) is
 // an error: the pooled medians would then not be of the same rounds.
-func Summarize(samples []Sample, resamples int, seed uint64) ([]Summary, error) {
+func Summarize(samples []Sample, o Options) ([]Summary, error) {
 	type key struct {
 		run   string
 		round int
@@ -112,6 +130,9 @@ func Summarize(samples []Sample, resamples int, seed uint64) ([]Summary, error) 
 		if !slices.Contains(names, Baseline) {
 			return nil, fmt.Errorf("%s: no %s samples to compare with", bench, Baseline)
 		}
+		if o.Paired != "" && !slices.Contains(names, o.Paired) {
+			return nil, fmt.Errorf("%s: no %s samples to pair with (ways: %s)", bench, o.Paired, strings.Join(names, ", "))
+		}
 		keys := make([]key, 0, len(byBench[bench]))
 		for k := range byBench[bench] {
 			keys = append(keys, k)
@@ -131,10 +152,10 @@ func Summarize(samples []Sample, resamples int, seed uint64) ([]Summary, error) 
 			runs[k.run] = append(runs[k.run], rounds[i])
 		}
 		s := Summary{Benchmark: bench, Runs: len(runs), Rounds: len(rounds), BaselineMedian: median(column(rounds, Baseline))}
-		rng := rand.New(rand.NewPCG(seed, uint64(len(rounds))))
+		rng := rand.New(rand.NewPCG(o.Seed, uint64(len(rounds))))
 		boot := make([][]float64, len(names))
 		picked := make([]round, len(rounds))
-		for range resamples {
+		for range o.Resamples {
 			for i := range picked {
 				picked[i] = rounds[rng.IntN(len(rounds))]
 			}
@@ -148,7 +169,7 @@ func Summarize(samples []Sample, resamples int, seed uint64) ([]Summary, error) 
 				continue
 			}
 			r := Ratio{Variant: v, Pooled: median(column(rounds, v)) / s.BaselineMedian}
-			if resamples > 0 {
+			if o.Resamples > 0 {
 				slices.Sort(boot[j])
 				r.Low, r.High = quantile(boot[j], 0.025), quantile(boot[j], 0.975)
 			}
@@ -163,12 +184,43 @@ func Summarize(samples []Sample, resamples int, seed uint64) ([]Summary, error) 
 			}
 			s.Ratios = append(s.Ratios, r)
 		}
+		if o.Paired != "" {
+			for _, v := range names {
+				if v != o.Paired {
+					s.Paired = append(s.Paired, paired(rounds, v, o.Paired, o.Resamples, rng))
+				}
+			}
+		}
 		out = append(out, s)
 	}
 	if len(out) == 0 {
 		return nil, errors.New("no samples")
 	}
 	return out, nil
+}
+
+// paired is v's Diff to ref over rounds, its interval by resampling the
+// rounds' differences.
+func paired(rounds []round, v, ref string, resamples int, rng *rand.Rand) Diff {
+	d := make([]float64, len(rounds))
+	for i, r := range rounds {
+		d[i] = r[v] - r[ref]
+	}
+	out := Diff{Variant: v, Median: median(d)}
+	if resamples == 0 {
+		return out
+	}
+	boot := make([]float64, resamples)
+	picked := make([]float64, len(d))
+	for k := range boot {
+		for i := range picked {
+			picked[i] = d[rng.IntN(len(d))]
+		}
+		boot[k] = median(picked)
+	}
+	slices.Sort(boot)
+	out.Low, out.High = quantile(boot, 0.025), quantile(boot, 0.975)
+	return out
 }
 
 func column(rounds []round, variant string) []float64 {

@@ -30,12 +30,24 @@ func TestSummarize(t *testing.T) {
 	// 1.08 of the same round's runc is 1.08 however it is pooled.
 	drift := func(run, round int) int64 { return int64(80e6 + 10e6*run + 1e5*((round*7)%13)) }
 	in := samples(3, 30, drift, map[string]float64{"cdi": 1.08, "same": 1})
-	got, err := Summarize(mustParse(t, in), 500, 1)
+	got, err := Summarize(mustParse(t, in), Options{Resamples: 500, Seed: 1, Paired: "runc"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 1 || got[0].Runs != 3 || got[0].Rounds != 90 || len(got[0].Ratios) != 2 {
 		t.Fatalf("got %+v; want one benchmark of 3 runs, 90 rounds, 2 ways", got)
+	}
+	// Each round's cdi is 8% over its runc: 6.4 to 9.2 ms, by how far runc
+	// drifted; "same" is runc's own time.
+	for _, d := range got[0].Paired {
+		want := map[string][2]float64{"cdi": {6.4e6, 9.3e6}, "same": {0, 0}}[d.Variant]
+		lo, hi := want[0], want[1]
+		if d.Median < lo || d.Median > hi || d.Low > d.Median || d.High < d.Median {
+			t.Errorf("%s paired with runc: %+v; want a median within %.0f–%.0f ns inside its interval", d.Variant, d, lo, hi)
+		}
+	}
+	if len(got[0].Paired) != 2 {
+		t.Errorf("paired: %+v; want cdi and same", got[0].Paired)
 	}
 	for _, r := range got[0].Ratios {
 		want := map[string]float64{"cdi": 1.08, "same": 1}[r.Variant]
@@ -56,7 +68,7 @@ func TestSummarizeInterval(t *testing.T) {
 			jitter := int64((i*7919)%21 - 10) // -10..10 ms
 			fmt.Fprintf(&sb, "B,1,%d,runc,%d\nB,1,%d,way,%d\n", i, 100_000_000, i, 110_000_000+jitter*1_000_000)
 		}
-		s, err := Summarize(mustParse(t, sb.String()), 1000, 1)
+		s, err := Summarize(mustParse(t, sb.String()), Options{Resamples: 1000, Seed: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,13 +84,14 @@ func TestSummarizeInterval(t *testing.T) {
 }
 
 func TestSummarizeRefuses(t *testing.T) {
-	for _, tc := range []struct{ name, in, want string }{
-		{"no baseline", "B,1,0,cdi,5\n", "no runc samples"},
-		{"a round short of a way", "B,1,0,runc,5\nB,1,0,cdi,6\nB,1,1,runc,5\n", "run 1 round 1 has 1 of the 2 variants"},
-		{"a way twice in a round", "B,1,0,runc,5\nB,1,0,runc,6\n", "has runc twice"},
-		{"nothing", "", "no samples"},
+	for _, tc := range []struct{ name, in, paired, want string }{
+		{"no baseline", "B,1,0,cdi,5\n", "", "no runc samples"},
+		{"a round short of a way", "B,1,0,runc,5\nB,1,0,cdi,6\nB,1,1,runc,5\n", "", "run 1 round 1 has 1 of the 2 variants"},
+		{"a way twice in a round", "B,1,0,runc,5\nB,1,0,runc,6\n", "", "has runc twice"},
+		{"nothing", "", "", "no samples"},
+		{"paired with a way not run", "B,1,0,runc,5\nB,1,0,cdi,6\n", "nri", "no nri samples to pair with (ways: runc, cdi)"},
 	} {
-		_, err := Summarize(mustParse(t, tc.in), 10, 1)
+		_, err := Summarize(mustParse(t, tc.in), Options{Resamples: 10, Seed: 1, Paired: tc.paired})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v; want an error with %q", tc.name, err, tc.want)
 		}
@@ -107,15 +120,15 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	if err := run(&out, []string{path}, 100, 1); err != nil {
+	if err := run(&out, []string{path}, Options{Resamples: 100, Seed: 1, Paired: "runc"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"BenchmarkX: 10 rounds in 2 run(s); runc's median container 90.0 ms", "agent-exclusive  1.100", "1.100–1.100"} {
+	for _, want := range []string{"BenchmarkX: 10 rounds in 2 run(s); runc's median container 90.0 ms", "agent-exclusive  1.100", "1.100–1.100", "paired with runc", "agent-exclusive  +9.00   +9.00–+9.00"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
-	if err := run(&out, []string{filepath.Join(t.TempDir(), "none.csv")}, 100, 1); err == nil {
+	if err := run(&out, []string{filepath.Join(t.TempDir(), "none.csv")}, Options{}); err == nil {
 		t.Error("a file that is not there: no error")
 	}
 }
