@@ -16,6 +16,9 @@ import (
 // envBenchSamples names a file to which benchInterleaved appends every
 // container's time, for e2e/benchratio to pool the counts of a run:
 // one line per container, "benchmark,run,round,variant,nanoseconds".
+// Only counts of more than one iteration write (-benchtime Nx, N at least
+// 2: a benchmark starts with a one-iteration run, and a -benchtime in
+// seconds would write its ramp-up's runs too); a fresh file per command.
 const envBenchSamples = "GPUMUX_BENCH_SAMPLES"
 
 // mechanismVariants are the runtime benchmarks' containers besides plain

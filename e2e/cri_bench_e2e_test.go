@@ -30,10 +30,10 @@ import (
 // its hook, mounts, device nodes, env only, and other ways tried out:
 // cdi_ablation_e2e_test.go), applied by containerd with plain runc
 // ("cdi-no-hooks", ...). It reports runc's median milliseconds per
-// container and each other way's median as a ratio to it
-// (docs/benchmarks.md has runs of 10x and, for the ablation, of 20x):
+// container and each other way's median as a ratio to it; e2e/benchratio
+// pools the counts (GPUMUX_BENCH_SAMPLES; docs/benchmarks.md):
 //
-//	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench CRILifecycle -benchtime 10x -count 5 ./e2e/
+//	go test -tags 'e2e no_dynamic_plugins' -run '^$' -bench CRILifecycle -benchtime 30x -count 7 ./e2e/
 func BenchmarkCRILifecycle(b *testing.B) {
 	ctx := context.Background()
 	_, config := runtimeNode(b)

@@ -46,11 +46,11 @@ func run(w io.Writer, files []string, o Options) error {
 		return err
 	}
 	for _, s := range sums {
-		fmt.Fprintf(w, "%s: %d rounds in %d run(s); runc's median container %.1f ms\n", s.Benchmark, s.Rounds, s.Runs, s.BaselineMedian/1e6)
+		fmt.Fprintf(w, "%s: %s: %d rounds in %d run(s); runc's median container %.1f ms\n", s.Source, s.Benchmark, s.Rounds, s.Runs, s.BaselineMedian/1e6)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "way\t× runc, pooled\t95% interval\tthe runs' ratios")
 		for _, r := range s.Ratios {
-			fmt.Fprintf(tw, "%s\t%.3f\t%.3f–%.3f\t%.3f–%.3f\n", r.Variant, r.Pooled, r.Low, r.High, r.RunLow, r.RunMax)
+			fmt.Fprintf(tw, "%s\t%.3f\t%s\t%.3f–%.3f\n", r.Variant, r.Pooled, span("%.3f", r.Low, r.High, o), r.RunMin, r.RunMax)
 		}
 		tw.Flush()
 		if len(s.Paired) > 0 {
@@ -58,11 +58,19 @@ func run(w io.Writer, files []string, o Options) error {
 			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 			fmt.Fprintf(tw, "way\t− %s\t95%% interval\n", o.Paired)
 			for _, d := range s.Paired {
-				fmt.Fprintf(tw, "%s\t%+.2f\t%+.2f–%+.2f\n", d.Variant, d.Median/1e6, d.Low/1e6, d.High/1e6)
+				fmt.Fprintf(tw, "%s\t%+.2f\t%s\n", d.Variant, d.Median/1e6, span("%+.2f", d.Low/1e6, d.High/1e6, o))
 			}
 			tw.Flush()
 		}
 		fmt.Fprintln(w)
 	}
 	return nil
+}
+
+// span prints an interval, "–" where there was no resampling.
+func span(format string, low, high float64, o Options) string {
+	if o.Resamples == 0 {
+		return "–"
+	}
+	return fmt.Sprintf(format+"–"+format, low, high)
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -17,6 +19,7 @@ const Baseline = "runc"
 
 // Sample is one container's time: a line of GPUMUX_BENCH_SAMPLES.
 type Sample struct {
+	Source    string // the input it was read from
 	Benchmark string
 	Run       string // one count of the benchmark
 	Round     int    // the iteration within the count
@@ -49,7 +52,7 @@ func Parse(r io.Reader, name string) ([]Sample, error) {
 		if f[0] == "" || f[1] == "" || f[3] == "" {
 			return nil, fmt.Errorf("%s:%d: empty benchmark, run or variant", name, n)
 		}
-		out = append(out, Sample{Benchmark: f[0], Run: f[1], Round: round, Variant: f[3], Nanos: ns})
+		out = append(out, Sample{Source: name, Benchmark: f[0], Run: f[1], Round: round, Variant: f[3], Nanos: ns})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -61,8 +64,8 @@ func Parse(r io.Reader, name string) ([]Sample, error) {
 type Ratio struct {
 	Variant        string
 	Pooled         float64 // median over all rounds / the baseline's
-	Low, High      float64 // the 95% interval of Pooled, by resampling rounds
-	RunLow, RunMax float64 // the runs' own ratios of medians: least, most
+	Low, High      float64 // Pooled's 95% interval (Options.Resamples > 0)
+	RunMin, RunMax float64 // the runs' own ratios of medians: least, most
 }
 
 // Diff is one variant's time less a reference variant's in the same
@@ -73,9 +76,10 @@ type Diff struct {
 	Low, High float64
 }
 
-// Summary is one benchmark's figures.
+// Summary is one benchmark's figures, from one input.
 type Summary struct {
 	Benchmark      string
+	Source         string // the input it was read from
 	Runs, Rounds   int
 	BaselineMedian float64 // nanoseconds
 	Ratios         []Ratio // in the order the variants first appear
@@ -94,103 +98,71 @@ type Options struct {
 // round is one iteration of one run: each variant's time in it.
 type round map[string]float64
 
-// Summarize pools each benchmark's samples. A round that lacks a variant
-// some other round of its benchmark has (a count that failed part way) is
-// an error: the pooled medians would then not be of the same rounds.
+// Summarize pools the samples of each benchmark of each input. Every round
+// of one must have the same variants: a file that holds runs with other
+// GPUMUX_BENCH_WAYS or ablations than its others is refused, as the pooled
+// medians would not be of the same rounds (give such runs files of their
+// own).
+//
+// The 95% intervals come from resampling in two stages, as the runs were
+// made: the runs with replacement, then within each the rounds. A run (a
+// count) has a containerd and an agent of its own and may sit higher or
+// lower as a whole, which resampling the rounds alone would not show.
 func Summarize(samples []Sample, o Options) ([]Summary, error) {
+	type bench struct{ source, name string }
 	type key struct {
 		run   string
 		round int
 	}
-	byBench := map[string]map[key]round{}
-	var benches []string
-	variants := map[string][]string{}
+	byBench := map[bench]map[key]round{}
+	var benches []bench
+	variants := map[bench][]string{}
 	for _, s := range samples {
-		rounds, ok := byBench[s.Benchmark]
+		b := bench{s.Source, s.Benchmark}
+		rounds, ok := byBench[b]
 		if !ok {
 			rounds = map[key]round{}
-			byBench[s.Benchmark] = rounds
-			benches = append(benches, s.Benchmark)
+			byBench[b] = rounds
+			benches = append(benches, b)
 		}
 		k := key{s.Run, s.Round}
 		if rounds[k] == nil {
 			rounds[k] = round{}
 		}
 		if _, dup := rounds[k][s.Variant]; dup {
-			return nil, fmt.Errorf("%s: run %s round %d has %s twice", s.Benchmark, s.Run, s.Round, s.Variant)
+			return nil, fmt.Errorf("%s: %s: run %s round %d has %s twice", s.Source, s.Benchmark, s.Run, s.Round, s.Variant)
 		}
 		rounds[k][s.Variant] = float64(s.Nanos)
-		if !slices.Contains(variants[s.Benchmark], s.Variant) {
-			variants[s.Benchmark] = append(variants[s.Benchmark], s.Variant)
+		if !slices.Contains(variants[b], s.Variant) {
+			variants[b] = append(variants[b], s.Variant)
 		}
 	}
 	var out []Summary
-	for _, bench := range benches {
-		names := variants[bench]
+	for _, b := range benches {
+		names := variants[b]
+		where := b.source + ": " + b.name
 		if !slices.Contains(names, Baseline) {
-			return nil, fmt.Errorf("%s: no %s samples to compare with", bench, Baseline)
+			return nil, fmt.Errorf("%s: no %s samples to compare with", where, Baseline)
 		}
 		if o.Paired != "" && !slices.Contains(names, o.Paired) {
-			return nil, fmt.Errorf("%s: no %s samples to pair with (ways: %s)", bench, o.Paired, strings.Join(names, ", "))
+			return nil, fmt.Errorf("%s: no %s samples to pair with (ways: %s)", where, o.Paired, strings.Join(names, ", "))
 		}
-		keys := make([]key, 0, len(byBench[bench]))
-		for k := range byBench[bench] {
-			keys = append(keys, k)
-		}
-		slices.SortFunc(keys, func(a, b key) int { return cmp.Or(cmp.Compare(a.run, b.run), cmp.Compare(a.round, b.round)) })
-		rounds := make([]round, len(keys))
-		runs := map[string][]round{}
-		var runOrder []string
+		keys := slices.SortedFunc(maps.Keys(byBench[b]), func(x, y key) int {
+			return cmp.Or(cmp.Compare(x.run, y.run), cmp.Compare(x.round, y.round))
+		})
+		var runs [][]round
 		for i, k := range keys {
-			rounds[i] = byBench[bench][k]
-			if len(rounds[i]) != len(names) {
-				return nil, fmt.Errorf("%s: run %s round %d has %d of the %d variants", bench, k.run, k.round, len(rounds[i]), len(names))
+			r := byBench[b][k]
+			if len(r) != len(names) {
+				return nil, fmt.Errorf("%s: run %s round %d has %d of the %d ways (%s): runs with other GPUMUX_BENCH_WAYS or ablations belong in a file of their own", where, k.run, k.round, len(r), len(names), strings.Join(names, ", "))
 			}
-			if _, ok := runs[k.run]; !ok {
-				runOrder = append(runOrder, k.run)
+			if i == 0 || k.run != keys[i-1].run {
+				runs = append(runs, nil)
 			}
-			runs[k.run] = append(runs[k.run], rounds[i])
+			runs[len(runs)-1] = append(runs[len(runs)-1], r)
 		}
-		s := Summary{Benchmark: bench, Runs: len(runs), Rounds: len(rounds), BaselineMedian: median(column(rounds, Baseline))}
-		rng := rand.New(rand.NewPCG(o.Seed, uint64(len(rounds))))
-		boot := make([][]float64, len(names))
-		picked := make([]round, len(rounds))
-		for range o.Resamples {
-			for i := range picked {
-				picked[i] = rounds[rng.IntN(len(rounds))]
-			}
-			base := median(column(picked, Baseline))
-			for j, v := range names {
-				boot[j] = append(boot[j], median(column(picked, v))/base)
-			}
-		}
-		for j, v := range names {
-			if v == Baseline {
-				continue
-			}
-			r := Ratio{Variant: v, Pooled: median(column(rounds, v)) / s.BaselineMedian}
-			if o.Resamples > 0 {
-				slices.Sort(boot[j])
-				r.Low, r.High = quantile(boot[j], 0.025), quantile(boot[j], 0.975)
-			}
-			for i, run := range runOrder {
-				x := median(column(runs[run], v)) / median(column(runs[run], Baseline))
-				if i == 0 || x < r.RunLow {
-					r.RunLow = x
-				}
-				if i == 0 || x > r.RunMax {
-					r.RunMax = x
-				}
-			}
-			s.Ratios = append(s.Ratios, r)
-		}
-		if o.Paired != "" {
-			for _, v := range names {
-				if v != o.Paired {
-					s.Paired = append(s.Paired, paired(rounds, v, o.Paired, o.Resamples, rng))
-				}
-			}
-		}
+		s := summarize(runs, names, o)
+		s.Benchmark, s.Source = b.name, b.source
 		out = append(out, s)
 	}
 	if len(out) == 0 {
@@ -199,27 +171,70 @@ func Summarize(samples []Sample, o Options) ([]Summary, error) {
 	return out, nil
 }
 
-// paired is v's Diff to ref over rounds, its interval by resampling the
-// rounds' differences.
-func paired(rounds []round, v, ref string, resamples int, rng *rand.Rand) Diff {
-	d := make([]float64, len(rounds))
-	for i, r := range rounds {
-		d[i] = r[v] - r[ref]
-	}
-	out := Diff{Variant: v, Median: median(d)}
-	if resamples == 0 {
-		return out
-	}
-	boot := make([]float64, resamples)
-	picked := make([]float64, len(d))
-	for k := range boot {
-		for i := range picked {
-			picked[i] = d[rng.IntN(len(d))]
+// summarize is one benchmark's Summary, of its runs' rounds.
+func summarize(runs [][]round, names []string, o Options) Summary {
+	all := slices.Concat(runs...)
+	s := Summary{Runs: len(runs), Rounds: len(all), BaselineMedian: median(column(all, Baseline))}
+	// Each resample's ratio, and difference to o.Paired, per variant.
+	ratios := make([][]float64, len(names))
+	diffs := make([][]float64, len(names))
+	rng := rand.New(rand.NewPCG(o.Seed, uint64(len(all))))
+	var picked []round
+	for range o.Resamples {
+		picked = picked[:0]
+		for range runs {
+			run := runs[rng.IntN(len(runs))]
+			for range run {
+				picked = append(picked, run[rng.IntN(len(run))])
+			}
 		}
-		boot[k] = median(picked)
+		base := median(column(picked, Baseline))
+		for j, v := range names {
+			ratios[j] = append(ratios[j], median(column(picked, v))/base)
+			if o.Paired != "" {
+				diffs[j] = append(diffs[j], median(difference(picked, v, o.Paired)))
+			}
+		}
 	}
-	slices.Sort(boot)
-	out.Low, out.High = quantile(boot, 0.025), quantile(boot, 0.975)
+	for j, v := range names {
+		if v != Baseline {
+			r := Ratio{Variant: v, Pooled: median(column(all, v)) / s.BaselineMedian}
+			r.Low, r.High = interval(ratios[j])
+			for i, run := range runs {
+				x := median(column(run, v)) / median(column(run, Baseline))
+				if i == 0 || x < r.RunMin {
+					r.RunMin = x
+				}
+				if i == 0 || x > r.RunMax {
+					r.RunMax = x
+				}
+			}
+			s.Ratios = append(s.Ratios, r)
+		}
+		if o.Paired != "" && v != o.Paired {
+			d := Diff{Variant: v, Median: median(difference(all, v, o.Paired))}
+			d.Low, d.High = interval(diffs[j])
+			s.Paired = append(s.Paired, d)
+		}
+	}
+	return s
+}
+
+// interval is the 95% interval of resampled figures (0, 0 for none).
+func interval(x []float64) (low, high float64) {
+	if len(x) == 0 {
+		return 0, 0
+	}
+	slices.Sort(x)
+	return quantile(x, 0.025), quantile(x, 0.975)
+}
+
+// difference is each round's time of v less its time of ref.
+func difference(rounds []round, v, ref string) []float64 {
+	out := make([]float64, len(rounds))
+	for i, r := range rounds {
+		out[i] = r[v] - r[ref]
+	}
 	return out
 }
 
@@ -243,6 +258,6 @@ func median(x []float64) float64 {
 
 // quantile is the q-quantile of sorted s, the nearest rank's.
 func quantile(s []float64, q float64) float64 {
-	i := int(q * float64(len(s)))
+	i := int(math.Ceil(q*float64(len(s)))) - 1
 	return s[min(max(i, 0), len(s)-1)]
 }
