@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,14 +112,28 @@ func BenchmarkCRILifecycle(b *testing.B) {
 		}
 		return err
 	})
-	// The agent-* containers were the agent's to prepare, and only they.
-	want := 0
+	// The agent-* containers were the agent's to prepare, and only they;
+	// the update-ldcache hooks of the CDI devices and the NRI plugin's
+	// containers were the agent's to do, from the hook's working
+	// directory (runc's init runs them), none left to gpumux-runtime-hook.
+	// An ablation's hook may be either's (without the mounts, the driver's
+	// directory is not there for the agent), so with ablations only the
+	// floor is known.
+	prepared, hooks := 0, 0
 	for name := range ran {
-		if strings.HasPrefix(name, "agent-") {
-			want += b.N
+		switch {
+		case strings.HasPrefix(name, "agent-"):
+			prepared += b.N
+		case slices.Contains([]string{"cdi-timeslice", "cdi-exclusive", "nri-timeslice", "nri-exclusive"}, name):
+			hooks += b.N
 		}
 	}
-	if got := strings.Count(a.log.String(), "prepared a container's create"); got != want {
-		b.Errorf("the agent prepared %d creates; want the %d of agent-*", got, want)
+	log := a.log.String()
+	if got := strings.Count(log, "prepared a container's create"); got != prepared {
+		b.Errorf("the agent prepared %d creates; want the %d of agent-*", got, prepared)
+	}
+	did, left := strings.Count(log, "did a container's hook"), strings.Count(log, "left a hook to gpumux-runtime-hook")
+	if len(selected) == 0 && (did != hooks || left != 0) || did < hooks {
+		b.Errorf("the agent did %d update-ldcache hooks and left %d to gpumux-runtime-hook; want the %d of cdi-* and nri-*, none left", did, left, hooks)
 	}
 }
