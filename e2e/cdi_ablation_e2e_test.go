@@ -25,7 +25,24 @@ const cdiAblationKind = "bench.gpumux.io/ablation"
 type cdiAblation struct {
 	name string
 	edit func(t testing.TB, edits map[string]any)
+	// hook is who does the device's update-ldcache hook when its hook is
+	// gpumux-runtime asking gpumux agent (the CRI benchmark checks it).
+	hook hookBy
 }
+
+// hookBy is who does an update-ldcache hook.
+type hookBy int
+
+const (
+	hookNone  hookBy = iota // no hook that asks the agent
+	hookAgent               // the agent, from the hook's working directory
+	// hookLeft: the agent leaves it to gpumux-runtime-hook (the Go
+	// program), as it does where a hook's directory is not in the
+	// container (no-mounts) and for the ablations that point the hook at
+	// other directories (its debug log says why): their figures are of
+	// that program's hook.
+	hookLeft
+)
 
 // cdiAblations take a time-slice replica's CDI device apart, to say which
 // of its edits a container's start pays for: without the createContainer
@@ -48,34 +65,34 @@ type cdiAblation struct {
 // before the staged tree (file-mounts); and without the limiter's mounts
 // (no-limiter-mounts: the mounts of a whole GPU's device).
 var cdiAblations = []cdiAblation{
-	{"no-hooks", func(_ testing.TB, e map[string]any) { delete(e, "hooks") }},
-	{"no-mounts", func(_ testing.TB, e map[string]any) { delete(e, "mounts") }},
-	{"no-devices", func(_ testing.TB, e map[string]any) { delete(e, "deviceNodes") }},
+	{"no-hooks", func(_ testing.TB, e map[string]any) { delete(e, "hooks") }, hookNone},
+	{"no-mounts", func(_ testing.TB, e map[string]any) { delete(e, "mounts") }, hookLeft},
+	{"no-devices", func(_ testing.TB, e map[string]any) { delete(e, "deviceNodes") }, hookAgent},
 	{"env-only", func(_ testing.TB, e map[string]any) {
 		for k := range e {
 			if k != "env" {
 				delete(e, k)
 			}
 		}
-	}},
+	}, hookNone},
 	{"hook-true", eachHook(func(h map[string]any) {
 		h["path"], h["args"] = "/bin/true", []any{"true"}
-	})},
+	}), hookNone},
 	{"ldconfig", eachHook(func(h map[string]any) {
 		h["args"] = append(h["args"].([]any), "/usr/local/nvidia")
-	})},
+	}), hookLeft},
 	{"go-hook", eachHook(func(h map[string]any) {
 		path := filepath.Join(filepath.Dir(h["path"].(string)), "gpumux-runtime-hook")
 		h["path"], h["args"] = path, append([]any{"gpumux-runtime-hook"}, h["args"].([]any)[1:]...)
-	})},
-	{"dir-mounts", dirMounts},
+	}), hookNone},
+	{"dir-mounts", dirMounts, hookLeft},
 	{"one-mount", func(t testing.TB, e map[string]any) {
 		dirMounts(t, e)
 		e["mounts"] = e["mounts"].([]any)[:1]
-	}},
-	{"tmpfs-mounts", tmpfsMounts},
-	{"file-mounts", fileMounts},
-	{"no-limiter-mounts", noLimiterMounts},
+	}, hookLeft},
+	{"tmpfs-mounts", tmpfsMounts, hookAgent},
+	{"file-mounts", fileMounts, hookAgent},
+	{"no-limiter-mounts", noLimiterMounts, hookAgent},
 }
 
 // noLimiterMounts drops the mounts under gpumux's scratch directory (the

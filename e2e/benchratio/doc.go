@@ -11,20 +11,21 @@
 //
 //   - the ratio of the pooled medians: the way's median container over
 //     runc's, every count's containers together;
-//   - a 95% interval for it, by resampling rounds (one container of every
-//     way, run back to back in a shuffled order, so that what drifts
-//     between rounds hits runc and the way alike);
+//   - a 95% interval for it, by resampling the counts with replacement
+//     (a count's rounds are one container of every way, back to back in a
+//     shuffled order, so that what drifts between rounds hits runc and the
+//     way alike);
 //   - the range of the counts' own ratios, as the benchmark reported them;
 //   - with -paired WAY, each way's time less WAY's in the same round, in
 //     milliseconds: the median over the rounds and its 95% interval.
 //
-// The intervals resample the runs (counts) with replacement, then the
-// rounds within each: a count has a containerd and an agent of its own and
-// can sit high or low as a whole. Each file is summarised apart, and every
-// round of a file must have the same ways: keep runs of other
-// GPUMUX_BENCH_WAYS or ablations, and runs of other builds, in files of
-// their own. Samples are written only by counts of more than one
-// iteration: run the benchmarks with -benchtime Nx, N at least 2.
+// The intervals resample whole counts: a count has a containerd and an
+// agent of its own and can sit high or low as a whole. A file of one count
+// has its rounds resampled instead, which leaves that out. Each file is
+// summarised apart, and every round of a file must have the same ways: keep
+// runs of other GPUMUX_BENCH_WAYS or ablations, and runs of other builds,
+// in files of their own. Samples are written only by counts of more than
+// one iteration: run the benchmarks with -benchtime Nx, N at least 2.
 //
 // Usage:
 //

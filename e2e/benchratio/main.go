@@ -9,7 +9,7 @@ import (
 )
 
 func main() {
-	resamples := flag.Int("resamples", 2000, "how many times to resample the rounds for the 95% interval (0: none)")
+	resamples := flag.Int("resamples", 2000, "how many times to resample the counts for the 95% intervals (0: none)")
 	seed := flag.Uint64("seed", 1, "the resampling's seed")
 	pair := flag.String("paired", "", "also print each way's time less `WAY`'s in the same round (milliseconds, median and 95% interval)")
 	flag.Usage = func() {

@@ -104,10 +104,11 @@ type round map[string]float64
 // medians would not be of the same rounds (give such runs files of their
 // own).
 //
-// The 95% intervals come from resampling in two stages, as the runs were
-// made: the runs with replacement, then within each the rounds. A run (a
-// count) has a containerd and an agent of its own and may sit higher or
-// lower as a whole, which resampling the rounds alone would not show.
+// The 95% intervals come from resampling the runs (counts) with
+// replacement, each drawn run with all its rounds: a run has a containerd
+// and an agent of its own and may sit higher or lower as a whole, which
+// resampling the rounds alone would not show. A file of one run has its
+// rounds resampled instead, an interval that leaves out how counts differ.
 func Summarize(samples []Sample, o Options) ([]Summary, error) {
 	type bench struct{ source, name string }
 	type key struct {
@@ -182,10 +183,13 @@ func summarize(runs [][]round, names []string, o Options) Summary {
 	var picked []round
 	for range o.Resamples {
 		picked = picked[:0]
-		for range runs {
-			run := runs[rng.IntN(len(runs))]
-			for range run {
-				picked = append(picked, run[rng.IntN(len(run))])
+		if len(runs) == 1 {
+			for range all {
+				picked = append(picked, all[rng.IntN(len(all))])
+			}
+		} else {
+			for range runs {
+				picked = append(picked, runs[rng.IntN(len(runs))]...)
 			}
 		}
 		base := median(column(picked, Baseline))
@@ -247,7 +251,7 @@ func column(rounds []round, variant string) []float64 {
 }
 
 // median is the median of x (the mean of the middle two of an even count),
-// as the benchmarks' own.
+// as the benchmarks' own; x is not empty (every run has a round).
 func median(x []float64) float64 {
 	s := slices.Sorted(slices.Values(x))
 	if n := len(s); n%2 == 0 {

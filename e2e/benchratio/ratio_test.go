@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -181,4 +182,48 @@ func mustParse(t *testing.T, in string) []Sample {
 		t.Fatal(err)
 	}
 	return s
+}
+
+func TestQuantile(t *testing.T) {
+	s := make([]float64, 2000)
+	for i := range s {
+		s[i] = float64(i + 1)
+	}
+	for _, tc := range []struct{ q, want float64 }{{0.025, 50}, {0.975, 1950}, {0, 1}, {1, 2000}, {0.5, 1000}} {
+		if got := quantile(s, tc.q); got != tc.want {
+			t.Errorf("quantile(1..2000, %v) = %v; want %v (nearest rank)", tc.q, got, tc.want)
+		}
+	}
+}
+
+// TestRunResampling: the same seed gives the same intervals, another seed
+// others; no resampling prints no interval.
+func TestRunResampling(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "samples.csv")
+	var sb strings.Builder
+	for run := range 12 {
+		for i := range 20 {
+			fmt.Fprintf(&sb, "B,%02d,%d,runc,%d\nB,%02d,%d,way,%d\n", run, i, 90_000_000+(i*7919)%5_000_000, run, i, 99_000_000+(run*run*137_000)%4_000_000+(i*104729)%9_000_000)
+		}
+	}
+	if err := os.WriteFile(path, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := func(o Options) string {
+		var w strings.Builder
+		if err := run(&w, []string{path}, o); err != nil {
+			t.Fatal(err)
+		}
+		return w.String()
+	}
+	a, b, c := out(Options{Resamples: 500, Seed: 1}), out(Options{Resamples: 500, Seed: 1}), out(Options{Resamples: 500, Seed: 2})
+	if a != b {
+		t.Errorf("the same seed, other output:\n%s\n%s", a, b)
+	}
+	if a == c {
+		t.Errorf("another seed, the same intervals:\n%s", a)
+	}
+	if none := out(Options{Paired: "runc"}); !regexp.MustCompile(`(?m)^way +[0-9.]+ +– +[0-9]`).MatchString(none) || !regexp.MustCompile(`(?m)^way +[+0-9.]+ +–$`).MatchString(none) {
+		t.Errorf("without resampling, want \"–\" for each interval:\n%s", none)
+	}
 }

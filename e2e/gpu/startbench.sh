@@ -196,8 +196,13 @@ run_way() { # run_way WAY: one container of that way
 	esac
 }
 
-# cpu_ticks PID: the CPU time (user + system, in clock ticks) of process PID.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo -1; }
+# cpu_ticks PID: the CPU time (user + system, in clock ticks) of process
+# PID, an agent of this script's (-1 once it is gone: its PID may be
+# another process's by then).
+cpu_ticks() {
+	grep -qa -- "--runtime-socket" "/proc/$1/cmdline" 2>/dev/null || { echo -1; return; }
+	awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo -1
+}
 declare -A cpu_before
 for a in "${!agent_of[@]}"; do cpu_before[$a]=$(cpu_ticks "${agent_of[$a]}"); done
 
@@ -252,7 +257,7 @@ for a in "${!agent_of[@]}"; do
 	# whose root the agent takes from the hook's working directory. (The
 	# agent ways keep no hook here: the agent writes their cache at create.)
 	if [[ ${AGENT_LOG:-} == debug ]]; then
-		((after >= 0)) || { echo "FAIL: gpumux agent ($a) is gone: its hooks went to gpumux-runtime-hook"; exit 1; }
+		((after >= 0)) || { echo "FAIL: gpumux agent ($a) is gone; the end of its log:"; tail -5 "$work/agent-$a.log"; exit 1; }
 		did=$(grep -c "did a container's hook.*the hook's working directory" "$work/agent-$a.log" || true)
 		left=$(grep -c "left a hook to gpumux-runtime-hook" "$work/agent-$a.log" || true)
 		echo "gpumux agent ($a): did $did of the edits ways' $hooks update-ldcache hooks from the hook's working directory, left $left to gpumux-runtime-hook"
