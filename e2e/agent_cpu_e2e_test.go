@@ -11,11 +11,11 @@ import (
 	"testing"
 )
 
-// envBenchAgentCPU gives the benchmarks' gpumux agent a CPU cgroup of its
-// own with this weight (1–10000, cgroup v2's cpu.weight; 100 is a
-// service's default), as systemd gives the shipped unit's agent a cgroup
-// of its own (and CPUWeight= a weight): unset, the agent shares the
-// benchmark's cgroup with containerd and the shims.
+// envBenchAgentCPU gives every gpumux agent the e2e tests and benchmarks
+// start (startAgent) a CPU cgroup of its own with this weight (1–10000,
+// cgroup v2's cpu.weight; 100 is a service's default), as systemd gives
+// the shipped unit's agent a cgroup of its own (and CPUWeight= a weight):
+// unset, the agent shares the test's cgroup with containerd and the shims.
 const envBenchAgentCPU = "GPUMUX_BENCH_AGENT_CPU_WEIGHT"
 
 // agentCPUGroup moves the agent (process pid) into a CPU cgroup of its own

@@ -52,6 +52,7 @@ func startAgent(t testing.TB, config string, args ...string) *agentProc {
 			t.Logf("gpumux agent's log:\n%s", a.log.String())
 		}
 	})
+	agentCPUGroup(t, a.cmd.Process.Pid)
 	return a
 }
 

@@ -54,7 +54,6 @@ func BenchmarkCRILifecycle(b *testing.B) {
 		b.Fatal(err)
 	}
 	a := serveRuntimeSocket(b, ctx, config, socket)
-	agentCPUGroup(b, a.cmd.Process.Pid)
 	waitFor(b, ctx, 30*time.Second, "gpumux agent's NRI plugin", func() (bool, string) {
 		return strings.Contains(a.log.String(), "serving NRI"), a.log.String()
 	})

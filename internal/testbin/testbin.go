@@ -58,11 +58,14 @@ func Main(m *testing.M) int {
 	return code
 }
 
+// RuncInitName is the name runc's init process gives itself: its comm.
+const RuncInitName = "runc:[2:INIT]"
+
 // RuncInit writes into dir a stand-in of runc's init and returns its path:
-// a script whose process has runc's init's name ("runc:[2:INIT]", its
-// comm, which is the script's name) and runs its arguments as a child, as
+// a script whose process has runc's init's name (RuncInitName, its comm,
+// which is the script's name) and runs its arguments as a child, as
 // runc's init runs a createContainer hook.
 func RuncInit(dir string) (string, error) {
-	p := filepath.Join(dir, "runc:[2:INIT]")
+	p := filepath.Join(dir, RuncInitName)
 	return p, os.WriteFile(p, []byte("#!/bin/sh\n\"$@\"\nexit $?\n"), 0o755)
 }

@@ -81,7 +81,7 @@ func routeWithStdin(t *testing.T, stdin, initDir string, args []string, env ...s
 	record := filepath.Join(t.TempDir(), "route")
 	cmd := exec.Command(filepath.Join(dir, ociruntime.EntryBinary), args...)
 	if initDir != "" {
-		cmd = exec.Command(filepath.Join(dir, "runc:[2:INIT]"), append([]string{cmd.Path}, args...)...)
+		cmd = exec.Command(filepath.Join(dir, testbin.RuncInitName), append([]string{cmd.Path}, args...)...)
 		// In a PID namespace of its own where one can be had, as runc's
 		// init is: the entry's getppid() is 1 there, and its /proc the
 		// host's.
